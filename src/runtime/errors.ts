@@ -1,0 +1,130 @@
+/**
+ * Every error Ascent raises is an `AscentError` subclass with a stable `code`.
+ *
+ * Codes are part of the public contract: native code constructs these classes by
+ * code (through the factory installed in `native.ts`), and errors that cross a
+ * thread boundary are rebuilt by code on the receiving side (`error-wire.ts`), so
+ * `instanceof` and `err.code` keep working across ranks.
+ */
+
+export interface ErrorDetails {
+  [key: string]: unknown;
+}
+
+export class AscentError extends Error {
+  /** Stable machine-readable code, e.g. `ASCENT_DEVICE_OOM`. */
+  readonly code: string = 'ASCENT_ERROR';
+  /** Structured facts behind the message (device, sizes, ranks, ...). */
+  details: ErrorDetails;
+  /** Rank on which the error was raised, when known. */
+  rank?: number;
+  /** Actor (class or module export) in which the error was raised, when known. */
+  actor?: string;
+  /** Stack trace of the remote thread, when the error crossed a thread boundary. */
+  remoteStack?: string;
+
+  constructor(message: string, details: ErrorDetails = {}, options?: { cause?: unknown }) {
+    super(message, options);
+    this.details = details;
+  }
+
+  override get name(): string {
+    return this.constructor.name;
+  }
+}
+
+/** A caller passed something wrong. Raised synchronously, before any side effect. */
+export class InvalidArgumentError extends AscentError {
+  override readonly code = 'ASCENT_INVALID_ARGUMENT';
+}
+
+/** A device allocation would exceed the device's capacity. */
+export class DeviceOOMError extends AscentError {
+  override readonly code = 'ASCENT_DEVICE_OOM';
+}
+
+/** A wait (stream synchronize, actor call, collective) passed its deadline. */
+export class TimeoutError extends AscentError {
+  override readonly code = 'ASCENT_TIMEOUT';
+}
+
+/** Work on a stream failed while it ran (the stream reports it at the next synchronize). */
+export class StreamError extends AscentError {
+  override readonly code = 'ASCENT_STREAM_ERROR';
+}
+
+/** The worker behind an actor exited or crashed; every pending call gets this. */
+export class ActorDiedError extends AscentError {
+  override readonly code = 'ASCENT_ACTOR_DIED';
+}
+
+/** An actor call did not answer within its `timeoutMs`. */
+export class ActorTimeoutError extends AscentError {
+  override readonly code = 'ASCENT_ACTOR_TIMEOUT';
+}
+
+/** An actor call was cancelled through its AbortSignal. */
+export class ActorAbortedError extends AscentError {
+  override readonly code = 'ASCENT_ACTOR_ABORTED';
+}
+
+/** A config, flag or option failed validation. */
+export class ConfigError extends AscentError {
+  override readonly code = 'ASCENT_CONFIG';
+}
+
+/** A rank of a launched world failed (thrown error or non-zero exit). */
+export class RankFailedError extends AscentError {
+  override readonly code = 'ASCENT_RANK_FAILED';
+}
+
+/**
+ * An error raised in another thread whose class is not known here. Keeps the
+ * original class name in `remoteName` and the original code in `code`.
+ */
+export class RemoteError extends AscentError {
+  override code = 'ASCENT_REMOTE';
+  remoteName = 'Error';
+
+  override get name(): string {
+    return this.remoteName;
+  }
+}
+
+type AscentErrorClass = new (message: string, details?: ErrorDetails, options?: { cause?: unknown }) => AscentError;
+
+const registry = new Map<string, AscentErrorClass>();
+
+/** Registers an error class so that native code and remote threads can build it by code. */
+export function registerErrorClass(cls: AscentErrorClass): void {
+  const code = new cls('').code;
+  registry.set(code, cls);
+}
+
+for (const cls of [
+  AscentError,
+  InvalidArgumentError,
+  DeviceOOMError,
+  TimeoutError,
+  StreamError,
+  ActorDiedError,
+  ActorTimeoutError,
+  ActorAbortedError,
+  ConfigError,
+  RankFailedError,
+]) {
+  registerErrorClass(cls);
+}
+
+/** Builds the registered class for `code`; unknown codes give a `RemoteError` that keeps the code. */
+export function errorFromCode(code: string, message: string, details: ErrorDetails = {}): AscentError {
+  const cls = registry.get(code);
+  if (cls) return new cls(message, details);
+  const err = new RemoteError(message, details);
+  err.code = code;
+  return err;
+}
+
+export function isAscentError(e: unknown): e is AscentError {
+  return e instanceof AscentError;
+}
