@@ -1,0 +1,137 @@
+/**
+ * Entry of every rank worker thread (both the programmatic World and `launch`).
+ *
+ * Sets up the rank's context, exposes a RankHost to the main thread, then either
+ * waits for actors to be spawned (World) or runs the entry's `main(ctx)` (SPMD).
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import * as Comlink from 'comlink';
+import { nodePortEndpoint } from './actor-ref.js';
+import { Device } from './device.js';
+import { installComlinkErrorHandler, encodeError, tagError } from './error-wire.js';
+import { InvalidArgumentError } from './errors.js';
+import { createLogger } from './logger.js';
+import { importModule, isClass } from './module-loader.js';
+import { loadNative } from './native.js';
+import { RankActorTable, type RankContext } from './rank-context.js';
+import type { BrokerApi, RankEvent, RankHostApi, RankWorkerData, SpawnRequest } from './rank-protocol.js';
+
+const data = workerData as RankWorkerData;
+if (!parentPort || data?.kind !== 'ascent-rank') {
+  throw new Error('rank-worker.js must be started by Ascent as a worker thread');
+}
+const parent = parentPort;
+const post = (ev: RankEvent) => parent.postMessage(ev);
+
+installComlinkErrorHandler();
+loadNative();
+
+const stopController = new AbortController();
+const stopHooks: Array<(reason: string) => void | Promise<void>> = [];
+const broker = Comlink.wrap<BrokerApi>(nodePortEndpoint(data.brokerPort));
+const actors = new RankActorTable(data.rank, data.worldSize, broker, data.callTimeoutMs);
+let device: Device | undefined;
+
+const ctx: RankContext = {
+  rank: data.rank,
+  worldSize: data.worldSize,
+  localRank: data.localRank,
+  localWorldSize: data.localWorldSize,
+  isLeader: data.rank === 0,
+  get device() {
+    device ??= Device.get(data.deviceOrdinal);
+    return device;
+  },
+  log: createLogger(data.rank, { prefixed: data.prefixed }),
+  args: Object.freeze([...(data.entryArgs ?? [])]),
+  signal: stopController.signal,
+  actors,
+  onStop: (fn) => {
+    stopHooks.push(fn);
+  },
+};
+
+async function construct(req: SpawnRequest): Promise<object> {
+  const mod = await importModule(req.moduleUrl);
+  const exp = mod[req.exportName];
+  if (exp === undefined) {
+    throw new InvalidArgumentError(
+      `Module ${req.moduleUrl} has no export ${JSON.stringify(req.exportName)} (it exports: ${Object.keys(mod).join(', ') || 'nothing'}).`,
+      { module: req.moduleUrl, export: req.exportName },
+    );
+  }
+  if (isClass(exp)) return new exp(ctx, ...req.args) as object;
+  if (typeof exp === 'function') {
+    const made = await (exp as (...a: unknown[]) => unknown)(ctx, ...req.args);
+    if (made === null || typeof made !== 'object') {
+      throw new InvalidArgumentError(`Actor factory ${req.exportName} in ${req.moduleUrl} returned ${made === null ? 'null' : typeof made}; expected an object.`);
+    }
+    return made;
+  }
+  if (typeof exp === 'object' && exp !== null) return exp;
+  throw new InvalidArgumentError(`Export ${req.exportName} of ${req.moduleUrl} is a ${typeof exp}; expected a class, factory function or object.`);
+}
+
+const host: RankHostApi = {
+  async spawn(req, port) {
+    try {
+      const obj = await construct(req);
+      actors.expose(req.name, obj);
+      Comlink.expose(obj, nodePortEndpoint(port));
+    } catch (err) {
+      port.close();
+      throw tagError(err, data.rank, req.name);
+    }
+  },
+  async attach(name, port, timeoutMs) {
+    try {
+      const obj = await actors.lookup(name, timeoutMs);
+      Comlink.expose(obj, nodePortEndpoint(port));
+    } catch (err) {
+      port.close();
+      throw tagError(err, data.rank, name);
+    }
+  },
+  peerDied(rank, reason) {
+    actors.peerDied(rank, reason);
+  },
+  async stop(reason) {
+    if (!stopController.signal.aborted) stopController.abort(new Error(reason));
+    for (const hook of stopHooks.splice(0)) {
+      try {
+        await hook(reason);
+      } catch (err) {
+        process.stderr.write(`stop hook failed: ${(err as Error).stack ?? String(err)}\n`);
+      }
+    }
+    post({ type: 'stopped' });
+  },
+  ping() {
+    return 'pong';
+  },
+};
+Comlink.expose(host, nodePortEndpoint(data.controlPort));
+
+async function runEntry(entryUrl: string): Promise<void> {
+  const mod = await importModule(entryUrl);
+  const main = (mod.main ?? mod.default) as unknown;
+  if (typeof main !== 'function') {
+    throw new InvalidArgumentError(
+      `The entry ${entryUrl} exports no main(ctx) function (it exports: ${Object.keys(mod).join(', ') || 'nothing'}). HINT: add \`export async function main(ctx) { ... }\`.`,
+    );
+  }
+  await (main as (c: RankContext) => unknown)(ctx);
+}
+
+post({ type: 'ready' });
+
+if (data.entry) {
+  runEntry(data.entry).then(
+    () => post({ type: 'main-done' }),
+    (err) => {
+      const e = tagError(err, data.rank, undefined);
+      const bytes = encodeError(e);
+      parent.postMessage({ type: 'main-failed', error: bytes } satisfies RankEvent, [bytes.buffer as ArrayBuffer]);
+    },
+  );
+}

@@ -1,0 +1,310 @@
+/**
+ * World: N ranks, each a dedicated worker thread with its own environment and
+ * device, driven from the main thread (single controller, like Monarch / verl's
+ * driver). `launch` uses the same World in SPMD mode, where every rank runs the
+ * entry's `main(ctx)`.
+ *
+ *   const world = await World.create({ size: 4 });
+ *   const trainers = await world.spawn<Trainer>({ module: './trainer.ts', export: 'Trainer' });
+ *   const losses = await trainers.call('step', batch);      // per-rank results
+ *   await world.shutdown();                                  // no thread left behind
+ */
+import { EventEmitter } from 'node:events';
+import { basename, extname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
+import * as Comlink from 'comlink';
+import { ActorMesh, type BroadcastErrorHandler } from './actor-mesh.js';
+import { ActorRef, nodePortEndpoint, RankLiveness } from './actor-ref.js';
+import { ActorSpecSchema, parseConfig, WorldOptionsSchema, type ActorSpec, type ResolvedWorldOptions, type WorldOptions } from './config.js';
+import { configureDevice } from './device.js';
+import { envBytes, envInt, applyRuntimeEnvDefaults } from './env.js';
+import { decodeError, fromWireError, installComlinkErrorHandler } from './error-wire.js';
+import { ActorDiedError, AscentError, InvalidArgumentError, TimeoutError } from './errors.js';
+import { resolveModuleUrl } from './module-loader.js';
+import { loadNative } from './native.js';
+import { builtFile } from './paths.js';
+import { RankOutput } from './rank-output.js';
+import type { BrokerApi, RankEvent, RankHostApi, RankWorkerData } from './rank-protocol.js';
+import { TaskPool } from './task-pool.js';
+
+export type RankStatus = 'starting' | 'running' | 'main-done' | 'failed' | 'exited';
+
+export interface RankInfo {
+  readonly rank: number;
+  status: RankStatus;
+  exitCode?: number;
+  /** The error that ended this rank (thrown by main, uncaught, or a non-zero exit). */
+  error?: AscentError;
+  readonly output?: RankOutput;
+}
+
+interface RankSlot extends RankInfo {
+  readonly worker: Worker;
+  readonly host: ActorRef<RankHostApi>;
+  readonly liveness: RankLiveness;
+  readonly controlPort: MessagePort;
+  readonly brokerPort: MessagePort;
+  readonly exited: Promise<number>;
+}
+
+export interface SpmdOptions {
+  /** File URL of the entry module. */
+  entryUrl: string;
+  entryArgs: string[];
+}
+
+export interface WorldEvents {
+  'main-done': [rank: number];
+  'main-failed': [rank: number, error: AscentError];
+  'rank-exit': [rank: number, code: number, error: AscentError | undefined];
+}
+
+export class World extends EventEmitter<WorldEvents> {
+  private readonly slots: RankSlot[] = [];
+  private taskPool: TaskPool | undefined;
+  private closing: Promise<void> | undefined;
+  private onBroadcastErrorHandler: BroadcastErrorHandler = (err, rank, actor, method) => {
+    process.stderr.write(`[world] broadcast ${actor}.${method} failed on rank ${rank}: ${err.stack ?? err.message}\n`);
+  };
+
+  private constructor(readonly options: ResolvedWorldOptions) {
+    super();
+  }
+
+  /** Starts `size` rank workers and waits until every one is ready. */
+  static async create(options: WorldOptions, spmd?: SpmdOptions): Promise<World> {
+    const opts = parseConfig(WorldOptionsSchema, options, 'World options');
+    applyRuntimeEnvDefaults();
+    // The addon's process-global state must live in the main thread before any worker loads it.
+    loadNative();
+    installComlinkErrorHandler();
+    const world = new World(opts);
+    const capacity = opts.deviceMemory ?? envBytes('ASCENT_DEVICE_MEMORY')!;
+    for (let r = 0; r < opts.size; r++) configureDevice(r, { capacityBytes: capacity });
+    try {
+      await world.start(spmd);
+    } catch (err) {
+      await world.shutdown('start failed');
+      throw err;
+    }
+    if (opts.taskPool !== false) {
+      world.taskPool = new TaskPool({ maxThreads: opts.taskPool.maxThreads ?? envInt('ASCENT_TASK_POOL_THREADS')! });
+    }
+    return world;
+  }
+
+  get size(): number {
+    return this.options.size;
+  }
+
+  /** The Piscina task pool for stateless work. */
+  get tasks(): TaskPool {
+    if (!this.taskPool) throw new InvalidArgumentError('This World was created with taskPool: false.');
+    return this.taskPool;
+  }
+
+  /** Status of every rank. */
+  get ranks(): readonly RankInfo[] {
+    return this.slots;
+  }
+
+  /** Where failed broadcasts are reported (default: stderr with rank and actor). */
+  onBroadcastError(handler: BroadcastErrorHandler): void {
+    this.onBroadcastErrorHandler = handler;
+  }
+
+  private async start(spmd?: SpmdOptions): Promise<void> {
+    const { size } = this.options;
+    const workerUrl = builtFile('runtime/rank-worker.js');
+    const callTimeoutMs = this.options.callTimeoutMs ?? envInt('ASCENT_ACTOR_CALL_TIMEOUT_MS')!;
+    const ready: Promise<void>[] = [];
+    for (let rank = 0; rank < size; rank++) {
+      const control = new MessageChannel();
+      const brokerCh = new MessageChannel();
+      const data: RankWorkerData = {
+        kind: 'ascent-rank',
+        rank,
+        localRank: rank,
+        worldSize: size,
+        localWorldSize: size,
+        deviceOrdinal: rank,
+        prefixed: this.options.output.prefix,
+        controlPort: control.port2,
+        brokerPort: brokerCh.port2,
+        callTimeoutMs,
+        ...(spmd ? { entry: spmd.entryUrl, entryArgs: spmd.entryArgs } : {}),
+      };
+      const env = {
+        ...process.env,
+        ...this.options.env,
+        RANK: String(rank),
+        LOCAL_RANK: String(rank),
+        WORLD_SIZE: String(size),
+        LOCAL_WORLD_SIZE: String(size),
+      };
+      const worker = new Worker(workerUrl, {
+        workerData: data,
+        transferList: [control.port2, brokerCh.port2],
+        env,
+        stdout: true,
+        stderr: true,
+        name: `ascent-rank-${rank}`,
+      });
+      const liveness = new RankLiveness(rank);
+      const host = new ActorRef<RankHostApi>(control.port1, rank, 'RankHost', liveness);
+      const output = new RankOutput(rank, worker.stdout, worker.stderr, this.options.output);
+      let resolveExit!: (code: number) => void;
+      const exited = new Promise<number>((r) => (resolveExit = r));
+      const slot: RankSlot = { rank, status: 'starting', worker, host, liveness, controlPort: control.port1, brokerPort: brokerCh.port1, exited, output };
+      this.slots.push(slot);
+      Comlink.expose(this.brokerFor(rank), nodePortEndpoint(brokerCh.port1));
+
+      let crash: Error | undefined;
+      ready.push(
+        new Promise<void>((resolve, reject) => {
+          worker.on('message', (ev: RankEvent) => this.onRankEvent(slot, ev, resolve));
+          worker.on('error', (err) => {
+            crash = err;
+          });
+          worker.on('exit', (code) => {
+            this.onRankExit(slot, code, crash);
+            resolveExit(code);
+            reject(slot.error ?? new ActorDiedError(`Rank ${rank} exited with code ${code} before it was ready`, { rank, exitCode: code }));
+          });
+        }),
+      );
+    }
+    await withDeadline(Promise.all(ready), this.options.startTimeoutMs, () => {
+      const missing = this.slots.filter((s) => s.status === 'starting').map((s) => s.rank);
+      return new TimeoutError(`Ranks [${missing.join(', ')}] did not start within ${this.options.startTimeoutMs} ms.`, { missing });
+    });
+  }
+
+  private onRankEvent(slot: RankSlot, ev: RankEvent, ready: () => void): void {
+    switch (ev.type) {
+      case 'ready':
+        slot.status = 'running';
+        ready();
+        break;
+      case 'main-done':
+        slot.status = 'main-done';
+        this.emit('main-done', slot.rank);
+        break;
+      case 'main-failed': {
+        const err = fromWireError(decodeError(ev.error), { rank: slot.rank });
+        slot.status = 'failed';
+        slot.error = err;
+        this.emit('main-failed', slot.rank, err);
+        break;
+      }
+      case 'stopped':
+        break;
+    }
+  }
+
+  private onRankExit(slot: RankSlot, code: number, crash: Error | undefined): void {
+    const wasFailed = slot.status === 'failed';
+    slot.exitCode = code;
+    if (!wasFailed) {
+      if (crash) {
+        const err = crash instanceof AscentError ? crash : new ActorDiedError(`Rank ${slot.rank} crashed: ${crash.message}`, { rank: slot.rank, exitCode: code }, { cause: crash });
+        if (!(crash instanceof AscentError)) err.remoteStack = crash.stack;
+        err.rank = slot.rank;
+        slot.error = err;
+      } else if (code !== 0 && !this.closing) {
+        slot.error = new ActorDiedError(`Rank ${slot.rank} exited with code ${code}`, { rank: slot.rank, exitCode: code });
+        slot.error.rank = slot.rank;
+      }
+    }
+    slot.status = wasFailed ? 'failed' : slot.error ? 'failed' : 'exited';
+    const reason = this.closing ? 'the world was shut down' : crash ? `worker crashed: ${crash.message}` : `worker exited with code ${code}`;
+    slot.liveness.markDead(reason, { exitCode: code });
+    slot.controlPort.close();
+    slot.brokerPort.close();
+    // Peers holding refs to actors on this rank must fail fast, not wait forever.
+    if (!this.closing) {
+      for (const other of this.slots) {
+        if (other !== slot && !other.liveness.dead) other.host.invoke('peerDied', [slot.rank, reason]).catch(() => {});
+      }
+    }
+    this.emit('rank-exit', slot.rank, code, slot.error);
+  }
+
+  private brokerFor(fromRank: number): BrokerApi {
+    return {
+      connect: async (from, target, name, timeoutMs) => {
+        if (from !== fromRank) throw new InvalidArgumentError(`Rank ${fromRank} asked to connect as rank ${from}`);
+        const t = this.slots[target];
+        if (!t) throw new InvalidArgumentError(`No rank ${target} in a world of ${this.size}`);
+        const { port1, port2 } = new MessageChannel();
+        await t.host.invoke('attach', [name, Comlink.transfer(port2, [port2 as unknown as Transferable]) as MessagePort, timeoutMs]);
+        return Comlink.transfer(port1, [port1 as unknown as Transferable]) as MessagePort;
+      },
+    };
+  }
+
+  /** Spawns an actor (class, factory or object exported by a module) on the chosen ranks. */
+  async spawn<T = unknown>(spec: ActorSpec): Promise<ActorMesh<T>> {
+    const s = parseConfig(ActorSpecSchema, spec, 'actor spec');
+    if (this.closing) throw new InvalidArgumentError('This World is shut down; spawn needs a live World.');
+    const moduleUrl = resolveModuleUrl(s.module, 'actor module');
+    const ranks = s.ranks ?? this.slots.map((x) => x.rank);
+    const seen = new Set<number>();
+    for (const r of ranks) {
+      if (r >= this.size) throw new InvalidArgumentError(`Cannot spawn on rank ${r}: the world has ranks 0..${this.size - 1}.`, { rank: r, size: this.size });
+      if (seen.has(r)) throw new InvalidArgumentError(`Rank ${r} is listed twice in ranks [${ranks.join(', ')}].`);
+      seen.add(r);
+    }
+    const name = s.name ?? (s.export === 'default' ? basename(fileURLToPath(moduleUrl), extname(moduleUrl)) : s.export);
+    const callTimeoutMs = this.options.callTimeoutMs ?? envInt('ASCENT_ACTOR_CALL_TIMEOUT_MS')!;
+    const refs = await Promise.all(
+      [...ranks].sort((a, b) => a - b).map(async (rank) => {
+        const slot = this.slots[rank]!;
+        const { port1, port2 } = new MessageChannel();
+        try {
+          await slot.host.invoke('spawn', [{ moduleUrl, exportName: s.export, name, args: s.args }, Comlink.transfer(port2, [port2 as unknown as Transferable]) as MessagePort]);
+        } catch (err) {
+          port1.close();
+          throw err;
+        }
+        return new ActorRef<T>(port1, rank, name, slot.liveness, callTimeoutMs > 0 ? { timeoutMs: callTimeoutMs } : {});
+      }),
+    );
+    return new ActorMesh<T>(name, refs, (err, rank, actor, method) => this.onBroadcastErrorHandler(err, rank, actor, method));
+  }
+
+  /**
+   * Stops every live rank: asks each to run its stop hooks (bounded by the grace
+   * period), then terminates the workers and waits for their output to drain.
+   */
+  async stopRanks(reason: string, gracePeriodMs = this.options.gracePeriodMs ?? envInt('ASCENT_SHUTDOWN_GRACE_MS')!): Promise<void> {
+    const live = this.slots.filter((s) => !s.liveness.dead);
+    await Promise.race([Promise.allSettled(live.map((s) => s.host.invoke('stop', [reason]))), sleep(gracePeriodMs)]);
+    await Promise.all(live.map((s) => s.worker.terminate().catch(() => {})));
+    await Promise.all(this.slots.map((s) => s.exited));
+    await Promise.race([Promise.all(this.slots.map((s) => s.output?.whenDrained())), sleep(1000)]);
+  }
+
+  /** Stops all ranks and the task pool. Idempotent; afterwards no Ascent thread remains. */
+  shutdown(reason = 'shutdown'): Promise<void> {
+    this.closing ??= (async () => {
+      await this.stopRanks(reason);
+      await this.taskPool?.close();
+    })();
+    return this.closing;
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms).unref());
+}
+
+async function withDeadline<T>(p: Promise<T>, ms: number, onTimeout: () => Error): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(onTimeout()), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
