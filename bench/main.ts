@@ -1,0 +1,20 @@
+/**
+ * Benchmark harness: `npm run bench -- <suite> [suite flags]`.
+ * Every suite reports ratios measured in the same run (see DESIGN.md, Performance).
+ */
+const SUITES: Record<string, () => Promise<{ main(argv: string[]): Promise<void> }>> = {
+  rpc: () => import('./rpc.js'),
+};
+
+async function run(): Promise<number> {
+  const [suite, ...rest] = process.argv.slice(2);
+  if (!suite || !(suite in SUITES)) {
+    process.stderr.write(`bench: ${suite ? `unknown suite ${JSON.stringify(suite)}` : 'no suite given'}.\nUsage: npm run bench -- <suite> [flags]\nSuites: ${Object.keys(SUITES).join(', ')}\n`);
+    return 2;
+  }
+  const mod = await SUITES[suite]!();
+  await mod.main(rest);
+  return 0;
+}
+
+process.exitCode = await run();

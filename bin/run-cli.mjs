@@ -1,0 +1,19 @@
+// Shared start-up of the package's bins: load the built CLI, run it, exit with its code.
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+export async function runCli(file) {
+  const url = new URL(`../dist/src/cli/${file}`, import.meta.url);
+  if (!existsSync(fileURLToPath(url))) {
+    process.stderr.write(`ascent: ${fileURLToPath(url)} is missing. HINT: run \`npm install\` (or \`npm run build\`) in the Ascent checkout.\n`);
+    process.exit(2);
+  }
+  const { main } = await import(url.href);
+  const code = await main(process.argv.slice(2));
+  process.exitCode = code;
+  // Every thread should be gone now; if something still holds the loop, say so rather than hang.
+  setTimeout(() => {
+    process.stderr.write(`[${file.replace(/\.js$/, '')}] exiting with code ${code}, but handles were still open: ${process.getActiveResourcesInfo().join(', ')}\n`);
+    process.exit(code);
+  }, 3000).unref();
+}

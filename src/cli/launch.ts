@@ -1,0 +1,94 @@
+/**
+ * `launch --nproc N [flags] entry.(ts|mjs|js) [entry args]`
+ *
+ * Flags are parsed with commander, validated with zod (LaunchOptionsSchema); any
+ * bad flag prints what was wrong and the usage, and exits with code 2.
+ */
+import { Command, CommanderError, Option } from 'commander';
+import { LaunchOptionsSchema, formatIssues } from '../runtime/config.js';
+import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
+import { EXIT_USAGE, launch } from '../runtime/launcher.js';
+import { resolveModuleUrl } from '../runtime/module-loader.js';
+
+const ENTRY_EXT = /\.(ts|mts|cts|js|mjs|cjs)$/;
+
+function buildProgram(): Command {
+  return new Command('launch')
+    .description('Run an SPMD entry on N ranks (worker threads, one device each), like torchrun.')
+    .usage('--nproc N [flags] entry.(ts|mjs|js) [entry args...]')
+    .requiredOption('--nproc <n>', 'number of ranks (positive integer)')
+    .option('--rank0-only', 'show only rank 0 output (failure reports always show)', false)
+    .option('--no-prefix', 'do not prefix output lines with [rank N]')
+    .addOption(new Option('--grace-period <seconds>', 'time ranks get to stop after a failure or signal').default('5'))
+    .addOption(new Option('--max-time <seconds>', 'wall-clock limit; a run still going then is stopped with a report (exit 124)'))
+    .addOption(new Option('--device-memory <size>', 'device memory per rank, e.g. 512MiB (default ASCENT_DEVICE_MEMORY or 16GiB)'))
+    .argument('<entry>', 'entry module exporting main(ctx)')
+    .argument('[args...]', 'arguments passed to the entry (ctx.args)')
+    .passThroughOptions()
+    .helpOption('-h, --help', 'show this help')
+    .exitOverride()
+    .configureOutput({ writeErr: () => {}, writeOut: (s) => process.stdout.write(s) });
+}
+
+function seconds(flag: string, raw: string | undefined): number | undefined {
+  if (raw === undefined) return undefined;
+  if (!/^\d+(\.\d+)?$/.test(raw.trim())) {
+    throw new ConfigError(`Expected a non-negative number of seconds for ${flag} but received ${JSON.stringify(raw)}.`);
+  }
+  return Math.round(Number(raw) * 1000);
+}
+
+function positiveIntFlag(flag: string, raw: string): number {
+  if (!/^\d+$/.test(raw.trim()) || Number(raw) < 1) {
+    throw new ConfigError(`Expected a positive integer for ${flag} but received ${JSON.stringify(raw)}.`);
+  }
+  return Number(raw);
+}
+
+function usageError(program: Command, message: string): number {
+  process.stderr.write(`launch: ${message}\n\n${program.helpInformation()}`);
+  return EXIT_USAGE;
+}
+
+/** Runs the CLI; resolves to the process exit code. */
+export async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  let parsed: { opts: Record<string, unknown>; entry: string; args: string[] };
+  try {
+    program.parse(argv, { from: 'user' });
+    const [entry, args] = program.processedArgs as [string, string[]];
+    parsed = { opts: program.opts(), entry, args: args ?? [] };
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version') return 0;
+      return usageError(program, err.message.replace(/^error: /, ''));
+    }
+    throw err;
+  }
+
+  let options;
+  try {
+    const o = parsed.opts;
+    if (!ENTRY_EXT.test(parsed.entry)) {
+      throw new ConfigError(`The entry ${JSON.stringify(parsed.entry)} must be a .ts, .mts, .js or .mjs file exporting main(ctx).`);
+    }
+    resolveModuleUrl(parsed.entry, 'entry file');
+    const r = LaunchOptionsSchema.safeParse({
+      nproc: positiveIntFlag('--nproc', String(o.nproc)),
+      entry: parsed.entry,
+      entryArgs: parsed.args,
+      rank0Only: Boolean(o.rank0Only),
+      prefix: o.prefix !== false,
+      gracePeriodMs: seconds('--grace-period', o.gracePeriod as string | undefined),
+      maxTimeMs: seconds('--max-time', o.maxTime as string | undefined),
+      deviceMemory: o.deviceMemory,
+    });
+    if (!r.success) throw new ConfigError(`invalid flags:\n${formatIssues(r.error)}`);
+    options = r.data;
+  } catch (err) {
+    if (err instanceof ConfigError || err instanceof InvalidArgumentError) return usageError(program, err.message);
+    throw err;
+  }
+  const result = await launch(options);
+  return result.exitCode;
+}

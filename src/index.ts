@@ -1,0 +1,15 @@
+/**
+ * Ascent's public API. Everything a user imports comes from here; the modules
+ * behind it are internal.
+ */
+export * from './runtime/errors.js';
+export { ENV_VARS, type EnvVarSpec, type EnvVarName, parseBytes } from './runtime/env.js';
+export { World, type RankInfo, type RankStatus } from './runtime/world.js';
+export { ActorRef, type ActorMethods, type CallOpts } from './runtime/actor-ref.js';
+export { ActorMesh } from './runtime/actor-mesh.js';
+export type { RankContext, RankActors } from './runtime/rank-context.js';
+export type { Logger } from './runtime/logger.js';
+export { TaskPool, type TaskSpec } from './runtime/task-pool.js';
+export type { WorldOptions, ActorSpec, CallOptions, LaunchOptions } from './runtime/config.js';
+export { launch, type LaunchResult } from './runtime/launcher.js';
+export * from './runtime/device-index.js';

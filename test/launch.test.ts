@@ -1,0 +1,120 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const LAUNCH = fileURLToPath(new URL('../bin/launch.mjs', import.meta.url));
+const fx = (f: string) => `test/fixtures/launch/${f}`;
+
+interface Run {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `launch` as a user would; `hangGuardMs` only kills a hung run so the test fails instead of hanging. */
+function runLaunch(args: string[], opts: { hangGuardMs?: number; onStdout?: (chunk: string, child: ReturnType<typeof spawn>) => void } = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [LAUNCH, ...args], { cwd: ROOT, env: { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB' } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => {
+      stdout += d;
+      opts.onStdout?.(String(d), child);
+    });
+    child.stderr.on('data', (d) => (stderr += d));
+    const guard = setTimeout(() => child.kill('SIGKILL'), opts.hangGuardMs ?? 45_000);
+    child.on('close', (code, signal) => {
+      clearTimeout(guard);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+describe('launch', () => {
+  it('runs main(ctx) on 16 ranks with per-rank env, devices and prefixed output', async () => {
+    const r = await runLaunch(['--nproc', '16', fx('hello.ts'), '--lr', '3e-4']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const reports = r.stdout
+      .split('\n')
+      .filter((l) => l.includes('"rank"'))
+      .map((l) => {
+        const m = /^\[rank (\d+)\] (.*)$/.exec(l)!;
+        return { prefix: Number(m[1]), ...JSON.parse(m[2]!) };
+      });
+    expect(reports).toHaveLength(16);
+    expect(new Set(reports.map((x) => x.rank)).size).toBe(16);
+    for (const x of reports) {
+      expect(x.prefix).toBe(x.rank);
+      expect(x).toMatchObject({ worldSize: 16, localRank: x.rank, envRank: String(x.rank), envWorld: '16', device: x.rank, args: ['--lr', '3e-4'] });
+    }
+    for (let rank = 0; rank < 16; rank++) expect(r.stdout).toContain(`[rank ${rank}] echo(hi from ${rank}) from 15`);
+  });
+
+  it('--rank0-only shows rank 0 output only', async () => {
+    const r = await runLaunch(['--nproc', '4', '--rank0-only', fx('hello.ts')]);
+    expect(r.code).toBe(0);
+    const ranks = new Set([...r.stdout.matchAll(/^\[rank (\d+)\]/gm)].map((m) => m[1]));
+    expect([...ranks]).toEqual(['0']);
+  });
+
+  it('a rank that throws fails the run: which rank, its error and stack, the others stopped, exit 1', async () => {
+    const r = await runLaunch(['--nproc', '4', '--grace-period', '2', fx('fail.ts'), '2']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('[launch] rank 2 failed: Error: boom at rank 2');
+    expect(r.stderr).toMatch(/at explode \(.*fail\.ts/);
+    expect(r.stderr).toContain('[launch] stopping 3 other ranks (grace period 2000 ms)');
+    expect(r.stderr).toContain('FAILED: 1 of 4 ranks failed (first: rank 2)');
+    // The surviving ranks ran their stop hooks before they were terminated.
+    for (const rank of [0, 1, 3]) expect(r.stdout).toContain(`[rank ${rank}] stop hook ran: launch is stopping the world`);
+  });
+
+  it('a rank that exits non-zero fails the run with its exit code', async () => {
+    const r = await runLaunch(['--nproc', '3', fx('exit-code.mjs')]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('rank 2 exited with code 5');
+  });
+
+  it('the wall-clock limit stops a stuck run and names the ranks still running', async () => {
+    const r = await runLaunch(['--nproc', '3', '--max-time', '1.5', '--grace-period', '0.5', fx('stuck.mjs')]);
+    expect(r.code).toBe(124);
+    expect(r.stderr).toContain('wall-clock limit of 1.5 s reached; 1 rank still running: [1]');
+    expect(r.stderr).toMatch(/rank 1: last output [\d.]+ s ago: "rank 1 is about to get stuck"/);
+  });
+
+  it('SIGTERM stops all ranks cleanly', async () => {
+    let waiting = 0;
+    const r = await runLaunch(['--nproc', '4', fx('forever.mjs')], {
+      onStdout: (chunk, child) => {
+        waiting += (chunk.match(/waiting/g) ?? []).length;
+        if (waiting === 4) child.kill('SIGTERM');
+      },
+    });
+    expect(r.code).toBe(143);
+    expect(r.stderr).toContain('SIGTERM received; stopping 4 ranks');
+    expect((r.stdout.match(/stopping: launch is stopping the world/g) ?? []).length).toBe(4);
+  });
+
+  it.each([
+    [['--nproc', '0', 'test/fixtures/launch/hello.ts'], /Expected a positive integer for --nproc but received "0"/],
+    [['--nproc', 'abc', 'test/fixtures/launch/hello.ts'], /Expected a positive integer for --nproc but received "abc"/],
+    [['--nproc', '2', 'test/fixtures/launch/missing.ts'], /entry file "test\/fixtures\/launch\/missing.ts" does not exist/],
+    [['--nproc', '2', '--bogus', 'test/fixtures/launch/hello.ts'], /unknown option '--bogus'/],
+    [['test/fixtures/launch/hello.ts'], /required option '--nproc <n>' not specified/],
+    [['--nproc', '2', 'README.md'], /must be a \.ts, \.mts, \.js or \.mjs file/],
+    [['--nproc', '2', '--max-time', 'soon', 'test/fixtures/launch/hello.ts'], /non-negative number of seconds for --max-time/],
+  ])('bad flags %j exit 2 with the error and the usage', async (args, message) => {
+    const r = await runLaunch(args);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(message);
+    expect(r.stderr).toContain('Usage: launch --nproc N [flags] entry.(ts|mjs|js) [entry args...]');
+  });
+
+  it('an entry without main(ctx) is a clear failure', async () => {
+    const r = await runLaunch(['--nproc', '2', fx('no-main.mjs')]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('exports no main(ctx) function (it exports: notMain)');
+  });
+});
