@@ -1,3 +1,158 @@
+// Module init. The addon is context-aware: each env (main thread, every worker)
+// gets its own EnvData; the device registry behind it is process-global.
 #include <napi.h>
-Napi::Object Init(Napi::Env env, Napi::Object exports) { return exports; }
-NODE_API_MODULE(ascent_native, Init)
+
+#include "args.h"
+#include "device/buffer.h"
+#include "device/event.h"
+#include "device/registry.h"
+#include "device/stream.h"
+#include "env_data.h"
+#include "errors.h"
+
+namespace ascent {
+namespace {
+
+int ArgOrdinal(const Napi::CallbackInfo& info, size_t i) {
+  uint64_t v = ArgIndex(info, i, "device");
+  if (v >= static_cast<uint64_t>(Registry::kMaxDevices)) {
+    ThrowInvalidArgument("Expected a device ordinal in [0, " + std::to_string(Registry::kMaxDevices) +
+                         ") but received " + std::to_string(v) + ".");
+  }
+  return static_cast<int>(v);
+}
+
+// init(errorFactory, onComplete)
+Napi::Value Init(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    if (!Arg(info, 0).IsFunction() || !Arg(info, 1).IsFunction()) {
+      ThrowInvalidArgument("init(errorFactory, onComplete) expects two functions.");
+    }
+    EnvData::Get(info.Env())->Init(info.Env(), info[0].As<Napi::Function>(), info[1].As<Napi::Function>());
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Value SetCompletionRef(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    EnvData::Get(info.Env())->SetRef(info.Env(), ArgBool(info, 0, "ref"));
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Object DeviceInfo(Napi::Env env, Device& d) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("ordinal", Napi::Number::New(env, d.ordinal));
+  o.Set("capacity", Napi::Number::New(env, static_cast<double>(d.pool.capacity())));
+  return o;
+}
+
+// deviceGet(ordinal, defaultCapacity)
+Napi::Value DeviceGet(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    int ordinal = ArgOrdinal(info, 0);
+    uint64_t cap = ArgIndex(info, 1, "defaultCapacity");
+    return DeviceInfo(info.Env(), Registry::Get().GetOrCreate(ordinal, cap));
+  });
+}
+
+// deviceConfigure(ordinal, capacity)
+Napi::Value DeviceConfigure(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    int ordinal = ArgOrdinal(info, 0);
+    uint64_t cap = ArgIndex(info, 1, "capacity");
+    return DeviceInfo(info.Env(), Registry::Get().Configure(ordinal, cap));
+  });
+}
+
+Napi::Value DeviceStats(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    Napi::Env env = info.Env();
+    PoolStats s = Registry::Get().Existing(ArgOrdinal(info, 0)).pool.Stats();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("allocated", Napi::Number::New(env, static_cast<double>(s.allocated)));
+    o.Set("peak", Napi::Number::New(env, static_cast<double>(s.peak)));
+    o.Set("capacity", Napi::Number::New(env, static_cast<double>(s.capacity)));
+    o.Set("hostSyncs", Napi::Number::New(env, static_cast<double>(s.host_syncs)));
+    o.Set("largestFreeBlock", Napi::Number::New(env, static_cast<double>(s.largest_free_block)));
+    o.Set("numAllocs", Napi::Number::New(env, static_cast<double>(s.num_allocs)));
+    o.Set("totalAllocs", Napi::Number::New(env, static_cast<double>(s.total_allocs)));
+    return o;
+  });
+}
+
+Napi::Value DeviceResetPeak(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    Registry::Get().Existing(ArgOrdinal(info, 0)).pool.ResetPeak();
+    return info.Env().Undefined();
+  });
+}
+
+// alloc(ordinal, bytes) -> Buffer
+Napi::Value Alloc(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    Device& d = Registry::Get().Existing(ArgOrdinal(info, 0));
+    uint64_t bytes = ArgIndex(info, 1, "bytes");
+    return BufferWrap::NewInstance(info.Env(), Block::Allocate(d, bytes));
+  });
+}
+
+// importBuffer(id) -> Buffer sharing the block
+Napi::Value ImportBuffer(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    uint64_t id = ArgIndex(info, 0, "id");
+    std::shared_ptr<Block> block = Registry::Get().FindBlock(id);
+    if (!block) {
+      ThrowInvalidArgument("Buffer " + std::to_string(id) +
+                               " does not exist (it was released by every holder, or the id is wrong). HINT: the "
+                               "sender must keep its tensor alive until the receiver has imported the handle.",
+                           {Num("buffer", static_cast<double>(id))});
+    }
+    return BufferWrap::NewInstance(info.Env(), std::move(block));
+  });
+}
+
+Napi::Value HostMemory(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(HostMemoryBytes()));
+}
+
+Napi::Value CpuFeatures(const Napi::CallbackInfo& info) {
+  Napi::Object o = Napi::Object::New(info.Env());
+  __builtin_cpu_init();
+  o.Set("avx2", Napi::Boolean::New(info.Env(), __builtin_cpu_supports("avx2")));
+  o.Set("fma", Napi::Boolean::New(info.Env(), __builtin_cpu_supports("fma")));
+  return o;
+}
+
+}  // namespace
+
+Napi::Object ModuleInit(Napi::Env env, Napi::Object exports) {
+  EnvData::Install(env);
+  EnvData* data = EnvData::Get(env);
+  Napi::Function buffer = BufferWrap::Define(env);
+  Napi::Function stream = StreamWrap::Define(env);
+  Napi::Function event = EventWrap::Define(env);
+  data->buffer_ctor = Napi::Persistent(buffer);
+  data->stream_ctor = Napi::Persistent(stream);
+  data->event_ctor = Napi::Persistent(event);
+  exports.Set("Buffer", buffer);
+  exports.Set("Stream", stream);
+  exports.Set("Event", event);
+  exports.Set("init", Napi::Function::New<Init>(env, "init"));
+  exports.Set("setCompletionRef", Napi::Function::New<SetCompletionRef>(env, "setCompletionRef"));
+  exports.Set("deviceGet", Napi::Function::New<DeviceGet>(env, "deviceGet"));
+  exports.Set("deviceConfigure", Napi::Function::New<DeviceConfigure>(env, "deviceConfigure"));
+  exports.Set("deviceStats", Napi::Function::New<DeviceStats>(env, "deviceStats"));
+  exports.Set("deviceResetPeak", Napi::Function::New<DeviceResetPeak>(env, "deviceResetPeak"));
+  exports.Set("alloc", Napi::Function::New<Alloc>(env, "alloc"));
+  exports.Set("importBuffer", Napi::Function::New<ImportBuffer>(env, "importBuffer"));
+  exports.Set("hostMemory", Napi::Function::New<HostMemory>(env, "hostMemory"));
+  exports.Set("cpuFeatures", Napi::Function::New<CpuFeatures>(env, "cpuFeatures"));
+  return exports;
+}
+
+}  // namespace ascent
+
+static Napi::Object InitModule(Napi::Env env, Napi::Object exports) { return ascent::ModuleInit(env, exports); }
+
+NODE_API_MODULE(ascent_native, InitModule)

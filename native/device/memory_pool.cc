@@ -1,0 +1,185 @@
+#include "device/memory_pool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "errors.h"
+
+namespace ascent {
+
+uint64_t HostMemoryBytes() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return UINT64_MAX;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
+MemoryPool::MemoryPool(int ordinal, uint64_t capacity) : ordinal_(ordinal) { Map(capacity); }
+
+MemoryPool::~MemoryPool() { Unmap(); }
+
+void MemoryPool::Map(uint64_t capacity) {
+  capacity = capacity / kAlignment * kAlignment;
+  if (capacity == 0) {
+    ThrowInvalidArgument("Device " + std::to_string(ordinal_) + " capacity must be at least " +
+                             std::to_string(kAlignment) + " bytes.",
+                         {Num("device", ordinal_), Num("capacity", static_cast<double>(capacity))});
+  }
+  void* p = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    ThrowInvalidArgument("Device " + std::to_string(ordinal_) + ": could not reserve " + FormatBytes(capacity) +
+                             " of address space (" + std::strerror(errno) +
+                             "). HINT: lower ASCENT_DEVICE_MEMORY or the configured capacity.",
+                         {Num("device", ordinal_), Num("capacity", static_cast<double>(capacity))});
+  }
+  base_ = static_cast<uint8_t*>(p);
+  capacity_ = capacity;
+  free_by_offset_.clear();
+  free_by_size_.clear();
+  InsertFree(0, capacity);
+}
+
+void MemoryPool::Unmap() {
+  if (base_ != nullptr) munmap(base_, capacity_);
+  base_ = nullptr;
+}
+
+void MemoryPool::InsertFree(uint64_t offset, uint64_t size) {
+  free_by_offset_.emplace(offset, size);
+  free_by_size_.emplace(size, offset);
+}
+
+void MemoryPool::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
+  auto range = free_by_size_.equal_range(it->second);
+  for (auto s = range.first; s != range.second; ++s) {
+    if (s->second == it->first) {
+      free_by_size_.erase(s);
+      break;
+    }
+  }
+  free_by_offset_.erase(it);
+}
+
+uint64_t MemoryPool::LargestFreeLocked() const {
+  return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+}
+
+uint64_t MemoryPool::Allocate(uint64_t bytes) {
+  uint64_t need = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto fit = need < bytes ? free_by_size_.end() : free_by_size_.lower_bound(need);  // need < bytes: overflow
+  if (fit == free_by_size_.end()) {
+    uint64_t largest = LargestFreeLocked();
+    std::string msg = "Device " + std::to_string(ordinal_) + " out of memory: tried to allocate " +
+                      FormatBytes(bytes) + "; " + FormatBytes(allocated_) + " of " + FormatBytes(capacity_) +
+                      " in use, largest free block " + FormatBytes(largest) + ". HINT: ";
+    msg += need <= capacity_ - allocated_
+               ? "enough memory is free but it is fragmented; release long-lived buffers first or allocate "
+                 "large buffers early."
+               : "release tensors you no longer need (tensor.release()), use smaller batches, or raise "
+                 "ASCENT_DEVICE_MEMORY / configureDevice(" + std::to_string(ordinal_) + ", { capacityBytes }).";
+    throw AscentException(ErrorInfo{kDeviceOOM, msg,
+                                    {Num("device", ordinal_), Num("requested", static_cast<double>(bytes)),
+                                     Num("allocated", static_cast<double>(allocated_)),
+                                     Num("capacity", static_cast<double>(capacity_)),
+                                     Num("largestFreeBlock", static_cast<double>(largest))}});
+  }
+  uint64_t offset = fit->second, size = fit->first;
+  EraseFree(free_by_offset_.find(offset));
+  if (size > need) InsertFree(offset + need, size - need);
+  used_.emplace(offset, need);
+  allocated_ += need;
+  if (allocated_ > peak_) peak_ = allocated_;
+  ++total_allocs_;
+  return offset;
+}
+
+void MemoryPool::Free(uint64_t offset) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto u = used_.find(offset);
+  if (u == used_.end()) return;
+  uint64_t size = u->second;
+  used_.erase(u);
+  allocated_ -= size;
+  uint64_t start = offset, end = offset + size;
+  auto next = free_by_offset_.lower_bound(offset);
+  if (next != free_by_offset_.end() && next->first == end) {
+    end += next->second;
+    EraseFree(next);
+  }
+  auto after = free_by_offset_.lower_bound(offset);
+  if (after != free_by_offset_.begin()) {
+    auto prev = std::prev(after);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      EraseFree(prev);
+    }
+  }
+  InsertFree(start, end - start);
+  if (size >= kReleaseThreshold) {
+    // Only whole pages inside the merged free range: they belong to no live block.
+    uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    uint64_t lo = (offset + page - 1) / page * page;
+    uint64_t hi = (offset + size) / page * page;
+    if (lo < start) lo = (start + page - 1) / page * page;
+    if (hi > end) hi = end / page * page;
+    if (hi > lo) madvise(base_ + lo, hi - lo, MADV_DONTNEED);
+  }
+}
+
+void MemoryPool::Reconfigure(uint64_t capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t aligned = capacity / kAlignment * kAlignment;
+  if (aligned == capacity_) return;
+  if (!used_.empty()) {
+    ThrowInvalidArgument("Cannot change the capacity of device " + std::to_string(ordinal_) + " from " +
+                             FormatBytes(capacity_) + " to " + FormatBytes(capacity) + " while " +
+                             std::to_string(used_.size()) + " allocation(s) (" + FormatBytes(allocated_) +
+                             ") are live. HINT: call configureDevice() before the first allocation.",
+                         {Num("device", ordinal_), Num("capacity", static_cast<double>(capacity_)),
+                          Num("requested", static_cast<double>(capacity)),
+                          Num("liveAllocations", static_cast<double>(used_.size()))});
+  }
+  uint8_t* old_base = base_;
+  uint64_t old_cap = capacity_;
+  base_ = nullptr;
+  try {
+    Map(capacity);
+  } catch (...) {
+    base_ = old_base;
+    capacity_ = old_cap;
+    free_by_offset_.clear();
+    free_by_size_.clear();
+    InsertFree(0, capacity_);
+    throw;
+  }
+  munmap(old_base, old_cap);
+  peak_ = 0;
+}
+
+uint64_t MemoryPool::capacity() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return capacity_;
+}
+
+PoolStats MemoryPool::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PoolStats{allocated_, peak_, capacity_, host_syncs_, LargestFreeLocked(),
+                   static_cast<uint64_t>(used_.size()), total_allocs_};
+}
+
+void MemoryPool::ResetPeak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_ = allocated_;
+}
+
+void MemoryPool::AddHostSync() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++host_syncs_;
+}
+
+}  // namespace ascent

@@ -1,0 +1,288 @@
+#include "device/stream.h"
+
+#include "env_data.h"
+
+namespace ascent {
+
+namespace {
+// Thrown inside an op interrupted by Stop(); never reaches JS.
+struct Interrupted {};
+}  // namespace
+
+StreamImpl::StreamImpl(uint64_t id, Device& device, EnvData* env) : id_(id), device_(device), env_(env) {}
+
+StreamImpl::~StreamImpl() { Stop(); }
+
+void StreamImpl::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+uint64_t StreamImpl::Enqueue(std::unique_ptr<Op> op) {
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || drain_exit_) {
+      ThrowInvalidArgument("Stream " + std::to_string(id_) + " (device " + std::to_string(device_.ordinal) +
+                               ") was destroyed. HINT: create a new stream with device.newStream().",
+                           {Num("stream", static_cast<double>(id_)), Num("device", device_.ordinal)});
+    }
+    seq = next_seq_++;
+    op->seq = seq;
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_all();
+  return seq;
+}
+
+ErrorInfo StreamImpl::DestroyedError(const Op& op) const {
+  return ErrorInfo{kStreamError,
+                   "Stream " + std::to_string(id_) + " (device " + std::to_string(device_.ordinal) +
+                       ") was destroyed before op #" + std::to_string(op.seq) + " '" + op.name + "' completed.",
+                   {Num("stream", static_cast<double>(id_)), Num("device", device_.ordinal),
+                    Num("seq", static_cast<double>(op.seq)), Str("op", op.name)}};
+}
+
+void StreamImpl::Stop() {
+  std::deque<std::unique_ptr<Op>> dropped;
+  std::shared_ptr<EventState> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stopping_ = true;
+    dropped.swap(queue_);
+    waiting = waiting_on_;
+  }
+  cv_.notify_all();
+  if (waiting) {
+    std::lock_guard<std::mutex> lock(waiting->mu);
+    waiting->cv.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  for (auto& op : dropped) {
+    if (op->token != 0) {
+      auto c = std::make_unique<Completion>();
+      c->token = op->token;
+      c->ok = false;
+      c->error = DestroyedError(*op);
+      env_->Post(std::move(c));
+    }
+  }
+}
+
+void StreamImpl::RequestDrainExit() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drain_exit_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool StreamImpl::stopped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopped_ || drain_exit_;
+}
+
+void StreamImpl::Loop() {
+  for (;;) {
+    std::unique_ptr<Op> op;
+    bool skip;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || drain_exit_; });
+      if (stopping_ || queue_.empty()) break;
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      running_name_ = op->name;
+      running_seq_ = op->seq;
+      running_since_ = std::chrono::steady_clock::now();
+      skip = sticky_.has_value();
+    }
+    bool interrupted = false;
+    std::optional<ErrorInfo> failure;
+    if (!skip) {
+      try {
+        op->run(*op);
+      } catch (const Interrupted&) {
+        interrupted = true;
+      } catch (const AscentException& e) {
+        failure = e.info();
+      } catch (const std::exception& e) {
+        failure = ErrorInfo{kStreamError, e.what(), {}};
+      }
+    }
+    std::optional<ErrorInfo> report;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failure && !sticky_) {
+        sticky_ = ErrorInfo{
+            kStreamError,
+            "Stream " + std::to_string(id_) + " (device " + std::to_string(device_.ordinal) + ") failed in op #" +
+                std::to_string(op->seq) + " '" + op->name + "': " + failure->message +
+                " Later work on this stream was skipped. HINT: fix the failing op and use a new stream.",
+            {Num("stream", static_cast<double>(id_)), Num("device", device_.ordinal),
+             Num("seq", static_cast<double>(op->seq)), Str("op", op->name), Str("causeCode", failure->code),
+             Str("causeMessage", failure->message)}};
+      }
+      if (sticky_) report = sticky_;
+      running_seq_ = 0;
+      ++completed_;
+    }
+    if (op->token != 0) {
+      auto c = std::make_unique<Completion>();
+      c->token = op->token;
+      if (interrupted) {
+        c->ok = false;
+        c->error = DestroyedError(*op);
+      } else if (report) {
+        c->ok = false;
+        c->error = *report;
+      } else if (op->has_result) {
+        c->has_bytes = true;
+        c->bytes = std::move(op->result);
+      }
+      env_->Post(std::move(c));
+    }
+    op.reset();  // drops block references outside the stream lock
+    if (interrupted) break;
+  }
+  exited_ = true;
+}
+
+bool StreamImpl::Sleep(double ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_until(lock, deadline, [&] { return stopping_.load(); });
+  if (stopping_) throw Interrupted{};
+  return true;
+}
+
+bool StreamImpl::WaitEvent(const std::shared_ptr<EventState>& event, uint64_t generation) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) throw Interrupted{};
+    waiting_on_ = event;
+  }
+  {
+    std::unique_lock<std::mutex> lock(event->mu);
+    event->cv.wait(lock, [&] { return event->completed >= generation || stopping_.load(); });
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting_on_.reset();
+  }
+  if (stopping_) throw Interrupted{};
+  return true;
+}
+
+std::vector<PendingOp> StreamImpl::Pending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<PendingOp> out;
+  if (running_seq_ != 0) {
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - running_since_).count();
+    out.push_back(PendingOp{running_seq_, running_name_, true, ms});
+  }
+  for (auto& op : queue_) out.push_back(PendingOp{op->seq, op->name, false, 0});
+  return out;
+}
+
+uint64_t StreamImpl::enqueued() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_seq_ - 1;
+}
+
+uint64_t StreamImpl::completed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return completed_;
+}
+
+std::optional<ErrorInfo> StreamImpl::sticky_error() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sticky_;
+}
+
+}  // namespace ascent
+
+namespace ascent {
+
+Napi::Function StreamWrap::Define(Napi::Env env) {
+  return DefineClass(env, "Stream",
+                     {InstanceAccessor<&StreamWrap::GetId>("id"),
+                      InstanceAccessor<&StreamWrap::GetDevice>("device"),
+                      InstanceMethod<&StreamWrap::Pending>("pending"),
+                      InstanceMethod<&StreamWrap::Stats>("stats"),
+                      InstanceMethod<&StreamWrap::Destroy>("destroy"),
+                      InstanceMethod<&StreamWrap::Marker>("marker"),
+                      InstanceMethod<&StreamWrap::SleepOp>("sleep"),
+                      InstanceMethod<&StreamWrap::FailOp>("fail"),
+                      InstanceMethod<&StreamWrap::RecordEvent>("recordEvent"),
+                      InstanceMethod<&StreamWrap::WaitEventOp>("waitEvent"),
+                      InstanceMethod<&StreamWrap::CopyH2D>("copyH2D"),
+                      InstanceMethod<&StreamWrap::CopyD2H>("copyD2H"),
+                      InstanceMethod<&StreamWrap::CopyD2D>("copyD2D"),
+                      InstanceMethod<&StreamWrap::CopyPeer>("copyPeer"),
+                      InstanceMethod<&StreamWrap::Fill>("fill"),
+                      InstanceMethod<&StreamWrap::Arange>("arange"),
+                      InstanceMethod<&StreamWrap::Cast>("cast"),
+                      InstanceMethod<&StreamWrap::Binary>("binary"),
+                      InstanceMethod<&StreamWrap::Scale>("scale"),
+                      InstanceMethod<&StreamWrap::Axpy>("axpy"),
+                      InstanceMethod<&StreamWrap::Permute>("permute"),
+                      InstanceMethod<&StreamWrap::Matmul>("matmul")});
+}
+
+StreamWrap::StreamWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<StreamWrap>(info) {
+  Guard(info.Env(), [&] {
+    EnvData* data = EnvData::Get(info.Env());
+    if (!data->initialized()) ThrowInvalidArgument("The native addon was not initialised. HINT: load it through loadNative().");
+    if (info.Length() < 1 || !info[0].IsNumber()) ThrowInvalidArgument("Expected a device ordinal for new Stream().");
+    Device& device = Registry::Get().Existing(info[0].As<Napi::Number>().Int32Value());
+    impl_ = std::make_shared<StreamImpl>(Registry::Get().NextId(), device, data);
+    impl_->Start();
+    data->AddStream(impl_);
+  });
+}
+
+// A collected wrapper lets queued work finish; the env reaps the thread later.
+StreamWrap::~StreamWrap() {
+  if (impl_) impl_->RequestDrainExit();
+}
+
+Napi::Value StreamWrap::GetId(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(impl_->id()));
+}
+
+Napi::Value StreamWrap::GetDevice(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), impl_->device().ordinal);
+}
+
+Napi::Value StreamWrap::Pending(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::vector<PendingOp> ops = impl_->Pending();
+  Napi::Array out = Napi::Array::New(env, ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("seq", Napi::Number::New(env, static_cast<double>(ops[i].seq)));
+    o.Set("op", Napi::String::New(env, ops[i].name));
+    o.Set("state", Napi::String::New(env, ops[i].running ? "running" : "queued"));
+    o.Set("runningMs", Napi::Number::New(env, ops[i].running_ms));
+    out.Set(static_cast<uint32_t>(i), o);
+  }
+  return out;
+}
+
+Napi::Value StreamWrap::Stats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("enqueued", Napi::Number::New(env, static_cast<double>(impl_->enqueued())));
+  o.Set("completed", Napi::Number::New(env, static_cast<double>(impl_->completed())));
+  o.Set("destroyed", Napi::Boolean::New(env, impl_->stopped()));
+  std::optional<ErrorInfo> sticky = impl_->sticky_error();
+  o.Set("error", sticky ? MakeJsError(env, *sticky) : env.Null());
+  return o;
+}
+
+Napi::Value StreamWrap::Destroy(const Napi::CallbackInfo& info) {
+  impl_->Stop();
+  return info.Env().Undefined();
+}
+
+}  // namespace ascent

@@ -1,0 +1,135 @@
+// A stream is a FIFO of ops run by its own std::thread (never libuv's pool).
+// Enqueue returns at once. An op that throws records a sticky error: every later
+// op is skipped and every completion token reports that error. Stop() wakes a
+// sleeping or event-waiting op promptly, drops queued ops and joins the thread.
+#pragma once
+
+#include <napi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/buffer.h"
+#include "device/event.h"
+#include "errors.h"
+
+namespace ascent {
+
+class EnvData;
+
+struct Op {
+  uint64_t seq = 0;
+  std::string name;
+  uint64_t token = 0;  // 0: nobody awaits this op
+  std::function<void(Op&)> run;
+  std::vector<std::shared_ptr<Block>> keep;  // blocks stay alive until the op is done
+  bool has_result = false;
+  std::vector<uint8_t> result;  // device->host bytes
+};
+
+struct PendingOp {
+  uint64_t seq;
+  std::string name;
+  bool running;
+  double running_ms;
+};
+
+class StreamImpl {
+ public:
+  StreamImpl(uint64_t id, Device& device, EnvData* env);
+  ~StreamImpl();
+
+  uint64_t id() const { return id_; }
+  Device& device() const { return device_; }
+
+  void Start();
+  // Throws InvalidArgument when the stream was destroyed. Returns the op's seq.
+  uint64_t Enqueue(std::unique_ptr<Op> op);
+  void Stop();
+  // The thread exits once the queue is empty (wrapper collected); Stop() reaps it.
+  void RequestDrainExit();
+  bool exited() const { return exited_.load(); }
+  bool stopped();
+
+  std::vector<PendingOp> Pending();
+  uint64_t enqueued();
+  uint64_t completed();
+  std::optional<ErrorInfo> sticky_error();
+
+  // Stream-thread helpers: return false when interrupted by Stop().
+  bool Sleep(double ms);
+  bool WaitEvent(const std::shared_ptr<EventState>& event, uint64_t generation);
+
+ private:
+  void Loop();
+  ErrorInfo DestroyedError(const Op& op) const;
+
+  const uint64_t id_;
+  Device& device_;
+  EnvData* const env_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Op>> queue_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> exited_{false};
+  bool drain_exit_ = false;
+  bool stopped_ = false;
+  uint64_t next_seq_ = 1;
+  uint64_t completed_ = 0;
+  std::string running_name_;
+  uint64_t running_seq_ = 0;
+  std::chrono::steady_clock::time_point running_since_;
+  std::optional<ErrorInfo> sticky_;
+  std::shared_ptr<EventState> waiting_on_;
+};
+
+// JS class `Stream`: new Stream(deviceOrdinal). Enqueue methods live in ops.cc.
+class StreamWrap : public Napi::ObjectWrap<StreamWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env);
+  explicit StreamWrap(const Napi::CallbackInfo& info);
+  ~StreamWrap() override;
+
+  StreamImpl& impl() { return *impl_; }
+
+ private:
+  Napi::Value GetId(const Napi::CallbackInfo& info);
+  Napi::Value GetDevice(const Napi::CallbackInfo& info);
+  Napi::Value Pending(const Napi::CallbackInfo& info);
+  Napi::Value Stats(const Napi::CallbackInfo& info);
+  Napi::Value Destroy(const Napi::CallbackInfo& info);
+
+  // ops.cc: the one checked enqueue point for every op.
+  Napi::Value Marker(const Napi::CallbackInfo& info);
+  Napi::Value SleepOp(const Napi::CallbackInfo& info);
+  Napi::Value FailOp(const Napi::CallbackInfo& info);
+  Napi::Value RecordEvent(const Napi::CallbackInfo& info);
+  Napi::Value WaitEventOp(const Napi::CallbackInfo& info);
+  Napi::Value CopyH2D(const Napi::CallbackInfo& info);
+  Napi::Value CopyD2H(const Napi::CallbackInfo& info);
+  Napi::Value CopyD2D(const Napi::CallbackInfo& info);
+  Napi::Value CopyPeer(const Napi::CallbackInfo& info);
+  Napi::Value Fill(const Napi::CallbackInfo& info);
+  Napi::Value Arange(const Napi::CallbackInfo& info);
+  Napi::Value Cast(const Napi::CallbackInfo& info);
+  Napi::Value Binary(const Napi::CallbackInfo& info);
+  Napi::Value Scale(const Napi::CallbackInfo& info);
+  Napi::Value Axpy(const Napi::CallbackInfo& info);
+  Napi::Value Permute(const Napi::CallbackInfo& info);
+  Napi::Value Matmul(const Napi::CallbackInfo& info);
+
+  std::shared_ptr<StreamImpl> impl_;
+};
+
+}  // namespace ascent

@@ -1,0 +1,65 @@
+// Errors with stable codes. Native code throws AscentException (plain C++, usable on
+// any thread); at the JS boundary it becomes the registered JS class for its code,
+// built by the per-env factory (errorFromCode), so `instanceof` and `code` hold.
+#pragma once
+
+#include <napi.h>
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace ascent {
+
+inline constexpr const char* kInvalidArgument = "ASCENT_INVALID_ARGUMENT";
+inline constexpr const char* kDeviceOOM = "ASCENT_DEVICE_OOM";
+inline constexpr const char* kStreamError = "ASCENT_STREAM_ERROR";
+inline constexpr const char* kTimeout = "ASCENT_TIMEOUT";
+
+struct Detail {
+  std::string key;
+  bool is_num;
+  double num;
+  std::string str;
+};
+
+inline Detail Num(std::string key, double v) { return Detail{std::move(key), true, v, {}}; }
+inline Detail Str(std::string key, std::string v) { return Detail{std::move(key), false, 0, std::move(v)}; }
+
+struct ErrorInfo {
+  std::string code;
+  std::string message;
+  std::vector<Detail> details;
+};
+
+class AscentException : public std::exception {
+ public:
+  explicit AscentException(ErrorInfo info) : info_(std::move(info)) {}
+  const char* what() const noexcept override { return info_.message.c_str(); }
+  const ErrorInfo& info() const { return info_; }
+
+ private:
+  ErrorInfo info_;
+};
+
+[[noreturn]] void ThrowInvalidArgument(std::string message, std::vector<Detail> details = {});
+
+// "2.00 GiB", "512.00 MiB", "64 B".
+std::string FormatBytes(uint64_t bytes);
+
+// Builds the JS error object for `info` through the env's factory (falls back to a
+// plain Error carrying `code` when the factory is not installed yet).
+Napi::Value MakeJsError(Napi::Env env, const ErrorInfo& info);
+
+// Runs `fn`, turning AscentException into the JS error of its class.
+template <typename Fn>
+auto Guard(Napi::Env env, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const AscentException& e) {
+    throw Napi::Error(env, MakeJsError(env, e.info()));
+  }
+}
+
+}  // namespace ascent

@@ -1,0 +1,142 @@
+/**
+ * The TS face of one emulated NPU device: its memory pool (process-global, shared
+ * by every thread) and this thread's streams and events on it.
+ */
+import { envBytes, parseBytes } from './env.js';
+import { InvalidArgumentError } from './errors.js';
+import { Event } from './event.js';
+import { loadNative, type NativeBuffer, type NativeDeviceStats } from './native.js';
+import { Stream } from './stream.js';
+import { describe } from './dtype.js';
+
+export type DeviceStats = NativeDeviceStats;
+export type DeviceBuffer = NativeBuffer;
+
+const DEFAULT_CAPACITY = 16 * 1024 ** 3;
+
+export function checkOrdinal(value: unknown, what = 'device ordinal'): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value >= 1024) {
+    throw new InvalidArgumentError(`Expected an integer in [0, 1024) for ${what} but received ${describe(value)}.`, { argument: what });
+  }
+  return value;
+}
+
+export function checkSize(value: unknown, what: string): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    throw new InvalidArgumentError(`Expected a non-negative integer for ${what} but received ${describe(value)}.`, { argument: what });
+  }
+  return value;
+}
+
+export function checkOptions(opts: unknown, allowed: readonly string[], fn: string): void {
+  if (opts === undefined) return;
+  if (typeof opts !== 'object' || opts === null || Array.isArray(opts)) {
+    throw new InvalidArgumentError(`Expected an options object for ${fn} but received ${describe(opts)}.`, { fn });
+  }
+  for (const key of Object.keys(opts)) {
+    if (!allowed.includes(key)) {
+      throw new InvalidArgumentError(
+        `Unknown option '${key}' for ${fn}. Expected one of: ${allowed.join(', ')}.`,
+        { fn, option: key, allowed: [...allowed] },
+      );
+    }
+  }
+}
+
+export interface ConfigureDeviceOptions {
+  /** Bytes (or a size string like `512MiB`); at most the host's RAM. */
+  capacityBytes: number | string;
+}
+
+/**
+ * Sets the memory capacity of device `ordinal` (process-wide). Call before the
+ * first allocation: a device with live allocations keeps its capacity and a
+ * different value is an InvalidArgumentError.
+ */
+export function configureDevice(ordinal: number, options: ConfigureDeviceOptions): Device {
+  checkOrdinal(ordinal);
+  checkOptions(options, ['capacityBytes'], 'configureDevice()');
+  if (options === undefined || options.capacityBytes === undefined) {
+    throw new InvalidArgumentError('configureDevice() requires { capacityBytes }.', { device: ordinal });
+  }
+  let bytes: number;
+  try {
+    bytes = parseBytes(options.capacityBytes, 'capacityBytes');
+  } catch (e) {
+    throw new InvalidArgumentError((e as Error).message, { device: ordinal, argument: 'capacityBytes' });
+  }
+  loadNative().deviceConfigure(ordinal, bytes);
+  return Device.get(ordinal);
+}
+
+/** Capacity a device gets on first use: ASCENT_DEVICE_MEMORY (default 16GiB), bounded by host RAM natively. */
+export function defaultDeviceCapacity(): number {
+  return envBytes('ASCENT_DEVICE_MEMORY') ?? DEFAULT_CAPACITY;
+}
+
+const devices = new Map<number, Device>();
+
+export class Device {
+  readonly ordinal: number;
+  #defaultStream: Stream | undefined;
+
+  private constructor(ordinal: number) {
+    this.ordinal = ordinal;
+  }
+
+  /** The device with this ordinal (created on first use, process-wide; one object per thread). */
+  static get(ordinal: number): Device {
+    checkOrdinal(ordinal);
+    let d = devices.get(ordinal);
+    if (!d) {
+      loadNative().deviceGet(ordinal, defaultDeviceCapacity());
+      d = new Device(ordinal);
+      devices.set(ordinal, d);
+    }
+    return d;
+  }
+
+  get capacity(): number {
+    return this.stats().capacity;
+  }
+
+  /** Raw device memory (64-byte aligned). Throws DeviceOOMError when it does not fit. */
+  alloc(bytes: number): DeviceBuffer {
+    checkSize(bytes, 'bytes');
+    return loadNative().alloc(this.ordinal, bytes);
+  }
+
+  stats(): DeviceStats {
+    return loadNative().deviceStats(this.ordinal);
+  }
+
+  /** Sets `peak` to what is allocated now. */
+  resetPeakStats(): void {
+    loadNative().deviceResetPeak(this.ordinal);
+  }
+
+  /** A new stream with its own native thread. Destroy it when done (device.defaultStream is shared). */
+  newStream(): Stream {
+    return new Stream(this);
+  }
+
+  /** This thread's default stream of the device (created on first use). */
+  get defaultStream(): Stream {
+    if (!this.#defaultStream || this.#defaultStream.destroyed) this.#defaultStream = new Stream(this);
+    return this.#defaultStream;
+  }
+
+  newEvent(): Event {
+    return new Event(this);
+  }
+
+  toString(): string {
+    return `Device(${this.ordinal})`;
+  }
+}
+
+/** A new wrapper (own reference) for a live device buffer created in any thread. */
+export function importBuffer(id: number): DeviceBuffer {
+  checkSize(id, 'buffer id');
+  return loadNative().importBuffer(id);
+}

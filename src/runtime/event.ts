@@ -1,0 +1,53 @@
+/** Events order work across streams and time it (elapsedTime in ms). */
+import type { Device } from './device.js';
+import { InvalidArgumentError } from './errors.js';
+import { awaitCompletion, enqueueWithCompletion, isCompletionPending, loadNative, type NativeEvent } from './native.js';
+import type { Stream } from './stream.js';
+import { checkTimeout, type SynchronizeOptions } from './stream.js';
+
+export class Event {
+  readonly device: Device;
+  /** @internal */
+  readonly native: NativeEvent;
+  #last: { token: number; promise: Promise<unknown>; stream: Stream } | undefined;
+
+  /** Use `device.newEvent()`. */
+  constructor(device: Device) {
+    this.device = device;
+    this.native = new (loadNative().Event)(device.ordinal);
+  }
+
+  /** Records the event on `stream` (default: the device's default stream). */
+  record(stream?: Stream): this {
+    const s = stream ?? this.device.defaultStream;
+    if (s.device.ordinal !== this.device.ordinal) {
+      throw new InvalidArgumentError(
+        `Expected a stream of device ${this.device.ordinal} to record this event but the stream belongs to device ${s.device.ordinal}. HINT: create the event with the stream's device.newEvent().`,
+        { eventDevice: this.device.ordinal, streamDevice: s.device.ordinal },
+      );
+    }
+    const { token, promise } = enqueueWithCompletion((tok) => s.native.recordEvent(this.native, tok), false);
+    this.#last = { token, promise, stream: s };
+    return this;
+  }
+
+  /** True once the latest record has run (or the event was never recorded). */
+  query(): boolean {
+    return this.native.query();
+  }
+
+  /** Milliseconds between this event's completion and `end`'s; both must have completed. */
+  elapsedTime(end: Event): number {
+    if (!(end instanceof Event)) throw new InvalidArgumentError('Expected an Event for elapsedTime(end).');
+    return this.native.elapsedTime(end.native);
+  }
+
+  /** Resolves when the latest record has run. */
+  synchronize(options?: SynchronizeOptions): Promise<void> {
+    const timeoutMs = checkTimeout(options, 'synchronize()');
+    const last = this.#last;
+    if (!last || !isCompletionPending(last.token)) return last ? last.promise.then(() => undefined) : Promise.resolve();
+    awaitCompletion(last.token);
+    return last.stream.awaitToken(last.token, last.promise, timeoutMs, new Error(), 'event.synchronize').then(() => undefined);
+  }
+}

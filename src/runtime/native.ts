@@ -1,0 +1,216 @@
+/**
+ * Loads the native addon (build/Release/ascent_native.node) and holds the typings
+ * of everything it exports, in one place mirroring native/addon.cc, the Stream /
+ * Event / Buffer classes (native/device/*.h) and the enqueue entry points
+ * (native/ops.cc). Arguments cross the boundary as plain numbers and native
+ * handles; TS validates them first (ops.ts), native re-checks as a safety net.
+ *
+ * The addon is context-aware: it may be loaded in the main thread and in every
+ * worker; each env installs its own error factory and completion callback here.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { AscentError, errorFromCode, type ErrorDetails } from './errors.js';
+
+/** A block of device memory; `id` is process-unique and importable from any thread. */
+export interface NativeBuffer {
+  readonly id: number;
+  readonly device: number;
+  /** Bytes requested (the pool block is rounded up to 64). */
+  readonly size: number;
+  readonly released: boolean;
+  /** Drops this wrapper's reference; pending ops keep the memory alive until they ran. */
+  release(): void;
+}
+
+export interface NativeEvent {
+  readonly id: number;
+  readonly device: number;
+  /** Number of times the event was recorded. */
+  readonly recorded: number;
+  query(): boolean;
+  elapsedTime(end: NativeEvent): number;
+}
+
+export interface NativePendingOp {
+  seq: number;
+  op: string;
+  state: 'queued' | 'running';
+  runningMs: number;
+}
+
+export interface NativeStreamStats {
+  enqueued: number;
+  completed: number;
+  destroyed: boolean;
+  error: AscentError | null;
+}
+
+/** Impl codes: 0 = fast, 1 = reference. Tokens: 0 = no completion wanted. Every enqueue returns the op's seq. */
+export interface NativeStream {
+  readonly id: number;
+  readonly device: number;
+  pending(): NativePendingOp[];
+  stats(): NativeStreamStats;
+  destroy(): void;
+  marker(token: number): number;
+  sleep(ms: number, token: number): number;
+  fail(message: string, token: number): number;
+  recordEvent(event: NativeEvent, token: number): number;
+  waitEvent(event: NativeEvent, token: number): number;
+  copyH2D(dst: NativeBuffer, dstOffset: number, src: ArrayBufferView | ArrayBuffer, token: number): number;
+  copyD2H(src: NativeBuffer, srcOffset: number, nbytes: number, token: number): number;
+  copyD2D(dst: NativeBuffer, dstOffset: number, src: NativeBuffer, srcOffset: number, nbytes: number, token: number): number;
+  copyPeer(dst: NativeBuffer, dstOffset: number, src: NativeBuffer, srcOffset: number, nbytes: number, token: number): number;
+  fill(dst: NativeBuffer, dstOffset: number, count: number, dtype: number, value: number, impl: number, token: number): number;
+  arange(dst: NativeBuffer, dstOffset: number, count: number, dtype: number, start: number, step: number, impl: number, token: number): number;
+  cast(dst: NativeBuffer, dstOffset: number, dstDtype: number, src: NativeBuffer, srcOffset: number, srcDtype: number, count: number, impl: number, token: number): number;
+  /** op: 0 = add, 1 = mul. */
+  binary(op: number, dtype: number, out: NativeBuffer, outOffset: number, a: NativeBuffer, aOffset: number, b: NativeBuffer, bOffset: number, count: number, impl: number, token: number): number;
+  scale(dtype: number, out: NativeBuffer, outOffset: number, x: NativeBuffer, xOffset: number, count: number, alpha: number, impl: number, token: number): number;
+  axpy(dtype: number, y: NativeBuffer, yOffset: number, x: NativeBuffer, xOffset: number, count: number, alpha: number, impl: number, token: number): number;
+  permute(elemSize: number, dst: NativeBuffer, dstOffset: number, src: NativeBuffer, srcOffset: number, shape: number[], srcStrides: number[], impl: number, token: number): number;
+  matmul(inDtype: number, outDtype: number, a: NativeBuffer, aOffset: number, b: NativeBuffer, bOffset: number, c: NativeBuffer, cOffset: number, batch: number, m: number, n: number, k: number, transA: boolean, transB: boolean, impl: number, token: number): number;
+}
+
+export interface NativeDeviceStats {
+  allocated: number;
+  peak: number;
+  capacity: number;
+  hostSyncs: number;
+  largestFreeBlock: number;
+  /** Live allocations. */
+  numAllocs: number;
+  /** Allocations ever made. */
+  totalAllocs: number;
+}
+
+export interface NativeBinding {
+  readonly Buffer: new () => NativeBuffer;
+  readonly Stream: new (device: number) => NativeStream;
+  readonly Event: new (device: number) => NativeEvent;
+  init(errorFactory: (code: string, message: string, details: ErrorDetails) => Error, onComplete: (token: number, error: Error | undefined, bytes: ArrayBuffer | undefined) => void): void;
+  setCompletionRef(ref: boolean): void;
+  deviceGet(ordinal: number, defaultCapacity: number): { ordinal: number; capacity: number };
+  deviceConfigure(ordinal: number, capacity: number): { ordinal: number; capacity: number };
+  deviceStats(ordinal: number): NativeDeviceStats;
+  deviceResetPeak(ordinal: number): void;
+  alloc(ordinal: number, bytes: number): NativeBuffer;
+  importBuffer(id: number): NativeBuffer;
+  hostMemory(): number;
+  cpuFeatures(): { avx2: boolean; fma: boolean };
+}
+
+/** Directory holding Ascent's package.json, found from this file in src/ or dist/src/. */
+export function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const pkg = join(dir, 'package.json');
+    if (existsSync(pkg)) {
+      try {
+        if ((JSON.parse(readFileSync(pkg, 'utf8')) as { name?: string }).name === 'ascent') return dir;
+      } catch {
+        // not ours; keep walking
+      }
+    }
+    const parent = dirname(dir);
+    if (parent === dir) throw new Error('Could not find the ascent package root above ' + fileURLToPath(import.meta.url));
+    dir = parent;
+  }
+}
+
+export function addonPath(): string {
+  return join(packageRoot(), 'build', 'Release', 'ascent_native.node');
+}
+
+let binding: NativeBinding | undefined;
+
+interface Pending {
+  resolve(bytes: ArrayBuffer | undefined): void;
+  reject(err: Error): void;
+  /** Keeps the event loop alive while it waits. */
+  awaited: boolean;
+}
+const pending = new Map<number, Pending>();
+let nextToken = 1;
+let awaitedCount = 0;
+
+function setAwaited(p: Pending, awaited: boolean): void {
+  if (p.awaited === awaited) return;
+  p.awaited = awaited;
+  awaitedCount += awaited ? 1 : -1;
+  // The TSFN is ref'd only while something is awaited, so an idle thread can exit.
+  if (awaited && awaitedCount === 1) binding!.setCompletionRef(true);
+  if (!awaited && awaitedCount === 0) binding!.setCompletionRef(false);
+}
+
+function onComplete(token: number, error: Error | undefined, bytes: ArrayBuffer | undefined): void {
+  const p = pending.get(token);
+  if (!p) return;  // forgotten after a timeout
+  pending.delete(token);
+  setAwaited(p, false);
+  if (error) p.reject(error);
+  else p.resolve(bytes);
+}
+
+/** Loads the addon once per thread and installs this env's error factory and completion callback. */
+export function loadNative(): NativeBinding {
+  if (binding) return binding;
+  const path = addonPath();
+  if (!existsSync(path)) {
+    throw new Error(`The native addon is not built (${path} is missing). HINT: run \`npm run build:native\`.`);
+  }
+  const b = createRequire(import.meta.url)(path) as NativeBinding;
+  b.init((code, message, details) => errorFromCode(code, message, details), onComplete);
+  binding = b;
+  return b;
+}
+
+/**
+ * A completion the native side will report for an op: call `enqueue(token)` (which
+ * may throw synchronously; then nothing is registered) and get a promise for it.
+ * `awaited: false` registers it without keeping the event loop alive.
+ */
+export function enqueueWithCompletion(enqueue: (token: number) => void, awaited = true): { token: number; promise: Promise<ArrayBuffer | undefined> } {
+  loadNative();
+  const token = nextToken++;
+  enqueue(token);
+  let entry!: Pending;
+  const promise = new Promise<ArrayBuffer | undefined>((resolve, reject) => {
+    entry = { resolve, reject, awaited: false };
+  });
+  // Handled here so an unawaited completion that fails is not an unhandled rejection;
+  // callers that return the promise still see the rejection.
+  promise.catch(() => undefined);
+  pending.set(token, entry);
+  if (awaited) setAwaited(entry, true);
+  return { token, promise };
+}
+
+/** Marks a registered completion as awaited (keeps the loop alive until it arrives). */
+export function awaitCompletion(token: number): void {
+  const p = pending.get(token);
+  if (p) setAwaited(p, true);
+}
+
+/** Stops waiting for `token` (after a timeout); a late completion is ignored. */
+export function forgetCompletion(token: number): void {
+  const p = pending.get(token);
+  if (!p) return;
+  pending.delete(token);
+  setAwaited(p, false);
+}
+
+/** Whether a completion for `token` is still outstanding. */
+export function isCompletionPending(token: number): boolean {
+  return pending.has(token);
+}
+
+/** Rewrites `err.stack` to point at the caller captured in `site` before going async (sharp style). */
+export function withCallerStack<E extends Error>(err: E, site: Error): E {
+  const frames = (site.stack ?? '').split('\n').slice(1).join('\n');
+  if (frames) err.stack = `${err.name}: ${err.message}\n${frames}`;
+  return err;
+}
