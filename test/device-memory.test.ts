@@ -1,0 +1,146 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { Device, Tensor, configureDevice, fill, loadNative } from '../src/runtime/device-index.js';
+import { DeviceOOMError, InvalidArgumentError } from '../src/runtime/errors.js';
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+function rssBytes(): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+  return Number(m![1]) * 1024;
+}
+
+describe('device memory pool', () => {
+  it('tracks allocated, peak and live allocations, 64-byte aligned', () => {
+    const d = configureDevice(1, { capacityBytes: '1MiB' });
+    const s0 = d.stats();
+    expect(s0).toMatchObject({ allocated: 0, capacity: MiB, numAllocs: 0 });
+    const a = d.alloc(100);
+    const b = d.alloc(64);
+    expect(d.stats()).toMatchObject({ allocated: 128 + 64, numAllocs: 2, peak: 192 });
+    expect(a.size).toBe(100);
+    a.release();
+    expect(a.released).toBe(true);
+    expect(d.stats()).toMatchObject({ allocated: 64, numAllocs: 1, peak: 192 });
+    d.resetPeakStats();
+    expect(d.stats().peak).toBe(64);
+    b.release();
+    expect(d.stats().allocated).toBe(0);
+    expect(d.stats().largestFreeBlock).toBe(MiB);
+  });
+
+  it('throws DeviceOOMError naming device, request, usage and largest free block', () => {
+    const d = configureDevice(2, { capacityBytes: '1MiB' });
+    const held = d.alloc(256 * KiB);
+    let err: unknown;
+    try {
+      d.alloc(2 * MiB);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(DeviceOOMError);
+    const e = err as DeviceOOMError;
+    expect(e.code).toBe('ASCENT_DEVICE_OOM');
+    expect(e.message).toContain('Device 2 out of memory: tried to allocate 2.00 MiB; 256.00 KiB of 1.00 MiB in use, largest free block 768.00 KiB. HINT:');
+    expect(e.details).toMatchObject({ device: 2, requested: 2 * MiB, allocated: 256 * KiB, capacity: MiB, largestFreeBlock: 768 * KiB });
+    expect(d.stats().allocated).toBe(256 * KiB);
+    held.release();
+  });
+
+  it('never hands out memory past capacity', () => {
+    const d = configureDevice(3, { capacityBytes: '1MiB' });
+    const bufs = [];
+    for (;;) {
+      try {
+        bufs.push(d.alloc(100 * KiB));
+      } catch (e) {
+        expect(e).toBeInstanceOf(DeviceOOMError);
+        break;
+      }
+      expect(bufs.length).toBeLessThan(100);
+    }
+    expect(bufs.length).toBe(10);
+    expect(d.stats().allocated).toBeLessThanOrEqual(MiB);
+    expect(() => d.alloc(Number.MAX_SAFE_INTEGER)).toThrow(DeviceOOMError);
+    for (const b of bufs) b.release();
+    expect(d.stats().allocated).toBe(0);
+  });
+
+  it('reports the largest free block under fragmentation and coalesces on free', () => {
+    const d = configureDevice(4, { capacityBytes: '1MiB' });
+    const q = [0, 1, 2, 3].map(() => d.alloc(256 * KiB));
+    expect(d.stats().largestFreeBlock).toBe(0);
+    q[0]!.release();
+    q[2]!.release();
+    expect(d.stats()).toMatchObject({ allocated: 512 * KiB, largestFreeBlock: 256 * KiB });
+    let err: DeviceOOMError | undefined;
+    try {
+      d.alloc(512 * KiB);
+    } catch (e) {
+      err = e as DeviceOOMError;
+    }
+    expect(err).toBeInstanceOf(DeviceOOMError);
+    expect(err!.message).toContain('largest free block 256.00 KiB');
+    expect(err!.message).toContain('fragmented');
+    q[1]!.release();
+    expect(d.stats().largestFreeBlock).toBe(768 * KiB);
+    const big = d.alloc(768 * KiB);
+    expect(d.stats().allocated).toBe(MiB);
+    big.release();
+    q[3]!.release();
+    expect(d.stats()).toMatchObject({ allocated: 0, largestFreeBlock: MiB });
+  });
+
+  it('keeps memory alive while an op that uses it is pending, then returns it', async () => {
+    const d = configureDevice(5, { capacityBytes: '1MiB' });
+    const s = d.newStream();
+    const t = Tensor.empty(d, [1024], 'fp32');
+    s.sleep(200);
+    fill(t, 3, { stream: s });
+    t.release();
+    expect(s.pending().map((p) => p.op)).toEqual(['sleep', 'fill']);
+    expect(d.stats()).toMatchObject({ allocated: 4096, numAllocs: 1 });
+    await s.synchronize();
+    expect(d.stats()).toMatchObject({ allocated: 0, numAllocs: 0 });
+    s.destroy();
+  });
+
+  it('counts each device->host read as a host sync', async () => {
+    const d = Device.get(6);
+    const before = d.stats().hostSyncs;
+    const t = Tensor.fromArray(d, [1, 2, 3], [3]);
+    expect(Array.from(await t.toArray())).toEqual([1, 2, 3]);
+    await t.toBytes();
+    expect(d.stats().hostSyncs).toBe(before + 2);
+    t.release();
+  });
+
+  it('rejects re-configuring a device with live allocations; same capacity is fine', () => {
+    const d = configureDevice(7, { capacityBytes: 2 * MiB });
+    const b = d.alloc(10);
+    expect(() => configureDevice(7, { capacityBytes: 4 * MiB })).toThrow(InvalidArgumentError);
+    expect(() => configureDevice(7, { capacityBytes: 4 * MiB })).toThrow(/while 1 allocation\(s\)/);
+    expect(() => configureDevice(7, { capacityBytes: 2 * MiB })).not.toThrow();
+    b.release();
+    configureDevice(7, { capacityBytes: 4 * MiB });
+    expect(d.stats().capacity).toBe(4 * MiB);
+    const host = loadNative().hostMemory();
+    expect(() => configureDevice(8, { capacityBytes: host * 2 })).toThrow(/exceeds host memory/);
+    expect(() => configureDevice(8, { capacityBytes: 'lots' })).toThrow(InvalidArgumentError);
+    expect(() => configureDevice(8, { capacity: 5 } as never)).toThrow(/Unknown option 'capacity'/);
+  });
+
+  it('defaults to 16GiB (bounded by host RAM) and returns freed pages to the OS', async () => {
+    const d = Device.get(9);
+    const host = loadNative().hostMemory();
+    expect(d.stats().capacity).toBe(Math.min(16 * 1024 ** 3, host));
+    const base = rssBytes();
+    const t = Tensor.empty(d, [32 * MiB], 'fp32');  // 128 MiB
+    fill(t, 1);
+    await d.defaultStream.synchronize();
+    expect(rssBytes() - base).toBeGreaterThan(100 * MiB);
+    t.release();
+    expect(rssBytes() - base).toBeLessThan(28 * MiB);
+  });
+});
