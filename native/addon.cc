@@ -9,6 +9,7 @@
 #include "device/stream.h"
 #include "env_data.h"
 #include "errors.h"
+#include "kernels/fast.h"
 
 namespace ascent {
 namespace {
@@ -124,6 +125,17 @@ Napi::Value CpuFeatures(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// setMatmulKernel('auto' | 'portable') -> name of the micro-kernel now in use (test hook).
+Napi::Value SetMatmulKernel(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    Napi::Value v = Arg(info, 0);
+    std::string mode = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
+    if (mode != "auto" && mode != "portable") ThrowInvalidArgument("Expected 'auto' or 'portable' for setMatmulKernel().");
+    fast::SetForcePortable(mode == "portable");
+    return Napi::String::New(info.Env(), fast::MatmulKernelName());
+  });
+}
+
 }  // namespace
 
 Napi::Object ModuleInit(Napi::Env env, Napi::Object exports) {
@@ -148,6 +160,7 @@ Napi::Object ModuleInit(Napi::Env env, Napi::Object exports) {
   exports.Set("importBuffer", Napi::Function::New<ImportBuffer>(env, "importBuffer"));
   exports.Set("hostMemory", Napi::Function::New<HostMemory>(env, "hostMemory"));
   exports.Set("cpuFeatures", Napi::Function::New<CpuFeatures>(env, "cpuFeatures"));
+  exports.Set("setMatmulKernel", Napi::Function::New<SetMatmulKernel>(env, "setMatmulKernel"));
   return exports;
 }
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
-  DTYPES, Device, Tensor, add, arange, axpy, cast, fill, matmul, mul, permute, scale, transpose,
+  DTYPES, Device, Tensor, add, loadNative, arange, axpy, cast, fill, matmul, mul, permute, scale, transpose,
   type DType, type KernelImpl,
 } from '../src/runtime/device-index.js';
 
@@ -204,6 +204,24 @@ describe('kernels: matmul', () => {
       });
     }
   }
+
+  it('the portable micro-kernel (no AVX2) matches the reference too', async () => {
+    const native = loadNative();
+    expect(native.setMatmulKernel('portable')).toBe('portable');
+    try {
+      for (const [batch, m, n, k] of cases) {
+        const a = Tensor.fromArray(d, randomF32(batch * m * k, 5), batch > 1 ? [batch, k, m] : [k, m]);
+        const b = Tensor.fromArray(d, randomF32(batch * k * n, 6), batch > 1 ? [batch, k, n] : [k, n]);
+        const fast = await matmul(a, b, { transA: true }).toArray();
+        const ref = await matmul(a, b, { transA: true, impl: 'reference' }).toArray();
+        for (let i = 0; i < ref.length; i++) expect(Math.abs(fast[i]! - ref[i]!)).toBeLessThan(1e-4 * Math.max(1, Math.abs(ref[i]!)) * Math.sqrt(k));
+      }
+    } finally {
+      native.setMatmulKernel('auto');
+    }
+    const f = native.cpuFeatures();
+    expect(native.setMatmulKernel('auto')).toBe(f.avx2 && f.fma ? 'avx2-fma' : 'portable');
+  });
 
   it('rejects mismatched inner dims before enqueueing', () => {
     const a = Tensor.empty(d, [3, 4]);

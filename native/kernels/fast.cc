@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -266,9 +267,14 @@ __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float
   }
 }
 
+std::atomic<bool> force_portable{false};
+
 MicroKernel SelectMicroKernel() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return MicroKernelAvx2;
+  static const bool has_avx2_fma = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  if (has_avx2_fma && !force_portable.load(std::memory_order_relaxed)) return MicroKernelAvx2;
   return MicroKernelPortable;
 }
 
@@ -312,8 +318,12 @@ void PackB(const MatmulArgs& g, size_t b0, int64_t p0, int64_t kc, int64_t j0, i
 
 }  // namespace
 
+void SetForcePortable(bool force) { force_portable.store(force); }
+
+const char* MatmulKernelName() { return SelectMicroKernel() == MicroKernelAvx2 ? "avx2-fma" : "portable"; }
+
 void Matmul(const MatmulArgs& g) {
-  static const MicroKernel kernel = SelectMicroKernel();
+  const MicroKernel kernel = SelectMicroKernel();
   const int64_t M = g.m, N = g.n, K = g.k;
   std::vector<float> apack(static_cast<size_t>(MC * KC));
   std::vector<float> bpack(static_cast<size_t>(((std::min(NC, N) + NR - 1) / NR) * NR * KC));

@@ -20,4 +20,9 @@ void Axpy(DType t, void* y, const void* x, size_t n, float alpha);
 void Permute(const PermuteArgs& args);
 void Matmul(const MatmulArgs& args);
 
+// Test hook: force the portable matmul micro-kernel even when AVX2+FMA is available.
+void SetForcePortable(bool force);
+// "avx2-fma" or "portable": the micro-kernel Matmul uses now.
+const char* MatmulKernelName();
+
 }  // namespace ascent::fast

@@ -101,6 +101,8 @@ export interface NativeBinding {
   importBuffer(id: number): NativeBuffer;
   hostMemory(): number;
   cpuFeatures(): { avx2: boolean; fma: boolean };
+  /** Test hook, process-wide: force the portable matmul micro-kernel. Returns the kernel now in use. */
+  setMatmulKernel(mode: 'auto' | 'portable'): 'avx2-fma' | 'portable';
 }
 
 /** Directory holding Ascent's package.json, found from this file in src/ or dist/src/. */
