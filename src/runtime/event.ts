@@ -42,11 +42,14 @@ export class Event {
     return this.native.elapsedTime(end.native);
   }
 
-  /** Resolves when the latest record has run. */
+  /** Resolves when the latest record has run (at once when never recorded). */
   synchronize(options?: SynchronizeOptions): Promise<void> {
     const timeoutMs = checkTimeout(options, 'synchronize()');
     const last = this.#last;
-    if (!last || !isCompletionPending(last.token)) return last ? last.promise.then(() => undefined) : Promise.resolve();
+    if (!last || this.query()) return Promise.resolve();
+    // The record's own completion was dropped by an earlier timeout: a stream
+    // marker behind it waits at least as long.
+    if (!isCompletionPending(last.token)) return last.stream.synchronize(options);
     awaitCompletion(last.token);
     return last.stream.awaitToken(last.token, last.promise, timeoutMs, new Error(), 'event.synchronize').then(() => undefined);
   }
