@@ -39,7 +39,10 @@ export function toWireError(err: unknown, depth = 0): WireError {
     return { name: 'Error', message: typeof err === 'string' ? err : `Non-Error value thrown: ${safeString(err)}` };
   }
   const e = err as Error & { code?: unknown; details?: unknown; rank?: unknown; actor?: unknown; remoteStack?: unknown };
-  const wire: WireError = { name: e.name, message: e.message, stack: typeof e.remoteStack === 'string' ? e.remoteStack : e.stack };
+  // A subclass that does not set `name` still says "Error"; its class name is more useful.
+  const ctorName = (e.constructor as { name?: unknown } | undefined)?.name;
+  const name = e.name === 'Error' && typeof ctorName === 'string' && ctorName && ctorName !== 'Error' ? ctorName : e.name;
+  const wire: WireError = { name, message: e.message, stack: typeof e.remoteStack === 'string' ? e.remoteStack : e.stack };
   if (typeof e.code === 'string') wire.code = e.code;
   else if (typeof e.code === 'number') wire.code = String(e.code);
   if (e.details !== undefined) wire.details = toPlain(e.details) as ErrorDetails;
@@ -59,9 +62,9 @@ function safeString(v: unknown): string {
 
 /**
  * Rebuilds an error received from another thread. Ascent codes give their own class;
- * other errors keep their class name (as `name`) in a RemoteError. The local stack
- * (where the caller awaited) stays in `stack`; the remote one is in `remoteStack`
- * and is appended to `stack` so that printing the error shows both.
+ * other errors keep their class name (as `name`) in a RemoteError. The remote
+ * frames are in `remoteStack`, and `stack` shows them under a header naming the
+ * rank and actor they ran on.
  */
 export function fromWireError(wire: WireError, context: { rank?: number; actor?: string } = {}): AscentError {
   let err: AscentError;
@@ -77,10 +80,18 @@ export function fromWireError(wire: WireError, context: { rank?: number; actor?:
   err.actor = wire.actor ?? context.actor;
   err.remoteStack = wire.stack;
   if (wire.cause) Object.defineProperty(err, 'cause', { value: fromWireError(wire.cause), enumerable: false, writable: true, configurable: true });
-  const where = [err.rank !== undefined ? `rank ${err.rank}` : '', err.actor ? `actor ${err.actor}` : ''].filter(Boolean).join(', ');
-  const localStack = (err.stack ?? '').split('\n').slice(1).join('\n');
-  err.stack = `${wire.name}: ${wire.message}\n    -- remote stack${where ? ` (${where})` : ''} --\n${remoteFrames(wire.stack)}\n    -- local stack --\n${localStack}`;
+  setRemoteStack(err, wire.name, wire.message);
   return err;
+}
+
+/**
+ * `stack` of a rebuilt error: the remote frames under a header saying where they
+ * ran. The local frames at this point are Comlink's message handler, which tell
+ * nothing; the caller's frames are appended by ActorRef ("-- called from --").
+ */
+function setRemoteStack(err: AscentError, name: string, message: string): void {
+  const where = [err.rank !== undefined ? `rank ${err.rank}` : '', err.actor ? `actor ${err.actor}` : ''].filter(Boolean).join(', ');
+  err.stack = `${name}: ${message}\n    -- remote stack${where ? ` (${where})` : ''} --\n${remoteFrames(err.remoteStack)}`;
 }
 
 function remoteFrames(stack: string | undefined): string {
@@ -102,8 +113,10 @@ export function decodeError(bytes: Uint8Array): WireError {
 export function tagError(err: unknown, rank: number | undefined, actor: string | undefined): unknown {
   if (err instanceof Error) {
     const e = err as Error & { rank?: number; actor?: string };
+    const known = e.rank !== undefined && e.actor !== undefined;
     if (e.rank === undefined && rank !== undefined) e.rank = rank;
     if (e.actor === undefined && actor !== undefined) e.actor = actor;
+    if (!known && err instanceof AscentError && err.remoteStack !== undefined) setRemoteStack(err, err.name, err.message);
   }
   return err;
 }

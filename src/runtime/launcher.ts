@@ -25,9 +25,12 @@ export interface LaunchResult {
 
 const say = (msg: string) => process.stderr.write(`[launch] ${msg}\n`);
 
+/** The rank's own stack when it has one; a main-thread stack would only show Ascent's frames. */
 function describeError(err: AscentError | undefined): string {
-  if (!err) return '(no error recorded)';
-  return err.stack ?? `${err.name}: ${err.message}`;
+  if (!err) return '';
+  if (err.remoteStack) return `: ${err.stack ?? err.message}`;
+  const cause = err.cause instanceof Error ? `: ${err.cause.stack ?? err.cause.message}` : '';
+  return cause;
 }
 
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
@@ -56,7 +59,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const fail = (rank: number, err: AscentError | undefined, how: string) => {
     if (failed.includes(rank)) return;
     failed.push(rank);
-    say(`rank ${rank} ${how}: ${describeError(err)}`);
+    say(`rank ${rank} ${how}${describeError(err)}`);
     if (!stopping) {
       stopping = true;
       exitCode = EXIT_RANK_FAILED;
@@ -79,7 +82,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       if (done.size === opts.nproc) finish();
       return;
     }
-    fail(rank, err, err?.message.includes('crashed') ? 'crashed' : `exited with code ${code}`);
+    fail(rank, err, err?.cause instanceof Error ? 'crashed' : `exited with code ${code}`);
   });
 
   let wallTimer: ReturnType<typeof setTimeout> | undefined;
@@ -115,6 +118,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   process.on('SIGTERM', onSignal);
 
   try {
+    await world.runMain().catch((err: AscentError) => fail(err.rank ?? -1, err, 'could not start'));
     await finished;
   } finally {
     clearTimeout(wallTimer);

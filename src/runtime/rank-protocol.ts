@@ -49,6 +49,8 @@ export interface RankHostApi {
   peerDied(rank: number, reason: string): void;
   stop(reason: string): Promise<void>;
   ping(): string;
+  /** SPMD mode: starts the entry's main(ctx); its end is reported on parentPort. */
+  runMain(): void;
 }
 
 /** Exposed by the main thread to each rank worker. */

@@ -31,6 +31,7 @@ const stopHooks: Array<(reason: string) => void | Promise<void>> = [];
 const broker = Comlink.wrap<BrokerApi>(nodePortEndpoint(data.brokerPort));
 const actors = new RankActorTable(data.rank, data.worldSize, broker, data.callTimeoutMs);
 let device: Device | undefined;
+let mainStarted = false;
 
 const ctx: RankContext = {
   rank: data.rank,
@@ -104,13 +105,32 @@ const host: RankHostApi = {
         process.stderr.write(`stop hook failed: ${(err as Error).stack ?? String(err)}\n`);
       }
     }
+    // A worker's stdout is forwarded asynchronously; wait until what the hooks printed
+    // has been handed to the parent, or termination right after this may drop it.
+    await Promise.all([flush(process.stdout), flush(process.stderr)]);
     post({ type: 'stopped' });
   },
   ping() {
     return 'pong';
   },
+  runMain() {
+    if (!data.entry) throw new InvalidArgumentError(`Rank ${data.rank} was started without an entry module; runMain() needs SPMD mode.`);
+    if (mainStarted) return;
+    mainStarted = true;
+    runEntry(data.entry).then(
+      () => post({ type: 'main-done' }),
+      (err) => {
+        const bytes = encodeError(tagError(err, data.rank, undefined));
+        parent.postMessage({ type: 'main-failed', error: bytes } satisfies RankEvent, [bytes.buffer as ArrayBuffer]);
+      },
+    );
+  },
 };
 Comlink.expose(host, nodePortEndpoint(data.controlPort));
+
+function flush(stream: NodeJS.WriteStream): Promise<void> {
+  return new Promise((resolve) => stream.write('', () => resolve()));
+}
 
 async function runEntry(entryUrl: string): Promise<void> {
   const mod = await importModule(entryUrl);
@@ -124,14 +144,3 @@ async function runEntry(entryUrl: string): Promise<void> {
 }
 
 post({ type: 'ready' });
-
-if (data.entry) {
-  runEntry(data.entry).then(
-    () => post({ type: 'main-done' }),
-    (err) => {
-      const e = tagError(err, data.rank, undefined);
-      const bytes = encodeError(e);
-      parent.postMessage({ type: 'main-failed', error: bytes } satisfies RankEvent, [bytes.buffer as ArrayBuffer]);
-    },
-  );
-}

@@ -109,6 +109,15 @@ export class World extends EventEmitter<WorldEvents> {
     return this.slots;
   }
 
+  /**
+   * SPMD mode: starts `main(ctx)` on every rank. Separate from `create` so that
+   * listeners for 'main-done' / 'main-failed' / 'rank-exit' are in place before a
+   * fast rank can finish.
+   */
+  async runMain(): Promise<void> {
+    await Promise.all(this.slots.map((s) => s.host.invoke('runMain', [])));
+  }
+
   /** Where failed broadcasts are reported (default: stderr with rank and actor). */
   onBroadcastError(handler: BroadcastErrorHandler): void {
     this.onBroadcastErrorHandler = handler;
@@ -209,7 +218,6 @@ export class World extends EventEmitter<WorldEvents> {
     if (!wasFailed) {
       if (crash) {
         const err = crash instanceof AscentError ? crash : new ActorDiedError(`Rank ${slot.rank} crashed: ${crash.message}`, { rank: slot.rank, exitCode: code }, { cause: crash });
-        if (!(crash instanceof AscentError)) err.remoteStack = crash.stack;
         err.rank = slot.rank;
         slot.error = err;
       } else if (code !== 0 && !this.closing) {
