@@ -92,7 +92,6 @@ describe('actors on rank workers', () => {
     expect(err.actor).toBe('Counter');
     expect(err.remoteStack).toContain('throwInvalid');
     expect(err.stack).toContain('-- remote stack (rank 2, actor Counter) --');
-    expect(err.stack).toContain('actor.test.ts');
 
     const custom = await counters.callOne(1, 'throwCustom').catch((e) => e);
     expect(custom).toBeInstanceOf(RemoteError);
@@ -159,5 +158,25 @@ describe('World options', () => {
     await expect(World.create({ size: 0 })).rejects.toThrow(/size: expected a positive integer for size/);
     await expect(World.create({ size: 2, deviceMemory: 'lots' })).rejects.toThrow(/byte size like 512MiB/);
     await expect(World.create({ size: 2, sise: 3 } as never)).rejects.toThrow(/sise/);
+  });
+});
+
+describe('ASCENT_ACTOR_CALLSITES', () => {
+  it('appends the caller stack to remote errors when switched on', async () => {
+    const { spawnSync } = await import('node:child_process');
+    const script = `
+      import { World } from 'ascent';
+      const world = await World.create({ size: 1, deviceMemory: '64MiB', taskPool: false });
+      const m = await world.spawn({ module: ${JSON.stringify(ACTORS.href)}, export: 'Counter' });
+      async function callerFrame() { return m.callOne(0, 'throwInvalid'); }
+      const err = await callerFrame().catch((e) => e);
+      await world.shutdown();
+      console.log(JSON.stringify({ stack: err.stack }));`;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', cwd: new URL('..', import.meta.url), env: { ...process.env, ASCENT_ACTOR_CALLSITES: '1' }, timeout: 30_000 });
+    expect(r.status).toBe(0);
+    const { stack } = JSON.parse(r.stdout.trim().split('\n').pop()!);
+    expect(stack).toContain('-- remote stack (rank 0, actor Counter) --');
+    expect(stack).toContain('-- called from --');
+    expect(stack).toContain('callerFrame');
   });
 });

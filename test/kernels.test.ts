@@ -231,3 +231,19 @@ describe('kernels: matmul', () => {
     expect(d.defaultStream.stats().enqueued).toBe(before);
   });
 });
+
+describe('Tensor.reshape', () => {
+  it('views the same memory with another shape and refuses impossible shapes', async () => {
+    const { Device, Tensor } = await import('../src/index.js');
+    const dev = Device.get(0);
+    const t = Tensor.fromArray(dev, new Float32Array([1, 2, 3, 4, 5, 6]), [6]);
+    const v = t.reshape([2, -1]);
+    expect(v.shape).toEqual([2, 3]);
+    expect(Array.from(await v.toArray())).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(() => t.reshape([4, -1])).toThrow(/Cannot reshape a tensor of shape \[6\] \(6 elements\) to \[4, -1\]/);
+    expect(() => t.reshape([-1, -1])).toThrow(/Only one dim/);
+    expect(() => t.reshape([7])).toThrow(/Cannot reshape/);
+    t.release();
+    expect(v.released).toBe(true);
+  });
+});

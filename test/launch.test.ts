@@ -77,6 +77,13 @@ describe('launch', () => {
     expect(r.stderr).toContain('rank 2 exited with code 5');
   });
 
+  it('a rank that crashes (uncaught exception) fails the run with the cause', async () => {
+    const r = await runLaunch(['--nproc', '3', '--grace-period', '1', fx('crash.mjs')]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('[launch] rank 1 crashed: RangeError: uncaught in a timer on rank 1');
+    expect(r.stderr).toMatch(/at Timeout\._onTimeout \(.*crash\.mjs/);
+  });
+
   it('the wall-clock limit stops a stuck run and names the ranks still running', async () => {
     const r = await runLaunch(['--nproc', '3', '--max-time', '1.5', '--grace-period', '0.5', fx('stuck.mjs')]);
     expect(r.code).toBe(124);

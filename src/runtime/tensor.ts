@@ -98,6 +98,28 @@ export class Tensor {
     return this.shape.every((d, i) => d <= 1 || this.strides[i] === c[i]);
   }
 
+  /**
+   * The same memory seen with another shape (one dim may be -1, inferred). Only for
+   * contiguous tensors; the view shares the buffer, so releasing either releases both.
+   */
+  reshape(shape: readonly number[]): Tensor {
+    this.checkLive('x');
+    if (!Array.isArray(shape) || shape.some((d) => !Number.isSafeInteger(d) || d < -1)) {
+      throw new InvalidArgumentError(`Expected a shape of non-negative integers (one may be -1) but received ${JSON.stringify(shape)}.`, { argument: 'shape' });
+    }
+    const inferred = shape.filter((d) => d === -1).length;
+    if (inferred > 1) throw new InvalidArgumentError(`Only one dim of a reshape may be -1, but ${JSON.stringify(shape)} has ${inferred}.`, { argument: 'shape' });
+    const known = shape.filter((d) => d !== -1).reduce((a, b) => a * b, 1);
+    const out = inferred && known > 0 && this.numel % known === 0 ? shape.map((d) => (d === -1 ? this.numel / known : d)) : [...shape];
+    if (numelOf(out.map((d) => Math.max(d, 0))) !== this.numel || out.includes(-1)) {
+      throw new InvalidArgumentError(`Cannot reshape a tensor of shape [${this.shape.join(', ')}] (${this.numel} elements) to [${shape.join(', ')}].`, { argument: 'shape' });
+    }
+    if (!this.isContiguous) {
+      throw new InvalidArgumentError(`reshape() needs a contiguous tensor; this one has strides [${this.strides.join(', ')}]. HINT: permute() returns a contiguous copy.`);
+    }
+    return new Tensor(this.device, this.buffer, this.dtype, out, undefined, this.byteOffset);
+  }
+
   /** Uninitialised device memory. Throws DeviceOOMError when it does not fit. */
   static empty(device: Device, shape: readonly number[], dtype: DType = 'fp32'): Tensor {
     const s = checkShape(shape);

@@ -153,6 +153,7 @@ export class World extends EventEmitter<WorldEvents> {
         LOCAL_WORLD_SIZE: String(size),
       };
       const worker = new Worker(workerUrl, {
+        execArgv: workerExecArgv(),
         workerData: data,
         transferList: [control.port2, brokerCh.port2],
         env,
@@ -302,6 +303,28 @@ export class World extends EventEmitter<WorldEvents> {
     })();
     return this.closing;
   }
+}
+
+/**
+ * The parent's node flags minus those that only make sense for a main script:
+ * a worker inheriting `--input-type` (from `node -e`) refuses to start.
+ */
+export function workerExecArgv(argv: readonly string[] = process.execArgv): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (/^--input-type(=|$)/.test(a)) {
+      if (a === '--input-type') i++;
+      continue;
+    }
+    if (a === '-e' || a === '--eval' || a === '-p' || a === '--print') {
+      i++;
+      continue;
+    }
+    if (/^--(eval|print)=/.test(a) || a === '-i' || a === '--interactive') continue;
+    out.push(a);
+  }
+  return out;
 }
 
 function sleep(ms: number): Promise<void> {
