@@ -3,6 +3,7 @@
 #include <napi.h>
 
 #include "args.h"
+#include "comm/communicator.h"
 #include "device/buffer.h"
 #include "device/event.h"
 #include "device/registry.h"
@@ -160,6 +161,7 @@ Napi::Object ModuleInit(Napi::Env env, Napi::Object exports) {
   exports.Set("importBuffer", Napi::Function::New<ImportBuffer>(env, "importBuffer"));
   exports.Set("hostMemory", Napi::Function::New<HostMemory>(env, "hostMemory"));
   exports.Set("cpuFeatures", Napi::Function::New<CpuFeatures>(env, "cpuFeatures"));
+  InitComm(env, exports);  // after EnvData::Install: its cleanup hook must run after ours
   exports.Set("setMatmulKernel", Napi::Function::New<SetMatmulKernel>(env, "setMatmulKernel"));
   return exports;
 }

@@ -16,6 +16,11 @@ inline constexpr const char* kInvalidArgument = "ASCENT_INVALID_ARGUMENT";
 inline constexpr const char* kDeviceOOM = "ASCENT_DEVICE_OOM";
 inline constexpr const char* kStreamError = "ASCENT_STREAM_ERROR";
 inline constexpr const char* kTimeout = "ASCENT_TIMEOUT";
+// Communicators (native/comm/): constructed on stream threads, surfaced through completions.
+inline constexpr const char* kCollectiveMismatch = "ASCENT_COLLECTIVE_MISMATCH";
+inline constexpr const char* kCollectiveTimeout = "ASCENT_COLLECTIVE_TIMEOUT";
+inline constexpr const char* kCommAborted = "ASCENT_COMM_ABORTED";
+inline constexpr const char* kP2PDeadlock = "ASCENT_P2P_DEADLOCK";
 
 struct Detail {
   std::string key;

@@ -79,6 +79,35 @@ export class RankFailedError extends AscentError {
 }
 
 /**
+ * Ranks disagreed at a collective's rendezvous (op, dtype, count, reduce op, root,
+ * or allToAllV / send-recv sizes). Raised on every participating rank; the message
+ * names both fingerprints and which ranks hold each.
+ */
+export class CollectiveMismatchError extends AscentError {
+  override readonly code = 'ASCENT_COLLECTIVE_MISMATCH';
+}
+
+/**
+ * A collective, P2P op or communicator init passed its deadline (HCCL_EXEC_TIMEOUT /
+ * HCCL_CONNECT_TIMEOUT or the per-communicator override). The message lists the
+ * ranks that arrived, the ranks missing and each rank's last enqueued / started /
+ * completed op, then the flight-recorder dump path.
+ */
+export class CollectiveTimeoutError extends AscentError {
+  override readonly code = 'ASCENT_COLLECTIVE_TIMEOUT';
+}
+
+/** The communicator was aborted (by an error, abort(), or a rank's worker exiting); names the cause. */
+export class CommAbortedError extends AscentError {
+  override readonly code = 'ASCENT_COMM_ABORTED';
+}
+
+/** Ranks blocked in plain send/recv wait for each other in a cycle; names the cycle. */
+export class P2PDeadlockError extends AscentError {
+  override readonly code = 'ASCENT_P2P_DEADLOCK';
+}
+
+/**
  * An error raised in another thread whose class is not known here. Keeps the
  * original class name in `remoteName` and the original code in `code`.
  */
@@ -112,6 +141,10 @@ for (const cls of [
   ActorAbortedError,
   ConfigError,
   RankFailedError,
+  CollectiveMismatchError,
+  CollectiveTimeoutError,
+  CommAbortedError,
+  P2PDeadlockError,
 ]) {
   registerErrorClass(cls);
 }

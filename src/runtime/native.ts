@@ -87,7 +87,56 @@ export interface NativeDeviceStats {
   totalAllocs: number;
 }
 
-export interface NativeBinding {
+// ---- communicators (native/comm/communicator.cc; owned by the comm layer, src/runtime/comm.ts) ----
+
+/**
+ * One rank's communicator. Counts are per rank (NCCL convention), offsets in
+ * bytes, dtype codes from DTYPE_CODE, reduce op codes 0 sum, 1 prod, 2 max, 3 min,
+ * 4 avg. Every enqueue returns the stream op's seq; `token` completes when the op
+ * ran (with the op's own error class on failure).
+ */
+export interface NativeCommunicator {
+  readonly rank: number;
+  /** 0 for the result of split() with color -1. */
+  readonly size: number;
+  readonly device: number;
+  /** 32 hex digits; '' before init. */
+  readonly id: string;
+  readonly aborted: boolean;
+  readonly destroyed: boolean;
+  abortCause(): Error | null;
+  allReduce(send: NativeBuffer, sendOffset: number, recv: NativeBuffer, recvOffset: number, count: number, dtype: number, op: number, stream: NativeStream, token: number): number;
+  broadcast(send: NativeBuffer, sendOffset: number, recv: NativeBuffer, recvOffset: number, count: number, dtype: number, root: number, stream: NativeStream, token: number): number;
+  allGather(send: NativeBuffer, sendOffset: number, recv: NativeBuffer, recvOffset: number, count: number, dtype: number, stream: NativeStream, token: number): number;
+  reduceScatter(send: NativeBuffer, sendOffset: number, recv: NativeBuffer, recvOffset: number, count: number, dtype: number, op: number, stream: NativeStream, token: number): number;
+  allToAll(send: NativeBuffer, sendOffset: number, recv: NativeBuffer, recvOffset: number, count: number, dtype: number, stream: NativeStream, token: number): number;
+  allToAllV(send: NativeBuffer, sendOffset: number, sendCounts: number[], sendDispls: number[], recv: NativeBuffer, recvOffset: number, recvCounts: number[], recvDispls: number[], dtype: number, stream: NativeStream, token: number): number;
+  barrier(stream: NativeStream, token: number): number;
+  /** Inside a group returns 0 and enqueues nothing (groupEnd enqueues the group). */
+  send(buf: NativeBuffer, offset: number, count: number, dtype: number, peer: number, stream: NativeStream, token: number): number;
+  recv(buf: NativeBuffer, offset: number, count: number, dtype: number, peer: number, stream: NativeStream, token: number): number;
+  groupStart(): void;
+  /** 0 when nothing was enqueued (nested, or empty group): the token is then unused. */
+  groupEnd(token: number): number;
+  /** The child is usable once `token` completed; size 0 when color is -1. */
+  split(color: number, key: number, connectTimeoutMs: number, execTimeoutMs: number, traceDir: string, token: number): NativeCommunicator;
+  abort(reason: string): void;
+  destroy(): void;
+  /** Flight-recorder JSON of every rank (format: native/comm/dump.cc). */
+  flightRecord(): string;
+}
+
+export interface NativeCommBinding {
+  readonly Communicator: new () => NativeCommunicator;
+  commUniqueId(): string;
+  /** The communicator is usable once `token` completed (all ranks joined). */
+  commInitRank(uniqueId: string, nranks: number, rank: number, device: number, connectTimeoutMs: number, execTimeoutMs: number, traceDir: string, token: number): NativeCommunicator;
+  commAbortById(id: string, reason: string): boolean;
+}
+
+// ---- end of communicators ----
+
+export interface NativeBinding extends NativeCommBinding {
   readonly Buffer: new () => NativeBuffer;
   readonly Stream: new (device: number) => NativeStream;
   readonly Event: new (device: number) => NativeEvent;

@@ -1,0 +1,265 @@
+#include "comm/collectives.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "comm/reduce.h"
+
+namespace ascent {
+namespace comm {
+namespace {
+
+struct Ctx {
+  CommGroup& g;
+  int rank;
+  int P;
+  Desc& d;
+  size_t es;    // element size
+  int parity;   // seq & 1: which descriptor / staging buffer of each slot
+  WaitSite site;
+  Clock::time_point deadline;
+
+  const Desc& peer(int q) { return g.slot(q).desc[parity]; }
+  void Barrier(const char* phase) {
+    site.phase = phase;
+    g.Barrier(site, deadline);
+  }
+};
+
+// Elements per rank's chunk in the two-phase all-reduce: ceil(count / P) rounded up
+// to a whole cache line so no two ranks write the same line.
+uint64_t ChunkElems(uint64_t count, int P, size_t es) {
+  uint64_t line = 64 / es;
+  uint64_t c = (count + P - 1) / P;
+  return (c + line - 1) / line * line;
+}
+
+bool SmallAllReduce(const Desc& d) { return d.count * DTypeSize(d.dtype) <= kStagingBytes; }
+
+// Step 3.
+void CheckFingerprints(Ctx& c) {
+  bool same = true;
+  for (int q = 0; q < c.P; ++q) same = same && c.peer(q).fingerprint == c.d.fingerprint;
+  if (same) return;
+  // Group ranks by what they called; the largest group first (ties: lowest rank).
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (int q = 0; q < c.P; ++q) {
+    const std::string& fp = c.peer(q).fingerprint;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& e) { return e.first == fp; });
+    if (it == groups.end()) {
+      groups.push_back({fp, {q}});
+    } else {
+      it->second.push_back(q);
+    }
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](auto& a, auto& b) { return a.second.size() > b.second.size(); });
+  std::string msg = "Collective mismatch on communicator " + c.g.short_id() + " at seq " + std::to_string(c.d.seq) +
+                    ": " + RanksPhrase(groups[0].second) + " called " + groups[0].first;
+  for (size_t i = 1; i < groups.size(); ++i) {
+    msg += std::string(i == 1 ? " but " : ", and ") + RanksPhrase(groups[i].second) + " called " + groups[i].first;
+  }
+  msg += ".\nHINT: every rank must issue the same collectives, with the same dtype, count, reduce op and root, in "
+         "the same order on a communicator.";
+  ErrorInfo info{kCollectiveMismatch, msg,
+                 {Num("seq", static_cast<double>(c.d.seq)), Str("expected", groups[0].first),
+                  Str("expectedRanks", RankList(groups[0].second)), Str("actual", groups[1].first),
+                  Str("actualRanks", RankList(groups[1].second))}};
+  c.g.Abort(std::move(info), c.d.seq, true);
+  c.g.ThrowAborted(c.rank, c.d.seq, c.d.fingerprint);
+}
+
+// allToAllV: rank q's sendCounts[r] must equal rank r's recvCounts[q].
+void CheckAllToAllVCounts(Ctx& c) {
+  for (int q = 0; q < c.P; ++q) {
+    for (int r = 0; r < c.P; ++r) {
+      uint64_t s = c.peer(q).send_counts[r], rc = c.peer(r).recv_counts[q];
+      if (s == rc) continue;
+      ErrorInfo info{kCollectiveMismatch,
+                     "Collective mismatch on communicator " + c.g.short_id() + " at seq " + std::to_string(c.d.seq) +
+                         ": allToAllV counts disagree: rank " + std::to_string(q) + " sends " + std::to_string(s) +
+                         " elements to rank " + std::to_string(r) + " (sendCounts[" + std::to_string(r) +
+                         "]) but rank " + std::to_string(r) + " expects " + std::to_string(rc) + " from rank " +
+                         std::to_string(q) + " (recvCounts[" + std::to_string(q) +
+                         "]).\nHINT: rank q's sendCounts[r] must equal rank r's recvCounts[q] for every pair.",
+                     {Num("seq", static_cast<double>(c.d.seq)), Num("sender", q), Num("receiver", r),
+                      Num("sendCount", static_cast<double>(s)), Num("recvCount", static_cast<double>(rc))}};
+      c.g.Abort(std::move(info), c.d.seq, true);
+      c.g.ThrowAborted(c.rank, c.d.seq, c.d.fingerprint);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- algorithms (step 4-5)
+
+// Small all-reduce, one barrier: every rank staged its input in its slot (step 1),
+// so after the arrival barrier each rank reduces all P stagings into its output.
+// The stagings stay valid until everyone reached the next seq's barrier.
+void AllReduceSmall(Ctx& c) {
+  std::vector<const uint8_t*> in(c.P);
+  for (int q = 0; q < c.P; ++q) in[q] = c.g.slot(q).staging[c.parity];
+  Reduce(c.d.recv, in.data(), c.P, c.d.count, c.d.dtype, c.d.red, c.P);
+}
+
+// Large all-reduce: reduce-scatter then all-gather over cache-line-aligned chunks.
+void AllReduceLarge(Ctx& c) {
+  const uint64_t chunk = ChunkElems(c.d.count, c.P, c.es);
+  auto range = [&](int q, uint64_t* lo, uint64_t* n) {
+    *lo = std::min<uint64_t>(c.d.count, q * chunk);
+    *n = std::min<uint64_t>(c.d.count, *lo + chunk) - *lo;
+  };
+  // 4a. Reduce my chunk from every rank's input, in rank order (deterministic and
+  //     identical on every rank), into my output chunk. In place is safe: peers
+  //     read only their own chunk of my buffer.
+  uint64_t lo, n;
+  range(c.rank, &lo, &n);
+  std::vector<const uint8_t*> in(c.P);
+  for (int q = 0; q < c.P; ++q) in[q] = c.peer(q).send + lo * c.es;
+  Reduce(c.d.recv + lo * c.es, in.data(), c.P, n, c.d.dtype, c.d.red, c.P);
+  // 4b. Every chunk is final.
+  c.Barrier("reduce-scatter barrier");
+  // 4c. Gather the other ranks' final chunks.
+  for (int q = 0; q < c.P; ++q) {
+    if (q == c.rank) continue;
+    range(q, &lo, &n);
+    if (n) std::memcpy(c.d.recv + lo * c.es, c.peer(q).recv + lo * c.es, n * c.es);
+  }
+  // 5. Peers may still be reading my output chunk.
+  c.Barrier("departure barrier");
+}
+
+void Broadcast(Ctx& c) {
+  const uint64_t bytes = c.d.count * c.es;
+  const Desc& root = c.peer(c.d.root);
+  if (bytes != 0) {
+    if (c.rank != c.d.root) {
+      std::memcpy(c.d.recv, root.send, bytes);
+    } else if (c.d.send != c.d.recv) {
+      std::memmove(c.d.recv, c.d.send, bytes);
+    }
+  }
+  c.Barrier("departure barrier");  // the root's input is read until here
+}
+
+void AllGather(Ctx& c) {
+  const uint64_t bytes = c.d.count * c.es;
+  for (int q = 0; q < c.P; ++q) {
+    uint8_t* dst = c.d.recv + q * bytes;
+    const uint8_t* src = c.peer(q).send;
+    if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
+  }
+  c.Barrier("departure barrier");
+}
+
+void ReduceScatter(Ctx& c) {
+  const uint64_t off = c.rank * c.d.count * c.es;
+  std::vector<const uint8_t*> in(c.P);
+  for (int q = 0; q < c.P; ++q) in[q] = c.peer(q).send + off;
+  Reduce(c.d.recv, in.data(), c.P, c.d.count, c.d.dtype, c.d.red, c.P);
+  c.Barrier("departure barrier");
+}
+
+void AllToAll(Ctx& c) {
+  const uint64_t bytes = c.d.count * c.es;
+  for (int q = 0; q < c.P; ++q) {
+    if (bytes != 0) std::memcpy(c.d.recv + q * bytes, c.peer(q).send + c.rank * bytes, bytes);
+  }
+  c.Barrier("departure barrier");
+}
+
+void AllToAllV(Ctx& c) {
+  CheckAllToAllVCounts(c);
+  for (int q = 0; q < c.P; ++q) {
+    const Desc& p = c.peer(q);
+    uint64_t n = c.d.recv_counts[q];
+    if (n != 0) std::memcpy(c.d.recv + c.d.recv_displs[q] * c.es, p.send + p.send_displs[c.rank] * c.es, n * c.es);
+  }
+  c.Barrier("departure barrier");
+}
+
+// MPI_Comm_split: ranks of one color, ordered by (key, parent rank).
+void Split(Ctx& c, SplitResult* out) {
+  out->color = c.d.color;
+  if (c.d.color < 0) return;
+  std::vector<std::pair<int, int>> members;  // (key, parent rank)
+  for (int q = 0; q < c.P; ++q) {
+    if (c.peer(q).color == c.d.color) members.push_back({c.peer(q).key, q});
+  }
+  std::sort(members.begin(), members.end());
+  out->new_size = static_cast<int>(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].second == c.rank) out->new_rank = static_cast<int>(i);
+  }
+}
+
+// Bytes of `d.send` an in-place all-to-all(v) reads: snapshot them before posting.
+uint64_t SendExtent(const Desc& d, int P) {
+  if (d.op == CollOp::kAllToAll) return static_cast<uint64_t>(P) * d.count * DTypeSize(d.dtype);
+  uint64_t end = 0;
+  for (int q = 0; q < P; ++q) end = std::max(end, d.send_displs[q] + d.send_counts[q]);
+  return end * DTypeSize(d.dtype);
+}
+
+bool Overlap(const uint8_t* a, uint64_t an, const uint8_t* b, uint64_t bn) { return an && bn && a < b + bn && b < a + an; }
+
+uint64_t RecvExtent(const Desc& d, int P) {
+  if (d.op == CollOp::kAllToAll) return static_cast<uint64_t>(P) * d.count * DTypeSize(d.dtype);
+  uint64_t end = 0;
+  for (int q = 0; q < P; ++q) end = std::max(end, d.recv_displs[q] + d.recv_counts[q]);
+  return end * DTypeSize(d.dtype);
+}
+
+}  // namespace
+
+void RunCollective(CommGroup& g, int rank, Desc& d, Clock::time_point deadline, double timeout_ms,
+                   SplitResult* split) {
+  Ctx c{g, rank, g.nranks(), d, DTypeSize(d.dtype), static_cast<int>(d.seq & 1),
+        WaitSite{rank, d.seq, d.fingerprint, "arrival barrier", timeout_ms}, deadline};
+  if (g.aborted()) g.ThrowAborted(rank, d.seq, d.fingerprint);
+
+  // Step 0: collectives of one rank run in seq order.
+  c.site.phase = "wait for the previous collective";
+  g.WaitPrevious(c.site, deadline);
+
+  // Step 1: prepare and post.
+  std::vector<uint8_t> snapshot;  // lives until the departure barrier
+  if (d.op == CollOp::kAllReduce && SmallAllReduce(d)) {
+    if (d.count) std::memcpy(g.slot(rank).staging[c.parity], d.send, d.count * c.es);
+  } else if (d.op == CollOp::kAllToAll || d.op == CollOp::kAllToAllV) {
+    uint64_t sn = SendExtent(d, c.P);
+    if (Overlap(d.send, sn, d.recv, RecvExtent(d, c.P))) {
+      snapshot.assign(d.send, d.send + sn);
+      d.send = snapshot.data();
+    }
+  }
+  g.slot(rank).desc[c.parity] = d;
+
+  // Step 2: arrival barrier.
+  c.Barrier("arrival barrier");
+
+  // Step 3: fingerprints.
+  CheckFingerprints(c);
+
+  // Steps 4-5.
+  switch (d.op) {
+    case CollOp::kAllReduce:
+      if (SmallAllReduce(d)) {
+        AllReduceSmall(c);
+      } else {
+        AllReduceLarge(c);
+      }
+      break;
+    case CollOp::kBroadcast: Broadcast(c); break;
+    case CollOp::kAllGather: AllGather(c); break;
+    case CollOp::kReduceScatter: ReduceScatter(c); break;
+    case CollOp::kAllToAll: AllToAll(c); break;
+    case CollOp::kAllToAllV: AllToAllV(c); break;
+    case CollOp::kBarrier: break;
+    case CollOp::kSplit: Split(c, split); break;
+  }
+  g.MarkDone(rank, d.seq);
+}
+
+}  // namespace comm
+}  // namespace ascent

@@ -1,0 +1,33 @@
+// The collective algorithms. Each is written once against three primitives: the
+// group barrier, direct reads of peers' posted device pointers, and Reduce(). Every
+// collective runs the same frame (RunCollective):
+//   0. wait until this rank's previous collective completed (seq order);
+//   1. prepare (stage small inputs / snapshot in-place all-to-all inputs) and post
+//      the descriptor to this rank's slot;
+//   2. arrival barrier (deadline = exec timeout);
+//   3. compare every rank's fingerprint: any difference -> CollectiveMismatchError
+//      on every rank, naming both fingerprints and which ranks hold each;
+//   4. move the data (op-specific, below);
+//   5. departure barrier where a peer may still read this rank's buffers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/group.h"
+
+namespace ascent {
+namespace comm {
+
+struct SplitResult {
+  int color = -1;
+  int new_rank = -1;
+  int new_size = 0;
+};
+
+void RunCollective(CommGroup& g, int rank, Desc& d, Clock::time_point deadline, double timeout_ms,
+                   SplitResult* split = nullptr);
+
+}  // namespace comm
+}  // namespace ascent

@@ -1,0 +1,355 @@
+#include "comm/group.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "comm/p2p.h"
+
+namespace ascent {
+namespace comm {
+
+const char* CollOpName(CollOp op) {
+  switch (op) {
+    case CollOp::kAllReduce: return "allReduce";
+    case CollOp::kBroadcast: return "broadcast";
+    case CollOp::kAllGather: return "allGather";
+    case CollOp::kReduceScatter: return "reduceScatter";
+    case CollOp::kAllToAll: return "allToAll";
+    case CollOp::kAllToAllV: return "allToAllV";
+    case CollOp::kBarrier: return "barrier";
+    case CollOp::kSplit: return "split";
+  }
+  return "?";
+}
+
+const char* RedOpName(RedOp op) {
+  switch (op) {
+    case RedOp::kSum: return "sum";
+    case RedOp::kProd: return "prod";
+    case RedOp::kMax: return "max";
+    case RedOp::kMin: return "min";
+    case RedOp::kAvg: return "avg";
+  }
+  return "?";
+}
+
+std::string Fingerprint(const Desc& d) {
+  std::string s = CollOpName(d.op);
+  switch (d.op) {
+    case CollOp::kBarrier:
+    case CollOp::kSplit:
+      return s + "()";
+    case CollOp::kAllToAllV:
+      return s + "(" + DTypeName(d.dtype) + ")";
+    case CollOp::kAllReduce:
+    case CollOp::kReduceScatter:
+      return s + "(" + DTypeName(d.dtype) + ", count=" + std::to_string(d.count) + ", op=" + RedOpName(d.red) + ")";
+    case CollOp::kBroadcast:
+      return s + "(" + DTypeName(d.dtype) + ", count=" + std::to_string(d.count) + ", root=" + std::to_string(d.root) + ")";
+    default:
+      return s + "(" + DTypeName(d.dtype) + ", count=" + std::to_string(d.count) + ")";
+  }
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+std::string RanksPhrase(const std::vector<int>& ranks) {
+  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
+  return "ranks " + RankList(ranks);
+}
+
+Slot::Slot() {
+  for (auto& s : staging) s = static_cast<uint8_t*>(std::aligned_alloc(64, kStagingBytes));
+}
+
+Slot::~Slot() {
+  for (auto& s : staging) std::free(s);
+}
+
+CommGroup::CommGroup(std::string id, int nranks, std::string trace_dir)
+    : id_(std::move(id)), nranks_(nranks), trace_dir_(std::move(trace_dir)), p2p_(new P2PState(nranks)),
+      created_ms_(WallMs()) {
+  for (int r = 0; r < nranks; ++r) slots_.emplace_back(new Slot());
+}
+
+CommGroup::~CommGroup() = default;
+
+// ---------------------------------------------------------------- barrier
+
+void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline) {
+  Slot& me = slot(site.rank);
+  uint64_t my_epoch = me.epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
+  // Read the generation before arriving: it cannot advance until we arrive.
+  uint32_t g = gen_.load(std::memory_order_acquire);
+  if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(nranks_)) {
+    count_.store(0, std::memory_order_relaxed);
+    Bump(&gen_);  // release: the reset above is visible to whoever sees the new generation
+    return;
+  }
+  bool passed = WaitWord(&gen_, deadline, [&] { return aborted() || gen_.load(std::memory_order_acquire) != g; });
+  // abort() bumps the generation too, so check the flag first.
+  if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
+  if (passed) return;
+  std::vector<int> arrived, missing;
+  for (int r = 0; r < nranks_; ++r) {
+    (slot(r).epoch.load(std::memory_order_acquire) >= my_epoch ? arrived : missing).push_back(r);
+  }
+  ThrowTimeout(site, arrived, missing,
+               "every rank must issue the same collectives in the same order on this communicator; " +
+                   RanksPhrase(missing) + (missing.size() == 1 ? " has" : " have") + " not reached seq " +
+                   std::to_string(site.seq) + " (see the last ops above).");
+}
+
+void CommGroup::WaitPrevious(const WaitSite& site, Clock::time_point deadline) {
+  Slot& me = slot(site.rank);
+  uint64_t want = site.seq - 1;
+  bool ok = WaitWord(&me.done_word, deadline,
+                     [&] { return aborted() || me.done_seq.load(std::memory_order_acquire) >= want; });
+  if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
+  if (ok) return;
+  WaitSite s = site;
+  s.phase = "waiting for this rank's previous collective #" + std::to_string(want) + " (on another stream)";
+  ThrowTimeout(s, {}, {site.rank},
+               "a rank's collectives on one communicator run in seq order; order the streams with events.");
+}
+
+void CommGroup::MarkDone(int rank, uint64_t seq) {
+  Slot& s = slot(rank);
+  s.done_seq.store(seq, std::memory_order_release);
+  Bump(&s.done_word);
+}
+
+// ---------------------------------------------------------------- abort
+
+void CommGroup::WakeAll() {
+  Bump(&gen_);
+  Bump(&join_word);
+  Bump(&p2p_->word);
+  for (auto& s : slots_) Bump(&s->done_word);
+}
+
+ErrorInfo CommGroup::Abort(ErrorInfo info, uint64_t seq, bool dump) {
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    if (aborted_.load(std::memory_order_acquire)) return cause_;
+    cause_ = std::move(info);
+    cause_seq_ = seq;
+    cause_.details.push_back(Str("communicator", id_));
+    if (dump) {
+      std::string path = WriteDump();
+      if (!path.empty()) {
+        dump_path_ = path;
+        cause_.message += "\nFlight recorder: " + path + "\nHINT: run `npx ascent trace " + trace_dir_ + "`";
+        cause_.details.push_back(Str("flightRecorder", path));
+      } else {
+        cause_.message += "\n(The flight recorder could not be written to " + trace_dir_ + ".)";
+      }
+    }
+    aborted_.store(true, std::memory_order_release);
+  }
+  WakeAll();
+  return cause();
+}
+
+ErrorInfo CommGroup::cause() {
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  return cause_;
+}
+
+uint64_t CommGroup::cause_seq() {
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  return cause_seq_;
+}
+
+std::string CommGroup::dump_path() {
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  return dump_path_;
+}
+
+void CommGroup::ThrowAborted(int rank, uint64_t seq, const std::string& what) {
+  ErrorInfo c;
+  uint64_t cs;
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    c = cause_;
+    cs = cause_seq_;
+  }
+  if (cs != 0 && cs == seq) throw AscentException(c);
+  ErrorInfo e{kCommAborted,
+              "Communicator " + short_id() + " was aborted, so rank " + std::to_string(rank) + "'s " + what +
+                  (seq != 0 && seq != kNoSeq ? " (seq " + std::to_string(seq) + ")" : "") +
+                  " cannot run. Cause: " + c.message,
+              {Str("communicator", id_), Num("rank", rank), Num("seq", seq == kNoSeq ? 0 : static_cast<double>(seq)), Str("op", what),
+               Str("causeCode", c.code), Str("causeMessage", c.message)}};
+  throw AscentException(std::move(e));
+}
+
+bool CommGroup::AnyInFlight() {
+  for (auto& s : slots_) {
+    if (s->recorder.in_flight() != 0) return true;
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------- reports
+
+std::string CommGroup::RankLines(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) {
+    FlightRecorder& fr = slot(r).recorder;
+    out += "\n  rank " + std::to_string(r) + ": last enqueued " + fr.last_enqueued().Describe() + ", started " +
+           fr.last_started().Describe() + ", completed " + fr.last_completed().Describe();
+  }
+  return out;
+}
+
+void CommGroup::ThrowTimeout(const WaitSite& site, const std::vector<int>& arrived, const std::vector<int>& missing,
+                             const std::string& hint) {
+  std::vector<int> all;
+  for (int r = 0; r < nranks_; ++r) all.push_back(r);
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.0f", site.timeout_ms);
+  std::string msg = "Collective timeout on communicator " + short_id() +
+                    (site.seq ? " at seq " + std::to_string(site.seq) : std::string()) + ": " + site.what +
+                    " on rank " + std::to_string(site.rank) + " waited " + ms + " ms in the " + site.phase + ".";
+  if (!arrived.empty()) msg += "\n  arrived: " + RanksPhrase(arrived);
+  if (!missing.empty()) msg += "\n  missing: " + RanksPhrase(missing);
+  msg += RankLines(all);
+  msg += "\nHINT: " + hint;
+  std::string missing_s = RankList(missing), arrived_s = RankList(arrived);
+  ErrorInfo info{kCollectiveTimeout, msg,
+                 {Str("communicator", id_), Num("seq", static_cast<double>(site.seq)), Str("op", site.what),
+                  Str("arrived", arrived_s), Str("missing", missing_s), Num("timeoutMs", site.timeout_ms),
+                  Num("rank", site.rank)}};
+  Abort(std::move(info), site.seq == 0 ? kNoSeq : site.seq, true);
+  ThrowAborted(site.rank, site.seq == 0 ? kNoSeq : site.seq, site.what);
+}
+
+// ---------------------------------------------------------------- table
+
+GroupTable& GroupTable::Get() {
+  static GroupTable* table = new GroupTable();
+  return *table;
+}
+
+std::shared_ptr<CommGroup> GroupTable::Join(const std::string& id, int nranks, int rank, int device,
+                                            const std::string& trace_dir) {
+  std::shared_ptr<CommGroup> g;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<std::string, std::weak_ptr<CommGroup>>> live;
+    for (auto& e : groups_) {
+      std::shared_ptr<CommGroup> p = e.second.lock();
+      if (!p) continue;
+      if (e.first == id) g = p;
+      live.push_back(std::move(e));
+    }
+    groups_.swap(live);
+    if (!g) {
+      if (rank < 0 || rank >= nranks) {
+        ThrowInvalidArgument("Expected rank in [0, " + std::to_string(nranks) + ") for communicator " +
+                                 id.substr(0, 8) + "\u2026 but received " + std::to_string(rank) + ".",
+                             {Num("rank", rank), Num("nranks", nranks)});
+      }
+      g = std::make_shared<CommGroup>(id, nranks, trace_dir);
+      groups_.emplace_back(id, g);
+    }
+  }
+  if (g->nranks() != nranks) {
+    ThrowInvalidArgument("Rank " + std::to_string(rank) + " called initRank with nranks=" + std::to_string(nranks) +
+                             " but an earlier rank of communicator " + g->short_id() + " said nranks=" +
+                             std::to_string(g->nranks()) + ". HINT: every rank must pass the same nranks.",
+                         {Num("rank", rank), Num("nranks", nranks), Num("expectedNranks", g->nranks())});
+  }
+  if (rank < 0 || rank >= nranks) {
+    ThrowInvalidArgument("Expected rank in [0, " + std::to_string(nranks) + ") for communicator " + g->short_id() +
+                             " but received " + std::to_string(rank) + ".",
+                         {Num("rank", rank), Num("nranks", nranks)});
+  }
+  g->AddRank(rank, device);
+  return g;
+}
+
+std::shared_ptr<CommGroup> GroupTable::Find(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& e : groups_) {
+    if (e.first == id) {
+      if (auto p = e.second.lock()) return p;
+    }
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- rendezvous
+
+void CommGroup::AddRank(int rank, int device) {
+  {
+    std::lock_guard<std::mutex> lock(join_mu_);
+    Slot& s = slot(rank);
+    if (s.joined) {
+      ThrowInvalidArgument("Rank " + std::to_string(rank) + " joined communicator " + short_id() +
+                               " twice (first from device " + std::to_string(s.device) + ", now from device " +
+                               std::to_string(device) + "). HINT: give every rank a distinct rank number.",
+                           {Num("rank", rank), Num("device", device), Num("firstDevice", s.device)});
+    }
+    if (aborted()) {
+      ErrorInfo c = cause();
+      throw AscentException(ErrorInfo{kCommAborted,
+                                      "Communicator " + short_id() + " was aborted before rank " +
+                                          std::to_string(rank) + " joined. Cause: " + c.message,
+                                      {Str("communicator", id_), Num("rank", rank), Str("causeCode", c.code)}});
+    }
+    s.joined = true;
+    s.device = device;
+    ++joined_;
+  }
+  Bump(&join_word);
+}
+
+std::vector<int> CommGroup::JoinedRanks() {
+  std::lock_guard<std::mutex> lock(join_mu_);
+  std::vector<int> out;
+  for (int r = 0; r < nranks_; ++r) {
+    if (slot(r).joined) out.push_back(r);
+  }
+  return out;
+}
+
+void CommGroup::WaitAllJoined(int rank, Clock::time_point deadline, double timeout_ms) {
+  auto all = [&] {
+    std::lock_guard<std::mutex> lock(join_mu_);
+    return joined_ == nranks_;
+  };
+  bool ok = WaitWord(&join_word, deadline, [&] { return aborted() || all(); });
+  if (aborted()) ThrowAborted(rank, kNoSeq, "initRank");
+  if (ok) return;
+  std::vector<int> joined = JoinedRanks(), missing;
+  for (int r = 0, j = 0; r < nranks_; ++r) {
+    if (j < static_cast<int>(joined.size()) && joined[j] == r) {
+      ++j;
+    } else {
+      missing.push_back(r);
+    }
+  }
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.0f", timeout_ms);
+  std::string msg = "Communicator init timed out on communicator " + short_id() + ": rank " + std::to_string(rank) +
+                    " waited " + ms + " ms (connectTimeoutMs / HCCL_CONNECT_TIMEOUT) but only " +
+                    std::to_string(joined.size()) + " of " + std::to_string(nranks_) + " ranks joined.\n  joined: " +
+                    RanksPhrase(joined) + "\n  missing: " + RanksPhrase(missing) + "\nHINT: every rank must call " +
+                    "Communicator.initRank() with the same uniqueId and nranks; check that " + RanksPhrase(missing) +
+                    " started and did not fail before init.";
+  Abort(ErrorInfo{kCollectiveTimeout, msg,
+                  {Str("op", "initRank"), Str("joined", RankList(joined)), Str("missing", RankList(missing)),
+                   Num("timeoutMs", timeout_ms), Num("rank", rank)}},
+        kNoSeq, true);
+  ThrowAborted(rank, kNoSeq, "initRank");
+}
+
+}  // namespace comm
+}  // namespace ascent

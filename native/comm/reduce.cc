@@ -1,0 +1,102 @@
+#include "comm/reduce.h"
+
+#include <type_traits>
+
+namespace ascent {
+namespace comm {
+namespace {
+
+// Elements per block: the fp32 accumulator stays in L1 (8 KiB).
+constexpr uint64_t kBlock = 2048;
+
+template <typename A, RedOp R>
+inline A Combine(A a, A b) {
+  if constexpr (R == RedOp::kSum || R == RedOp::kAvg) {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+    } else {
+      return a + b;
+    }
+  } else if constexpr (R == RedOp::kProd) {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
+    } else {
+      return a * b;
+    }
+  } else if constexpr (R == RedOp::kMax) {
+    return b > a ? b : a;
+  } else {
+    return b < a ? b : a;
+  }
+}
+
+template <DType D, RedOp R>
+void ReduceT(uint8_t* out_b, const uint8_t* const* in_b, int n, uint64_t count, int divisor) {
+  using T = typename DT<D>::T;
+  constexpr bool kFloat = D == DType::kF32 || D == DType::kBF16 || D == DType::kF16;
+  using A = std::conditional_t<kFloat, float, T>;
+  T* out = reinterpret_cast<T*>(out_b);
+  A acc[kBlock];
+  for (uint64_t base = 0; base < count; base += kBlock) {
+    const uint64_t m = count - base < kBlock ? count - base : kBlock;
+    const T* first = reinterpret_cast<const T*>(in_b[0]) + base;
+    if constexpr (kFloat && D != DType::kF32) {
+      for (uint64_t i = 0; i < m; ++i) acc[i] = DT<D>::Load(first[i]);
+    } else {
+      for (uint64_t i = 0; i < m; ++i) acc[i] = first[i];
+    }
+    for (int k = 1; k < n; ++k) {
+      const T* src = reinterpret_cast<const T*>(in_b[k]) + base;
+      if constexpr (kFloat && D != DType::kF32) {
+        for (uint64_t i = 0; i < m; ++i) acc[i] = Combine<A, R>(acc[i], DT<D>::Load(src[i]));
+      } else {
+        for (uint64_t i = 0; i < m; ++i) acc[i] = Combine<A, R>(acc[i], src[i]);
+      }
+    }
+    if constexpr (R == RedOp::kAvg) {
+      if constexpr (kFloat) {
+        const float d = static_cast<float>(divisor);
+        for (uint64_t i = 0; i < m; ++i) acc[i] = acc[i] / d;
+      } else {
+        const A d = static_cast<A>(divisor);
+        for (uint64_t i = 0; i < m; ++i) acc[i] = acc[i] / d;
+      }
+    }
+    T* dst = out + base;
+    if constexpr (kFloat && D != DType::kF32) {
+      for (uint64_t i = 0; i < m; ++i) dst[i] = DT<D>::Store(acc[i]);
+    } else {
+      for (uint64_t i = 0; i < m; ++i) dst[i] = acc[i];
+    }
+  }
+}
+
+template <DType D>
+void ReduceD(uint8_t* out, const uint8_t* const* in, int n, uint64_t count, RedOp op, int divisor) {
+  switch (op) {
+    case RedOp::kSum: return ReduceT<D, RedOp::kSum>(out, in, n, count, divisor);
+    case RedOp::kProd: return ReduceT<D, RedOp::kProd>(out, in, n, count, divisor);
+    case RedOp::kMax: return ReduceT<D, RedOp::kMax>(out, in, n, count, divisor);
+    case RedOp::kMin: return ReduceT<D, RedOp::kMin>(out, in, n, count, divisor);
+    case RedOp::kAvg: return ReduceT<D, RedOp::kAvg>(out, in, n, count, divisor);
+  }
+}
+
+}  // namespace
+
+void Reduce(uint8_t* out, const uint8_t* const* in, int n, uint64_t count, DType dtype, RedOp op, int divisor) {
+  if (count == 0) return;
+  switch (dtype) {
+    case DType::kF32: return ReduceD<DType::kF32>(out, in, n, count, op, divisor);
+    case DType::kBF16: return ReduceD<DType::kBF16>(out, in, n, count, op, divisor);
+    case DType::kF16: return ReduceD<DType::kF16>(out, in, n, count, op, divisor);
+    case DType::kI32: return ReduceD<DType::kI32>(out, in, n, count, op, divisor);
+    case DType::kI64: return ReduceD<DType::kI64>(out, in, n, count, op, divisor);
+    case DType::kU8: return ReduceD<DType::kU8>(out, in, n, count, op, divisor);
+  }
+}
+
+}  // namespace comm
+}  // namespace ascent

@@ -1,0 +1,21 @@
+// Reduction kernel shared by every reducing algorithm: out = op(in[0], ..., in[n-1])
+// elementwise, folded in input order (rank order), so every rank that reduces the
+// same range computes bit-identical results. Floats accumulate in fp32 (bf16/fp16
+// are widened once and rounded once at the end); integers wrap like C unsigned
+// arithmetic; avg divides the sum by `divisor` (integers truncate toward zero).
+// `out` may alias any input: each block is fully accumulated before it is stored.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "comm/descriptor.h"
+#include "kernels/dtype.h"
+
+namespace ascent {
+namespace comm {
+
+void Reduce(uint8_t* out, const uint8_t* const* in, int n, uint64_t count, DType dtype, RedOp op, int divisor);
+
+}  // namespace comm
+}  // namespace ascent
