@@ -14,7 +14,9 @@ interface Run {
 }
 
 /** Runs `launch` as a user would; `hangGuardMs` only kills a hung run so the test fails instead of hanging. */
-function runLaunch(args: string[], opts: { hangGuardMs?: number; onStdout?: (chunk: string, child: ReturnType<typeof spawn>) => void } = {}): Promise<Run> {
+type OnChunk = (chunk: string, child: ReturnType<typeof spawn>) => void;
+
+function runLaunch(args: string[], opts: { hangGuardMs?: number; onStdout?: OnChunk; onStderr?: OnChunk } = {}): Promise<Run> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [LAUNCH, ...args], { cwd: ROOT, env: { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB' } });
     let stdout = '';
@@ -23,7 +25,10 @@ function runLaunch(args: string[], opts: { hangGuardMs?: number; onStdout?: (chu
       stdout += d;
       opts.onStdout?.(String(d), child);
     });
-    child.stderr.on('data', (d) => (stderr += d));
+    child.stderr.on('data', (d) => {
+      stderr += d;
+      opts.onStderr?.(String(d), child);
+    });
     const guard = setTimeout(() => child.kill('SIGKILL'), opts.hangGuardMs ?? 45_000);
     child.on('close', (code, signal) => {
       clearTimeout(guard);
@@ -93,15 +98,42 @@ describe('launch', () => {
 
   it('SIGTERM stops all ranks cleanly', async () => {
     let waiting = 0;
+    let signalled = false;
     const r = await runLaunch(['--nproc', '4', fx('forever.mjs')], {
       onStdout: (chunk, child) => {
         waiting += (chunk.match(/waiting/g) ?? []).length;
-        if (waiting === 4) child.kill('SIGTERM');
+        // Once: a second signal means "terminate now" (tested below).
+        if (waiting === 4 && !signalled) {
+          signalled = true;
+          child.kill('SIGTERM');
+        }
       },
     });
     expect(r.code).toBe(143);
     expect(r.stderr).toContain('SIGTERM received; stopping 4 ranks');
     expect((r.stdout.match(/stopping: launch is stopping the world/g) ?? []).length).toBe(4);
+  });
+
+  it('a second signal terminates at once', async () => {
+    let first = false;
+    let second = false;
+    // Signals sent back to back coalesce; the second goes once the first was seen.
+    const r = await runLaunch(['--nproc', '2', fx('forever.mjs'), 'slow-stop'], {
+      onStdout: (chunk, child) => {
+        if (chunk.includes('waiting') && !first) {
+          first = true;
+          child.kill('SIGINT');
+        }
+      },
+      onStderr: (chunk, child) => {
+        if (chunk.includes('SIGINT received') && !second) {
+          second = true;
+          child.kill('SIGINT');
+        }
+      },
+    });
+    expect(r.code).toBe(130);
+    expect(r.stderr).toContain('SIGINT again: terminating now');
   });
 
   it.each([
