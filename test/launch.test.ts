@@ -18,7 +18,9 @@ type OnChunk = (chunk: string, child: ReturnType<typeof spawn>) => void;
 
 function runLaunch(args: string[], opts: { hangGuardMs?: number; onStdout?: OnChunk; onStderr?: OnChunk } = {}): Promise<Run> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [LAUNCH, ...args], { cwd: ROOT, env: { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB' } });
+    const env: NodeJS.ProcessEnv = { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB' };
+    delete env.HCCL_CONNECT_TIMEOUT;
+    const child = spawn(process.execPath, [LAUNCH, ...args], { cwd: ROOT, env });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => {
@@ -53,7 +55,7 @@ describe('launch', () => {
     expect(new Set(reports.map((x) => x.rank)).size).toBe(16);
     for (const x of reports) {
       expect(x.prefix).toBe(x.rank);
-      expect(x).toMatchObject({ worldSize: 16, localRank: x.rank, envRank: String(x.rank), envWorld: '16', device: x.rank, args: ['--lr', '3e-4'] });
+      expect(x).toMatchObject({ worldSize: 16, localRank: x.rank, envRank: String(x.rank), envWorld: '16', device: x.rank, args: ['--lr', '3e-4'], hcclConnectTimeout: '120' });
     }
     for (let rank = 0; rank < 16; rank++) expect(r.stdout).toContain(`[rank ${rank}] echo(hi from ${rank}) from 15`);
   });
