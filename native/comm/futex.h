@@ -1,7 +1,10 @@
 // Futex wait / wake on a 32-bit atomic word (Linux). Every blocking wait in the
-// communicator layer goes through WaitWord: a brief spin (kSpin pauses), then the
-// kernel, bounded by a deadline. There are often more threads than cores (16 ranks
-// on 2 cores), so a waiter must never burn its core while its peers need it.
+// communicator layer goes through WaitWord: at most a brief spin (kSpin pauses),
+// then the kernel, bounded by a deadline. There are often more threads than cores
+// (16 ranks = 32 threads on 2 cores), so a waiter must never burn its core while its
+// peers need it: groups that oversubscribe the machine do not spin at all
+// (measured: a 16-rank barrier on 2 cores took 390 us with a 100-pause spin, 238 us
+// without).
 #pragma once
 
 #include <linux/futex.h>
@@ -52,8 +55,8 @@ inline bool FutexWait(std::atomic<uint32_t>* word, uint32_t expected, Clock::tim
 // Waits until done() is true. `word` is the futex the wakers bump after changing
 // the state done() reads. Returns false on deadline (done() still false).
 template <typename Done>
-bool WaitWord(std::atomic<uint32_t>* word, Clock::time_point deadline, Done&& done) {
-  for (int i = 0; i < kSpin; ++i) {
+bool WaitWord(std::atomic<uint32_t>* word, Clock::time_point deadline, int spin, Done&& done) {
+  for (int i = 0; i < spin; ++i) {
     if (done()) return true;
     CpuRelax();
   }

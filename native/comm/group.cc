@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <sstream>
+#include <thread>
 
 #include "comm/p2p.h"
 
@@ -71,7 +72,10 @@ Slot::~Slot() {
 }
 
 CommGroup::CommGroup(std::string id, int nranks, std::string trace_dir)
-    : id_(std::move(id)), nranks_(nranks), trace_dir_(std::move(trace_dir)), p2p_(new P2PState(nranks)),
+    : id_(std::move(id)),
+      nranks_(nranks),
+      spin_(2u * nranks <= std::thread::hardware_concurrency() ? kSpin : 0),
+      trace_dir_(std::move(trace_dir)), p2p_(new P2PState(nranks)),
       created_ms_(WallMs()) {
   for (int r = 0; r < nranks; ++r) slots_.emplace_back(new Slot());
 }
@@ -91,7 +95,7 @@ void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline) {
     Bump(&gen_);  // release: the reset above is visible to whoever sees the new generation
     return;
   }
-  bool passed = WaitWord(&gen_, deadline, [&] { return aborted() || gen_.load(std::memory_order_acquire) != g; });
+  bool passed = WaitWord(&gen_, deadline, spin_, [&] { return aborted() || gen_.load(std::memory_order_acquire) != g; });
   // abort() bumps the generation too, so check the flag first.
   if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
   if (passed) return;
@@ -108,7 +112,7 @@ void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline) {
 void CommGroup::WaitPrevious(const WaitSite& site, Clock::time_point deadline) {
   Slot& me = slot(site.rank);
   uint64_t want = site.seq - 1;
-  bool ok = WaitWord(&me.done_word, deadline,
+  bool ok = WaitWord(&me.done_word, deadline, spin_,
                      [&] { return aborted() || me.done_seq.load(std::memory_order_acquire) >= want; });
   if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
   if (ok) return;
@@ -325,7 +329,7 @@ void CommGroup::WaitAllJoined(int rank, Clock::time_point deadline, double timeo
     std::lock_guard<std::mutex> lock(join_mu_);
     return joined_ == nranks_;
   };
-  bool ok = WaitWord(&join_word, deadline, [&] { return aborted() || all(); });
+  bool ok = WaitWord(&join_word, deadline, 0, [&] { return aborted() || all(); });
   if (aborted()) ThrowAborted(rank, kNoSeq, "initRank");
   if (ok) return;
   std::vector<int> joined = JoinedRanks(), missing;

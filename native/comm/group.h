@@ -70,6 +70,9 @@ class CommGroup {
   const std::string& id() const { return id_; }
   std::string short_id() const { return id_.substr(0, 8) + "\u2026"; }
   int nranks() const { return nranks_; }
+  // Pauses a waiter spins before sleeping: kSpin only when every rank's JS thread
+  // and stream thread can have a core of their own, else 0.
+  int spin() const { return spin_; }
   Slot& slot(int r) { return *slots_[r]; }
   P2PState& p2p() { return *p2p_; }
 
@@ -123,6 +126,7 @@ class CommGroup {
 
   const std::string id_;
   const int nranks_;
+  const int spin_;
   const std::string trace_dir_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<P2PState> p2p_;

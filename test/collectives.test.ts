@@ -1,0 +1,80 @@
+/**
+ * Every collective x dtype x reduce op x {1,2,3,4,8,16} ranks x sizes (0, odd, and
+ * large enough for the two-phase all-reduce), in place and out of place, compared
+ * exactly with the JS reference (src/runtime/comm-reference.ts): #wrong must be 0,
+ * nccl-tests style. Each rank count runs all its cases inside one long-lived set of
+ * worker ranks (real threads, real native collectives).
+ */
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ensureBuilt, runRanks } from './helpers/comm-ranks.js';
+
+const DTYPES = ['fp32', 'bf16', 'fp16', 'int32', 'int64'] as const;
+const REDS = ['sum', 'prod', 'max', 'min', 'avg'] as const;
+const SIZES = [0, 1, 7, 1031];
+// Above the 64 KiB staging threshold for every dtype: exercises the two-phase path.
+const LARGE = 40_000;
+
+interface Case { op: string; dtype: string; count: number; inPlace: boolean; red?: string; root?: number }
+
+function cases(P: number): Case[] {
+  const out: Case[] = [];
+  for (const dtype of DTYPES) {
+    for (const inPlace of [false, true]) {
+      for (const count of SIZES) {
+        for (const red of REDS) {
+          out.push({ op: 'allReduce', dtype, count, inPlace, red });
+          out.push({ op: 'reduceScatter', dtype, count, inPlace, red });
+        }
+        out.push({ op: 'broadcast', dtype, count, inPlace, root: count + 1 });
+        out.push({ op: 'allGather', dtype, count, inPlace });
+        out.push({ op: 'allToAll', dtype, count, inPlace });
+      }
+      out.push({ op: 'allToAllV', dtype, count: inPlace ? 1 : 2, inPlace: false });
+      out.push({ op: 'sendrecv', dtype, count: inPlace ? 7 : 1031, inPlace: false });
+    }
+  }
+  // The large path: fewer combinations (the JS reference is the slow part).
+  const large: Array<[string, string]> = P >= 8 ? [['fp32', 'sum'], ['bf16', 'avg']] : [['fp32', 'sum'], ['bf16', 'avg'], ['fp16', 'max'], ['int64', 'prod'], ['int32', 'min']];
+  for (const [dtype, red] of large) {
+    out.push({ op: 'allReduce', dtype, count: LARGE + 3, inPlace: false, red });
+    out.push({ op: 'allReduce', dtype, count: LARGE, inPlace: true, red });
+  }
+  out.push({ op: 'reduceScatter', dtype: 'fp32', count: Math.ceil(LARGE / P), inPlace: true, red: 'sum' });
+  out.push({ op: 'allGather', dtype: 'fp32', count: Math.ceil(LARGE / P) + 1, inPlace: false });
+  return out;
+}
+
+beforeAll(() => ensureBuilt(), 120_000);
+
+describe('collectives vs the JS reference', () => {
+  const traceDir = mkdtempSync(join(tmpdir(), 'ascent-coll-'));
+  for (const P of [1, 2, 3, 4, 8, 16]) {
+    it(`${P} rank(s): every op, dtype, reduce op and size; split`, async () => {
+      const list = cases(P);
+      const results = await runRanks(P, { mode: 'suite', cases: list, traceDir }, 55_000);
+      for (const r of results) {
+        expect(r.error, `rank ${r.rank} failed`).toBeUndefined();
+        expect(r.exited, `rank ${r.rank} exited early`).toBeUndefined();
+        expect(r.results, `rank ${r.rank}: wrong results`).toEqual([]);
+      }
+      // split(color = rank % 2, key = -rank), rank 0 opting out (color -1) when P > 2.
+      for (const r of results) {
+        const split = r.split as { none?: boolean; rank?: number; size?: number; sum?: number; error?: unknown };
+        expect(split.error).toBeUndefined();
+        const color = P > 2 && r.rank === 0 ? -1 : r.rank % 2;
+        if (color < 0) {
+          expect(split.none).toBe(true);
+          continue;
+        }
+        const members = Array.from({ length: P }, (_, q) => q).filter((q) => !(P > 2 && q === 0) && q % 2 === color);
+        const byKey = [...members].sort((a, b) => b - a);  // key = -rank
+        expect(split.size).toBe(members.length);
+        expect(split.rank).toBe(byKey.indexOf(r.rank));
+        expect(split.sum).toBe(members.reduce((a, q) => a + q + 1, 0));
+      }
+    }, 60_000);
+  }
+});

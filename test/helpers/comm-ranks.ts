@@ -1,0 +1,63 @@
+/**
+ * Runs one worker per rank of a fresh communicator (test/fixtures/comm-worker.mjs,
+ * which imports dist/) and collects each rank's single result message. A worker
+ * that dies or errors gets `{ exited, error }` instead; nothing here can hang past
+ * `timeoutMs` (the workers are terminated).
+ */
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
+import { Communicator } from '../../src/runtime/comm-index.js';
+import { Device } from '../../src/runtime/device-index.js';
+import { packageRoot } from '../../src/runtime/native.js';
+
+const root = packageRoot();
+const worker = join(root, 'test', 'fixtures', 'comm-worker.mjs');
+
+function newestMtime(dir: string): number {
+  return Math.max(...readdirSync(dir).filter((f) => f.endsWith('.ts')).map((f) => statSync(join(dir, f)).mtimeMs));
+}
+
+/** Builds dist/ when it is missing or older than src/runtime, and loads the addon in the main thread first. */
+export function ensureBuilt(): void {
+  const entry = join(root, 'dist', 'src', 'runtime', 'comm-index.js');
+  if (!existsSync(entry) || statSync(entry).mtimeMs < newestMtime(join(root, 'src', 'runtime'))) {
+    spawnSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.json')], { stdio: 'inherit' });
+  }
+  Device.get(0);
+}
+
+export interface RankResult {
+  rank: number;
+  exited?: number;
+  error?: string;
+  [key: string]: unknown;
+}
+
+export async function runRanks(nranks: number, data: Record<string, unknown>, timeoutMs = 50_000): Promise<RankResult[]> {
+  const id = Communicator.uniqueId();
+  const workers: Worker[] = [];
+  const results = await Promise.all(
+    Array.from({ length: nranks }, (_, rank) => {
+      const w = new Worker(worker, { workerData: { id, nranks, rank, ...data } });
+      workers.push(w);
+      return new Promise<RankResult>((resolve) => {
+        let done = false;
+        const finish = (r: RankResult) => {
+          if (!done) {
+            done = true;
+            resolve(r);
+          }
+        };
+        w.on('message', (m: { type: string }) => {
+          if (m.type === 'result') finish(m as unknown as RankResult);
+        });
+        w.on('error', (e) => finish({ rank, error: String(e?.stack ?? e) }));
+        w.on('exit', (code) => finish({ rank, exited: code }));
+      });
+    }).map((p) => Promise.race([p, new Promise<RankResult>((resolve) => setTimeout(() => resolve({ rank: -1, error: 'timeout' }), timeoutMs).unref())])),
+  );
+  await Promise.all(workers.map((w) => w.terminate()));
+  return results;
+}
