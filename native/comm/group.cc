@@ -143,7 +143,9 @@ ErrorInfo CommGroup::Abort(ErrorInfo info, uint64_t seq, bool dump) {
     if (aborted_.load(std::memory_order_acquire)) return cause_;
     cause_ = std::move(info);
     cause_seq_ = seq;
-    cause_.details.push_back(Str("communicator", id_));
+    bool named = false;
+    for (const Detail& d : cause_.details) named = named || d.key == "communicator";
+    if (!named) cause_.details.push_back(Str("communicator", id_));
     if (dump) {
       std::string path = WriteDump();
       if (!path.empty()) {

@@ -1,0 +1,177 @@
+/**
+ * Failure injection for communicators. Every test asserts: no hang, an error on
+ * EVERY rank, and what the message says. Wall-clock durations are never asserted
+ * (timeouts here are short per-communicator overrides so the suite stays fast).
+ */
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ensureBuilt, runRanks, type RankResult } from './helpers/comm-ranks.js';
+
+interface ErrInfo { name: string; code: string; message: string; details: Record<string, unknown> }
+
+const traceDir = mkdtempSync(join(tmpdir(), 'ascent-fail-'));
+
+beforeAll(() => ensureBuilt(), 120_000);
+
+function err(r: RankResult, key = 'err'): ErrInfo {
+  expect(r.error, `rank ${r.rank} crashed`).toBeUndefined();
+  const e = r[key] as ErrInfo | null;
+  expect(e, `rank ${r.rank} has no ${key}`).toBeTruthy();
+  return e!;
+}
+
+function scenario(nranks: number, name: string, extra: Record<string, unknown> = {}): Promise<RankResult[]> {
+  return runRanks(nranks, { mode: 'scenario', scenario: name, traceDir, ...extra });
+}
+
+describe('collective failures', () => {
+  it('a rank that skips a collective: every waiter gets the same timeout report naming it; the dump names it too', async () => {
+    const results = await scenario(4, 'skip', { execTimeoutMs: 1500 });
+    const waiters = results.filter((r) => r.rank !== 2);
+    const messages = new Set<string>();
+    for (const r of waiters) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_COLLECTIVE_TIMEOUT');
+      expect(e.name).toBe('CollectiveTimeoutError');
+      expect(e.message).toContain('at seq 2');
+      expect(e.message).toContain('allReduce(fp32, count=4, op=sum)');
+      expect(e.message).toContain('arrived: ranks [0,1,3]');
+      expect(e.message).toContain('missing: rank 2');
+      expect(e.message).toContain('rank 2: last enqueued #1 allReduce, started #1 allReduce, completed #1 allReduce');
+      expect(e.message).toMatch(/Flight recorder: .*\.json\nHINT: run `npx ascent trace .*`$/);
+      messages.add(e.message);
+      // After the error: at once, synchronously.
+      expect(err(r, 'later').code).toBe('ASCENT_COMM_ABORTED');
+      const dump = r.dump as { format: string; cause: { code: string; seq: number }; ranks: Array<{ rank: number; lastCompleted: { seq: number }; entries: Array<{ seq: number; state: string }> }> };
+      expect(dump.format).toBe('ascent.flight-recorder');
+      expect(dump.cause.code).toBe('ASCENT_COLLECTIVE_TIMEOUT');
+      expect(dump.cause.seq).toBe(2);
+      expect(dump.ranks).toHaveLength(4);
+      expect(dump.ranks[2]!.lastCompleted.seq).toBe(1);
+      expect(dump.ranks[2]!.entries.map((e) => e.seq)).toEqual([1]);
+      expect(dump.ranks[0]!.entries.map((e) => e.seq)).toEqual([1, 2]);
+    }
+    expect(messages.size).toBe(1);  // the same report on every waiting rank
+    const skipper = err(results[2]!, 'later');
+    expect(skipper.code).toBe('ASCENT_COMM_ABORTED');
+    expect(skipper.message).toContain('missing: rank 2');
+  });
+
+  it('two ranks call different ops at the same step: CollectiveMismatchError on every rank naming both', async () => {
+    const results = await scenario(4, 'mismatchOp');
+    for (const r of results) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
+      expect(e.name).toBe('CollectiveMismatchError');
+      expect(e.message).toContain('at seq 1: ranks [0,1,3] called allReduce(fp32, count=1024, op=sum) but rank 2 called broadcast(fp32, count=1024, root=0).');
+      expect(err(r, 'later').code).toBe('ASCENT_COMM_ABORTED');
+      const dump = r.dump as { cause: { message: string }; ranks: Array<{ entries: Array<{ fingerprint: string }> }> };
+      expect(dump.ranks[2]!.entries[0]!.fingerprint).toBe('broadcast(fp32, count=1024, root=0)');
+      expect(dump.ranks[0]!.entries[0]!.fingerprint).toBe('allReduce(fp32, count=1024, op=sum)');
+      expect(dump.cause.message).toContain('but rank 2 called broadcast');
+    }
+  });
+
+  it('same op, different count', async () => {
+    for (const r of await scenario(4, 'mismatchCount')) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
+      expect(e.message).toContain('ranks [0,2,3] called allReduce(fp32, count=1024, op=sum) but rank 1 called allReduce(fp32, count=512, op=sum)');
+    }
+  });
+
+  it('different root', async () => {
+    for (const r of await scenario(4, 'mismatchRoot')) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
+      expect(e.message).toContain('ranks [0,1,2] called broadcast(fp32, count=16, root=0) but rank 3 called broadcast(fp32, count=16, root=1)');
+    }
+  });
+
+  it('allToAllV counts that do not pair up name the pair', async () => {
+    for (const r of await scenario(3, 'mismatchAllToAllV')) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
+      expect(e.message).toContain('rank 1 sends 2 elements to rank 2 (sendCounts[2]) but rank 2 expects 1 from rank 1 (recvCounts[1])');
+    }
+  });
+
+  it('a rank exits mid-collective: peers fail with CommAbortedError naming the dead rank', async () => {
+    const results = await scenario(4, 'exitMidCollective');
+    expect(results[3]!.exited).toBe(1);
+    for (const r of results.slice(0, 3)) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_COMM_ABORTED');
+      expect(e.message).toContain("rank 3's worker exited");
+      expect(err(r, 'later').code).toBe('ASCENT_COMM_ABORTED');
+    }
+  });
+
+  it('abort() wakes every waiter at once', async () => {
+    const results = await scenario(3, 'abortWakes');
+    for (const r of results.slice(1)) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_COMM_ABORTED');
+      expect(e.message).toContain('rank 0 called abort(): test abort');
+    }
+  });
+
+  it('a rank throws before init: the others get the connect timeout report naming it', async () => {
+    const results = await scenario(4, 'initMissing', { missing: 3, connectTimeoutMs: 1000 });
+    expect(results[3]!.error).toContain('rank fails before init');
+    const messages = new Set<string>();
+    for (const r of results.slice(0, 3)) {
+      const e = err(r, 'init');
+      expect(e.code).toBe('ASCENT_COLLECTIVE_TIMEOUT');
+      expect(e.message).toContain('only 3 of 4 ranks joined');
+      expect(e.message).toContain('joined: ranks [0,1,2]');
+      expect(e.message).toContain('missing: rank 3');
+      expect(e.message).toContain('npx ascent trace');
+      messages.add(e.message);
+    }
+    expect(messages.size).toBe(1);
+  });
+
+  it('split with an invalid color is a synchronous InvalidArgumentError without side effects', async () => {
+    const results = await scenario(4, 'splitInvalid');
+    for (const r of results) {
+      expect(r.error).toBeUndefined();
+      const errs = r.errs as ErrInfo[];
+      expect(errs.map((e) => e.code)).toEqual(['ASCENT_INVALID_ARGUMENT', 'ASCENT_INVALID_ARGUMENT', 'ASCENT_INVALID_ARGUMENT']);
+      expect(errs[0]!.message).toContain('1.5 of type number');
+      expect(errs[1]!.message).toContain('-1 / null for no communicator');
+      expect(r.after).toBeNull();
+      expect(r.sum).toBe(6);
+      expect(r.child).toEqual({ rank: Math.floor(r.rank / 2), size: 2 });
+    }
+  });
+
+  it('a stream or tensor of the wrong device is a synchronous InvalidArgumentError without side effects', async () => {
+    for (const r of await scenario(2, 'wrongStream')) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_INVALID_ARGUMENT');
+      expect(e.message).toContain(`Expected a stream of device ${r.rank}`);
+      expect(e.message).toContain(`belongs to device ${r.rank + 100}`);
+      const e2 = err(r, 'err2');
+      expect(e2.code).toBe('ASCENT_INVALID_ARGUMENT');
+      expect(e2.message).toContain(`on device ${r.rank + 100}`);
+      expect(r.noSideEffect).toBe(true);
+      expect(r.after).toBeNull();
+      expect(r.sum).toEqual([2, 4]);
+    }
+  });
+
+  it('two ranks blocked in plain sends to each other: P2PDeadlockError on both naming the cycle', async () => {
+    for (const r of await scenario(2, 'deadlock')) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_P2P_DEADLOCK');
+      expect(e.name).toBe('P2PDeadlockError');
+      expect(e.message).toContain('ranks [0,1] wait for each other in a cycle');
+      expect(e.message).toContain('blocked in send #1 to rank 1');
+      expect(e.message).toContain('blocked in send #1 to rank 0');
+      expect(e.message).toContain('groupStart()');
+    }
+  });
+});
