@@ -13,3 +13,4 @@ export { TaskPool, type TaskSpec } from './runtime/task-pool.js';
 export type { WorldOptions, ActorSpec, CallOptions, LaunchOptions } from './runtime/config.js';
 export { launch, type LaunchResult } from './runtime/launcher.js';
 export * from './runtime/device-index.js';
+export * from './runtime/comm-index.js';

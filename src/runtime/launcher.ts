@@ -50,6 +50,9 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
 
   const done = new Set<number>();
   const failed: number[] = [];
+  // Failures that are consequences of another (a communicator aborted because a
+  // peer died or failed) rank after the failures that caused them in the summary.
+  const primary: number[] = [];
   let stuck: number[] = [];
   let exitCode = EXIT_OK;
   let finish!: () => void;
@@ -58,11 +61,15 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
 
   const fail = (rank: number, err: AscentError | undefined, how: string) => {
     if (failed.includes(rank)) return;
+    // After a signal or the wall-clock limit, aborted collectives are our doing, not failures.
+    if (stopping && exitCode !== EXIT_RANK_FAILED && err?.code === 'ASCENT_COMM_ABORTED') return;
     failed.push(rank);
+    if (err?.code !== 'ASCENT_COMM_ABORTED') primary.push(rank);
     say(`rank ${rank} ${how}${describeError(err)}`);
     if (!stopping) {
       stopping = true;
       exitCode = EXIT_RANK_FAILED;
+      world.abortWorldComm(`rank ${rank} failed: ${err?.message ?? how}`);
       const others = world.ranks.filter((r) => r.rank !== rank && r.status === 'running').length;
       say(`stopping ${others} other rank${others === 1 ? '' : 's'} (grace period ${opts.gracePeriodMs} ms)`);
       finish();
@@ -75,8 +82,11 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   });
   world.on('main-failed', (rank, err) => fail(rank, err, 'failed'));
   world.on('rank-exit', (rank, code, err) => {
-    if (stopping || done.has(rank) || failed.includes(rank)) return;
-    if (code === 0 && !err) {
+    // A rank we terminated has no error; one that exited on its own does, even if we
+    // only learn of it during the grace period.
+    if (done.has(rank) || failed.includes(rank)) return;
+    if (!err) {
+      if (code !== 0 || stopping) return;
       // main() called process.exit(0): a clean finish, as torchrun counts it.
       done.add(rank);
       if (done.size === opts.nproc) finish();
@@ -127,7 +137,8 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     process.off('SIGTERM', onSignal);
   }
   if (exitCode === EXIT_RANK_FAILED) {
-    say(`FAILED: ${failed.length} of ${opts.nproc} ranks failed (first: rank ${failed[0]}); exit code ${exitCode}`);
+    const root = primary[0] ?? failed[0];
+    say(`FAILED: ${failed.length} of ${opts.nproc} ranks failed (first: rank ${root}); exit code ${exitCode}`);
   }
   return { exitCode, failedRanks: failed, stuckRanks: stuck };
 }

@@ -6,6 +6,7 @@
 import * as Comlink from 'comlink';
 import { ActorMesh } from './actor-mesh.js';
 import { ActorRef, RankLiveness, type CallOpts } from './actor-ref.js';
+import type { Communicator } from './comm.js';
 import type { Device } from './device.js';
 import { InvalidArgumentError, TimeoutError } from './errors.js';
 import type { Logger } from './logger.js';
@@ -31,6 +32,8 @@ export interface RankContext {
   readonly isLeader: boolean;
   /** This rank's device (ordinal = local rank). */
   readonly device: Device;
+  /** The world communicator (all ranks, in rank order); sub-communicators come from `comm.split()`. */
+  readonly comm: Communicator;
   readonly log: Logger;
   /** Arguments after the entry file on the `launch` command line. */
   readonly args: readonly string[];

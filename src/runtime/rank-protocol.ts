@@ -26,6 +26,8 @@ export interface RankWorkerData {
   entryArgs?: string[];
   /** Default actor call timeout for refs created on this rank. */
   callTimeoutMs: number;
+  /** Unique id of the world communicator every rank joins at start (`ctx.comm`). */
+  worldCommId: string;
 }
 
 export type RankEvent =

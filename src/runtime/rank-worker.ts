@@ -7,6 +7,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import * as Comlink from 'comlink';
 import { nodePortEndpoint } from './actor-ref.js';
+import { Communicator } from './comm.js';
 import { Device } from './device.js';
 import { installComlinkErrorHandler, encodeError, tagError } from './error-wire.js';
 import { InvalidArgumentError } from './errors.js';
@@ -30,8 +31,15 @@ const stopController = new AbortController();
 const stopHooks: Array<(reason: string) => void | Promise<void>> = [];
 const broker = Comlink.wrap<BrokerApi>(nodePortEndpoint(data.brokerPort));
 const actors = new RankActorTable(data.rank, data.worldSize, broker, data.callTimeoutMs);
-let device: Device | undefined;
 let mainStarted = false;
+// Resolves once main(ctx) has been called (or could not be): stop hooks are
+// registered inside main, so a stop must not overtake a slow entry import.
+let markMainEntered!: () => void;
+const mainEntered = new Promise<void>((r) => (markMainEntered = r));
+const device = Device.get(data.deviceOrdinal);
+// Every rank joins the world communicator before it reports ready (bounded by
+// HCCL_CONNECT_TIMEOUT); a rank that cannot join fails the start of the world.
+const comm = await Communicator.initRank({ uniqueId: data.worldCommId, nranks: data.worldSize, rank: data.rank, device });
 
 const ctx: RankContext = {
   rank: data.rank,
@@ -39,16 +47,16 @@ const ctx: RankContext = {
   localRank: data.localRank,
   localWorldSize: data.localWorldSize,
   isLeader: data.rank === 0,
-  get device() {
-    device ??= Device.get(data.deviceOrdinal);
-    return device;
-  },
+  device,
+  comm,
   log: createLogger(data.rank, { prefixed: data.prefixed }),
   args: Object.freeze([...(data.entryArgs ?? [])]),
   signal: stopController.signal,
   actors,
   onStop: (fn) => {
-    stopHooks.push(fn);
+    // Registered after the stop began: run it now rather than never.
+    if (stopController.signal.aborted) void runHook(fn, String((stopController.signal.reason as Error)?.message ?? 'stopping'));
+    else stopHooks.push(fn);
   },
 };
 
@@ -98,13 +106,10 @@ const host: RankHostApi = {
   },
   async stop(reason) {
     if (!stopController.signal.aborted) stopController.abort(new Error(reason));
-    for (const hook of stopHooks.splice(0)) {
-      try {
-        await hook(reason);
-      } catch (err) {
-        process.stderr.write(`stop hook failed: ${(err as Error).stack ?? String(err)}\n`);
-      }
-    }
+    // Wake anything blocked in a collective before the hooks run.
+    if (!comm.aborted) comm.abort(`rank ${data.rank} is stopping: ${reason}`);
+    if (mainStarted) await mainEntered;
+    for (const hook of stopHooks.splice(0)) await runHook(hook, reason);
     // A worker's stdout is forwarded asynchronously; wait until what the hooks printed
     // has been handed to the parent, or termination right after this may drop it.
     await Promise.all([flush(process.stdout), flush(process.stderr)]);
@@ -128,13 +133,28 @@ const host: RankHostApi = {
 };
 Comlink.expose(host, nodePortEndpoint(data.controlPort));
 
+async function runHook(hook: (reason: string) => void | Promise<void>, reason: string): Promise<void> {
+  try {
+    await hook(reason);
+  } catch (err) {
+    process.stderr.write(`stop hook failed: ${(err as Error).stack ?? String(err)}\n`);
+  }
+}
+
 function flush(stream: NodeJS.WriteStream): Promise<void> {
   return new Promise((resolve) => stream.write('', () => resolve()));
 }
 
 async function runEntry(entryUrl: string): Promise<void> {
-  const mod = await importModule(entryUrl);
+  let mod: Record<string, unknown>;
+  try {
+    mod = await importModule(entryUrl);
+  } catch (err) {
+    markMainEntered();
+    throw err;
+  }
   const main = (mod.main ?? mod.default) as unknown;
+  markMainEntered();
   if (typeof main !== 'function') {
     throw new InvalidArgumentError(
       `The entry ${entryUrl} exports no main(ctx) function (it exports: ${Object.keys(mod).join(', ') || 'nothing'}). HINT: add \`export async function main(ctx) { ... }\`.`,

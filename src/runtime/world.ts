@@ -17,6 +17,7 @@ import * as Comlink from 'comlink';
 import { ActorMesh, type BroadcastErrorHandler } from './actor-mesh.js';
 import { ActorRef, nodePortEndpoint, RankLiveness } from './actor-ref.js';
 import { ActorSpecSchema, parseConfig, WorldOptionsSchema, type ActorSpec, type ResolvedWorldOptions, type WorldOptions } from './config.js';
+import { Communicator } from './comm.js';
 import { configureDevice } from './device.js';
 import { envBytes, envInt, applyRuntimeEnvDefaults } from './env.js';
 import { decodeError, fromWireError, installComlinkErrorHandler } from './error-wire.js';
@@ -41,6 +42,8 @@ export interface RankInfo {
 
 interface RankSlot extends RankInfo {
   readonly worker: Worker;
+  /** Set just before we terminate the worker: its exit then is ours, not a failure. */
+  terminating?: boolean;
   readonly host: ActorRef<RankHostApi>;
   readonly liveness: RankLiveness;
   readonly controlPort: MessagePort;
@@ -63,6 +66,8 @@ export interface WorldEvents {
 export class World extends EventEmitter<WorldEvents> {
   private readonly slots: RankSlot[] = [];
   private taskPool: TaskPool | undefined;
+  /** Id of the world communicator all ranks join at start. */
+  readonly worldCommId: string = Communicator.uniqueId();
   private closing: Promise<void> | undefined;
   private onBroadcastErrorHandler: BroadcastErrorHandler = (err, rank, actor, method) => {
     process.stderr.write(`[world] broadcast ${actor}.${method} failed on rank ${rank}: ${err.stack ?? err.message}\n`);
@@ -118,6 +123,11 @@ export class World extends EventEmitter<WorldEvents> {
     await Promise.all(this.slots.map((s) => s.host.invoke('runMain', [])));
   }
 
+  /** Aborts the world communicator on every rank (e.g. after one rank failed). */
+  abortWorldComm(reason: string): void {
+    Communicator.abortById(this.worldCommId, reason);
+  }
+
   /** Where failed broadcasts are reported (default: stderr with rank and actor). */
   onBroadcastError(handler: BroadcastErrorHandler): void {
     this.onBroadcastErrorHandler = handler;
@@ -142,6 +152,7 @@ export class World extends EventEmitter<WorldEvents> {
         controlPort: control.port2,
         brokerPort: brokerCh.port2,
         callTimeoutMs,
+        worldCommId: this.worldCommId,
         ...(spmd ? { entry: spmd.entryUrl, entryArgs: spmd.entryArgs } : {}),
       };
       const env = {
@@ -215,24 +226,27 @@ export class World extends EventEmitter<WorldEvents> {
 
   private onRankExit(slot: RankSlot, code: number, crash: Error | undefined): void {
     const wasFailed = slot.status === 'failed';
+    const terminated = slot.terminating === true && !crash;
     slot.exitCode = code;
     if (!wasFailed) {
       if (crash) {
         const err = crash instanceof AscentError ? crash : new ActorDiedError(`Rank ${slot.rank} crashed: ${crash.message}`, { rank: slot.rank, exitCode: code }, { cause: crash });
         err.rank = slot.rank;
         slot.error = err;
-      } else if (code !== 0 && !this.closing) {
+      } else if (code !== 0 && !terminated) {
         slot.error = new ActorDiedError(`Rank ${slot.rank} exited with code ${code}`, { rank: slot.rank, exitCode: code });
         slot.error.rank = slot.rank;
       }
     }
-    slot.status = wasFailed ? 'failed' : slot.error ? 'failed' : 'exited';
-    const reason = this.closing ? 'the world was shut down' : crash ? `worker crashed: ${crash.message}` : `worker exited with code ${code}`;
+    slot.status = wasFailed || slot.error ? 'failed' : 'exited';
+    const reason = terminated ? 'the world was shut down' : crash ? `worker crashed: ${crash.message}` : `worker exited with code ${code}`;
     slot.liveness.markDead(reason, { exitCode: code });
     slot.controlPort.close();
     slot.brokerPort.close();
-    // Peers holding refs to actors on this rank must fail fast, not wait forever.
-    if (!this.closing) {
+    if (!terminated) {
+      // Peers blocked in a world collective fail now, naming this rank, not at the timeout;
+      // peers holding refs to actors on this rank fail fast too.
+      Communicator.abortById(this.worldCommId, `rank ${slot.rank}'s worker is gone (${reason})`);
       for (const other of this.slots) {
         if (other !== slot && !other.liveness.dead) other.host.invoke('peerDied', [slot.rank, reason]).catch(() => {});
       }
@@ -290,7 +304,12 @@ export class World extends EventEmitter<WorldEvents> {
   async stopRanks(reason: string, gracePeriodMs = this.options.gracePeriodMs ?? envInt('ASCENT_SHUTDOWN_GRACE_MS')!): Promise<void> {
     const live = this.slots.filter((s) => !s.liveness.dead);
     await Promise.race([Promise.allSettled(live.map((s) => s.host.invoke('stop', [reason]))), sleep(gracePeriodMs)]);
-    await Promise.all(live.map((s) => s.worker.terminate().catch(() => {})));
+    await Promise.all(
+      live.map((s) => {
+        s.terminating = true;
+        return s.worker.terminate().catch(() => {});
+      }),
+    );
     await Promise.all(this.slots.map((s) => s.exited));
     await Promise.race([Promise.all(this.slots.map((s) => s.output?.whenDrained())), sleep(1000)]);
   }

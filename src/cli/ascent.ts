@@ -1,0 +1,42 @@
+/**
+ * `ascent <command>`: tools around a run.
+ *   ascent trace <folder|file>   explain flight-recorder dumps of aborted communicators
+ */
+import { Command, CommanderError } from 'commander';
+import { InvalidArgumentError } from '../runtime/errors.js';
+import { explainDump, formatReport, readDumps } from '../runtime/trace-explain.js';
+
+function buildProgram(out: string[]): Command {
+  const program = new Command('ascent').description('Ascent tools').exitOverride().configureOutput({ writeErr: () => {}, writeOut: (s) => process.stdout.write(s) });
+  program
+    .command('trace')
+    .description('explain flight-recorder dumps: which rank missed which collective, which fingerprints differ')
+    .argument('<path>', 'folder of dumps (ASCENT_TRACE_DIR) or one dump file')
+    .option('--json', 'print the findings as JSON')
+    .action((path: string, opts: { json?: boolean }) => {
+      const reports = readDumps(path).map(({ file, dump }) => explainDump(dump, file));
+      out.push(opts.json ? JSON.stringify(reports, null, 2) : reports.map(formatReport).join('\n\n'));
+    });
+  return program;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const out: string[] = [];
+  const program = buildProgram(out);
+  try {
+    await program.parseAsync(argv, { from: 'user' });
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.help' || err.code === 'commander.version') return 0;
+      process.stderr.write(`ascent: ${err.message.replace(/^error: /, '')}\n\n${program.helpInformation()}`);
+      return 2;
+    }
+    if (err instanceof InvalidArgumentError) {
+      process.stderr.write(`ascent: ${err.message}\n`);
+      return 1;
+    }
+    throw err;
+  }
+  if (out.length) process.stdout.write(`${out.join('\n')}\n`);
+  return 0;
+}

@@ -1,0 +1,153 @@
+/**
+ * Explains flight-recorder dumps (format: native/comm/dump.cc, version 1): for
+ * each aborted communicator, why it was aborted, which rank missed which
+ * collective, which fingerprints differ at the same sequence number, and which
+ * ops were still running.
+ */
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { z } from 'zod';
+import { formatIssues } from './config.js';
+import { InvalidArgumentError } from './errors.js';
+
+const Mark = z.object({ id: z.number(), seq: z.number().nullable(), op: z.string(), atMs: z.number() }).nullable();
+const Entry = z.object({
+  id: z.number(),
+  seq: z.number().nullable(),
+  op: z.string(),
+  fingerprint: z.string(),
+  state: z.enum(['enqueued', 'started', 'completed', 'failed']),
+  enqueuedAtMs: z.number(),
+  startedAtMs: z.number().nullable(),
+  endedAtMs: z.number().nullable(),
+  error: z.string().nullable(),
+});
+export const FlightDumpSchema = z.object({
+  format: z.literal('ascent.flight-recorder'),
+  version: z.literal(1),
+  communicator: z.string(),
+  nranks: z.number().int().positive(),
+  createdAtMs: z.number(),
+  dumpedAtMs: z.number(),
+  cause: z.object({ code: z.string(), message: z.string(), seq: z.number().nullable() }),
+  ranks: z.array(
+    z.object({
+      rank: z.number().int(),
+      device: z.number().int(),
+      joined: z.boolean(),
+      lastEnqueued: Mark,
+      lastStarted: Mark,
+      lastCompleted: Mark,
+      entries: z.array(Entry),
+    }),
+  ),
+});
+export type FlightDump = z.infer<typeof FlightDumpSchema>;
+
+export interface TraceFinding {
+  kind: 'never-joined' | 'missed' | 'mismatch' | 'stuck' | 'failed';
+  text: string;
+}
+
+export interface TraceReport {
+  file: string;
+  communicator: string;
+  nranks: number;
+  cause: FlightDump['cause'];
+  findings: TraceFinding[];
+}
+
+function describeMark(m: z.infer<typeof Mark>): string {
+  return m ? `#${m.id} ${m.op}${m.seq !== null ? ` (seq ${m.seq})` : ''}` : 'none';
+}
+
+function ranksList(rs: number[]): string {
+  return rs.length === 1 ? `rank ${rs[0]}` : `ranks [${rs.join(', ')}]`;
+}
+
+/** What went wrong in one dump. */
+export function explainDump(dump: FlightDump, file = ''): TraceReport {
+  const findings: TraceFinding[] = [];
+  const joined = dump.ranks.filter((r) => r.joined);
+  const never = dump.ranks.filter((r) => !r.joined).map((r) => r.rank);
+  if (never.length) findings.push({ kind: 'never-joined', text: `${ranksList(never)} never joined the communicator (init did not complete).` });
+
+  // Collectives by sequence number: which rank issued what.
+  const bySeq = new Map<number, Map<number, z.infer<typeof Entry>>>();
+  for (const r of joined) {
+    for (const e of r.entries) {
+      if (e.seq === null) continue;
+      let m = bySeq.get(e.seq);
+      if (!m) bySeq.set(e.seq, (m = new Map()));
+      m.set(r.rank, e);
+    }
+  }
+  const oldestKept = Math.max(0, ...joined.map((r) => (r.entries.length ? Math.min(...r.entries.filter((e) => e.seq !== null).map((e) => e.seq!)) : 0)));
+  for (const seq of [...bySeq.keys()].sort((a, b) => a - b)) {
+    const m = bySeq.get(seq)!;
+    const groups = new Map<string, number[]>();
+    for (const [rank, e] of m) groups.set(e.fingerprint, [...(groups.get(e.fingerprint) ?? []), rank]);
+    if (groups.size > 1) {
+      const parts = [...groups.entries()].sort((a, b) => b[1].length - a[1].length).map(([fp, rs]) => `${ranksList(rs.sort((a, b) => a - b))} called ${fp}`);
+      findings.push({ kind: 'mismatch', text: `seq ${seq}: fingerprints differ: ${parts.join('; ')}.` });
+    }
+    // Ranks that have no op at this seq although a peer issued one (ring wrap aside).
+    if (seq >= oldestKept) {
+      const missing = joined.map((r) => r.rank).filter((r) => !m.has(r));
+      if (missing.length) {
+        const [fp] = groups.keys();
+        const lasts = missing.map((r) => `rank ${r} last enqueued ${describeMark(dump.ranks.find((x) => x.rank === r)!.lastEnqueued)}, last completed ${describeMark(dump.ranks.find((x) => x.rank === r)!.lastCompleted)}`);
+        findings.push({ kind: 'missed', text: `seq ${seq}: ${ranksList(missing)} never called ${fp} (issued by ${ranksList([...m.keys()].sort((a, b) => a - b))}); ${lasts.join('; ')}.` });
+      }
+    }
+  }
+  for (const r of joined) {
+    for (const e of r.entries) {
+      if (e.state === 'started' || e.state === 'enqueued') {
+        if (e.state === 'started') findings.push({ kind: 'stuck', text: `rank ${r.rank}: ${e.fingerprint}${e.seq !== null ? ` (seq ${e.seq})` : ''} started and never completed.` });
+      } else if (e.state === 'failed') {
+        findings.push({ kind: 'failed', text: `rank ${r.rank}: ${e.fingerprint}${e.seq !== null ? ` (seq ${e.seq})` : ''} failed with ${e.error ?? 'an error'}.` });
+      }
+    }
+  }
+  return { file, communicator: dump.communicator, nranks: dump.nranks, cause: dump.cause, findings };
+}
+
+/** Reads every dump in `path` (a folder or one file), oldest first. */
+export function readDumps(path: string): Array<{ file: string; dump: FlightDump }> {
+  let files: string[];
+  try {
+    files = statSync(path).isDirectory()
+      ? readdirSync(path)
+          .filter((f) => f.endsWith('.json'))
+          .map((f) => join(path, f))
+      : [path];
+  } catch {
+    throw new InvalidArgumentError(`No flight-recorder dumps at ${path}: it does not exist. HINT: dumps go to ASCENT_TRACE_DIR or <tmpdir>/ascent-flight-recorder; the error message names the file.`);
+  }
+  const out: Array<{ file: string; dump: FlightDump }> = [];
+  for (const file of files) {
+    let json: unknown;
+    try {
+      json = JSON.parse(readFileSync(file, 'utf8'));
+    } catch (e) {
+      throw new InvalidArgumentError(`${file} is not valid JSON: ${(e as Error).message}`, { file });
+    }
+    const r = FlightDumpSchema.safeParse(json);
+    if (!r.success) throw new InvalidArgumentError(`${file} is not an Ascent flight-recorder dump (version 1):\n${formatIssues(r.error)}`, { file });
+    out.push({ file, dump: r.data });
+  }
+  if (out.length === 0) throw new InvalidArgumentError(`No flight-recorder dumps (*.json) in ${path}.`);
+  return out.sort((a, b) => a.dump.dumpedAtMs - b.dump.dumpedAtMs);
+}
+
+export function formatReport(rep: TraceReport): string {
+  const lines = [
+    `${rep.file}`,
+    `  communicator ${rep.communicator} (${rep.nranks} ranks) aborted: ${rep.cause.code}${rep.cause.seq !== null ? ` at seq ${rep.cause.seq}` : ''}`,
+    `  cause: ${rep.cause.message.split('\n')[0]}`,
+  ];
+  if (rep.findings.length === 0) lines.push('  no rank missed a collective and all fingerprints agree.');
+  for (const f of rep.findings) lines.push(`  - ${f.kind}: ${f.text}`);
+  return lines.join('\n');
+}
