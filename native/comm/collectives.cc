@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "comm/reduce.h"
@@ -16,7 +17,7 @@ struct Ctx {
   int P;
   Desc& d;
   size_t es;    // element size
-  int parity;   // seq & 1: which descriptor / staging buffer of each slot
+  int parity;   // seq & 1: which descriptor of each slot
   WaitSite site;
   Clock::time_point deadline;
 
@@ -35,7 +36,19 @@ uint64_t ChunkElems(uint64_t count, int P, size_t es) {
   return (c + line - 1) / line * line;
 }
 
-bool SmallAllReduce(const Desc& d) { return d.count * DTypeSize(d.dtype) <= kStagingBytes; }
+// Whether the op's whole result fits the group's result buffer (one-barrier path).
+bool IsSmall(const Desc& d, int P) {
+  const uint64_t bytes = d.count * DTypeSize(d.dtype);
+  uint64_t r = 0;
+  switch (d.op) {
+    case CollOp::kAllReduce:
+    case CollOp::kBroadcast: r = bytes; break;
+    case CollOp::kAllGather:
+    case CollOp::kReduceScatter: r = bytes * P; break;
+    default: return false;
+  }
+  return r <= kSmallBytes;
+}
 
 // Step 3.
 void CheckFingerprints(Ctx& c) {
@@ -93,13 +106,40 @@ void CheckAllToAllVCounts(Ctx& c) {
 
 // ---------------------------------------------------------------- algorithms (step 4-5)
 
-// Small all-reduce, one barrier: every rank staged its input in its slot (step 1),
-// so after the arrival barrier each rank reduces all P stagings into its output.
-// The stagings stay valid until everyone reached the next seq's barrier.
-void AllReduceSmall(Ctx& c) {
+// Small messages, one barrier. The last rank to arrive builds the whole result in
+// the group's result buffer straight from every rank's posted input (all of them
+// are live: everyone else is inside the barrier), before releasing anyone; then
+// each rank copies its part out. One reduction per collective (deterministic), P x
+// less traffic than every rank reducing everything, and no departure barrier.
+void BuildSmallResult(Ctx& c) {
+  for (int q = 0; q < c.P; ++q) {
+    if (c.peer(q).fingerprint != c.d.fingerprint) return;  // step 3 reports it on every rank
+  }
+  uint8_t* out = c.g.small_result();
+  const uint64_t bytes = c.d.count * c.es;
   std::vector<const uint8_t*> in(c.P);
-  for (int q = 0; q < c.P; ++q) in[q] = c.g.slot(q).staging[c.parity];
-  Reduce(c.d.recv, in.data(), c.P, c.d.count, c.d.dtype, c.d.red, c.P);
+  for (int q = 0; q < c.P; ++q) in[q] = c.peer(q).send;
+  switch (c.d.op) {
+    case CollOp::kAllReduce: Reduce(out, in.data(), c.P, c.d.count, c.d.dtype, c.d.red, c.P); break;
+    case CollOp::kReduceScatter: Reduce(out, in.data(), c.P, c.d.count * c.P, c.d.dtype, c.d.red, c.P); break;
+    case CollOp::kBroadcast: std::memcpy(out, in[c.d.root], bytes); break;
+    case CollOp::kAllGather:
+      for (int q = 0; q < c.P; ++q) std::memcpy(out + q * bytes, in[q], bytes);
+      break;
+    default: break;
+  }
+}
+
+void CopySmallResult(Ctx& c) {
+  const uint64_t bytes = c.d.count * c.es;
+  const uint8_t* res = c.g.small_result();
+  switch (c.d.op) {
+    case CollOp::kAllReduce:
+    case CollOp::kBroadcast: std::memcpy(c.d.recv, res, bytes); break;
+    case CollOp::kAllGather: std::memcpy(c.d.recv, res, bytes * c.P); break;
+    case CollOp::kReduceScatter: std::memcpy(c.d.recv, res + c.rank * bytes, bytes); break;
+    default: break;
+  }
 }
 
 // Large all-reduce: reduce-scatter then all-gather over cache-line-aligned chunks.
@@ -224,9 +264,8 @@ void RunCollective(CommGroup& g, int rank, Desc& d, Clock::time_point deadline, 
 
   // Step 1: prepare and post.
   std::vector<uint8_t> snapshot;  // lives until the departure barrier
-  if (d.op == CollOp::kAllReduce && SmallAllReduce(d)) {
-    if (d.count) std::memcpy(g.slot(rank).staging[c.parity], d.send, d.count * c.es);
-  } else if (d.op == CollOp::kAllToAll || d.op == CollOp::kAllToAllV) {
+  const bool small = IsSmall(d, c.P);
+  if (d.op == CollOp::kAllToAll || d.op == CollOp::kAllToAllV) {
     uint64_t sn = SendExtent(d, c.P);
     if (Overlap(d.send, sn, d.recv, RecvExtent(d, c.P))) {
       snapshot.assign(d.send, d.send + sn);
@@ -235,21 +274,26 @@ void RunCollective(CommGroup& g, int rank, Desc& d, Clock::time_point deadline, 
   }
   g.slot(rank).desc[c.parity] = d;
 
-  // Step 2: arrival barrier.
-  c.Barrier("arrival barrier");
+  // Step 2: arrival barrier (small messages: the last arrival builds the result).
+  if (small) {
+    std::function<void()> build = [&c] { BuildSmallResult(c); };
+    c.site.phase = "arrival barrier";
+    g.Barrier(c.site, deadline, &build);
+  } else {
+    c.Barrier("arrival barrier");
+  }
 
   // Step 3: fingerprints.
   CheckFingerprints(c);
 
   // Steps 4-5.
+  if (small) {
+    CopySmallResult(c);
+    g.MarkDone(rank, d.seq);
+    return;
+  }
   switch (d.op) {
-    case CollOp::kAllReduce:
-      if (SmallAllReduce(d)) {
-        AllReduceSmall(c);
-      } else {
-        AllReduceLarge(c);
-      }
-      break;
+    case CollOp::kAllReduce: AllReduceLarge(c); break;
     case CollOp::kBroadcast: Broadcast(c); break;
     case CollOp::kAllGather: AllGather(c); break;
     case CollOp::kReduceScatter: ReduceScatter(c); break;

@@ -2,12 +2,13 @@
 // group barrier, direct reads of peers' posted device pointers, and Reduce(). Every
 // collective runs the same frame (RunCollective):
 //   0. wait until this rank's previous collective completed (seq order);
-//   1. prepare (stage small inputs / snapshot in-place all-to-all inputs) and post
-//      the descriptor to this rank's slot;
-//   2. arrival barrier (deadline = exec timeout);
+//   1. prepare (snapshot in-place all-to-all inputs) and post the descriptor to
+//      this rank's slot;
+//   2. arrival barrier (deadline = exec timeout); for results up to kSmallBytes the
+//      last rank to arrive builds the whole result before releasing the others;
 //   3. compare every rank's fingerprint: any difference -> CollectiveMismatchError
 //      on every rank, naming both fingerprints and which ranks hold each;
-//   4. move the data (op-specific, below);
+//   4. move the data (op-specific; small results: copy out of the group buffer);
 //   5. departure barrier where a peer may still read this rank's buffers.
 #pragma once
 

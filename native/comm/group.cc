@@ -63,34 +63,29 @@ std::string RanksPhrase(const std::vector<int>& ranks) {
   return "ranks " + RankList(ranks);
 }
 
-Slot::Slot() {
-  for (auto& s : staging) s = static_cast<uint8_t*>(std::aligned_alloc(64, kStagingBytes));
-}
-
-Slot::~Slot() {
-  for (auto& s : staging) std::free(s);
-}
-
 CommGroup::CommGroup(std::string id, int nranks, std::string trace_dir)
     : id_(std::move(id)),
       nranks_(nranks),
       spin_(2u * nranks <= std::thread::hardware_concurrency() ? kSpin : 0),
       trace_dir_(std::move(trace_dir)), p2p_(new P2PState(nranks)),
+      small_result_(static_cast<uint8_t*>(std::aligned_alloc(64, kSmallBytes))),
       created_ms_(WallMs()) {
   for (int r = 0; r < nranks; ++r) slots_.emplace_back(new Slot());
 }
 
-CommGroup::~CommGroup() = default;
+CommGroup::~CommGroup() { std::free(small_result_); }
 
 // ---------------------------------------------------------------- barrier
 
-void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline) {
+void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline, const std::function<void()>* on_last) {
   Slot& me = slot(site.rank);
   uint64_t my_epoch = me.epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
   if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
   // Read the generation before arriving: it cannot advance until we arrive.
   uint32_t g = gen_.load(std::memory_order_acquire);
   if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(nranks_)) {
+    // acq_rel on the counter: every rank's posted descriptor is visible here.
+    if (on_last) (*on_last)();
     count_.store(0, std::memory_order_relaxed);
     Bump(&gen_);  // release: the reset above is visible to whoever sees the new generation
     return;

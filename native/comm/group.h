@@ -1,23 +1,28 @@
 // CommGroup: the state every rank of one communicator shares (process-global,
 // reached by id through the rendezvous table). Per-rank slots hold the posted
-// descriptor, small-message staging, barrier epochs, completion seq and the
-// flight recorder. One generation barrier (futex) orders the phases of every
+// descriptor, barrier epochs, completion seq and the flight recorder; the group
+// holds one small-message result buffer. One generation barrier (futex) orders the phases of every
 // collective. abort() bumps every futex word, so any waiter wakes at once and
 // throws the abort cause.
 //
 // Invariants:
 // - Ranks run their collectives in seq order (an op waits for its rank's seq-1).
-// - A rank writes slot.desc[s & 1] and slot.staging[s & 1] only before arriving at
-//   seq s's first barrier. A peer reads them only between that barrier and its own
-//   arrival at seq s+1's first barrier. Reaching seq s+2's writes requires passing
-//   seq s+1's barrier, which requires every peer to have arrived there, i.e. to be
-//   done reading seq s: one barrier per collective is enough for descriptors and
-//   staged data.
+// - A rank writes slot.desc[s & 1] only before arriving at seq s's first barrier.
+//   A peer reads it only between that barrier and its own arrival at seq s+1's
+//   first barrier. Reaching seq s+2's write requires passing seq s+1's barrier,
+//   which requires every peer to have arrived there, i.e. to be done reading seq s:
+//   one barrier per collective is enough for descriptors.
+// - The small-message result buffer is written only by the last rank to arrive at
+//   a first barrier, while every other rank is still inside that barrier (so their
+//   posted buffers are live), and read by every rank after it; the next write
+//   happens only once every rank arrived at the next collective, i.e. finished
+//   reading.
 // - Once aborted, a group stays aborted; `cause` is final before `aborted` is set.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,14 +40,11 @@ namespace comm {
 // kind rethrows the cause itself.
 inline constexpr uint64_t kNoSeq = ~uint64_t{0};
 
-// Messages up to this size use the one-barrier staged algorithms.
-inline constexpr uint64_t kStagingBytes = 64 * 1024;
+// Results up to this size use the one-barrier algorithms (collectives.cc).
+inline constexpr uint64_t kSmallBytes = 64 * 1024;
 
 struct Slot {
-  Slot();
-  ~Slot();
   Desc desc[2];
-  uint8_t* staging[2];  // kStagingBytes each, 64-byte aligned
   std::atomic<uint64_t> epoch{0};     // barriers this rank has entered
   std::atomic<uint64_t> done_seq{0};  // last collective seq completed here
   std::atomic<uint32_t> done_word{0};
@@ -85,8 +87,11 @@ class CommGroup {
 
   // --- barrier ---
   // Every rank must call it the same number of times. Throws the abort error, or
-  // a CollectiveTimeout report (aborting the group) at the deadline.
-  void Barrier(const WaitSite& site, Clock::time_point deadline);
+  // a CollectiveTimeout report (aborting the group) at the deadline. `on_last`
+  // runs on the last rank to arrive, before anyone is released.
+  void Barrier(const WaitSite& site, Clock::time_point deadline, const std::function<void()>* on_last = nullptr);
+  // kSmallBytes, 64-byte aligned (see the invariant above).
+  uint8_t* small_result() const { return small_result_; }
   // Waits until `rank` completed collective seq-1 (ops of one rank may sit on
   // different streams).
   void WaitPrevious(const WaitSite& site, Clock::time_point deadline);
@@ -130,6 +135,7 @@ class CommGroup {
   const std::string trace_dir_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<P2PState> p2p_;
+  uint8_t* small_result_;
 
   std::mutex join_mu_;
   int joined_ = 0;
