@@ -4,6 +4,7 @@
  */
 const SUITES: Record<string, () => Promise<{ main(argv: string[]): Promise<void> }>> = {
   rpc: () => import('./rpc.js'),
+  collectives: () => import('./collectives.js'),
 };
 
 async function run(): Promise<number> {

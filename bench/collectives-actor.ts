@@ -1,0 +1,150 @@
+/**
+ * Per-rank side of the collectives benchmark: owns the buffers, runs one size of
+ * one op, checks the result against values that are exact in every dtype, and
+ * returns its per-iteration times. Also runs the STREAM-like copy baseline.
+ */
+import { copy, fill, Tensor, type DType, type RankContext, type ReduceOp } from '../src/index.js';
+
+export type BenchOp = 'allReduce' | 'allGather' | 'reduceScatter' | 'broadcast' | 'allToAll';
+
+export interface CaseResult {
+  /** Completion time (ms since the epoch, native clock) of each timed op on this rank, in order. */
+  endsMs: number[];
+  wrong: number;
+}
+
+/** Elements of send and recv for `bytes` (nccl-tests size: allGather = total recv, reduceScatter = total send). */
+export function counts(op: BenchOp, bytes: number, elem: number, p: number): { send: number; recv: number } {
+  const n = Math.floor(bytes / elem);
+  switch (op) {
+    case 'allReduce':
+    case 'broadcast':
+      return { send: n, recv: n };
+    case 'allGather':
+      return { send: Math.floor(n / p), recv: Math.floor(n / p) * p };
+    case 'reduceScatter':
+      return { send: Math.floor(n / p) * p, recv: Math.floor(n / p) };
+    case 'allToAll':
+      return { send: Math.floor(n / p) * p, recv: Math.floor(n / p) * p };
+  }
+}
+
+export class CollectivesBench {
+  constructor(private readonly ctx: RankContext) {}
+
+  async runCase(op: BenchOp, dtype: DType, bytes: number, iters: number, warmup: number, redop: ReduceOp): Promise<CaseResult> {
+    const { comm, device, rank } = this.ctx;
+    const p = comm.size;
+    const elem = dtype === 'int64' ? 8 : dtype === 'fp32' || dtype === 'int32' ? 4 : 2;
+    const c = counts(op, bytes, elem, p);
+    const stream = device.defaultStream;
+    // Inputs are small integers so every result is exact in every dtype: rank+1 (sum 136 on
+    // 16 ranks), and for prod 2 on ranks 0-1 and 1 elsewhere (product 4).
+    const value = redop === 'prod' ? (rank < 2 ? 2 : 1) : rank + 1;
+    const send = Tensor.empty(device, [c.send], dtype);
+    const recv = Tensor.empty(device, [c.recv], dtype);
+    try {
+      const refill = () => {
+        fill(send, value, { stream });
+        fill(recv, 0, { stream });
+      };
+      const run = (): Promise<void> => {
+        switch (op) {
+          case 'allReduce':
+            return comm.allReduce(send, recv, redop, stream);
+          case 'allGather':
+            return comm.allGather(send, recv, stream);
+          case 'reduceScatter':
+            return comm.reduceScatter(send, recv, redop, stream);
+          case 'broadcast':
+            return comm.broadcast(send, recv, 0, stream);
+          case 'allToAll':
+            return comm.allToAll(send, recv, stream);
+        }
+      };
+      refill();
+      for (let i = 0; i < warmup; i++) await run();
+      // nccl-tests style: enqueue every timed op back to back, then wait once. Op times come
+      // from the native flight recorder (when each op ended on this rank's stream thread), so
+      // the JS round trip per op is not part of the measurement.
+      const firstId = (comm.flightRecord().ranks[rank]?.lastEnqueued?.id ?? 0) + 1;
+      await Promise.all(Array.from({ length: iters }, run));
+      const mine = comm.flightRecord().ranks[rank]!.entries.filter((e) => e.id >= firstId && e.id < firstId + iters);
+      const endsMs = mine.map((e) => e.endedAtMs!);
+      // Correctness on a fresh run (#wrong, nccl-tests style).
+      refill();
+      await run();
+      const got = await recv.toArray({ stream });
+      const wrong = countWrong(op, redop, dtype, got, p, c);
+      return { endsMs, wrong };
+    } finally {
+      send.release();
+      recv.release();
+    }
+  }
+
+  /** STREAM-like copy: `bytes` device-to-device on this rank's own stream, best of `reps`; returns seconds. */
+  async copyBaseline(bytes: number, reps: number): Promise<number> {
+    const { device } = this.ctx;
+    const stream = device.newStream();
+    const a = Tensor.empty(device, [bytes], 'uint8');
+    const b = Tensor.empty(device, [bytes], 'uint8');
+    try {
+      fill(a, 1, { stream });
+      fill(b, 2, { stream });
+      await stream.synchronize();
+      let best = Infinity;
+      for (let i = 0; i < reps; i++) {
+        const t0 = process.hrtime.bigint();
+        copy(b, a, { stream });
+        await stream.synchronize();
+        best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1e9);
+      }
+      return best;
+    } finally {
+      a.release();
+      b.release();
+      stream.destroy();
+    }
+  }
+}
+
+function countWrong(op: BenchOp, redop: ReduceOp, dtype: DType, got: ArrayLike<number | bigint>, p: number, c: { send: number; recv: number }): number {
+  const values = Array.from({ length: p }, (_, r) => (redop === 'prod' ? (r < 2 ? 2 : 1) : r + 1));
+  const reduced = (() => {
+    switch (redop) {
+      case 'sum':
+        return values.reduce((a, b) => a + b, 0);
+      case 'prod':
+        return values.reduce((a, b) => a * b, 1);
+      case 'max':
+        return Math.max(...values);
+      case 'min':
+        return Math.min(...values);
+      case 'avg': {
+        const mean = values.reduce((a, b) => a + b, 0) / p;
+        return dtype === 'int32' || dtype === 'int64' ? Math.trunc(mean) : mean;
+      }
+    }
+  })();
+  const chunk = c.recv / p;
+  let wrong = 0;
+  for (let i = 0; i < got.length; i++) {
+    let want: number;
+    switch (op) {
+      case 'allReduce':
+      case 'reduceScatter':
+        want = reduced;
+        break;
+      case 'broadcast':
+        want = values[0]!;
+        break;
+      case 'allGather':
+      case 'allToAll':
+        want = values[Math.floor(i / chunk)]!;
+        break;
+    }
+    if (Number(got[i]) !== want) wrong++;
+  }
+  return wrong;
+}
