@@ -3,10 +3,11 @@
  * EVERY rank, and what the message says. Wall-clock durations are never asserted
  * (timeouts here are short per-communicator overrides so the suite stays fast).
  */
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Communicator } from '../src/runtime/comm-index.js';
 import { ensureBuilt, runRanks, type RankResult } from './helpers/comm-ranks.js';
 
 interface ErrInfo { name: string; code: string; message: string; details: Record<string, unknown> }
@@ -14,6 +15,7 @@ interface ErrInfo { name: string; code: string; message: string; details: Record
 const traceDir = mkdtempSync(join(tmpdir(), 'ascent-fail-'));
 
 beforeAll(() => ensureBuilt(), 120_000);
+afterAll(() => rmSync(traceDir, { recursive: true, force: true }));
 
 function err(r: RankResult, key = 'err'): ErrInfo {
   expect(r.error, `rank ${r.rank} crashed`).toBeUndefined();
@@ -106,6 +108,34 @@ describe('collective failures', () => {
       expect(e.code).toBe('ASCENT_COMM_ABORTED');
       expect(e.message).toContain("rank 3's worker exited");
       expect(err(r, 'later').code).toBe('ASCENT_COMM_ABORTED');
+    }
+  });
+
+  it('Communicator.abortById() from the main thread wakes every rank, whatever it waits in', async () => {
+    const results = await runRanks(3, { mode: 'scenario', scenario: 'abortById', traceDir }, 50_000, (id) => {
+      setTimeout(() => expect(Communicator.abortById(id, "rank 2's worker died (test)")).toBe(true), 300);
+    });
+    for (const r of results) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_COMM_ABORTED');
+      expect(e.message).toContain("rank 2's worker died (test)");
+    }
+    expect(Communicator.abortById('0'.repeat(32), 'nobody')).toBe(false);
+  });
+
+  it('a send and its recv that disagree in size: CollectiveMismatchError on both', async () => {
+    for (const r of await scenario(2, 'p2pMismatch')) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
+      expect(e.message).toContain("rank 0's send #1 to rank 1 is fp32 count=3 but rank 1's recv #1 from rank 0 is fp32 count=2");
+    }
+  });
+
+  it('ranks that exit at different times after their last collective do not fail each other', async () => {
+    for (const r of await scenario(8, 'staggeredExit')) {
+      expect(r.error).toBeUndefined();
+      expect(r.errs).toEqual([]);
+      expect(r.max).toBe(7);
     }
   });
 

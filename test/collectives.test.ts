@@ -5,10 +5,10 @@
  * nccl-tests style. Each rank count runs all its cases inside one long-lived set of
  * worker ranks (real threads, real native collectives).
  */
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureBuilt, runRanks } from './helpers/comm-ranks.js';
 
 const DTYPES = ['fp32', 'bf16', 'fp16', 'int32', 'int64'] as const;
@@ -52,8 +52,10 @@ function cases(P: number): Case[] {
 
 beforeAll(() => ensureBuilt(), 120_000);
 
+const traceDir = mkdtempSync(join(tmpdir(), 'ascent-coll-'));
+afterAll(() => rmSync(traceDir, { recursive: true, force: true }));
+
 describe('collectives vs the JS reference', () => {
-  const traceDir = mkdtempSync(join(tmpdir(), 'ascent-coll-'));
   for (const P of [1, 2, 3, 4, 8, 16]) {
     it(`${P} rank(s): every op, dtype, reduce op and size; split`, async () => {
       const list = cases(P);

@@ -84,8 +84,7 @@ void CommEnv::AddComm(const std::shared_ptr<CommImpl>& impl) {
 // abort every communicator this env's ranks belong to, so peers fail now instead
 // of after the exec timeout, and so our own stream ops blocked in a collective
 // wake and let their stream threads be joined.
-void CleanupHook(void* arg) {
-  auto* ce = static_cast<CommEnv*>(arg);
+void AbortAll(CommEnv* ce) {
   std::vector<std::shared_ptr<CommImpl>> comms;
   {
     std::lock_guard<std::mutex> lock(ce->mu);
@@ -109,10 +108,25 @@ void CleanupHook(void* arg) {
                        {Num("deadRank", rank), Num("device", device)}},
              0, g->AnyInFlight());
   }
+}
+
+void CleanupHook(void* arg) {
+  auto* ce = static_cast<CommEnv*>(arg);
+  AbortAll(ce);
   std::vector<Task> tasks;
   {
     std::lock_guard<std::mutex> lock(ce->mu);
     tasks.swap(ce->tasks);
+  }
+  // A split thread may publish its child group just after the abort above; abort
+  // again until every rendezvous thread has returned, so the joins cannot block
+  // for a whole connect timeout.
+  for (int i = 0; i < 5000; ++i) {
+    bool all_done = true;
+    for (auto& t : tasks) all_done = all_done && t.done->load();
+    if (all_done) break;
+    AbortAll(ce);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   for (auto& t : tasks) t.thread.join();
   {

@@ -82,18 +82,24 @@ void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline, const 
   uint64_t my_epoch = me.epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
   if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
   // Read the generation before arriving: it cannot advance until we arrive.
-  uint32_t g = gen_.load(std::memory_order_acquire);
+  // gen_ counts passes in steps of 2; abort sets bit 0 (so abort wakes waiters by
+  // changing the word, and a pass that already happened is still told apart).
+  uint32_t g = gen_.load(std::memory_order_acquire) >> 1;
   if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(nranks_)) {
     // acq_rel on the counter: every rank's posted descriptor is visible here.
     if (on_last) (*on_last)();
     count_.store(0, std::memory_order_relaxed);
-    Bump(&gen_);  // release: the reset above is visible to whoever sees the new generation
+    gen_.fetch_add(2, std::memory_order_acq_rel);  // release: the reset above is visible to the released
+    FutexWake(&gen_);
     return;
   }
-  bool passed = WaitWord(&gen_, deadline, spin_, [&] { return aborted() || gen_.load(std::memory_order_acquire) != g; });
-  // abort() bumps the generation too, so check the flag first.
+  auto passed = [&] { return (gen_.load(std::memory_order_acquire) >> 1) != g; };
+  WaitWord(&gen_, deadline, spin_, [&] { return passed() || aborted(); });
+  // A barrier that completed wins over a later abort: at normal shutdown a peer may
+  // finish, exit and abort the group before this thread gets to run again (the
+  // collective itself completed for everyone).
+  if (passed()) return;
   if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
-  if (passed) return;
   std::vector<int> arrived, missing;
   for (int r = 0; r < nranks_; ++r) {
     (slot(r).epoch.load(std::memory_order_acquire) >= my_epoch ? arrived : missing).push_back(r);
@@ -107,10 +113,10 @@ void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline, const 
 void CommGroup::WaitPrevious(const WaitSite& site, Clock::time_point deadline) {
   Slot& me = slot(site.rank);
   uint64_t want = site.seq - 1;
-  bool ok = WaitWord(&me.done_word, deadline, spin_,
-                     [&] { return aborted() || me.done_seq.load(std::memory_order_acquire) >= want; });
+  auto done = [&] { return me.done_seq.load(std::memory_order_acquire) >= want; };
+  WaitWord(&me.done_word, deadline, spin_, [&] { return done() || aborted(); });
+  if (done()) return;
   if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
-  if (ok) return;
   WaitSite s = site;
   s.phase = "waiting for this rank's previous collective #" + std::to_string(want) + " (on another stream)";
   ThrowTimeout(s, {}, {site.rank},
@@ -126,7 +132,8 @@ void CommGroup::MarkDone(int rank, uint64_t seq) {
 // ---------------------------------------------------------------- abort
 
 void CommGroup::WakeAll() {
-  Bump(&gen_);
+  gen_.fetch_or(1, std::memory_order_acq_rel);
+  FutexWake(&gen_);
   Bump(&join_word);
   Bump(&p2p_->word);
   for (auto& s : slots_) Bump(&s->done_word);
@@ -326,9 +333,9 @@ void CommGroup::WaitAllJoined(int rank, Clock::time_point deadline, double timeo
     std::lock_guard<std::mutex> lock(join_mu_);
     return joined_ == nranks_;
   };
-  bool ok = WaitWord(&join_word, deadline, 0, [&] { return aborted() || all(); });
+  WaitWord(&join_word, deadline, 0, [&] { return all() || aborted(); });
+  if (all()) return;
   if (aborted()) ThrowAborted(rank, kNoSeq, "initRank");
-  if (ok) return;
   std::vector<int> joined = JoinedRanks(), missing;
   for (int r = 0, j = 0; r < nranks_; ++r) {
     if (j < static_cast<int>(joined.size()) && joined[j] == r) {

@@ -56,17 +56,39 @@ std::string Describe(bool is_send, int peer, uint64_t k) {
 void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bool grouped,
                    Clock::time_point deadline, double timeout_ms, const std::string& what) {
   // Blocks until ready() (evaluated under mu_) or throws; `edge` is what we block on.
+  // Drops our unclaimed posts (so no receiver copies from a buffer we stop
+  // guarding) and tells whether one is claimed (a receiver is copying from it: we
+  // must wait for it to finish even after an abort).
+  auto retract = [&]() {
+    bool claimed = false;
+    for (const P2PItem& it : items) {
+      if (!it.is_send) continue;
+      auto& ch = Chan(rank, it.peer);
+      for (auto p = ch.begin(); p != ch.end();) {
+        if (p->k == it.k && !p->claimed) {
+          p = ch.erase(p);  // nobody holds references into the deque (see Step 2)
+        } else {
+          claimed = claimed || (p->k == it.k && p->claimed && !p->consumed);
+          ++p;
+        }
+      }
+    }
+    return claimed;
+  };
+  // Blocks until ready() (evaluated under mu_) or throws; `edge` is what we block on.
+  // A wait that is already satisfied wins over an abort (a peer may finish, exit
+  // and abort the group at normal shutdown before this thread runs again).
   auto wait = [&](Blocked edge, const std::string& waiting_for, auto&& ready) {
     for (;;) {
       std::unique_lock<std::mutex> lock(mu_);
-      if (g.aborted()) {
-        blocked_[rank] = Blocked{};
-        lock.unlock();
-        g.ThrowAborted(rank, kNoSeq, what);
-      }
       if (ready()) {
         blocked_[rank] = Blocked{};
         return;
+      }
+      if (g.aborted() && !retract()) {
+        blocked_[rank] = Blocked{};
+        lock.unlock();
+        g.ThrowAborted(rank, kNoSeq, what);
       }
       blocked_[rank] = grouped ? Blocked{Blocked::kGroup, -1, 0} : edge;
       if (!grouped) {
@@ -80,6 +102,7 @@ void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bo
                      (b.kind == Blocked::kSend ? " (no matching recv posted)" : " (no matching send posted)");
           }
           blocked_[rank] = Blocked{};
+          retract();
           lock.unlock();
           std::vector<int> sorted = cycle;
           std::sort(sorted.begin(), sorted.end());
@@ -97,11 +120,12 @@ void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bo
       lock.unlock();
       if (!FutexWait(&word, w, deadline)) {
         std::lock_guard<std::mutex> relock(mu_);
-        if (!g.aborted() && ready()) {
+        if (ready()) {
           blocked_[rank] = Blocked{};
           return;
         }
         if (g.aborted()) continue;
+        retract();
         blocked_[rank] = Blocked{};
         // fallthrough to the report below, outside the lock
       } else {
@@ -145,6 +169,7 @@ void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bo
            return true;
          });
     if (count != it.count || dtype != it.dtype) {
+
       ErrorInfo info{kCollectiveMismatch,
                      "P2P mismatch on communicator " + g.short_id() + ": rank " + std::to_string(it.peer) + "'s " +
                          Describe(true, rank, it.k) + " is " + DTypeName(dtype) + " count=" + std::to_string(count) +
@@ -153,6 +178,12 @@ void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bo
                          ".\nHINT: the k-th send a->b must match the k-th recv on b from a in dtype and count.",
                      {Num("sender", it.peer), Num("receiver", rank), Num("k", static_cast<double>(it.k))}};
       g.Abort(std::move(info), kNoSeq, true);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        SendPost* p = FindPost(it.peer, rank, it.k);
+        p->consumed = p->failed = true;  // releases the sender into the abort
+      }
+      Bump(&word);
       g.ThrowAborted(rank, kNoSeq, what);
     }
     if (count != 0) std::memcpy(it.ptr, src, count * DTypeSize(dtype));
@@ -172,7 +203,7 @@ void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bo
              std::to_string(rank),
          [&] {
            SendPost* p = FindPost(rank, it.peer, it.k);
-           if (p != nullptr && !p->consumed) return false;  // null: consumed and already dropped
+           if (p != nullptr && (!p->consumed || p->failed)) return false;  // null: consumed and already dropped
            auto& ch = Chan(rank, it.peer);
            while (!ch.empty() && ch.front().consumed) ch.pop_front();
            return true;

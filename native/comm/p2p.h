@@ -43,6 +43,7 @@ struct SendPost {
   DType dtype;
   bool claimed = false;   // a receiver is copying
   bool consumed = false;  // the sender may go
+  bool failed = false;    // consumed by a receiver that found a mismatch
 };
 
 class P2PState {

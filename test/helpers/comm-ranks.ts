@@ -35,10 +35,11 @@ export interface RankResult {
   [key: string]: unknown;
 }
 
-export async function runRanks(nranks: number, data: Record<string, unknown>, timeoutMs = 50_000): Promise<RankResult[]> {
+/** `onStart(id)` runs once every worker was started (e.g. to abort the communicator from the main thread). */
+export async function runRanks(nranks: number, data: Record<string, unknown>, timeoutMs = 50_000, onStart?: (id: string) => void): Promise<RankResult[]> {
   const id = Communicator.uniqueId();
   const workers: Worker[] = [];
-  const results = await Promise.all(
+  const all = Promise.all(
     Array.from({ length: nranks }, (_, rank) => {
       const w = new Worker(worker, { workerData: { id, nranks, rank, ...data } });
       workers.push(w);
@@ -58,6 +59,8 @@ export async function runRanks(nranks: number, data: Record<string, unknown>, ti
       });
     }).map((p) => Promise.race([p, new Promise<RankResult>((resolve) => setTimeout(() => resolve({ rank: -1, error: 'timeout' }), timeoutMs).unref())])),
   );
+  onStart?.(id);
+  const results = await all;
   await Promise.all(workers.map((w) => w.terminate()));
   return results;
 }
