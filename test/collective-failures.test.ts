@@ -139,6 +139,15 @@ describe('collective failures', () => {
     }
   });
 
+  it('an unawaited failing collective is reported by stream.synchronize(), never as an unhandled rejection', async () => {
+    for (const r of await scenario(2, 'fireAndForget')) {
+      const e = err(r, 'sync');
+      expect(e.code).toBe('ASCENT_STREAM_ERROR');
+      expect(e.details.causeCode).toBe('ASCENT_COLLECTIVE_MISMATCH');
+      expect(e.message).toContain('rank 0 called allReduce(fp32, count=1, op=sum)');
+    }
+  });
+
   it('abort() wakes every waiter at once', async () => {
     const results = await scenario(3, 'abortWakes');
     for (const r of results.slice(1)) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 
+#include "comm/copy.h"
 #include "comm/reduce.h"
 
 namespace ascent {
@@ -163,7 +164,7 @@ void AllReduceLarge(Ctx& c) {
   for (int q = 0; q < c.P; ++q) {
     if (q == c.rank) continue;
     range(q, &lo, &n);
-    if (n) std::memcpy(c.d.recv + lo * c.es, c.peer(q).recv + lo * c.es, n * c.es);
+    BulkCopy(c.d.recv + lo * c.es, c.peer(q).recv + lo * c.es, n * c.es);
   }
   // 5. Peers may still be reading my output chunk.
   c.Barrier("departure barrier");
@@ -174,7 +175,7 @@ void Broadcast(Ctx& c) {
   const Desc& root = c.peer(c.d.root);
   if (bytes != 0) {
     if (c.rank != c.d.root) {
-      std::memcpy(c.d.recv, root.send, bytes);
+      BulkCopy(c.d.recv, root.send, bytes);
     } else if (c.d.send != c.d.recv) {
       std::memmove(c.d.recv, c.d.send, bytes);
     }
@@ -187,7 +188,7 @@ void AllGather(Ctx& c) {
   for (int q = 0; q < c.P; ++q) {
     uint8_t* dst = c.d.recv + q * bytes;
     const uint8_t* src = c.peer(q).send;
-    if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
+    if (dst != src) BulkCopy(dst, src, bytes);
   }
   c.Barrier("departure barrier");
 }
@@ -203,7 +204,7 @@ void ReduceScatter(Ctx& c) {
 void AllToAll(Ctx& c) {
   const uint64_t bytes = c.d.count * c.es;
   for (int q = 0; q < c.P; ++q) {
-    if (bytes != 0) std::memcpy(c.d.recv + q * bytes, c.peer(q).send + c.rank * bytes, bytes);
+    BulkCopy(c.d.recv + q * bytes, c.peer(q).send + c.rank * bytes, bytes);
   }
   c.Barrier("departure barrier");
 }

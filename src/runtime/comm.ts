@@ -262,10 +262,15 @@ export class Communicator {
     }
   }
 
+  /**
+   * Enqueues through `enqueue(token)` and returns the op's completion. The promise
+   * may be ignored (NCCL style: enqueue, then stream.synchronize()): a failure is
+   * then not an unhandled rejection, and the stream still reports it.
+   */
   #run(fn: string, stream: Stream, enqueue: (token: number) => void): Promise<void> {
     const site = new Error();
-    const { token, promise } = enqueueWithCompletion(enqueue);
-    return stream.awaitToken(token, promise, undefined, site, fn).then(
+    const { promise } = enqueueWithCompletion(enqueue);
+    const done = promise.then(
       () => undefined,
       (err: Error) => {
         // Skipped because the stream already failed in a non-communicator op: peers
@@ -273,9 +278,11 @@ export class Communicator {
         if (err instanceof StreamError && !this.aborted) {
           this.native.abort(`rank ${this.rank}'s stream ${stream.id} failed before its ${fn} could run: ${err.message}`);
         }
-        throw err;
+        throw withCallerStack(err, site);
       },
     );
+    done.catch(() => undefined);
+    return done;
   }
 
   // ------------------------------------------------------------------ collectives
@@ -459,6 +466,7 @@ export class Communicator {
       throw e;
     }
     run.then(g.resolve, g.reject);
+    run.catch(() => undefined);
     return run;
   }
 
