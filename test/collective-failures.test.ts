@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Communicator } from '../src/runtime/comm-index.js';
+import { Device, Tensor } from '../src/runtime/device-index.js';
 import { ensureBuilt, runRanks, type RankResult } from './helpers/comm-ranks.js';
 
 interface ErrInfo { name: string; code: string; message: string; details: Record<string, unknown> }
@@ -146,6 +147,36 @@ describe('collective failures', () => {
       expect(e.details.causeCode).toBe('ASCENT_COLLECTIVE_MISMATCH');
       expect(e.message).toContain('rank 0 called allReduce(fp32, count=1, op=sum)');
     }
+  });
+
+  it('one rank\'s collectives on two streams run in seq order', async () => {
+    const P = 3;
+    for (const r of await scenario(P, 'twoStreams')) {
+      expect(r.errs).toEqual([null, null]);
+      expect(r.x).toBe(6);  // sum of 1..3
+      expect(r.y).toBe(6);  // max over ranks of the already reduced x
+    }
+  });
+
+  it('initRank: duplicate rank and nranks disagreement are synchronous InvalidArgumentErrors naming both sides', async () => {
+    const id = Communicator.uniqueId();
+    const first = Communicator.initRank({ uniqueId: id, nranks: 2, rank: 0, device: 0, connectTimeoutMs: 300, traceDir });
+    expect(() => Communicator.initRank({ uniqueId: id, nranks: 2, rank: 0, device: 1, traceDir })).toThrow(
+      /Rank 0 joined communicator .* twice \(first from device 0, now from device 1\)/,
+    );
+    expect(() => Communicator.initRank({ uniqueId: id, nranks: 3, rank: 1, device: 1, traceDir })).toThrow(/nranks=3 but an earlier rank .* said nranks=2/);
+    expect(() => Communicator.initRank({ uniqueId: id, nranks: 2, rank: 2, device: 1, traceDir })).toThrow(/Expected an integer in \[0, 1\] for rank but received 2/);
+    expect(() => Communicator.initRank({ uniqueId: 'nope', nranks: 2, rank: 0, device: 0 })).toThrow(/32 hex digits/);
+    await expect(first).rejects.toMatchObject({ code: 'ASCENT_COLLECTIVE_TIMEOUT', message: expect.stringContaining('missing: rank 1') });
+  });
+
+  it('destroy() is local; later calls are InvalidArgumentErrors', async () => {
+    const comm = await Communicator.initRank({ uniqueId: Communicator.uniqueId(), nranks: 1, rank: 0, device: 0, traceDir });
+    const x = Tensor.fromArray(Device.get(0), [1, 2], [2]);
+    await comm.allReduce(x, x, 'sum');
+    comm.destroy();
+    expect(() => comm.allReduce(x, x, 'sum')).toThrow(/was destroyed/);
+    expect(() => comm.allReduce(x, x, 'bogus' as never)).toThrow(/was destroyed|Expected one of sum/);
   });
 
   it('abort() wakes every waiter at once', async () => {

@@ -103,7 +103,9 @@ function checkInt(value: unknown, what: string, min: number, max: number): numbe
   return value;
 }
 
-interface Resolved { connectTimeoutMs: number; execTimeoutMs: number; traceDir: string }
+/** The settings a communicator runs with (options over the environment defaults). */
+export interface CommSettings { connectTimeoutMs: number; execTimeoutMs: number; traceDir: string }
+type Resolved = CommSettings;
 
 /** Per-communicator settings over the environment defaults. */
 function resolveTimeouts(opts: CommTimeouts | undefined, parent?: Resolved): Resolved {
@@ -203,7 +205,7 @@ export class Communicator {
     return this.native.abortCause();
   }
 
-  get settings(): Readonly<Resolved> {
+  get settings(): Readonly<CommSettings> {
     return this.#settings;
   }
 
