@@ -113,8 +113,11 @@ void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline, const 
 void CommGroup::WaitPrevious(const WaitSite& site, Clock::time_point deadline) {
   Slot& me = slot(site.rank);
   uint64_t want = site.seq - 1;
-  auto done = [&] { return me.done_seq.load(std::memory_order_acquire) >= want; };
+  auto done = [&] { return me.done_seq.load(std::memory_order_seq_cst) >= want; };
+  if (done()) return;  // the usual case: one stream per communicator
+  me.done_waiters.fetch_add(1, std::memory_order_seq_cst);
   WaitWord(&me.done_word, deadline, spin_, [&] { return done() || aborted(); });
+  me.done_waiters.fetch_sub(1, std::memory_order_seq_cst);
   if (done()) return;
   if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
   WaitSite s = site;
@@ -125,8 +128,10 @@ void CommGroup::WaitPrevious(const WaitSite& site, Clock::time_point deadline) {
 
 void CommGroup::MarkDone(int rank, uint64_t seq) {
   Slot& s = slot(rank);
-  s.done_seq.store(seq, std::memory_order_release);
-  Bump(&s.done_word);
+  // seq_cst store then load (Dekker with WaitPrevious): either the waiter sees the
+  // new seq, or we see the waiter and wake it.
+  s.done_seq.store(seq, std::memory_order_seq_cst);
+  if (s.done_waiters.load(std::memory_order_seq_cst) != 0) Bump(&s.done_word);
 }
 
 // ---------------------------------------------------------------- abort

@@ -48,6 +48,7 @@ struct Slot {
   std::atomic<uint64_t> epoch{0};     // barriers this rank has entered
   std::atomic<uint64_t> done_seq{0};  // last collective seq completed here
   std::atomic<uint32_t> done_word{0};
+  std::atomic<uint32_t> done_waiters{0};  // MarkDone skips the wake syscall when 0
   bool joined = false;  // guarded by CommGroup::join_mu
   int device = -1;      // guarded by CommGroup::join_mu
   FlightRecorder recorder;
