@@ -25,7 +25,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Device, checkOptions } from './device.js';
 import { DTYPE_CODE, describe, type DType } from './dtype.js';
-import { envInt } from './env.js';
+import { envInt, envString } from './env.js';
 import { InvalidArgumentError, StreamError } from './errors.js';
 import { enqueueWithCompletion, loadNative, withCallerStack, type NativeCommunicator } from './native.js';
 import { Stream } from './stream.js';
@@ -111,8 +111,7 @@ type Resolved = CommSettings;
 function resolveTimeouts(opts: CommTimeouts | undefined, parent?: Resolved): Resolved {
   const connect = opts?.connectTimeoutMs ?? parent?.connectTimeoutMs ?? (envInt('HCCL_CONNECT_TIMEOUT') ?? 120) * 1000;
   const exec = opts?.execTimeoutMs ?? parent?.execTimeoutMs ?? (envInt('HCCL_EXEC_TIMEOUT') ?? 1800) * 1000;
-  // ASCENT_TRACE_DIR is to be declared in env.ts by its owner; read directly until then.
-  const traceDir = opts?.traceDir ?? parent?.traceDir ?? (process.env['ASCENT_TRACE_DIR'] || join(tmpdir(), 'ascent-flight-recorder'));
+  const traceDir = opts?.traceDir ?? parent?.traceDir ?? envString('ASCENT_TRACE_DIR') ?? join(tmpdir(), 'ascent-flight-recorder');
   if (typeof traceDir !== 'string' || traceDir === '') {
     throw new InvalidArgumentError(`Expected a non-empty directory path for traceDir but received ${describe(traceDir)}.`, { argument: 'traceDir' });
   }
