@@ -108,6 +108,14 @@ export class P2PDeadlockError extends AscentError {
 }
 
 /**
+ * A safetensors file, sharded checkpoint index or checkpoint layout is malformed.
+ * The message names the file and, when one is at fault, the tensor.
+ */
+export class CheckpointFormatError extends AscentError {
+  override readonly code = 'ASCENT_CHECKPOINT_FORMAT';
+}
+
+/**
  * An error raised in another thread whose class is not known here. Keeps the
  * original class name in `remoteName` and the original code in `code`.
  */
@@ -145,6 +153,7 @@ for (const cls of [
   CollectiveTimeoutError,
   CommAbortedError,
   P2PDeadlockError,
+  CheckpointFormatError,
 ]) {
   registerErrorClass(cls);
 }
