@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { CheckpointFormatError } from '../src/runtime/errors.js';
 import { loadModelConfig, parseModelConfig, toHFConfig } from '../src/model/config.js';
 import {
-  convertExpertLayout, detectExpertLayout, fusedExpertNames, initParams, paramSpecs, perExpertNames, toHostTensors, type HostTensor,
+  checkParamsAgainstConfig, convertExpertLayout, detectExpertLayout, fusedExpertNames, initParams, paramSpecs, perExpertNames, toHostTensors, type HostTensor,
 } from '../src/model/params.js';
 import { Prng } from '../src/model/prng.js';
 
@@ -191,5 +191,22 @@ describe('initParams', () => {
       expect(std, s.name).toBeGreaterThan(0.018);
       expect(std, s.name).toBeLessThan(0.022);
     }
+  });
+});
+
+describe('checkParamsAgainstConfig', () => {
+  it('accepts exactly the specs in either layout, and a stray lm_head for a tied model', () => {
+    expect(checkParamsAgainstConfig(paramSpecs(moe), moe)).toBe('fused');
+    expect(checkParamsAgainstConfig(paramSpecs(moe, { expertLayout: 'per-expert' }), moe)).toBe('per-expert');
+    expect(checkParamsAgainstConfig([...paramSpecs(dense), { name: 'lm_head.weight', shape: [V, H] }], dense)).toBeNull();
+  });
+
+  it('lists missing, misshapen and unexpected tensors in one error', () => {
+    const specs = paramSpecs(dense).filter((s) => s.name !== 'model.norm.weight')
+      .map((s) => (s.name === 'model.layers.0.self_attn.k_proj.weight' ? { ...s, shape: [H, H] } : s));
+    specs.push({ name: 'model.layers.0.self_attn.q_proj.bias', shape: [H], kind: 'linear' });
+    expect(errorOf(() => checkParamsAgainstConfig(specs, dense))).toBe(
+      'Checkpoint does not match the qwen3 config: missing "model.norm.weight"; "model.layers.0.self_attn.k_proj.weight" has shape [128, 128], expected [64, 128]; unexpected "model.layers.0.self_attn.q_proj.bias".',
+    );
   });
 });

@@ -5,6 +5,7 @@
 import { Command, CommanderError } from 'commander';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { explainDump, formatReport, readDumps } from '../runtime/trace-explain.js';
+import { registerInspect } from './inspect.js';
 
 function buildProgram(out: string[]): Command {
   const program = new Command('ascent').description('Ascent tools').exitOverride().configureOutput({ writeErr: () => {}, writeOut: (s) => process.stdout.write(s) });
@@ -17,6 +18,7 @@ function buildProgram(out: string[]): Command {
       const reports = readDumps(path).map(({ file, dump }) => explainDump(dump, file));
       out.push(opts.json ? JSON.stringify(reports, null, 2) : reports.map(formatReport).join('\n\n'));
     });
+  registerInspect(program);
   return program;
 }
 

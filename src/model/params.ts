@@ -246,3 +246,34 @@ export function initParams(cfg: ModelConfig, seed: number, opts: { expertLayout?
 export function toHostTensors(params: ReadonlyMap<string, { shape: number[]; data: Float32Array }>): Map<string, HostTensor> {
   return new Map([...params].map(([n, p]) => [n, { dtype: 'F32' as const, shape: p.shape, data: new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength) }]));
 }
+
+/**
+ * Checks that a checkpoint's tensors (names and shapes) are exactly the parameters of `cfg`
+ * in one expert layout; returns that layout (null for no MoE layer). Every missing,
+ * unexpected or misshapen tensor is listed in one CheckpointFormatError. A tied model may
+ * also carry `lm_head.weight` (some exporters write it).
+ */
+export function checkParamsAgainstConfig(tensors: Iterable<{ name: string; shape: readonly number[] }>, cfg: ModelConfig): ExpertLayout | null {
+  const list = [...tensors];
+  const layout = detectExpertLayout(list.map((t) => t.name), cfg);
+  const specs = new Map(paramSpecs(cfg, { expertLayout: layout ?? 'fused' }).map((s) => [s.name, s.shape]));
+  if (cfg.tieWordEmbeddings && list.some((t) => t.name === 'lm_head.weight')) specs.set('lm_head.weight', [cfg.vocabSize, cfg.hiddenSize]);
+  const seen = new Set<string>();
+  const problems: string[] = [];
+  const unexpected: string[] = [];
+  for (const t of list) {
+    seen.add(t.name);
+    const want = specs.get(t.name);
+    if (!want) unexpected.push(t.name);
+    else if (want.length !== t.shape.length || want.some((d, k) => d !== t.shape[k])) {
+      problems.push(`${JSON.stringify(t.name)} has shape [${t.shape.join(', ')}], expected [${want.join(', ')}]`);
+    }
+  }
+  const missing = [...specs.keys()].filter((n) => !seen.has(n));
+  if (missing.length) problems.unshift(`missing ${listSome(missing)}`);
+  if (unexpected.length) problems.push(`unexpected ${listSome(unexpected)}`);
+  if (problems.length) {
+    throw new CheckpointFormatError(`Checkpoint does not match the ${cfg.modelType} config: ${problems.join('; ')}.`, { missing, unexpected });
+  }
+  return layout;
+}

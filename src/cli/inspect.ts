@@ -1,0 +1,96 @@
+/**
+ * `ascent inspect <file or folder>`: validates a safetensors checkpoint (single file, shard
+ * index, or folder) and lists its tensors. When the folder holds a config.json, the tensor
+ * names and shapes are also checked against that config. A malformed checkpoint or config
+ * exits 1 with the error.
+ */
+import { existsSync, statSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import type { Command } from 'commander';
+import { AscentError, CheckpointFormatError, ConfigError, InvalidArgumentError } from '../runtime/errors.js';
+import { Checkpoint, type CheckpointTensor } from '../model/checkpoint.js';
+import { loadModelConfig } from '../model/config.js';
+import { checkParamsAgainstConfig } from '../model/params.js';
+
+interface InspectReport {
+  path: string;
+  files: string[];
+  metadata: Record<string, string>;
+  tensors: Array<{ name: string; dtype: string; shape: number[]; bytes: number; file: string }>;
+  totalBytes: number;
+  config?: { path: string; modelType: string; expertLayout: string | null };
+  warnings: string[];
+}
+
+export async function inspectCheckpoint(path: string, opts: { config?: string } = {}): Promise<InspectReport> {
+  const ck = await Checkpoint.open(path);
+  try {
+    const folder = existsSync(path) && statSync(path).isDirectory() ? path : dirname(path);
+    const tensors = ck.tensors;
+    const report: InspectReport = {
+      path,
+      files: ck.shards.map((s) => relative(folder, s.path) || s.path),
+      metadata: Object.assign({}, ...ck.shards.map((s) => s.metadata)),
+      tensors: tensors.map((t: CheckpointTensor) => ({ name: t.name, dtype: t.dtype, shape: t.shape, bytes: t.end - t.begin, file: relative(folder, t.file) })),
+      totalBytes: tensors.reduce((s, t) => s + t.end - t.begin, 0),
+      warnings: [...ck.warnings],
+    };
+    const configPath = opts.config ?? join(folder, 'config.json');
+    if (opts.config !== undefined || existsSync(configPath)) {
+      const cfg = loadModelConfig(configPath);
+      const layout = checkParamsAgainstConfig(tensors, cfg);
+      report.config = { path: configPath, modelType: cfg.modelType, expertLayout: layout };
+    }
+    return report;
+  } finally {
+    await ck.close();
+  }
+}
+
+function formatBytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let u = 0;
+  let v = n;
+  while (v >= 1024 && u < units.length - 1) {
+    v /= 1024;
+    u++;
+  }
+  return u === 0 ? `${n} B` : `${v.toFixed(2)} ${units[u]}`;
+}
+
+export function formatInspectReport(r: InspectReport): string {
+  const sharded = r.files.length > 1;
+  const head = ['name', 'dtype', 'shape', 'bytes', ...(sharded ? ['file'] : [])];
+  const rows = r.tensors.map((t) => [t.name, t.dtype, `[${t.shape.join(', ')}]`, String(t.bytes), ...(sharded ? [t.file] : [])]);
+  const widths = head.map((h, c) => Math.max(h.length, ...rows.map((row) => row[c].length)));
+  const line = (cells: string[]) => cells.map((cell, c) => (c === 3 ? cell.padStart(widths[c]) : cell.padEnd(widths[c]))).join('  ').trimEnd();
+  const out = [line(head), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line), ''];
+  out.push(`${r.tensors.length} tensors, ${formatBytes(r.totalBytes)} in ${r.files.length} file${r.files.length === 1 ? '' : 's'} (${r.files.join(', ')})`);
+  if (Object.keys(r.metadata).length) out.push(`metadata: ${JSON.stringify(r.metadata)}`);
+  if (r.config) out.push(`config: ${r.config.path} (${r.config.modelType}${r.config.expertLayout ? `, ${r.config.expertLayout} experts` : ''}): names and shapes match`);
+  for (const w of r.warnings) out.push(`warning: ${w}`);
+  out.push('ok: checkpoint is valid');
+  return out.join('\n');
+}
+
+export function registerInspect(program: Command): void {
+  program
+    .command('inspect')
+    .description('validate a safetensors checkpoint (file, index.json or folder) and list its tensors')
+    .argument('<path>', 'a .safetensors file, a model.safetensors.index.json, or a folder holding either')
+    .option('--config <file>', 'check names and shapes against this config.json (default: config.json beside the checkpoint, if any)')
+    .option('--json', 'print the report as JSON')
+    .action(async (path: string, opts: { config?: string; json?: boolean }) => {
+      let report: InspectReport;
+      try {
+        report = await inspectCheckpoint(path, opts);
+      } catch (err) {
+        // The CLI reports argument errors with exit code 1; keep the original code and class in details.
+        if (err instanceof CheckpointFormatError || err instanceof ConfigError) {
+          throw new InvalidArgumentError(err.message, { ...(err as AscentError).details, code: err.code, error: err.name }, { cause: err });
+        }
+        throw err;
+      }
+      process.stdout.write(`${opts.json ? JSON.stringify(report, null, 2) : formatInspectReport(report)}\n`);
+    });
+}
