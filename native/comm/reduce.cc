@@ -1,6 +1,9 @@
 #include "comm/reduce.h"
 
+#include <cstring>
 #include <type_traits>
+
+#include "comm/copy.h"
 
 namespace ascent {
 namespace comm {
@@ -42,12 +45,15 @@ inline A Widen(typename DT<D>::T v) {
 }
 
 template <DType D, RedOp R>
-void ReduceT(uint8_t* out_b, const uint8_t* const* in_b, int n, uint64_t count, int divisor) {
+void ReduceT(uint8_t* const* outs, int nouts, bool streaming, const uint8_t* const* in_b, int n, uint64_t count,
+             int divisor) {
   using T = typename DT<D>::T;
   constexpr bool kFloat = D == DType::kF32 || D == DType::kBF16 || D == DType::kF16;
   using A = std::conditional_t<kFloat, float, T>;
-  T* out = reinterpret_cast<T*>(out_b);
+  const bool direct = nouts == 1 && !streaming;
+  T* out = reinterpret_cast<T*>(outs[0]);
   A acc[kBlock];
+  T staged[kBlock];
   for (uint64_t base = 0; base < count; base += kBlock) {
     const uint64_t m = count - base < kBlock ? count - base : kBlock;
     const T* first = reinterpret_cast<const T*>(in_b[0]) + base;
@@ -82,38 +88,57 @@ void ReduceT(uint8_t* out_b, const uint8_t* const* in_b, int n, uint64_t count, 
         for (uint64_t i = 0; i < m; ++i) acc[i] = acc[i] / d;
       }
     }
-    T* dst = out + base;
+    // Store: straight into the one output, or once into `staged` and from there
+    // into every output (streaming stores for large outputs, see copy.h).
+    T* dst = direct ? out + base : staged;
     if constexpr (kFloat && D != DType::kF32) {
       for (uint64_t i = 0; i < m; ++i) dst[i] = DT<D>::Store(acc[i]);
     } else {
       for (uint64_t i = 0; i < m; ++i) dst[i] = acc[i];
     }
+    if (!direct) {
+      const uint64_t off = base * sizeof(T), bytes = m * sizeof(T);
+      for (int o = 0; o < nouts; ++o) {
+        if (streaming) {
+          StreamCopy(outs[o] + off, reinterpret_cast<const uint8_t*>(staged), bytes);
+        } else {
+          std::memcpy(outs[o] + off, staged, bytes);
+        }
+      }
+    }
   }
+  if (streaming) StreamFence();
 }
 
 template <DType D>
-void ReduceD(uint8_t* out, const uint8_t* const* in, int n, uint64_t count, RedOp op, int divisor) {
+void ReduceD(uint8_t* const* outs, int nouts, bool streaming, const uint8_t* const* in, int n, uint64_t count,
+             RedOp op, int divisor) {
   switch (op) {
-    case RedOp::kSum: return ReduceT<D, RedOp::kSum>(out, in, n, count, divisor);
-    case RedOp::kProd: return ReduceT<D, RedOp::kProd>(out, in, n, count, divisor);
-    case RedOp::kMax: return ReduceT<D, RedOp::kMax>(out, in, n, count, divisor);
-    case RedOp::kMin: return ReduceT<D, RedOp::kMin>(out, in, n, count, divisor);
-    case RedOp::kAvg: return ReduceT<D, RedOp::kAvg>(out, in, n, count, divisor);
+    case RedOp::kSum: return ReduceT<D, RedOp::kSum>(outs, nouts, streaming, in, n, count, divisor);
+    case RedOp::kProd: return ReduceT<D, RedOp::kProd>(outs, nouts, streaming, in, n, count, divisor);
+    case RedOp::kMax: return ReduceT<D, RedOp::kMax>(outs, nouts, streaming, in, n, count, divisor);
+    case RedOp::kMin: return ReduceT<D, RedOp::kMin>(outs, nouts, streaming, in, n, count, divisor);
+    case RedOp::kAvg: return ReduceT<D, RedOp::kAvg>(outs, nouts, streaming, in, n, count, divisor);
   }
 }
 
 }  // namespace
 
-void Reduce(uint8_t* out, const uint8_t* const* in, int n, uint64_t count, DType dtype, RedOp op, int divisor) {
+void ReduceToMany(uint8_t* const* outs, int nouts, bool streaming, const uint8_t* const* in, int n, uint64_t count,
+                  DType dtype, RedOp op, int divisor) {
   if (count == 0) return;
   switch (dtype) {
-    case DType::kF32: return ReduceD<DType::kF32>(out, in, n, count, op, divisor);
-    case DType::kBF16: return ReduceD<DType::kBF16>(out, in, n, count, op, divisor);
-    case DType::kF16: return ReduceD<DType::kF16>(out, in, n, count, op, divisor);
-    case DType::kI32: return ReduceD<DType::kI32>(out, in, n, count, op, divisor);
-    case DType::kI64: return ReduceD<DType::kI64>(out, in, n, count, op, divisor);
-    case DType::kU8: return ReduceD<DType::kU8>(out, in, n, count, op, divisor);
+    case DType::kF32: return ReduceD<DType::kF32>(outs, nouts, streaming, in, n, count, op, divisor);
+    case DType::kBF16: return ReduceD<DType::kBF16>(outs, nouts, streaming, in, n, count, op, divisor);
+    case DType::kF16: return ReduceD<DType::kF16>(outs, nouts, streaming, in, n, count, op, divisor);
+    case DType::kI32: return ReduceD<DType::kI32>(outs, nouts, streaming, in, n, count, op, divisor);
+    case DType::kI64: return ReduceD<DType::kI64>(outs, nouts, streaming, in, n, count, op, divisor);
+    case DType::kU8: return ReduceD<DType::kU8>(outs, nouts, streaming, in, n, count, op, divisor);
   }
+}
+
+void Reduce(uint8_t* out, const uint8_t* const* in, int n, uint64_t count, DType dtype, RedOp op, int divisor) {
+  ReduceToMany(&out, 1, false, in, n, count, dtype, op, divisor);
 }
 
 }  // namespace comm

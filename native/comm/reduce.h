@@ -17,5 +17,11 @@ namespace comm {
 
 void Reduce(uint8_t* out, const uint8_t* const* in, int n, uint64_t count, DType dtype, RedOp op, int divisor);
 
+// The same reduction stored into every one of `outs` (each may alias an input at
+// the same offset: a block is read from every input before it is stored anywhere).
+// `streaming`: non-temporal stores (large outputs nobody reads back soon).
+void ReduceToMany(uint8_t* const* outs, int nouts, bool streaming, const uint8_t* const* in, int n, uint64_t count,
+                  DType dtype, RedOp op, int divisor);
+
 }  // namespace comm
 }  // namespace ascent
