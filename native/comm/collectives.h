@@ -1,5 +1,6 @@
 // The collective algorithms. Each is written once against three primitives: the
-// group barrier, direct reads of peers' posted device pointers, and Reduce(). Every
+// group barrier, direct access to peers' posted device pointers (reads; the large
+// all-reduce also writes each rank's chunk into every output), and Reduce(). Every
 // collective runs the same frame (RunCollective):
 //   0. wait until this rank's previous collective completed (seq order);
 //   1. prepare (snapshot in-place all-to-all inputs) and post the descriptor to
@@ -9,7 +10,7 @@
 //   3. compare every rank's fingerprint: any difference -> CollectiveMismatchError
 //      on every rank, naming both fingerprints and which ranks hold each;
 //   4. move the data (op-specific; small results: copy out of the group buffer);
-//   5. departure barrier where a peer may still read this rank's buffers.
+//   5. departure barrier where a peer may still read (or write) this rank's buffers.
 #pragma once
 
 #include <cstdint>

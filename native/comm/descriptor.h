@@ -1,6 +1,6 @@
 // What one rank posts for one collective: the op and its arguments (the
 // fingerprint every rank compares before data moves) and the device pointers its
-// peers read directly. Copied by value into the rank's slot (double-buffered by
+// peers access directly. Copied by value into the rank's slot (double-buffered by
 // seq parity, see group.h), so peers never read memory owned by a finished op.
 #pragma once
 
