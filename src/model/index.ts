@@ -1,0 +1,24 @@
+/**
+ * Public API of the model layer (host side): HF config, safetensors and sharded checkpoints,
+ * parameter specs and expert layouts, the synthetic task. Re-exported by src/index.ts.
+ */
+export {
+  MODEL_TYPES, ROPE_TYPES, parseModelConfig, loadModelConfig, isMoeLayer, toHFConfig,
+  type ModelType, type RopeType, type RopeConfig, type MoeConfig, type ModelConfig,
+} from './config.js';
+export {
+  SAFETENSORS_DTYPES, DEVICE_DTYPE, MAX_HEADER_BYTES, SafetensorsFile, parseSafetensorsHeader, buildSafetensorsHeader,
+  writeSafetensors, safetensorsDTypeSize, isSafetensorsDType, tensorBytes, numelOf,
+  type SafetensorsDType, type TensorInfo, type ParsedHeader, type TensorSource, type WriteOptions,
+} from './safetensors.js';
+export {
+  INDEX_FILE, SINGLE_FILE, Checkpoint, parseShardedIndex, writeCheckpoint,
+  type ShardedIndex, type CheckpointTensor, type ShardedWriteOptions,
+} from './checkpoint.js';
+export {
+  EXPERT_LAYOUTS, paramSpecs, detectExpertLayout, convertExpertLayout, checkParamsAgainstConfig, initParams, toHostTensors,
+  fusedExpertNames, perExpertNames,
+  type ExpertLayout, type ParamKind, type ParamSpec, type HostTensor,
+} from './params.js';
+export { Prng } from './prng.js';
+export * as syntheticTask from './synthetic-task.js';
