@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -283,6 +283,15 @@ describe('sharded checkpoints', () => {
     expect(await indexError((ix) => { ix.weight_map['layer.0.w'] = '../x.safetensors'; })).toMatch(/expected a file name inside the checkpoint folder/);
     expect(await indexError((ix) => { ix.metadata.total_size = -1; })).toMatch(/total_size is -1 of type number/);
     expect(await indexError((ix) => { delete (ix as Record<string, unknown>).weight_map; })).toMatch(/"weight_map" is missing/);
+  });
+
+  it('an unreadable or oversized index is a CheckpointFormatError', async () => {
+    const out = mkdtempSync(join(dir, 'idx-'));
+    writeFileSync(join(out, INDEX_FILE), '{"weight_map": ');
+    await expect(Checkpoint.open(out)).rejects.toThrow(/model.safetensors.index.json: cannot read the shard index \(.*JSON/);
+    writeFileSync(join(out, INDEX_FILE), '');
+    truncateSync(join(out, INDEX_FILE), 200_000_000); // sparse: no disk used
+    await expect(Checkpoint.open(out)).rejects.toThrow(/cannot read the shard index \(it is 200000000 bytes, more than the 100000000-byte limit\)/);
   });
 
   it('a total_size that disagrees is a warning, not an error', async () => {

@@ -11,7 +11,7 @@ import { readdir, readFile, stat, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/dtype.js';
-import { SafetensorsFile, atomicWrite, tensorBytes, writeSafetensors, type TensorInfo, type TensorSource } from './safetensors.js';
+import { MAX_HEADER_BYTES, SafetensorsFile, atomicWrite, tensorBytes, writeSafetensors, type TensorInfo, type TensorSource } from './safetensors.js';
 
 export const INDEX_FILE = 'model.safetensors.index.json';
 export const SINGLE_FILE = 'model.safetensors';
@@ -106,6 +106,9 @@ export class Checkpoint {
   private static async openIndex(indexPath: string, given: string): Promise<Checkpoint> {
     let raw: unknown;
     try {
+      // Bounded like a safetensors header: a corrupt or hostile index must not cause a giant read.
+      const size = (await stat(indexPath)).size;
+      if (size > MAX_HEADER_BYTES) throw new Error(`it is ${size} bytes, more than the ${MAX_HEADER_BYTES}-byte limit`);
       raw = JSON.parse(await readFile(indexPath, 'utf8'));
     } catch (err) {
       throw new CheckpointFormatError(`${indexPath}: cannot read the shard index (${(err as Error).message}).`, { file: indexPath }, { cause: err });
