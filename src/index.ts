@@ -12,5 +12,6 @@ export type { Logger } from './runtime/logger.js';
 export { TaskPool, type TaskSpec } from './runtime/task-pool.js';
 export type { WorldOptions, ActorSpec, CallOptions, LaunchOptions } from './runtime/config.js';
 export { launch, type LaunchResult } from './runtime/launcher.js';
+export { registerPatch, listPatches, modelPatchesEnabled, setModelPatchesEnabled, patchImpl, type PatchSpec } from './runtime/patches.js';
 export * from './runtime/device-index.js';
 export * from './runtime/comm-index.js';

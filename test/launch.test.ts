@@ -146,11 +146,22 @@ describe('launch', () => {
     [['test/fixtures/launch/hello.ts'], /required option '--nproc <n>' not specified/],
     [['--nproc', '2', 'README.md'], /must be a \.ts, \.mts, \.js or \.mjs file/],
     [['--nproc', '2', '--max-time', 'soon', 'test/fixtures/launch/hello.ts'], /non-negative number of seconds for --max-time/],
+    [['--nproc', '2', '--enable-npu-model-patch', 'yes', 'test/fixtures/launch/hello.ts'], /Expected true or false for --enable-npu-model-patch but received "yes"/],
+    [['--nproc', '2', '--enable-npu-model-patch'], /argument missing|missing required argument/],
   ])('bad flags %j exit 2 with the error and the usage', async (args, message) => {
     const r = await runLaunch(args);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(message);
     expect(r.stderr).toContain('Usage: launch --nproc N [flags] entry.(ts|mjs|js) [entry args...]');
+  });
+
+  it('--enable-npu-model-patch false switches model patches off on every rank', async () => {
+    const off = await runLaunch(['--nproc', '2', '--enable-npu-model-patch', 'false', fx('patches.mjs')]);
+    expect(off.code).toBe(0);
+    expect(off.stdout).toContain('[rank 0] patches enabled: false');
+    expect(off.stdout).toContain('[rank 1] patches enabled: false');
+    const on = await runLaunch(['--nproc', '1', fx('patches.mjs')]);
+    expect(on.stdout).toContain('[rank 0] patches enabled: true');
   });
 
   it('an entry without main(ctx) is a clear failure', async () => {

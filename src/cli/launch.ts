@@ -9,6 +9,7 @@ import { LaunchOptionsSchema, formatIssues } from '../runtime/config.js';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import { EXIT_USAGE, launch } from '../runtime/launcher.js';
 import { resolveModuleUrl } from '../runtime/module-loader.js';
+import { parsePatchSwitch } from '../runtime/patches.js';
 
 const ENTRY_EXT = /\.(ts|mts|cts|js|mjs|cjs)$/;
 
@@ -22,6 +23,7 @@ function buildProgram(): Command {
     .addOption(new Option('--grace-period <seconds>', 'time ranks get to stop after a failure or signal').default('5'))
     .addOption(new Option('--max-time <seconds>', 'wall-clock limit; a run still going then is stopped with a report (exit 124)'))
     .addOption(new Option('--device-memory <size>', 'device memory per rank, e.g. 512MiB (default ASCENT_DEVICE_MEMORY or 16GiB)'))
+    .addOption(new Option('--enable-npu-model-patch <bool>', 'model patches (fast/fused kernels) on or off: true or false'))
     .argument('<entry>', 'entry module exporting main(ctx)')
     .argument('[args...]', 'arguments passed to the entry (ctx.args)')
     .passThroughOptions()
@@ -73,7 +75,12 @@ export async function main(argv: string[]): Promise<number> {
       throw new ConfigError(`The entry ${JSON.stringify(parsed.entry)} must be a .ts, .mts, .js or .mjs file exporting main(ctx).`);
     }
     resolveModuleUrl(parsed.entry, 'entry file');
+    const env: Record<string, string> = {};
+    if (o.enableNpuModelPatch !== undefined) {
+      env.ASCENT_ENABLE_NPU_MODEL_PATCH = String(parsePatchSwitch(String(o.enableNpuModelPatch), '--enable-npu-model-patch'));
+    }
     const r = LaunchOptionsSchema.safeParse({
+      env,
       nproc: positiveIntFlag('--nproc', String(o.nproc)),
       entry: parsed.entry,
       entryArgs: parsed.args,
