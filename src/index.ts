@@ -15,3 +15,4 @@ export { launch, type LaunchResult } from './runtime/launcher.js';
 export { registerPatch, listPatches, modelPatchesEnabled, setModelPatchesEnabled, patchImpl, type PatchSpec } from './runtime/patches.js';
 export * from './runtime/device-index.js';
 export * from './runtime/comm-index.js';
+export * from './model/index.js';
