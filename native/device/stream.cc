@@ -226,7 +226,8 @@ Napi::Function StreamWrap::Define(Napi::Env env) {
                       InstanceMethod<&StreamWrap::Scale>("scale"),
                       InstanceMethod<&StreamWrap::Axpy>("axpy"),
                       InstanceMethod<&StreamWrap::Permute>("permute"),
-                      InstanceMethod<&StreamWrap::Matmul>("matmul")});
+                      InstanceMethod<&StreamWrap::Matmul>("matmul"),
+                      InstanceMethod<&StreamWrap::ModelOp>("modelOp")});
 }
 
 StreamWrap::StreamWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<StreamWrap>(info) {

@@ -128,6 +128,8 @@ class StreamWrap : public Napi::ObjectWrap<StreamWrap> {
   Napi::Value Axpy(const Napi::CallbackInfo& info);
   Napi::Value Permute(const Napi::CallbackInfo& info);
   Napi::Value Matmul(const Napi::CallbackInfo& info);
+  // model_ops.cc: modelOp(name, ...args), the checked enqueue point of the model kernels.
+  Napi::Value ModelOp(const Napi::CallbackInfo& info);
 
   std::shared_ptr<StreamImpl> impl_;
 };

@@ -136,6 +136,52 @@ export interface NativeCommBinding {
 
 // ---- end of communicators ----
 
+// ---- model kernels (native/model_ops.cc; owned by src/model/kernels/) ----
+
+type B = NativeBuffer;
+/**
+ * Arguments of stream.modelOp(name, ...args, impl, token) per kernel, in the order
+ * native/model_ops.cc reads them: dims and scalars first, then each tensor as
+ * (buffer, byteOffset). dtype codes from DTYPE_CODE; every tensor is contiguous.
+ */
+export interface NativeModelOps {
+  embedding: [dtype: number, T: number, V: number, H: number, ids: B, idsOff: number, table: B, tableOff: number, out: B, outOff: number];
+  embeddingBackward: [T: number, V: number, H: number, ids: B, idsOff: number, dy: B, dyOff: number, dtable: B, dtableOff: number];
+  rmsNorm: [T: number, H: number, eps: number, x: B, xOff: number, w: B, wOff: number, y: B, yOff: number, rstd: B, rstdOff: number];
+  rmsNormBackward: [T: number, H: number, dy: B, dyOff: number, x: B, xOff: number, w: B, wOff: number, rstd: B, rstdOff: number, dx: B, dxOff: number, dw: B, dwOff: number];
+  rope: [T: number, heads: number, D: number, theta: number, inverse: boolean, x: B, xOff: number, positions: B, posOff: number, y: B, yOff: number];
+  attention: [B: number, S: number, nH: number, nKV: number, D: number, q: B, qOff: number, k: B, kOff: number, v: B, vOff: number, o: B, oOff: number, lse: B, lseOff: number];
+  attentionBackward: [B: number, S: number, nH: number, nKV: number, D: number, dout: B, doutOff: number, q: B, qOff: number, k: B, kOff: number, v: B, vOff: number, o: B, oOff: number, lse: B, lseOff: number, dq: B, dqOff: number, dk: B, dkOff: number, dv: B, dvOff: number];
+  attentionDecode: [B: number, Smax: number, nH: number, nKV: number, D: number, q: B, qOff: number, kCache: B, kOff: number, vCache: B, vOff: number, lengths: B, lenOff: number, o: B, oOff: number];
+  swiglu: [N: number, I: number, gStride: number, uStride: number, g: B, gOff: number, u: B, uOff: number, h: B, hOff: number];
+  swigluBackward: [N: number, I: number, gStride: number, uStride: number, dh: B, dhOff: number, g: B, gOff: number, u: B, uOff: number, dg: B, dgOff: number, du: B, duOff: number];
+  router: [T: number, E: number, k: number, renorm: boolean, logits: B, zOff: number, probs: B, pOff: number, weights: B, wOff: number, indices: B, iOff: number];
+  routerBackward: [T: number, E: number, k: number, renorm: boolean, dWeights: B, dwOff: number, probs: B, pOff: number, indices: B, iOff: number, dLogits: B, dzOff: number];
+  moeDispatch: [slots: number, E: number, indices: B, iOff: number, counts: B, cOff: number, offsets: B, oOff: number, order: B, ordOff: number];
+  moeGather: [T: number, k: number, H: number, x: B, xOff: number, order: B, ordOff: number, xs: B, xsOff: number];
+  moeGatherBackward: [T: number, k: number, H: number, dXs: B, dxsOff: number, order: B, ordOff: number, dX: B, dxOff: number];
+  moeCombine: [T: number, k: number, H: number, ys: B, ysOff: number, order: B, ordOff: number, weights: B, wOff: number, y: B, yOff: number];
+  moeCombineBackward: [T: number, k: number, H: number, dY: B, dyOff: number, ys: B, ysOff: number, order: B, ordOff: number, weights: B, wOff: number, dYs: B, dysOff: number, dWeights: B, dwOff: number];
+  groupedMatmul: [inDtype: number, outDtype: number, N: number, K: number, M: number, E: number, transB: boolean, x: B, xOff: number, w: B, wOff: number, offsets: B, oOff: number, y: B, yOff: number];
+  /** dX / dW may be null (not wanted). */
+  groupedMatmulBackward: [inDtype: number, N: number, K: number, M: number, E: number, transB: boolean, dY: B, dyOff: number, x: B, xOff: number, w: B, wOff: number, offsets: B, oOff: number, dX: B | null, dxOff: number, dW: B | null, dwOff: number];
+  logSoftmax: [T: number, V: number, logits: B, zOff: number, out: B, outOff: number];
+  /** mode 0: loss = lse - logit[target]; 1: logprob = logit[target] - lse. */
+  crossEntropy: [mode: number, T: number, V: number, ignoreIndex: number, logits: B, zOff: number, targets: B, tOff: number, loss: B, lossOff: number, lse: B, lseOff: number];
+  crossEntropyBackward: [T: number, V: number, ignoreIndex: number, dLoss: B, dlOff: number, logits: B, zOff: number, targets: B, tOff: number, lse: B, lseOff: number, dLogits: B, dzOff: number];
+  adamw: [n: number, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, step: number, param: B, pOff: number, grad: B, gOff: number, m: B, mOff: number, v: B, vOff: number];
+  sample: [B: number, V: number, temperature: number, topK: number, topP: number, seedLo: number, seedHi: number, offsetLo: number, offsetHi: number, logits: B, zOff: number, out: B, outOff: number];
+}
+
+export interface NativeStream {
+  /** Enqueues model kernel `name` (impl 0 = fast, 1 = reference); returns the op's seq. */
+  modelOp<K extends keyof NativeModelOps>(name: K, ...args: [...NativeModelOps[K], impl: number, token: number]): number;
+  /** Philox4x32-10 of one counter (synchronous, no device work): the RNG of sample(), for known-answer tests. */
+  modelOp(name: 'philox', keyLo: number, keyHi: number, c0: number, c1: number, c2: number, c3: number): [number, number, number, number];
+}
+
+// ---- end of model kernels ----
+
 export interface NativeBinding extends NativeCommBinding {
   readonly Buffer: new () => NativeBuffer;
   readonly Stream: new (device: number) => NativeStream;

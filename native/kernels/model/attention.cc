@@ -1,0 +1,226 @@
+// Causal grouped-query attention (softmax(q k^T / sqrt(D)) v with query i seeing
+// keys j <= i), its backward from the saved log-sum-exp, and single-token decode
+// against a KV cache.
+//
+// Backward (FlashAttention-2 form): P = exp(S - lse), dV = P^T dO, dP = dO V^T,
+// Di = rowsum(dO * O), dS = P * (dP - Di), dQ = scale dS K, dK = scale dS^T Q.
+// Query heads of one group add into their shared kv head's dK / dV.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/model/model_kernels.h"
+#include "kernels/model/vec.h"
+
+namespace ascent::model {
+namespace {
+
+inline size_t Idx(int64_t b, int64_t s, int64_t S, int64_t h, int64_t nh, int64_t d, int64_t D) {
+  return static_cast<size_t>(((b * S + s) * nh + h) * D + d);
+}
+
+double DotD(const float* a, const float* b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+void CheckLength(int32_t len, int64_t b, int64_t smax) {
+  if (len < 0 || len > smax) {
+    KernelError("attentionDecode: lengths[" + std::to_string(b) + "] = " + std::to_string(len) +
+                    " is outside [0, " + std::to_string(smax) + "] (the cache holds " + std::to_string(smax) +
+                    " positions).",
+                {Num("batch", static_cast<double>(b)), Num("length", len), Num("maxLength", static_cast<double>(smax))});
+  }
+}
+
+// Packs rows [0, n) of kv head `kh` of sequence b ([B, S, nKV, D]) into dst [n, D].
+void PackHead(const float* src, int64_t b, int64_t kh, int64_t n, int64_t S, int64_t nKV, int64_t D, float* dst) {
+  for (int64_t j = 0; j < n; ++j) std::memcpy(dst + j * D, src + Idx(b, j, S, kh, nKV, 0, D), static_cast<size_t>(D) * 4);
+}
+
+}  // namespace
+
+void ref::Attention(const AttentionArgs& a) {
+  const int64_t group = a.nH / a.nKV;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(a.D));
+  std::vector<double> s(static_cast<size_t>(a.S)), acc(static_cast<size_t>(a.D));
+  for (int64_t b = 0; b < a.B; ++b) {
+    for (int64_t h = 0; h < a.nH; ++h) {
+      const int64_t kh = h / group;
+      for (int64_t i = 0; i < a.S; ++i) {
+        const float* q = a.q + Idx(b, i, a.S, h, a.nH, 0, a.D);
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j <= i; ++j) {
+          s[j] = scale * DotD(q, a.k + Idx(b, j, a.S, kh, a.nKV, 0, a.D), a.D);
+          if (s[j] > m) m = s[j];
+        }
+        double l = 0;
+        for (int64_t d = 0; d < a.D; ++d) acc[d] = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double p = std::exp(s[j] - m);
+          l += p;
+          const float* v = a.v + Idx(b, j, a.S, kh, a.nKV, 0, a.D);
+          for (int64_t d = 0; d < a.D; ++d) acc[d] += p * v[d];
+        }
+        for (int64_t d = 0; d < a.D; ++d) a.o[Idx(b, i, a.S, h, a.nH, d, a.D)] = static_cast<float>(acc[d] / l);
+        a.lse[(b * a.nH + h) * a.S + i] = static_cast<float>(m + std::log(l));
+      }
+    }
+  }
+}
+
+void fast::Attention(const AttentionArgs& a) {
+  const VecOps& v = Vec();
+  const int64_t group = a.nH / a.nKV, D = a.D, S = a.S;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  std::vector<float> K(static_cast<size_t>(S * D)), V(static_cast<size_t>(S * D)), p(static_cast<size_t>(S));
+  for (int64_t b = 0; b < a.B; ++b) {
+    for (int64_t kh = 0; kh < a.nKV; ++kh) {
+      PackHead(a.k, b, kh, S, S, a.nKV, D, K.data());
+      PackHead(a.v, b, kh, S, S, a.nKV, D, V.data());
+      for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
+        for (int64_t i = 0; i < S; ++i) {
+          const float* q = a.q + Idx(b, i, S, h, a.nH, 0, D);
+          float* o = a.o + Idx(b, i, S, h, a.nH, 0, D);
+          for (int64_t j = 0; j <= i; ++j) p[j] = v.dot(q, K.data() + j * D, D);
+          const float m = v.max(p.data(), i + 1) * scale;
+          const float l = v.expsum(p.data(), scale, m, p.data(), i + 1);
+          std::memset(o, 0, static_cast<size_t>(D) * 4);
+          for (int64_t j = 0; j <= i; ++j) v.axpy(o, p[j], V.data() + j * D, D);
+          v.scale(o, 1.0f / l, D);
+          a.lse[(b * a.nH + h) * S + i] = m + std::log(l);
+        }
+      }
+    }
+  }
+}
+
+void ref::AttentionBackward(const AttentionBackwardArgs& a) {
+  const int64_t group = a.nH / a.nKV;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(a.D));
+  const size_t nq = static_cast<size_t>(a.B * a.S * a.nH * a.D), nk = static_cast<size_t>(a.B * a.S * a.nKV * a.D);
+  std::vector<double> dq(nq, 0.0), dk(nk, 0.0), dv(nk, 0.0);
+  for (int64_t b = 0; b < a.B; ++b) {
+    for (int64_t h = 0; h < a.nH; ++h) {
+      const int64_t kh = h / group;
+      for (int64_t i = 0; i < a.S; ++i) {
+        const size_t qi = Idx(b, i, a.S, h, a.nH, 0, a.D);
+        const double lse = a.lse[(b * a.nH + h) * a.S + i];
+        const double Di = DotD(a.dout + qi, a.o + qi, a.D);
+        for (int64_t j = 0; j <= i; ++j) {
+          const size_t kj = Idx(b, j, a.S, kh, a.nKV, 0, a.D);
+          const double p = std::exp(scale * DotD(a.q + qi, a.k + kj, a.D) - lse);
+          const double dp = DotD(a.dout + qi, a.v + kj, a.D);
+          const double ds = p * (dp - Di);
+          for (int64_t d = 0; d < a.D; ++d) {
+            dq[qi + d] += scale * ds * a.k[kj + d];
+            dk[kj + d] += scale * ds * a.q[qi + d];
+            dv[kj + d] += p * a.dout[qi + d];
+          }
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < nq; ++i) a.dq[i] = static_cast<float>(dq[i]);
+  for (size_t i = 0; i < nk; ++i) a.dk[i] = static_cast<float>(dk[i]);
+  for (size_t i = 0; i < nk; ++i) a.dv[i] = static_cast<float>(dv[i]);
+}
+
+void fast::AttentionBackward(const AttentionBackwardArgs& a) {
+  const VecOps& v = Vec();
+  const int64_t group = a.nH / a.nKV, D = a.D, S = a.S;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const size_t sd = static_cast<size_t>(S * D);
+  std::vector<float> K(sd), V(sd), dK(sd), dV(sd), p(static_cast<size_t>(S)), dp(static_cast<size_t>(S));
+  for (int64_t b = 0; b < a.B; ++b) {
+    for (int64_t kh = 0; kh < a.nKV; ++kh) {
+      PackHead(a.k, b, kh, S, S, a.nKV, D, K.data());
+      PackHead(a.v, b, kh, S, S, a.nKV, D, V.data());
+      std::fill(dK.begin(), dK.end(), 0.0f);
+      std::fill(dV.begin(), dV.end(), 0.0f);
+      for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
+        for (int64_t i = 0; i < S; ++i) {
+          const size_t qi = Idx(b, i, S, h, a.nH, 0, D);
+          const float* q = a.q + qi;
+          const float* dO = a.dout + qi;
+          float* dq = a.dq + qi;
+          const float lse = a.lse[(b * a.nH + h) * S + i];
+          const float Di = v.dot(dO, a.o + qi, D);
+          for (int64_t j = 0; j <= i; ++j) {
+            p[j] = v.dot(q, K.data() + j * D, D);
+            dp[j] = v.dot(dO, V.data() + j * D, D);
+          }
+          v.expsum(p.data(), scale, lse, p.data(), i + 1);
+          std::memset(dq, 0, static_cast<size_t>(D) * 4);
+          for (int64_t j = 0; j <= i; ++j) {
+            const float ds = p[j] * (dp[j] - Di) * scale;
+            v.axpy(dq, ds, K.data() + j * D, D);
+            v.axpy(dK.data() + j * D, ds, q, D);
+            v.axpy(dV.data() + j * D, p[j], dO, D);
+          }
+        }
+      }
+      for (int64_t j = 0; j < S; ++j) {
+        std::memcpy(a.dk + Idx(b, j, S, kh, a.nKV, 0, D), dK.data() + j * D, static_cast<size_t>(D) * 4);
+        std::memcpy(a.dv + Idx(b, j, S, kh, a.nKV, 0, D), dV.data() + j * D, static_cast<size_t>(D) * 4);
+      }
+    }
+  }
+}
+
+void ref::AttentionDecode(const AttentionDecodeArgs& a) {
+  const int64_t group = a.nH / a.nKV;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(a.D));
+  std::vector<double> s(static_cast<size_t>(a.Smax)), acc(static_cast<size_t>(a.D));
+  for (int64_t b = 0; b < a.B; ++b) {
+    const int32_t L = a.lengths[b];
+    CheckLength(L, b, a.Smax);
+    for (int64_t h = 0; h < a.nH; ++h) {
+      const int64_t kh = h / group;
+      const float* q = a.q + (b * a.nH + h) * a.D;
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < L; ++j) {
+        s[j] = scale * DotD(q, a.k + Idx(b, j, a.Smax, kh, a.nKV, 0, a.D), a.D);
+        if (s[j] > m) m = s[j];
+      }
+      double l = 0;
+      for (int64_t d = 0; d < a.D; ++d) acc[d] = 0;
+      for (int64_t j = 0; j < L; ++j) {
+        double p = std::exp(s[j] - m);
+        l += p;
+        const float* v = a.v + Idx(b, j, a.Smax, kh, a.nKV, 0, a.D);
+        for (int64_t d = 0; d < a.D; ++d) acc[d] += p * v[d];
+      }
+      for (int64_t d = 0; d < a.D; ++d) a.o[(b * a.nH + h) * a.D + d] = L == 0 ? 0.0f : static_cast<float>(acc[d] / l);
+    }
+  }
+}
+
+void fast::AttentionDecode(const AttentionDecodeArgs& a) {
+  const VecOps& v = Vec();
+  const int64_t group = a.nH / a.nKV, D = a.D;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  std::vector<float> p(static_cast<size_t>(a.Smax));
+  for (int64_t b = 0; b < a.B; ++b) CheckLength(a.lengths[b], b, a.Smax);
+  for (int64_t b = 0; b < a.B; ++b) {
+    const int64_t L = a.lengths[b];
+    for (int64_t h = 0; h < a.nH; ++h) {
+      const int64_t kh = h / group;
+      const float* q = a.q + (b * a.nH + h) * D;
+      float* o = a.o + (b * a.nH + h) * D;
+      std::memset(o, 0, static_cast<size_t>(D) * 4);
+      if (L == 0) continue;
+      for (int64_t j = 0; j < L; ++j) p[j] = v.dot(q, a.k + Idx(b, j, a.Smax, kh, a.nKV, 0, D), D);
+      const float m = v.max(p.data(), L) * scale;
+      const float l = v.expsum(p.data(), scale, m, p.data(), L);
+      for (int64_t j = 0; j < L; ++j) v.axpy(o, p[j], a.v + Idx(b, j, a.Smax, kh, a.nKV, 0, D), D);
+      v.scale(o, 1.0f / l, D);
+    }
+  }
+}
+
+}  // namespace ascent::model

@@ -1,0 +1,340 @@
+// Numeric kernels of the Qwen3-style dense / MoE model, forward and backward.
+// Every kernel has a plain reference version (ascent::model::ref, the executable
+// definition: obvious loops, double accumulators where a sum is long) and a fast
+// version (ascent::model::fast: one thread per stream, so "fast" means contiguous
+// inner loops, AVX2/FMA primitives from vec.h, packing for reuse and the blocked
+// matmul of kernels/fast.cc). Both share one argument block per kernel.
+//
+// Contracts shared by every kernel here:
+// - Pointers were bounds-checked by the enqueue layer (native/model_ops.cc);
+//   kernels never validate shapes.
+// - Data-dependent indices (token ids, expert ids, targets, cache lengths, group
+//   offsets) live on the device and are checked when the kernel runs: a bad value
+//   throws AscentException(kStreamError) naming it, which becomes the stream's
+//   sticky StreamError (no host sync is ever needed to validate them).
+// - Tensors are fp32 unless a field says otherwise; accumulation is fp32 (fast) or
+//   double (reference).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace ascent::model {
+
+// ---- embedding.cc ---------------------------------------------------------------
+// out[t, :] = table[ids[t], :]; table and out share `dtype` (fp32 or bf16).
+struct EmbeddingArgs {
+  DType dtype;
+  const int32_t* ids;
+  const void* table;
+  void* out;
+  int64_t T, V, H;
+};
+// dtable = 0; dtable[ids[t], :] += dy[t, :] (fp32, rows added in t order).
+struct EmbeddingBackwardArgs {
+  const int32_t* ids;
+  const float* dy;
+  float* dtable;
+  int64_t T, V, H;
+};
+
+// ---- rmsnorm.cc -----------------------------------------------------------------
+// rstd[t] = 1 / sqrt(mean(x[t]^2) + eps); y[t, i] = x[t, i] * rstd[t] * w[i].
+struct RmsNormArgs {
+  const float* x;
+  const float* w;
+  float* y;
+  float* rstd;
+  int64_t T, H;
+  float eps;
+};
+// dx[t, j] = rstd (w_j dy_j - x_j rstd^2 mean_i(dy_i w_i x_i)); dw[i] = sum_t dy x rstd.
+struct RmsNormBackwardArgs {
+  const float* dy;
+  const float* x;
+  const float* w;
+  const float* rstd;
+  float* dx;
+  float* dw;
+  int64_t T, H;
+};
+
+// ---- rope.cc --------------------------------------------------------------------
+// Rotate-half RoPE (HF Llama / Qwen3): for i < D/2, with a = pos[t] * theta^(-2i/D)
+// (computed in double, cos/sin rounded to fp32):
+//   y[i] = x[i] cos a - x[i + D/2] sin a,  y[i + D/2] = x[i + D/2] cos a + x[i] sin a.
+// inverse = true rotates by -a (the backward). x and y may alias exactly.
+struct RopeArgs {
+  const float* x;
+  const int32_t* pos;
+  float* y;
+  int64_t T, heads, D;
+  double theta;
+  bool inverse;
+};
+
+// ---- attention.cc ---------------------------------------------------------------
+// Causal grouped-query attention. q, o: [B, S, nH, D]; k, v: [B, S, nKV, D];
+// lse: [B, nH, S]; head h reads kv head h / (nH / nKV); scale = 1 / sqrt(D).
+struct AttentionArgs {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* o;
+  float* lse;
+  int64_t B, S, nH, nKV, D;
+};
+struct AttentionBackwardArgs {
+  const float* dout;
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* o;
+  const float* lse;
+  float* dq;
+  float* dk;
+  float* dv;
+  int64_t B, S, nH, nKV, D;
+};
+// One new query per sequence against a KV cache [B, Smax, nKV, D]: sequence b
+// attends to cache positions [0, lengths[b]) (length 0 gives o = 0).
+struct AttentionDecodeArgs {
+  const float* q;
+  const float* k;
+  const float* v;
+  const int32_t* lengths;
+  float* o;
+  int64_t B, Smax, nH, nKV, D;
+};
+
+// ---- swiglu.cc ------------------------------------------------------------------
+// h[n, i] = silu(g[n, i]) * u[n, i] over N rows of width I. Row strides (elements)
+// let gate and up be halves of one fused gate_up row ([N, 2I]: g = row, u = row + I).
+struct SwigluArgs {
+  const float* g;
+  const float* u;
+  float* h;
+  int64_t N, I;
+  int64_t g_stride, u_stride;  // h is contiguous [N, I]
+};
+struct SwigluBackwardArgs {
+  const float* dh;  // contiguous [N, I]
+  const float* g;
+  const float* u;
+  float* dg;
+  float* du;
+  int64_t N, I;
+  int64_t g_stride, u_stride;  // dg / du use the same strides as g / u
+};
+
+// ---- router.cc ------------------------------------------------------------------
+// probs = softmax(logits) per row; the k largest probs (ties -> lower expert index)
+// in descending order give indices / weights; renorm divides weights by their sum.
+struct RouterArgs {
+  const float* logits;
+  float* probs;
+  float* weights;
+  int32_t* indices;
+  int64_t T, E, k;
+  bool renorm;
+};
+struct RouterBackwardArgs {
+  const float* dweights;
+  const float* probs;
+  const int32_t* indices;
+  float* dlogits;
+  int64_t T, E, k;
+  bool renorm;
+};
+
+// ---- moe.cc ---------------------------------------------------------------------
+// Slots s = t * k + j (token t's j-th expert). dispatch: counts[e] = #slots routed
+// to e; offsets = exclusive prefix sum (E + 1 entries); order = slot ids sorted by
+// expert, stable (ascending slot id inside an expert).
+struct MoeDispatchArgs {
+  const int32_t* indices;  // [T * k]
+  int32_t* counts;
+  int32_t* offsets;
+  int32_t* order;
+  int64_t slots, E;
+};
+// gather: xs[r] = x[order[r] / k]. gather backward: dx[t] = sum over rows r with
+// order[r] / k == t of dxs[r] (accumulated in slot order).
+struct MoeGatherArgs {
+  const float* x;
+  const int32_t* order;
+  float* xs;
+  int64_t T, k, H;
+};
+struct MoeGatherBackwardArgs {
+  const float* dxs;
+  const int32_t* order;
+  float* dx;
+  int64_t T, k, H;
+};
+// combine: y[t] = sum_j weights[t, j] * ys[row of slot t*k+j] (j ascending).
+struct MoeCombineArgs {
+  const float* ys;
+  const int32_t* order;
+  const float* weights;
+  float* y;
+  int64_t T, k, H;
+};
+// dys[r] = weights[order[r]] * dy[order[r] / k]; dweights[s] = dot(dy[s / k], ys[row of s]).
+struct MoeCombineBackwardArgs {
+  const float* dy;
+  const float* ys;
+  const int32_t* order;
+  const float* weights;
+  float* dys;
+  float* dweights;
+  int64_t T, k, H;
+};
+// Grouped matmul: rows offsets[e]..offsets[e+1] of x [N, K] use expert e:
+// y[rows] = x[rows] . w[e]^T with w [E, M, K] (trans_b), or x[rows] . w[e] with
+// w [E, K, M]. x and w share in_dtype (fp32 / bf16); y is out_dtype (fp32 / bf16).
+// offsets are checked when the kernel runs (0 = offsets[0] <= ... <= offsets[E] = N).
+struct GroupedMatmulArgs {
+  DType in_dtype, out_dtype;
+  const void* x;
+  const void* w;
+  const int32_t* offsets;
+  void* y;
+  int64_t N, K, M, E;
+  bool trans_b;
+};
+// Backward of y = grouped(x, w): dx [N, K] (fp32) and dw [E, ...] in w's layout
+// (fp32; zero for experts without rows). dy, x and w share in_dtype. Either output
+// may be null (not wanted).
+struct GroupedMatmulBackwardArgs {
+  DType in_dtype;
+  const void* dy;
+  const void* x;
+  const void* w;
+  const int32_t* offsets;
+  float* dx;
+  float* dw;
+  int64_t N, K, M, E;
+  bool trans_b;
+};
+
+// ---- softmax_ce.cc --------------------------------------------------------------
+struct LogSoftmaxArgs {
+  const float* logits;
+  float* out;
+  int64_t T, V;
+};
+// lse[t] = logsumexp(logits[t]); loss[t] = lse - logits[t, target] (mode kLoss) or
+// logits[t, target] - lse (mode kLogprob). Rows whose target is ignore_index give 0;
+// any other target outside [0, V) fails the op.
+enum class CeMode : int { kLoss = 0, kLogprob = 1 };
+struct CrossEntropyArgs {
+  const float* logits;
+  const int32_t* targets;
+  float* loss;
+  float* lse;
+  int64_t T, V;
+  int32_t ignore_index;
+  CeMode mode;
+};
+// dlogits[t] = dloss[t] * (softmax(logits[t]) - onehot(target)); 0 on ignored rows.
+struct CrossEntropyBackwardArgs {
+  const float* dloss;
+  const float* logits;
+  const int32_t* targets;
+  const float* lse;
+  float* dlogits;
+  int64_t T, V;
+  int32_t ignore_index;
+};
+
+// ---- adamw.cc -------------------------------------------------------------------
+// torch.optim.AdamW: p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+// p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps).
+struct AdamWArgs {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  int64_t n;
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t step;
+};
+
+// ---- sampling.cc ----------------------------------------------------------------
+// Philox4x32-10 (Salmon et al., SC'11; the counter-based RNG of cuRAND and
+// torch.cuda): key = (seed lo, seed hi), counter = (offset lo, offset hi, row, 0).
+// Row b of a call draws u = (out[0] >> 8) * 2^-24 in [0, 1) from that counter only,
+// so the same (seed, offset, row) gives the same draw on any stream or thread.
+// Sampling: temperature 0 -> argmax (ties -> lower index). Otherwise candidates are
+// the vocabulary sorted by logit descending (ties -> lower index), cut to top_k
+// (0 = all), softmax of logit / temperature in double over the kept ones, cut to
+// the shortest prefix whose mass reaches top_p (>= 1 keeps all), and the token is
+// the first whose cumulative mass exceeds u times the kept mass.
+struct SampleArgs {
+  const float* logits;
+  int32_t* out;
+  int64_t B, V;
+  float temperature;
+  int64_t top_k;
+  double top_p;
+  uint64_t seed, offset;
+};
+void Philox4x32(uint32_t key[2], uint32_t ctr[4], uint32_t out[4]);
+
+namespace ref {
+void Embedding(const EmbeddingArgs& a);
+void EmbeddingBackward(const EmbeddingBackwardArgs& a);
+void RmsNorm(const RmsNormArgs& a);
+void RmsNormBackward(const RmsNormBackwardArgs& a);
+void Rope(const RopeArgs& a);
+void Attention(const AttentionArgs& a);
+void AttentionBackward(const AttentionBackwardArgs& a);
+void AttentionDecode(const AttentionDecodeArgs& a);
+void Swiglu(const SwigluArgs& a);
+void SwigluBackward(const SwigluBackwardArgs& a);
+void Router(const RouterArgs& a);
+void RouterBackward(const RouterBackwardArgs& a);
+void MoeDispatch(const MoeDispatchArgs& a);
+void MoeGather(const MoeGatherArgs& a);
+void MoeGatherBackward(const MoeGatherBackwardArgs& a);
+void MoeCombine(const MoeCombineArgs& a);
+void MoeCombineBackward(const MoeCombineBackwardArgs& a);
+void GroupedMatmul(const GroupedMatmulArgs& a);
+void GroupedMatmulBackward(const GroupedMatmulBackwardArgs& a);
+void LogSoftmax(const LogSoftmaxArgs& a);
+void CrossEntropy(const CrossEntropyArgs& a);
+void CrossEntropyBackward(const CrossEntropyBackwardArgs& a);
+void AdamW(const AdamWArgs& a);
+void Sample(const SampleArgs& a);
+}  // namespace ref
+
+namespace fast {
+void Embedding(const EmbeddingArgs& a);
+void EmbeddingBackward(const EmbeddingBackwardArgs& a);
+void RmsNorm(const RmsNormArgs& a);
+void RmsNormBackward(const RmsNormBackwardArgs& a);
+void Rope(const RopeArgs& a);
+void Attention(const AttentionArgs& a);
+void AttentionBackward(const AttentionBackwardArgs& a);
+void AttentionDecode(const AttentionDecodeArgs& a);
+void Swiglu(const SwigluArgs& a);
+void SwigluBackward(const SwigluBackwardArgs& a);
+void Router(const RouterArgs& a);
+void RouterBackward(const RouterBackwardArgs& a);
+void MoeDispatch(const MoeDispatchArgs& a);
+void MoeGather(const MoeGatherArgs& a);
+void MoeGatherBackward(const MoeGatherBackwardArgs& a);
+void MoeCombine(const MoeCombineArgs& a);
+void MoeCombineBackward(const MoeCombineBackwardArgs& a);
+void GroupedMatmul(const GroupedMatmulArgs& a);
+void GroupedMatmulBackward(const GroupedMatmulBackwardArgs& a);
+void LogSoftmax(const LogSoftmaxArgs& a);
+void CrossEntropy(const CrossEntropyArgs& a);
+void CrossEntropyBackward(const CrossEntropyBackwardArgs& a);
+void AdamW(const AdamWArgs& a);
+void Sample(const SampleArgs& a);
+}  // namespace fast
+
+}  // namespace ascent::model

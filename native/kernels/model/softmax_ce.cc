@@ -1,0 +1,115 @@
+// Log-softmax, cross-entropy with ignore_index (per-token loss and lse saved for
+// the backward), token log-probs (GRPO), and the cross-entropy backward.
+#include <cmath>
+#include <string>
+
+#include "kernels/model/model_kernels.h"
+#include "kernels/model/vec.h"
+
+namespace ascent::model {
+namespace {
+
+double LseD(const float* x, int64_t V) {
+  double m = -INFINITY, s = 0;
+  for (int64_t i = 0; i < V; ++i) m = x[i] > m ? x[i] : m;
+  for (int64_t i = 0; i < V; ++i) s += std::exp(x[i] - m);
+  return m + std::log(s);
+}
+
+float LseF(const VecOps& v, const float* x, int64_t V) {
+  const float m = v.max(x, V);
+  return m + std::log(v.expsum(x, 1.0f, m, nullptr, V));
+}
+
+// True when the row is ignored; fails on any other target outside [0, V).
+bool Ignored(int32_t target, int64_t t, int64_t V, int32_t ignore, const char* op) {
+  if (target == ignore) return true;
+  if (target < 0 || target >= V) {
+    KernelError(std::string(op) + ": target " + std::to_string(target) + " at position " + std::to_string(t) +
+                    " is outside the vocabulary [0, " + std::to_string(V) + ") and is not the ignore index " +
+                    std::to_string(ignore) + ".",
+                {Num("target", target), Num("position", static_cast<double>(t)), Num("vocab", static_cast<double>(V))});
+  }
+  return false;
+}
+
+const char* CeName(CeMode mode) { return mode == CeMode::kLoss ? "crossEntropy" : "tokenLogprobs"; }
+
+}  // namespace
+
+void ref::LogSoftmax(const LogSoftmaxArgs& a) {
+  for (int64_t t = 0; t < a.T; ++t) {
+    const float* x = a.logits + t * a.V;
+    double lse = LseD(x, a.V);
+    for (int64_t i = 0; i < a.V; ++i) a.out[t * a.V + i] = static_cast<float>(x[i] - lse);
+  }
+}
+
+void fast::LogSoftmax(const LogSoftmaxArgs& a) {
+  const VecOps& v = Vec();
+  for (int64_t t = 0; t < a.T; ++t) {
+    const float* x = a.logits + t * a.V;
+    float* o = a.out + t * a.V;
+    const float lse = LseF(v, x, a.V);
+    for (int64_t i = 0; i < a.V; ++i) o[i] = x[i] - lse;
+  }
+}
+
+void ref::CrossEntropy(const CrossEntropyArgs& a) {
+  for (int64_t t = 0; t < a.T; ++t) {
+    const float* x = a.logits + t * a.V;
+    double lse = LseD(x, a.V);
+    a.lse[t] = static_cast<float>(lse);
+    int32_t y = a.targets[t];
+    if (Ignored(y, t, a.V, a.ignore_index, CeName(a.mode))) {
+      a.loss[t] = 0.0f;
+    } else {
+      a.loss[t] = static_cast<float>(a.mode == CeMode::kLoss ? lse - x[y] : x[y] - lse);
+    }
+  }
+}
+
+void fast::CrossEntropy(const CrossEntropyArgs& a) {
+  const VecOps& v = Vec();
+  for (int64_t t = 0; t < a.T; ++t) Ignored(a.targets[t], t, a.V, a.ignore_index, CeName(a.mode));
+  for (int64_t t = 0; t < a.T; ++t) {
+    const float* x = a.logits + t * a.V;
+    const float lse = LseF(v, x, a.V);
+    const int32_t y = a.targets[t];
+    a.lse[t] = lse;
+    a.loss[t] = y == a.ignore_index ? 0.0f : (a.mode == CeMode::kLoss ? lse - x[y] : x[y] - lse);
+  }
+}
+
+void ref::CrossEntropyBackward(const CrossEntropyBackwardArgs& a) {
+  for (int64_t t = 0; t < a.T; ++t) {
+    const float* x = a.logits + t * a.V;
+    float* d = a.dlogits + t * a.V;
+    int32_t y = a.targets[t];
+    if (Ignored(y, t, a.V, a.ignore_index, "crossEntropyBackward")) {
+      for (int64_t i = 0; i < a.V; ++i) d[i] = 0.0f;
+      continue;
+    }
+    double g = a.dloss[t], lse = a.lse[t];
+    for (int64_t i = 0; i < a.V; ++i) d[i] = static_cast<float>(g * (std::exp(x[i] - lse) - (i == y ? 1.0 : 0.0)));
+  }
+}
+
+void fast::CrossEntropyBackward(const CrossEntropyBackwardArgs& a) {
+  const VecOps& v = Vec();
+  for (int64_t t = 0; t < a.T; ++t) Ignored(a.targets[t], t, a.V, a.ignore_index, "crossEntropyBackward");
+  for (int64_t t = 0; t < a.T; ++t) {
+    float* d = a.dlogits + t * a.V;
+    const int32_t y = a.targets[t];
+    if (y == a.ignore_index) {
+      for (int64_t i = 0; i < a.V; ++i) d[i] = 0.0f;
+      continue;
+    }
+    const float g = a.dloss[t];
+    v.expsum(a.logits + t * a.V, 1.0f, a.lse[t], d, a.V);
+    v.scale(d, g, a.V);
+    d[y] -= g;
+  }
+}
+
+}  // namespace ascent::model

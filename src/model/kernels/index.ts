@@ -1,0 +1,22 @@
+/**
+ * Public API of the model kernels: forward and backward of every numeric op of the
+ * Qwen3-style dense / MoE model. Each takes { stream?, impl?: 'fast' | 'reference' }
+ * and enqueues one native op; none reads device data on the host.
+ */
+export { type KernelImpl, type KernelOptions } from './common.js';
+export { embedding, embeddingBackward } from './embedding.js';
+export { rmsNorm, rmsNormBackward, type RmsNormResult, type RmsNormGrads } from './rmsnorm.js';
+export { rope, ropeBackward } from './rope.js';
+export { attention, attentionBackward, attentionDecode, type AttentionResult, type AttentionGrads } from './attention.js';
+export { swiglu, swigluBackward, swigluFused, swigluFusedBackward, type SwigluGrads } from './swiglu.js';
+export { routerTopK, routerBackward, type RouterResult } from './router.js';
+export {
+  moeDispatch, moeGather, moeGatherBackward, moeCombine, moeCombineBackward, groupedMatmul, groupedMatmulBackward,
+  type MoeDispatchResult, type MoeCombineGrads, type GroupedMatmulOptions, type GroupedMatmulBackwardOptions, type GroupedMatmulGrads,
+} from './moe.js';
+export {
+  logSoftmax, crossEntropy, crossEntropyBackward, tokenLogprobs, tokenLogprobsWithLse, tokenLogprobsBackward, IGNORE_INDEX,
+  type CrossEntropyOptions, type CrossEntropyResult, type TokenLogprobsResult,
+} from './loss.js';
+export { adamw, type AdamWOptions } from './adamw.js';
+export { sample, philox4x32, type SampleOptions } from './sampling.js';
