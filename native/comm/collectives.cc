@@ -23,9 +23,9 @@ struct Ctx {
   Clock::time_point deadline;
 
   const Desc& peer(int q) { return g.slot(q).desc[parity]; }
-  void Barrier(const char* phase) {
+  void Barrier(const char* phase, bool departure = false) {
     site.phase = phase;
-    g.Barrier(site, deadline);
+    g.Barrier(site, deadline, nullptr, departure);
   }
 };
 
@@ -163,7 +163,7 @@ void AllReduceLarge(Ctx& c) {
   }
   ReduceToMany(out.data(), c.P, true, in.data(), c.P, n, c.d.dtype, c.d.red, c.P);
   // 5. Peers are still writing into my output (and reading my input) until here.
-  c.Barrier("departure barrier");
+  c.Barrier("departure barrier", true);
 }
 
 void Broadcast(Ctx& c) {
@@ -176,7 +176,7 @@ void Broadcast(Ctx& c) {
       std::memmove(c.d.recv, c.d.send, bytes);
     }
   }
-  c.Barrier("departure barrier");  // the root's input is read until here
+  c.Barrier("departure barrier", true);  // the root's input is read until here
 }
 
 void AllGather(Ctx& c) {
@@ -186,7 +186,7 @@ void AllGather(Ctx& c) {
     const uint8_t* src = c.peer(q).send;
     if (dst != src) BulkCopy(dst, src, bytes);
   }
-  c.Barrier("departure barrier");
+  c.Barrier("departure barrier", true);
 }
 
 void ReduceScatter(Ctx& c) {
@@ -194,7 +194,7 @@ void ReduceScatter(Ctx& c) {
   std::vector<const uint8_t*> in(c.P);
   for (int q = 0; q < c.P; ++q) in[q] = c.peer(q).send + off;
   Reduce(c.d.recv, in.data(), c.P, c.d.count, c.d.dtype, c.d.red, c.P);
-  c.Barrier("departure barrier");
+  c.Barrier("departure barrier", true);
 }
 
 void AllToAll(Ctx& c) {
@@ -202,7 +202,7 @@ void AllToAll(Ctx& c) {
   for (int q = 0; q < c.P; ++q) {
     BulkCopy(c.d.recv + q * bytes, c.peer(q).send + c.rank * bytes, bytes);
   }
-  c.Barrier("departure barrier");
+  c.Barrier("departure barrier", true);
 }
 
 void AllToAllV(Ctx& c) {
@@ -212,7 +212,7 @@ void AllToAllV(Ctx& c) {
     uint64_t n = c.d.recv_counts[q];
     if (n != 0) std::memcpy(c.d.recv + c.d.recv_displs[q] * c.es, p.send + p.send_displs[c.rank] * c.es, n * c.es);
   }
-  c.Barrier("departure barrier");
+  c.Barrier("departure barrier", true);
 }
 
 // MPI_Comm_split: ranks of one color, ordered by (key, parent rank).

@@ -77,7 +77,8 @@ CommGroup::~CommGroup() { std::free(small_result_); }
 
 // ---------------------------------------------------------------- barrier
 
-void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline, const std::function<void()>* on_last) {
+void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline, const std::function<void()>* on_last,
+                        bool departure) {
   Slot& me = slot(site.rank);
   uint64_t my_epoch = me.epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
   if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
@@ -88,6 +89,9 @@ void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline, const 
   if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(nranks_)) {
     // acq_rel on the counter: every rank's posted descriptor is visible here.
     if (on_last) (*on_last)();
+    // Aborted while on_last ran: the waiters already left (abort bit), so release
+    // nobody and fail like them; on_last's result is discarded.
+    if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
     count_.store(0, std::memory_order_relaxed);
     gen_.fetch_add(2, std::memory_order_acq_rel);  // release: the reset above is visible to the released
     FutexWake(&gen_);
@@ -99,7 +103,22 @@ void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline, const 
   // finish, exit and abort the group before this thread gets to run again (the
   // collective itself completed for everyone).
   if (passed()) return;
-  if (aborted()) ThrowAborted(site.rank, site.seq, site.what);
+  if (aborted()) {
+    // Every rank passed the arrival barrier, so each is either moving data (maybe
+    // into or out of this rank's buffers) or already here. Wait until all are here
+    // before this rank's op ends and its buffers may return to the pool (a dead
+    // rank's peers must not write into reused memory). Bounded: data phases are.
+    if (departure) {
+      auto all_here = [&] {
+        for (int r = 0; r < nranks_; ++r) {
+          if (slot(r).epoch.load(std::memory_order_acquire) < my_epoch) return false;
+        }
+        return true;
+      };
+      for (int i = 0; i < 10000 && !all_here(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    ThrowAborted(site.rank, site.seq, site.what);
+  }
   std::vector<int> arrived, missing;
   for (int r = 0; r < nranks_; ++r) {
     (slot(r).epoch.load(std::memory_order_acquire) >= my_epoch ? arrived : missing).push_back(r);

@@ -90,7 +90,10 @@ class CommGroup {
   // Every rank must call it the same number of times. Throws the abort error, or
   // a CollectiveTimeout report (aborting the group) at the deadline. `on_last`
   // runs on the last rank to arrive, before anyone is released.
-  void Barrier(const WaitSite& site, Clock::time_point deadline, const std::function<void()>* on_last = nullptr);
+  // `departure`: peers may still be touching this rank's buffers until they arrive
+  // here, so an abort does not release this rank before they did (bounded wait).
+  void Barrier(const WaitSite& site, Clock::time_point deadline, const std::function<void()>* on_last = nullptr,
+               bool departure = false);
   // kSmallBytes, 64-byte aligned (see the invariant above).
   uint8_t* small_result() const { return small_result_; }
   // Waits until `rank` completed collective seq-1 (ops of one rank may sit on
