@@ -13,7 +13,8 @@
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-fno-rtti"],
       "cflags_cc": ["-std=c++17", "-O3", "-fexceptions", "-pthread", "-Wall", "-Wno-unused-parameter"],
-      "ldflags": ["-pthread"]
+      "ldflags": ["-pthread"],
+      "libraries": ["-ldl"]
     }
   ]
 }

@@ -3,6 +3,7 @@
 #include <napi.h>
 
 #include "args.h"
+#include "bench/blas_baseline.h"
 #include "comm/communicator.h"
 #include "device/buffer.h"
 #include "device/event.h"
@@ -163,6 +164,7 @@ Napi::Object ModuleInit(Napi::Env env, Napi::Object exports) {
   exports.Set("cpuFeatures", Napi::Function::New<CpuFeatures>(env, "cpuFeatures"));
   InitComm(env, exports);  // after EnvData::Install: its cleanup hook must run after ours
   exports.Set("setMatmulKernel", Napi::Function::New<SetMatmulKernel>(env, "setMatmulKernel"));
+  InitBlasBaseline(env, exports);
   return exports;
 }
 

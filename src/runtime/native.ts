@@ -196,6 +196,10 @@ export interface NativeBinding extends NativeCommBinding {
   importBuffer(id: number): NativeBuffer;
   hostMemory(): number;
   cpuFeatures(): { avx2: boolean; fma: boolean };
+  /** Benchmark baseline (native/bench/blas_baseline.cc): OpenBLAS found by dlopen, if installed. */
+  blasInfo(): { available: boolean; library: string | null; config: string | null };
+  /** Best seconds of one single-threaded OpenBLAS sgemm C[m,n] = A[m,k]·B[k,n] over `reps`. */
+  blasSgemmSeconds(m: number, n: number, k: number, reps: number): number;
   /** Test hook, process-wide: force the portable matmul micro-kernel. Returns the kernel now in use. */
   setMatmulKernel(mode: 'auto' | 'portable'): 'avx2-fma' | 'portable';
 }
