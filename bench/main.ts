@@ -5,6 +5,7 @@
 const SUITES: Record<string, () => Promise<{ main(argv: string[]): Promise<void> }>> = {
   rpc: () => import('./rpc.js'),
   collectives: () => import('./collectives.js'),
+  'model-kernels': () => import('./model-kernels.js'),
 };
 
 async function run(): Promise<number> {

@@ -12,7 +12,7 @@
  * reference: 2e-5 (the fast kernels use a ~2 ulp polynomial exp and fp32 sums).
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { Device, Tensor, loadNative, type KernelImpl } from '../src/runtime/device-index.js';
+import { Device, Tensor, loadNative, type KernelImpl, type Stream } from '../src/runtime/device-index.js';
 import { StreamError, InvalidArgumentError } from '../src/runtime/errors.js';
 import * as K from '../src/model/kernels/index.js';
 import * as R from './helpers/model-ref.js';
@@ -20,8 +20,10 @@ import * as R from './helpers/model-ref.js';
 const d = Device.get(0);
 const IMPLS: KernelImpl[] = ['fast', 'reference'];
 
-const f32 = (data: ArrayLike<number>, shape: number[]): Tensor => Tensor.fromArray(d, Float32Array.from(data), shape);
-const i32 = (data: ArrayLike<number>, shape: number[]): Tensor => Tensor.fromArray(d, Int32Array.from(data), shape);
+/** Stream that f32() / i32() upload on (set by expectStreamError for its fresh stream). */
+let uploadStream: Stream | undefined;
+const f32 = (data: ArrayLike<number>, shape: number[]): Tensor => Tensor.fromArray(d, Float32Array.from(data), shape, { stream: uploadStream });
+const i32 = (data: ArrayLike<number>, shape: number[]): Tensor => Tensor.fromArray(d, Int32Array.from(data), shape, { stream: uploadStream });
 const host = async (t: Tensor): Promise<number[]> => Array.from(await t.toArray(), Number);
 
 function close(got: ArrayLike<number>, want: ArrayLike<number>, tol: number, label: string): void {
@@ -49,14 +51,17 @@ async function parity(make: (impl: KernelImpl) => Tensor[], tol: number, label: 
 }
 
 /** A fresh stream for ops that are expected to fail (the error is sticky). */
-async function expectStreamError(run: (stream: ReturnType<Device['newStream']>) => void, pattern: RegExp): Promise<void> {
+async function expectStreamError(run: (stream: Stream) => void, pattern: RegExp): Promise<void> {
+  await d.defaultStream.synchronize();  // inputs made earlier on the default stream are ready
   const s = d.newStream();
+  uploadStream = s;  // inputs made inside run() are uploaded in order on s
   try {
     run(s);
     const err = await s.synchronize().then(() => undefined, (e: unknown) => e);
     expect(err).toBeInstanceOf(StreamError);
     expect((err as Error).message).toMatch(pattern);
   } finally {
+    uploadStream = undefined;
     s.destroy();
   }
 }
@@ -440,6 +445,13 @@ describe('sampling', () => {
     expect(c).not.toEqual(a);
     const full = await parity((impl) => [K.sample(zt, { temperature: 1.3, seed: 9, impl })], 0, 'sample no cut');
     expect(full[0]!.every((t) => t >= 0 && t < V)).toBe(true);
+    // A large vocabulary where the nucleus holds hundreds to thousands of tokens (the
+    // fast path grows its selection) and ties between logits: still identical draws.
+    const big = R.rand(16 * 3001, 82, 3).map((v, i) => (i % 7 === 0 ? 1 : v));
+    const bt2 = f32(big, [16, 3001]);
+    for (const o of [{ topP: 0.95 }, { topP: 0.3, temperature: 0.5 }, { topK: 500, topP: 0.9 }, { topK: 3000 }, {}]) {
+      await parity((impl) => [K.sample(bt2, { ...o, seed: 77, offset: 3, impl })], 0, `sample ${JSON.stringify(o)}`);
+    }
   });
 
   it('empirical frequencies match the distribution', async () => {

@@ -267,11 +267,11 @@ struct AdamWArgs {
 // torch.cuda): key = (seed lo, seed hi), counter = (offset lo, offset hi, row, 0).
 // Row b of a call draws u = (out[0] >> 8) * 2^-24 in [0, 1) from that counter only,
 // so the same (seed, offset, row) gives the same draw on any stream or thread.
-// Sampling: temperature 0 -> argmax (ties -> lower index). Otherwise candidates are
-// the vocabulary sorted by logit descending (ties -> lower index), cut to top_k
-// (0 = all), softmax of logit / temperature in double over the kept ones, cut to
-// the shortest prefix whose mass reaches top_p (>= 1 keeps all), and the token is
-// the first whose cumulative mass exceeds u times the kept mass.
+// Sampling: temperature 0 -> argmax (ties -> lower index). Otherwise keep the top_k
+// largest logits (0 = all; ties -> lower index), then the shortest most-likely
+// prefix whose softmax mass (logit / temperature, in double) reaches top_p (>= 1
+// keeps all), and pick by inverse CDF over the kept tokens in ascending token id
+// (exact steps in sampling.cc).
 struct SampleArgs {
   const float* logits;
   int32_t* out;

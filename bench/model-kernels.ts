@@ -1,0 +1,89 @@
+/**
+ * Model kernels: fast vs reference time per kernel in the same run
+ * (`npm run bench -- model-kernels [--quick]`). One stream = one thread, so the
+ * ratio is the single-thread speedup of the fast kernel (cache-friendly loops,
+ * AVX2/FMA primitives, blocked matmul) over the plain reference loops.
+ */
+import { Device, Tensor, type KernelImpl } from '../src/runtime/device-index.js';
+import * as K from '../src/model/kernels/index.js';
+import { round, writeResults } from './stats.js';
+
+function rnd(n: number, seed: number, scale = 1): Float32Array {
+  let x = seed >>> 0 || 1;
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    out[i] = ((x / 2 ** 32) * 2 - 1) * scale;
+  }
+  return out;
+}
+
+async function time(d: Device, run: () => Tensor[] | void, budgetMs: number): Promise<number> {
+  const release = (r: Tensor[] | void): void => { for (const t of r ?? []) t.release(); };
+  release(run());
+  await d.defaultStream.synchronize();
+  const times: number[] = [];
+  const t0 = performance.now();
+  while (times.length < 3 || (performance.now() - t0 < budgetMs && times.length < 20)) {
+    const s = performance.now();
+    release(run());
+    await d.defaultStream.synchronize();
+    times.push(performance.now() - s);
+  }
+  times.sort((a, b) => a - b);
+  return times[Math.floor(times.length / 2)]!;
+}
+
+export async function main(argv: string[]): Promise<void> {
+  const quick = argv.includes('--quick');
+  const d = Device.get(0);
+  const f = (n: number[], seed: number, scale = 1): Tensor => Tensor.fromArray(d, rnd(n.reduce((a, b) => a * b, 1), seed, scale), n);
+  const s = quick ? 0.5 : 1;
+  const T = Math.round(256 * s), H = 1024, E = 8, k = 2, I = 512, V = Math.round(32000 * s), S = Math.round(256 * s);
+  const x = f([T, H], 1), w = f([H], 2), dy = f([T, H], 3);
+  const { rstd } = K.rmsNorm(x, w);
+  const q = f([1, S, 8, 64], 4), kk = f([1, S, 2, 64], 5), vv = f([1, S, 2, 64], 6);
+  const att = K.attention(q, kk, vv);
+  const g = f([T, I], 7, 3), u = f([T, I], 8), dh = f([T, I], 9);
+  const z = f([64, V], 10, 4), tg = Tensor.fromArray(d, Int32Array.from({ length: 64 }, (_, i) => (i * 997) % V), [64]);
+  const ce = K.crossEntropy(z, tg);
+  const rl = f([T, 64], 11, 2);
+  const idx = K.routerTopK(f([T, E], 12), k, true).indices;
+  const disp = K.moeDispatch(idx, E);
+  const xs = K.moeGather(x, disp.order, k);
+  const wgu = f([E, 2 * I, H], 13, 0.05);
+  const gu = K.groupedMatmul(xs, wgu, disp.offsets);
+  const dgu = f([T * k, 2 * I], 14);
+  const n = Math.round(4e6 * s), p = f([n], 15), gr = f([n], 16), m = Tensor.zeros(d, [n]), v2 = Tensor.zeros(d, [n]);
+  const logits8 = f([8, V], 17, 4), peaked8 = f([8, V], 18, 20);
+  const pos = Tensor.fromArray(d, Int32Array.from({ length: T }, (_, i) => i), [T]);
+
+  const cases: [string, (impl: KernelImpl) => Tensor[] | void][] = [
+    [`rmsNorm [${T},${H}]`, (impl) => Object.values(K.rmsNorm(x, w, 1e-6, { impl }))],
+    [`rmsNormBackward [${T},${H}]`, (impl) => Object.values(K.rmsNormBackward(dy, x, w, rstd, { impl }))],
+    [`rope [${T},8,128]`, (impl) => [K.rope(x.reshape([T, 8, 128]), pos, 1e6, { impl })]],
+    [`attention B1 S${S} 8/2 heads D64`, (impl) => Object.values(K.attention(q, kk, vv, { impl }))],
+    [`attentionBackward B1 S${S} 8/2 heads D64`, (impl) => Object.values(K.attentionBackward(q, q, kk, vv, att.o, att.lse, { impl }))],
+    [`swiglu [${T},${I}]`, (impl) => [K.swiglu(g, u, { impl })]],
+    [`swigluBackward [${T},${I}]`, (impl) => Object.values(K.swigluBackward(dh, g, u, { impl }))],
+    [`routerTopK [${T},64] k8`, (impl) => Object.values(K.routerTopK(rl, 8, true, { impl }))],
+    [`groupedMatmul gate_up [${T * k},${H}]x[${E},${2 * I},${H}]`, (impl) => [K.groupedMatmul(xs, wgu, disp.offsets, { impl })]],
+    [`groupedMatmulBackward gate_up`, (impl) => Object.values(K.groupedMatmulBackward(dgu, xs, wgu, disp.offsets, { impl })).filter((t): t is Tensor => !!t)],
+    [`crossEntropy [64,${V}]`, (impl) => Object.values(K.crossEntropy(z, tg, { impl }))],
+    [`crossEntropyBackward [64,${V}]`, (impl) => [K.crossEntropyBackward(ce.lse, z, tg, ce.lse, { impl })]],
+    [`adamw n=${n}`, (impl) => K.adamw(p, gr, m, v2, { lr: 1e-4, step: 1, impl })],
+    [`sample [8,${V}] topK 50 topP 0.9`, (impl) => [K.sample(logits8, { temperature: 0.7, topK: 50, topP: 0.9, seed: 1, impl })]],
+    [`sample [8,${V}] plain (temperature 1)`, (impl) => [K.sample(logits8, { seed: 1, impl })]],
+    [`sample [8,${V}] topP 0.9, flat logits`, (impl) => [K.sample(logits8, { temperature: 0.7, topP: 0.9, seed: 1, impl })]],
+    [`sample [8,${V}] topP 0.9, peaked logits`, (impl) => [K.sample(peaked8, { temperature: 0.7, topP: 0.9, seed: 1, impl })]],
+  ];
+  void gu;
+  const rows: { kernel: string; fastMs: number; referenceMs: number; speedup: number }[] = [];
+  for (const [name, run] of cases) {
+    const fastMs = await time(d, () => run('fast'), 300);
+    const referenceMs = await time(d, () => run('reference'), 300);
+    rows.push({ kernel: name, fastMs: round(fastMs, 3), referenceMs: round(referenceMs, 3), speedup: round(referenceMs / fastMs, 1) });
+    process.stdout.write(`${name.padEnd(52)} fast ${fastMs.toFixed(2).padStart(9)} ms   reference ${referenceMs.toFixed(2).padStart(9)} ms   x${(referenceMs / fastMs).toFixed(1)}\n`);
+  }
+  process.stdout.write(`results: ${writeResults('model-kernels', { quick, rows })}\n`);
+}
