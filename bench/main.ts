@@ -6,6 +6,8 @@ const SUITES: Record<string, () => Promise<{ main(argv: string[]): Promise<void>
   rpc: () => import('./rpc.js'),
   collectives: () => import('./collectives.js'),
   'model-kernels': () => import('./model-kernels.js'),
+  kernels: () => import('./kernels.js'),
+  'train-step': () => import('./train-step.js'),
 };
 
 async function run(): Promise<number> {
