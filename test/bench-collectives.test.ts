@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { busFactor, runCollectivesBench, trafficBytes } from '../bench/collectives.js';
+// The bench spawns its actor module from dist/, as `npm run bench` does.
+import { busFactor, runCollectivesBench, trafficBytes } from '../dist/bench/collectives.js';
 
 describe('collectives benchmark harness', () => {
   it('produces nccl-tests rows with #wrong = 0 and consistent bandwidth columns', async () => {
