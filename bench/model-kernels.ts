@@ -2,7 +2,11 @@
  * Model kernels: fast vs reference time per kernel in the same run
  * (`npm run bench -- model-kernels [--quick]`). One stream = one thread, so the
  * ratio is the single-thread speedup of the fast kernel (cache-friendly loops,
- * AVX2/FMA primitives, blocked matmul) over the plain reference loops.
+ * AVX2/FMA primitives, blocked matmul) over the plain reference loops. Rows go
+ * through the public API, so they include allocating the outputs: the device pool
+ * returns large freed blocks to the OS (MADV_DONTNEED), and first-touch page faults
+ * on fresh outputs dominate the memory-bound kernels (rmsNorm 256x1024: ~0.06 ms of
+ * kernel in ~0.7 ms per call).
  */
 import { Device, Tensor, type KernelImpl } from '../src/runtime/device-index.js';
 import * as K from '../src/model/kernels/index.js';
@@ -78,6 +82,10 @@ export async function main(argv: string[]): Promise<void> {
     [`sample [8,${V}] topP 0.9, peaked logits`, (impl) => [K.sample(peaked8, { temperature: 0.7, topP: 0.9, seed: 1, impl })]],
   ];
   void gu;
+  // What every row pays besides its kernel: allocating outputs and one enqueue +
+  // synchronize round trip to the stream thread.
+  const roundTripMs = await time(d, () => [Tensor.empty(d, [T, H])], 300);
+  process.stdout.write(`${'(round trip: alloc + synchronize, no kernel)'.padEnd(52)} ${roundTripMs.toFixed(2).padStart(14)} ms\n`);
   const rows: { kernel: string; fastMs: number; referenceMs: number; speedup: number }[] = [];
   for (const [name, run] of cases) {
     const fastMs = await time(d, () => run('fast'), 300);
@@ -85,5 +93,5 @@ export async function main(argv: string[]): Promise<void> {
     rows.push({ kernel: name, fastMs: round(fastMs, 3), referenceMs: round(referenceMs, 3), speedup: round(referenceMs / fastMs, 1) });
     process.stdout.write(`${name.padEnd(52)} fast ${fastMs.toFixed(2).padStart(9)} ms   reference ${referenceMs.toFixed(2).padStart(9)} ms   x${(referenceMs / fastMs).toFixed(1)}\n`);
   }
-  process.stdout.write(`results: ${writeResults('model-kernels', { quick, rows })}\n`);
+  process.stdout.write(`results: ${writeResults('model-kernels', { quick, roundTripMs: round(roundTripMs, 3), rows })}\n`);
 }

@@ -345,6 +345,9 @@ describe('MoE dispatch, gather, grouped matmul, combine', () => {
       const xb = Tensor.fromArray(d, x, [N, Kd], { dtype: 'bf16' }), wb = Tensor.fromArray(d, w, wShape, { dtype: 'bf16' });
       const [yb] = await parity((impl) => [K.groupedMatmul(xb, wb, ot, { transB, impl })], 2e-5, 'groupedMatmul bf16');
       close(yb!, R.grouped(R.roundBf16(x), R.roundBf16(w), offsets, N, Kd, M, E, transB), 2e-5, 'grouped bf16 values');
+      const dyb = Tensor.fromArray(d, dy, [N, M], { dtype: 'bf16' });
+      const [dxb] = await parity((impl) => { const g = K.groupedMatmulBackward(dyb, xb, wb, ot, { transB, impl }); return [g.dX!, g.dW!]; }, 2e-5, 'groupedMatmulBackward bf16');
+      close(dxb!, R.fdGrad((xx) => R.grouped(xx, R.roundBf16(w), offsets, N, Kd, M, E, transB), x, R.roundBf16(dy)), 1e-4, 'bf16 dX vs FD');
       const onlyDW = K.groupedMatmulBackward(f32(dy, [N, M]), xt, wt, ot, { transB, dX: false });
       expect(onlyDW.dX).toBeUndefined();
       close(await host(onlyDW.dW!), dw!, 2e-5, 'dW alone');
@@ -503,5 +506,29 @@ describe('portable primitives (no AVX2)', () => {
     } finally {
       native.setMatmulKernel('auto');
     }
+  });
+});
+
+describe('empty shapes', () => {
+  it('every kernel accepts zero tokens / rows / cache length', async () => {
+    const z = (shape: number[]): Tensor => Tensor.zeros(d, shape);
+    const zi = (shape: number[]): Tensor => Tensor.zeros(d, shape, 'int32');
+    const disp = K.moeDispatch(zi([0, 2]), 4);
+    K.rmsNorm(z([0, 8]), z([8]));
+    K.attention(z([1, 0, 2, 4]), z([1, 0, 1, 4]), z([1, 0, 1, 4]));
+    K.attentionBackward(z([1, 0, 2, 4]), z([1, 0, 2, 4]), z([1, 0, 1, 4]), z([1, 0, 1, 4]), z([1, 0, 2, 4]), z([1, 2, 0]));
+    K.groupedMatmul(z([0, 8]), z([4, 6, 8]), disp.offsets);
+    const g = K.groupedMatmulBackward(z([0, 6]), z([0, 8]), z([4, 6, 8]), disp.offsets);
+    K.moeGather(z([0, 8]), disp.order, 2);
+    K.moeCombine(z([0, 8]), disp.order, z([0, 2]));
+    K.sample(z([0, 10]));
+    K.crossEntropy(z([0, 10]), zi([0]));
+    K.embedding(zi([0]), z([5, 3]));
+    K.swigluFused(z([0, 6]));
+    K.rope(z([0, 2, 4]), zi([0]), 1e4);
+    expect(Array.from(await g.dW!.toArray()).every((v) => v === 0)).toBe(true);
+    expect(Array.from(await disp.offsets.toArray())).toEqual([0, 0, 0, 0, 0]);
+    const o = K.attentionDecode(f32(R.rand(16, 1), [2, 1, 2, 4]), z([2, 0, 1, 4]), z([2, 0, 1, 4]), zi([2]));
+    expect(Array.from(await o.toArray())).toEqual(new Array(16).fill(0));
   });
 });

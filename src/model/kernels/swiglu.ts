@@ -46,8 +46,9 @@ export function swigluFused(gateUp: Tensor, options?: KernelOptions): Tensor {
   const [N, I2] = rows(fn, gateUp, 'gateUp');
   if (I2 % 2 !== 0) fail(fn, `the last dim of gateUp must be even (gate ‖ up) but is ${I2}.`);
   const I = I2 / 2;
+  const upOff = N > 0 ? I * 4 : 0;  // an empty tensor has no second half to point at
   return withOutputs(p.device, { h: [[...gateUp.shape.slice(0, -1), I], 'fp32'] }, ({ h }) =>
-    enqueue(p, 'swiglu', N, I, I2, I2, gateUp.buffer, gateUp.byteOffset, gateUp.buffer, gateUp.byteOffset + I * 4, h.buffer, 0)).h;
+    enqueue(p, 'swiglu', N, I, I2, I2, gateUp.buffer, gateUp.byteOffset, gateUp.buffer, gateUp.byteOffset + upOff, h.buffer, 0)).h;
 }
 
 /** Backward of swigluFused(): dGateUp [..., 2I] (dGate ‖ dUp). */
@@ -60,7 +61,8 @@ export function swigluFusedBackward(dH: Tensor, gateUp: Tensor, options?: Kernel
   if (I2 % 2 !== 0) fail(fn, `the last dim of gateUp must be even (gate ‖ up) but is ${I2}.`);
   const I = I2 / 2;
   shapeArg(fn, dH, 'dH', [...gateUp.shape.slice(0, -1), I], '..., I');
+  const upOff = N > 0 ? I * 4 : 0;
   return withOutputs(p.device, { d: [gateUp.shape, 'fp32'] }, ({ d }) =>
     enqueue(p, 'swigluBackward', N, I, I2, I2, dH.buffer, dH.byteOffset, gateUp.buffer, gateUp.byteOffset,
-      gateUp.buffer, gateUp.byteOffset + I * 4, d.buffer, 0, d.buffer, I * 4)).d;
+      gateUp.buffer, gateUp.byteOffset + upOff, d.buffer, 0, d.buffer, upOff)).d;
 }
