@@ -212,6 +212,16 @@ describe('attention', () => {
     close(dv!, R.fdGrad((x) => R.attention(q, k, x, B, S, nH, nKV, D).o, v, dO), 1e-4, 'dv vs FD');
   });
 
+  it('fast matches reference across query tiles and ragged head dims (S = 70, D = 20 and 40)', async () => {
+    for (const [S2, D2] of [[70, 20], [33, 40]] as const) {
+      const q2 = f32(R.rand(S2 * 4 * D2, 18), [1, S2, 4, D2]), k2 = f32(R.rand(S2 * 2 * D2, 19), [1, S2, 2, D2]);
+      const v2 = f32(R.rand(S2 * 2 * D2, 20), [1, S2, 2, D2]), dO2 = f32(R.rand(S2 * 4 * D2, 21), [1, S2, 4, D2]);
+      const { o, lse } = K.attention(q2, k2, v2, { impl: 'reference' });
+      await parity((impl) => { const r = K.attention(q2, k2, v2, { impl }); return [r.o, r.lse]; }, 2e-5, `attention S=${S2} D=${D2}`);
+      await parity((impl) => Object.values(K.attentionBackward(dO2, q2, k2, v2, o, lse, { impl })), 5e-5, `attentionBackward S=${S2} D=${D2}`);
+    }
+  });
+
   it('decode attends to the first lengths[b] cache positions and equals the last row of full attention', async () => {
     const Smax = 9, lengths = [7, 3];
     const kc = R.rand(B * Smax * nKV * D, 15), vc = R.rand(B * Smax * nKV * D, 16);
@@ -501,6 +511,8 @@ describe('portable primitives (no AVX2)', () => {
       await parity((impl) => [K.swiglu(f32(R.rand(T * H, 94, 3), [T, H]), f32(R.rand(T * H, 95), [T, H]), { impl })], 2e-5, 'portable swiglu');
       const q = f32(R.rand(2 * 5 * 2 * 8, 96), [2, 5, 2, 8]), kv = f32(R.rand(2 * 5 * 8, 97), [2, 5, 1, 8]);
       await parity((impl) => [K.attention(q, kv, kv, { impl }).o], 2e-5, 'portable attention');
+      const a = K.attention(q, kv, kv, { impl: 'reference' });
+      await parity((impl) => Object.values(K.attentionBackward(q, q, kv, kv, a.o, a.lse, { impl })), 5e-5, 'portable attentionBackward');
       const p = f32(R.rand(37, 98), [37]);
       await parity((impl) => { const pp = f32(R.rand(37, 98), [37]); K.adamw(pp, p, Tensor.zeros(d, [37]), Tensor.zeros(d, [37]), { lr: 0.1, step: 1, impl }); return [pp]; }, 1e-6, 'portable adamw');
     } finally {

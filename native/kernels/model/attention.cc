@@ -42,6 +42,20 @@ void PackHead(const float* src, int64_t b, int64_t kh, int64_t n, int64_t S, int
   for (int64_t j = 0; j < n; ++j) std::memcpy(dst + j * D, src + Idx(b, j, S, kh, nKV, 0, D), static_cast<size_t>(D) * 4);
 }
 
+// Packs kv head `kh` of sequence b transposed: dst[d * S + j] = src[b, j, kh, d], so the
+// scores of one query against keys 0..i are D contiguous axpys (no horizontal sums).
+void PackHeadT(const float* src, int64_t b, int64_t kh, int64_t S, int64_t nKV, int64_t D, float* dst) {
+  for (int64_t j = 0; j < S; ++j) {
+    const float* row = src + Idx(b, j, S, kh, nKV, 0, D);
+    for (int64_t d = 0; d < D; ++d) dst[d * S + j] = row[d];
+  }
+}
+
+// p[j] = q . K[j] for j < n, with Kt = K transposed ([D, S]).
+inline void Scores(const VecOps& v, const float* q, const float* Kt, int64_t S, int64_t D, int64_t n, float* p) {
+  v.vecmat(q, Kt, S, D, n, p);
+}
+
 }  // namespace
 
 void ref::Attention(const AttentionArgs& a) {
@@ -77,20 +91,19 @@ void fast::Attention(const AttentionArgs& a) {
   const VecOps& v = Vec();
   const int64_t group = a.nH / a.nKV, D = a.D, S = a.S;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  std::vector<float> K(static_cast<size_t>(S * D)), V(static_cast<size_t>(S * D)), p(static_cast<size_t>(S));
+  std::vector<float> Kt(static_cast<size_t>(S * D)), V(static_cast<size_t>(S * D)), p(static_cast<size_t>(S));
   for (int64_t b = 0; b < a.B; ++b) {
     for (int64_t kh = 0; kh < a.nKV; ++kh) {
-      PackHead(a.k, b, kh, S, S, a.nKV, D, K.data());
+      PackHeadT(a.k, b, kh, S, a.nKV, D, Kt.data());
       PackHead(a.v, b, kh, S, S, a.nKV, D, V.data());
       for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
         for (int64_t i = 0; i < S; ++i) {
           const float* q = a.q + Idx(b, i, S, h, a.nH, 0, D);
           float* o = a.o + Idx(b, i, S, h, a.nH, 0, D);
-          for (int64_t j = 0; j <= i; ++j) p[j] = v.dot(q, K.data() + j * D, D);
+          Scores(v, q, Kt.data(), S, D, i + 1, p.data());
           const float m = v.max(p.data(), i + 1) * scale;
           const float l = v.expsum(p.data(), scale, m, p.data(), i + 1);
-          std::memset(o, 0, static_cast<size_t>(D) * 4);
-          for (int64_t j = 0; j <= i; ++j) v.axpy(o, p[j], V.data() + j * D, D);
+          v.vecmat(p.data(), V.data(), D, i + 1, D, o);  // o = p^T V
           v.scale(o, 1.0f / l, D);
           a.lse[(b * a.nH + h) * S + i] = m + std::log(l);
         }
@@ -131,36 +144,57 @@ void ref::AttentionBackward(const AttentionBackwardArgs& a) {
 }
 
 void fast::AttentionBackward(const AttentionBackwardArgs& a) {
+  // Per (sequence, kv head): K, V packed (and transposed for the score-like
+  // products); per query head of the group, query rows in tiles of kTile: each row
+  // gives its P and dS rows (stored transposed, [j][row]) and dq; then every key j
+  // gets dK[j] += dS[:, j]^T Q_tile and dV[j] += P[:, j]^T dO_tile in one pass.
+  constexpr int64_t kTile = 32;
   const VecOps& v = Vec();
   const int64_t group = a.nH / a.nKV, D = a.D, S = a.S;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const size_t sd = static_cast<size_t>(S * D);
-  std::vector<float> K(sd), V(sd), dK(sd), dV(sd), p(static_cast<size_t>(S)), dp(static_cast<size_t>(S));
+  std::vector<float> K(sd), Kt(sd), Vt(sd), dK(sd), dV(sd), p(static_cast<size_t>(S)), dp(static_cast<size_t>(S));
+  std::vector<float> Pt(static_cast<size_t>(S * kTile)), dSt(static_cast<size_t>(S * kTile));
+  std::vector<float> Qt(static_cast<size_t>(kTile * D)), dOt(static_cast<size_t>(kTile * D)), tmp(static_cast<size_t>(D));
   for (int64_t b = 0; b < a.B; ++b) {
     for (int64_t kh = 0; kh < a.nKV; ++kh) {
       PackHead(a.k, b, kh, S, S, a.nKV, D, K.data());
-      PackHead(a.v, b, kh, S, S, a.nKV, D, V.data());
+      PackHeadT(a.k, b, kh, S, a.nKV, D, Kt.data());
+      PackHeadT(a.v, b, kh, S, a.nKV, D, Vt.data());
       std::fill(dK.begin(), dK.end(), 0.0f);
       std::fill(dV.begin(), dV.end(), 0.0f);
       for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
-        for (int64_t i = 0; i < S; ++i) {
-          const size_t qi = Idx(b, i, S, h, a.nH, 0, D);
-          const float* q = a.q + qi;
-          const float* dO = a.dout + qi;
-          float* dq = a.dq + qi;
-          const float lse = a.lse[(b * a.nH + h) * S + i];
-          const float Di = v.dot(dO, a.o + qi, D);
-          for (int64_t j = 0; j <= i; ++j) {
-            p[j] = v.dot(q, K.data() + j * D, D);
-            dp[j] = v.dot(dO, V.data() + j * D, D);
+        for (int64_t i0 = 0; i0 < S; i0 += kTile) {
+          const int64_t rows = std::min(kTile, S - i0), i1 = i0 + rows;
+          std::fill(Pt.begin(), Pt.begin() + i1 * kTile, 0.0f);
+          std::fill(dSt.begin(), dSt.begin() + i1 * kTile, 0.0f);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t i = i0 + r;
+            const size_t qi = Idx(b, i, S, h, a.nH, 0, D);
+            const float* q = a.q + qi;
+            const float* dO = a.dout + qi;
+            std::memcpy(Qt.data() + r * D, q, static_cast<size_t>(D) * 4);
+            std::memcpy(dOt.data() + r * D, dO, static_cast<size_t>(D) * 4);
+            const float lse = a.lse[(b * a.nH + h) * S + i];
+            const float Di = v.dot(dO, a.o + qi, D);
+            Scores(v, q, Kt.data(), S, D, i + 1, p.data());
+            Scores(v, dO, Vt.data(), S, D, i + 1, dp.data());
+            v.expsum(p.data(), scale, lse, p.data(), i + 1);
+            for (int64_t j = 0; j <= i; ++j) {
+              const float ds = (dp[j] - Di) * p[j] * scale;
+              dp[j] = ds;
+              Pt[j * kTile + r] = p[j];
+              dSt[j * kTile + r] = ds;
+            }
+            v.vecmat(dp.data(), K.data(), D, i + 1, D, a.dq + qi);  // dq = dS K
           }
-          v.expsum(p.data(), scale, lse, p.data(), i + 1);
-          std::memset(dq, 0, static_cast<size_t>(D) * 4);
-          for (int64_t j = 0; j <= i; ++j) {
-            const float ds = p[j] * (dp[j] - Di) * scale;
-            v.axpy(dq, ds, K.data() + j * D, D);
-            v.axpy(dK.data() + j * D, ds, q, D);
-            v.axpy(dV.data() + j * D, p[j], dO, D);
+          for (int64_t j = 0; j < i1; ++j) {
+            float* dk = dK.data() + j * D;
+            float* dv = dV.data() + j * D;
+            v.vecmat(dSt.data() + j * kTile, Qt.data(), D, rows, D, tmp.data());
+            for (int64_t d = 0; d < D; ++d) dk[d] += tmp[d];
+            v.vecmat(Pt.data() + j * kTile, dOt.data(), D, rows, D, tmp.data());
+            for (int64_t d = 0; d < D; ++d) dv[d] += tmp[d];
           }
         }
       }

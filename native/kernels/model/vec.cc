@@ -46,6 +46,15 @@ void ScalePortable(float* x, float alpha, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }
 
+void VecMatPortable(const float* coef, const float* m, int64_t ld, int64_t rows, int64_t cols, float* out) {
+  for (int64_t c = 0; c < cols; ++c) out[c] = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float a = coef[r];
+    const float* row = m + r * ld;
+    for (int64_t c = 0; c < cols; ++c) out[c] += a * row[c];
+  }
+}
+
 #define AVX2 __attribute__((target("avx2,fma")))
 
 AVX2 inline float HSum(__m256 v) {
@@ -140,10 +149,47 @@ AVX2 void ScaleAvx2(float* x, float alpha, int64_t n) {
   for (; i < n; ++i) x[i] *= alpha;
 }
 
+// Column blocks of 32 held in four accumulators across all rows; the tail block
+// goes through a zero-padded scratch row.
+AVX2 void VecMatAvx2(const float* coef, const float* m, int64_t ld, int64_t rows, int64_t cols, float* out) {
+  int64_t c = 0;
+  for (; c + 32 <= cols; c += 32) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    const float* p = m + c;
+    for (int64_t r = 0; r < rows; ++r, p += ld) {
+      const __m256 k = _mm256_broadcast_ss(coef + r);
+      a0 = _mm256_fmadd_ps(k, _mm256_loadu_ps(p), a0);
+      a1 = _mm256_fmadd_ps(k, _mm256_loadu_ps(p + 8), a1);
+      a2 = _mm256_fmadd_ps(k, _mm256_loadu_ps(p + 16), a2);
+      a3 = _mm256_fmadd_ps(k, _mm256_loadu_ps(p + 24), a3);
+    }
+    _mm256_storeu_ps(out + c, a0);
+    _mm256_storeu_ps(out + c + 8, a1);
+    _mm256_storeu_ps(out + c + 16, a2);
+    _mm256_storeu_ps(out + c + 24, a3);
+  }
+  for (; c + 8 <= cols; c += 8) {
+    __m256 a0 = _mm256_setzero_ps();
+    const float* p = m + c;
+    for (int64_t r = 0; r < rows; ++r, p += ld) a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + r), _mm256_loadu_ps(p), a0);
+    _mm256_storeu_ps(out + c, a0);
+  }
+  if (c < cols) {
+    const int64_t rest = cols - c;
+    float acc[8] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float a = coef[r];
+      const float* p = m + r * ld + c;
+      for (int64_t j = 0; j < rest; ++j) acc[j] += a * p[j];
+    }
+    for (int64_t j = 0; j < rest; ++j) out[c + j] = acc[j];
+  }
+}
+
 #undef AVX2
 
-const VecOps kPortable{"portable", DotPortable, AxpyPortable, MaxPortable, ExpSumPortable, ScalePortable};
-const VecOps kAvx2{"avx2-fma", DotAvx2, AxpyAvx2, MaxAvx2, ExpSumAvx2, ScaleAvx2};
+const VecOps kPortable{"portable", DotPortable, AxpyPortable, MaxPortable, ExpSumPortable, ScalePortable, VecMatPortable};
+const VecOps kAvx2{"avx2-fma", DotAvx2, AxpyAvx2, MaxAvx2, ExpSumAvx2, ScaleAvx2, VecMatAvx2};
 
 }  // namespace
 

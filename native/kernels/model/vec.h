@@ -26,6 +26,9 @@ struct VecOps {
   float (*expsum)(const float* x, float scale, float shift, float* out, int64_t n);
   // x[i] *= alpha
   void (*scale)(float* x, float alpha, int64_t n);
+  // out[c] = sum_r coef[r] * m[r * ld + c] for c < cols (row vector times matrix;
+  // accumulates in registers, one pass over m).
+  void (*vecmat)(const float* coef, const float* m, int64_t ld, int64_t rows, int64_t cols, float* out);
 };
 
 const VecOps& Vec();
