@@ -48,6 +48,9 @@ export async function main(argv: string[]): Promise<void> {
   const { rstd } = K.rmsNorm(x, w);
   const q = f([1, S, 8, 64], 4), kk = f([1, S, 2, 64], 5), vv = f([1, S, 2, 64], 6);
   const att = K.attention(q, kk, vv);
+  const Smax = Math.round(1024 * s);
+  const qd = f([8, 1, 8, 64], 19), kc = f([8, Smax, 2, 64], 20), vc = f([8, Smax, 2, 64], 21);
+  const lens = Tensor.fromArray(d, new Int32Array(8).fill(Smax), [8]);
   const g = f([T, I], 7, 3), u = f([T, I], 8), dh = f([T, I], 9);
   const z = f([64, V], 10, 4), tg = Tensor.fromArray(d, Int32Array.from({ length: 64 }, (_, i) => (i * 997) % V), [64]);
   const ce = K.crossEntropy(z, tg);
@@ -68,6 +71,7 @@ export async function main(argv: string[]): Promise<void> {
     [`rope [${T},8,128]`, (impl) => [K.rope(x.reshape([T, 8, 128]), pos, 1e6, { impl })]],
     [`attention B1 S${S} 8/2 heads D64`, (impl) => Object.values(K.attention(q, kk, vv, { impl }))],
     [`attentionBackward B1 S${S} 8/2 heads D64`, (impl) => Object.values(K.attentionBackward(q, q, kk, vv, att.o, att.lse, { impl }))],
+    [`attentionDecode B8 cache ${Smax} 8/2 heads D64`, (impl) => [K.attentionDecode(qd, kc, vc, lens, { impl })]],
     [`swiglu [${T},${I}]`, (impl) => [K.swiglu(g, u, { impl })]],
     [`swigluBackward [${T},${I}]`, (impl) => Object.values(K.swigluBackward(dh, g, u, { impl }))],
     [`routerTopK [${T},64] k8`, (impl) => Object.values(K.routerTopK(rl, 8, true, { impl }))],

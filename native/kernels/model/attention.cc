@@ -251,7 +251,8 @@ void fast::AttentionDecode(const AttentionDecodeArgs& a) {
       for (int64_t j = 0; j < L; ++j) p[j] = v.dot(q, a.k + Idx(b, j, a.Smax, kh, a.nKV, 0, D), D);
       const float m = v.max(p.data(), L) * scale;
       const float l = v.expsum(p.data(), scale, m, p.data(), L);
-      for (int64_t j = 0; j < L; ++j) v.axpy(o, p[j], a.v + Idx(b, j, a.Smax, kh, a.nKV, 0, D), D);
+      // o = p^T V straight from the cache (rows a stride of nKV * D apart).
+      v.vecmat(p.data(), a.v + Idx(b, 0, a.Smax, kh, a.nKV, 0, D), a.nKV * D, L, D, o);
       v.scale(o, 1.0f / l, D);
     }
   }
