@@ -521,6 +521,40 @@ describe('portable primitives (no AVX2)', () => {
   });
 });
 
+describe('argument validation', () => {
+  it('is synchronous, names the argument and shape, and enqueues / allocates nothing', () => {
+    const z = (shape: number[]): Tensor => Tensor.zeros(d, shape);
+    const zi = (shape: number[]): Tensor => Tensor.zeros(d, shape, 'int32');
+    const q = z([1, 4, 4, 8]), kv = z([1, 4, 2, 8]), logits = z([3, 5]), order = zi([6]), x = z([3, 4]), gu = z([3, 5]);
+    const w = z([2, 6, 4]), off = zi([3]), t3 = zi([3]), t4 = zi([4]), vBad = z([1, 4, 2, 4]), w5 = z([5]), v43 = z([4, 3]);
+    const enq = d.defaultStream.stats().enqueued, allocs = d.stats().numAllocs;
+    const cases: [() => unknown, RegExp][] = [
+      [() => K.attention(q, kv, vBad), /attention\(\) expects v of shape \[B, S, nKV, D\] = \[1, 4, 2, 8\] but received \[1, 4, 2, 4\]/],
+      [() => K.routerTopK(logits, 6, true), /k \(6\) must be at most the number of experts E \(5\)/],
+      [() => K.routerTopK(logits, 2, 'yes' as never), /expects a boolean for renorm/],
+      [() => K.moeGather(x, order, 3), /moeGather\(\) expects order of shape \[T \* k\] = \[9\] but received \[6\]/],
+      [() => K.groupedMatmul(x, w, t4), /expects offsets of shape \[E \+ 1\] = \[3\] but received \[4\]/],
+      [() => K.groupedMatmul(x, w, off, { outDtype: 'int32' }), /outDtype must be fp32 or bf16/],
+      [() => K.groupedMatmul(x, w, off, { transB: 1 } as never), /expects a boolean for transB/],
+      [() => K.crossEntropy(logits, t4), /expects targets of shape \[T\] = \[3\] but received \[4\]/],
+      [() => K.crossEntropy(logits, t3, { ignoreIndex: 0.5 }), /ignoreIndex/],
+      [() => K.swigluFused(gu), /last dim of gateUp must be even/],
+      [() => K.rmsNorm(x, w5), /expects w of shape \[H\] = \[4\] but received \[5\]/],
+      [() => K.sample(logits, { temperature: -1 }), /temperature/],
+      [() => K.sample(logits, { seed: -3 }), /seed/],
+      [() => K.adamw(x, x, x, v43, { lr: 1e-3, step: 1 }), /expects v of shape \[shape of param\] = \[3, 4\] but received \[4, 3\]/],
+    ];
+    for (const [run, pattern] of cases) {
+      let err: unknown;
+      try { run(); } catch (e) { err = e; }
+      expect(err, String(pattern)).toBeInstanceOf(InvalidArgumentError);
+      expect((err as Error).message).toMatch(pattern);
+    }
+    expect(d.defaultStream.stats().enqueued).toBe(enq);
+    expect(d.stats().numAllocs).toBe(allocs);
+  });
+});
+
 describe('empty shapes', () => {
   it('every kernel accepts zero tokens / rows / cache length', async () => {
     const z = (shape: number[]): Tensor => Tensor.zeros(d, shape);
