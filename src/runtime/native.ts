@@ -166,9 +166,9 @@ export interface NativeModelOps {
   /** dX / dW may be null (not wanted). */
   groupedMatmulBackward: [inDtype: number, N: number, K: number, M: number, E: number, transB: boolean, dY: B, dyOff: number, x: B, xOff: number, w: B, wOff: number, offsets: B, oOff: number, dX: B | null, dxOff: number, dW: B | null, dwOff: number];
   logSoftmax: [T: number, V: number, logits: B, zOff: number, out: B, outOff: number];
-  /** mode 0: loss = lse - logit[target]; 1: logprob = logit[target] - lse. */
-  crossEntropy: [mode: number, T: number, V: number, ignoreIndex: number, logits: B, zOff: number, targets: B, tOff: number, loss: B, lossOff: number, lse: B, lseOff: number];
-  crossEntropyBackward: [T: number, V: number, ignoreIndex: number, dLoss: B, dlOff: number, logits: B, zOff: number, targets: B, tOff: number, lse: B, lseOff: number, dLogits: B, dzOff: number];
+  /** mode 0: loss = lse - z[target]; 1: logprob = z[target] - lse; z = scale * logits (scale = 1 / temperature). */
+  crossEntropy: [mode: number, T: number, V: number, ignoreIndex: number, scale: number, logits: B, zOff: number, targets: B, tOff: number, loss: B, lossOff: number, lse: B, lseOff: number];
+  crossEntropyBackward: [T: number, V: number, ignoreIndex: number, scale: number, dLoss: B, dlOff: number, logits: B, zOff: number, targets: B, tOff: number, lse: B, lseOff: number, dLogits: B, dzOff: number];
   adamw: [n: number, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, step: number, param: B, pOff: number, grad: B, gOff: number, m: B, mOff: number, v: B, vOff: number];
   sample: [B: number, V: number, temperature: number, topK: number, topP: number, seedLo: number, seedHi: number, offsetLo: number, offsetHi: number, logits: B, zOff: number, out: B, outOff: number];
 }
@@ -263,11 +263,24 @@ export function loadNative(): NativeBinding {
   if (!existsSync(path)) {
     throw new Error(`The native addon is not built (${path} is missing). HINT: run \`npm run build:native\`.`);
   }
+  // A second copy of this module in the same thread (e.g. `import 'ascent'` from dist/ and a
+  // `../src/...` import through tsx) would re-init the addon and take over its completion
+  // callback, so the first copy's awaits would never settle: a silent hang. Refuse it loudly.
+  const owner = globalThis as { [OWNER]?: string };
+  if (owner[OWNER] !== undefined && owner[OWNER] !== import.meta.url) {
+    throw new Error(
+      `Ascent's runtime is loaded twice in this thread: ${owner[OWNER]} and ${import.meta.url}. ` +
+        "HINT: import Ascent from one place only (in entries and actors: `from 'ascent'`, not from ../src/...).",
+    );
+  }
+  owner[OWNER] = import.meta.url;
   const b = createRequire(import.meta.url)(path) as NativeBinding;
   b.init((code, message, details) => errorFromCode(code, message, details), onComplete);
   binding = b;
   return b;
 }
+
+const OWNER = Symbol.for('ascent.native.owner');
 
 /**
  * A completion the native side will report for an op: call `enqueue(token)` (which
