@@ -22,3 +22,9 @@ export {
 } from './params.js';
 export { Prng } from './prng.js';
 export * as syntheticTask from './synthetic-task.js';
+export { Tape, Var, type TapeOptions } from './autograd.js';
+export { ParamStore, type AdamWHyper, type HostParam } from './param-store.js';
+export { Qwen3Model, uploadBatch, type Batch as ModelBatch } from './qwen3.js';
+export { SupervisedTrainer, cosineLr, initialParams, type StepResult } from './sft.js';
+export * as kernels from './kernels/index.js';
+export * as functional from './functional.js';
