@@ -428,30 +428,38 @@ U LogSoftmax(StreamImpl& s, Reader& r) {
   return RUN("logSoftmax", LogSoftmax, a);
 }
 
-// crossEntropy(mode, T, V, ignoreIndex, logits, targets, loss, lse)
+double Scale(Reader& r) {
+  double scale = r.Number("scale");
+  if (!(scale > 0) || !std::isfinite(scale)) r.Fail("scale (1 / temperature) must be positive and finite.");
+  return scale;
+}
+
+// crossEntropy(mode, T, V, ignoreIndex, scale, logits, targets, loss, lse)
 U CrossEntropy(StreamImpl& s, Reader& r) {
   U mode = r.Index("mode");
   if (mode > 1) r.Fail("mode must be 0 (loss) or 1 (logprob).");
   U T = r.Index("T"), V = r.Positive("V");
   int64_t ignore = r.Int("ignoreIndex");
+  double scale = Scale(r);
   Span z = r.Tensor("logits", Mul({T, V}, "logits"), F32), tg = r.Tensor("targets", T, I32);
   Span loss = r.Tensor("loss", T, F32), lse = r.Tensor("lse", T, F32);
   r.CheckOutputs({"loss", "lse"});
   CrossEntropyArgs a{z.as<float>(), tg.as<int32_t>(), loss.as<float>(), lse.as<float>(), (int64_t)T, (int64_t)V,
-                     (int32_t)ignore, static_cast<CeMode>(mode)};
+                     (int32_t)ignore, static_cast<CeMode>(mode), (float)scale};
   return RUN(mode == 0 ? "crossEntropy" : "tokenLogprobs", CrossEntropy, a);
 }
 
-// crossEntropyBackward(T, V, ignoreIndex, dloss, logits, targets, lse, dlogits)
+// crossEntropyBackward(T, V, ignoreIndex, scale, dloss, logits, targets, lse, dlogits)
 U CrossEntropyBackward(StreamImpl& s, Reader& r) {
   U T = r.Index("T"), V = r.Positive("V");
   int64_t ignore = r.Int("ignoreIndex");
+  double scale = Scale(r);
   Span dl = r.Tensor("dLoss", T, F32), z = r.Tensor("logits", Mul({T, V}, "logits"), F32);
   Span tg = r.Tensor("targets", T, I32), lse = r.Tensor("lse", T, F32);
   Span dz = r.Tensor("dLogits", Mul({T, V}, "dLogits"), F32);
   r.CheckOutputs({"dLogits"});
   CrossEntropyBackwardArgs a{dl.as<float>(), z.as<float>(), tg.as<int32_t>(), lse.as<float>(), dz.as<float>(),
-                             (int64_t)T, (int64_t)V, (int32_t)ignore};
+                             (int64_t)T, (int64_t)V, (int32_t)ignore, (float)scale};
   return RUN("crossEntropyBackward", CrossEntropyBackward, a);
 }
 

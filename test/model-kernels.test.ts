@@ -399,6 +399,19 @@ describe('log-softmax, cross-entropy, token log-probs', () => {
     expect(lse!.length).toBe(T);
   });
 
+  it('temperature divides the logits inside the kernel (forward, logprobs, backward vs FD)', async () => {
+    const zt = f32(z, [T, V]), tt = i32(targets, [T]), temperature = 0.7;
+    const zs = Array.from(z, (x) => x / temperature);
+    const [loss, lse] = await parity((impl) => { const r = K.crossEntropy(zt, tt, { temperature, impl }); return [r.loss, r.lse]; }, 2e-5, 'crossEntropy T=0.7');
+    close(loss!, R.crossEntropy(zs, targets, T, V), 2e-5, 'loss at temperature');
+    const [lp] = await parity((impl) => [K.tokenLogprobs(zt, tt, { temperature, impl })], 2e-5, 'tokenLogprobs T=0.7');
+    close(lp!, loss!.map((l) => -l), 2e-5, 'logprobs at temperature');
+    const dl = R.rand(T, 63), lseT = f32(lse!, [T]);
+    const [dz] = await parity((impl) => [K.crossEntropyBackward(f32(dl, [T]), zt, tt, lseT, { temperature, impl })], 2e-5, 'crossEntropyBackward T=0.7');
+    close(dz!, R.fdGrad((x) => R.crossEntropy(Array.from(x, (v) => v / temperature), targets, T, V), z, dl), 1e-4, 'dLogits at temperature vs FD');
+    expect(() => K.crossEntropy(zt, tt, { temperature: 0 })).toThrow(/expects a finite number > 0 for temperature/);
+  });
+
   it('a target outside the vocabulary fails the stream', async () => {
     await expectStreamError((stream) => K.crossEntropy(f32(z, [T, V]), i32([0, 1, 37, 2, 3, 4], [T]), { stream }), /target 37 at position 2 is outside the vocabulary \[0, 37\) and is not the ignore index -100/);
   });

@@ -225,8 +225,8 @@ struct LogSoftmaxArgs {
   float* out;
   int64_t T, V;
 };
-// lse[t] = logsumexp(logits[t]); loss[t] = lse - logits[t, target] (mode kLoss) or
-// logits[t, target] - lse (mode kLogprob). Rows whose target is ignore_index give 0;
+// With z = scale * logits (scale = 1 / temperature): lse[t] = logsumexp(z[t]);
+// loss[t] = lse - z[t, target] (mode kLoss) or z[t, target] - lse (mode kLogprob). Rows whose target is ignore_index give 0;
 // any other target outside [0, V) fails the op.
 enum class CeMode : int { kLoss = 0, kLogprob = 1 };
 struct CrossEntropyArgs {
@@ -237,8 +237,9 @@ struct CrossEntropyArgs {
   int64_t T, V;
   int32_t ignore_index;
   CeMode mode;
+  float scale;
 };
-// dlogits[t] = dloss[t] * (softmax(logits[t]) - onehot(target)); 0 on ignored rows.
+// dlogits[t] = dloss[t] * scale * (softmax(z[t]) - onehot(target)); 0 on ignored rows.
 struct CrossEntropyBackwardArgs {
   const float* dloss;
   const float* logits;
@@ -247,6 +248,7 @@ struct CrossEntropyBackwardArgs {
   float* dlogits;
   int64_t T, V;
   int32_t ignore_index;
+  float scale;
 };
 
 // ---- adamw.cc -------------------------------------------------------------------

@@ -9,16 +9,17 @@
 namespace ascent::model {
 namespace {
 
-double LseD(const float* x, int64_t V) {
+// logsumexp of scale * x (scale > 0).
+double LseD(const float* x, int64_t V, double scale = 1.0) {
   double m = -INFINITY, s = 0;
   for (int64_t i = 0; i < V; ++i) m = x[i] > m ? x[i] : m;
-  for (int64_t i = 0; i < V; ++i) s += std::exp(x[i] - m);
-  return m + std::log(s);
+  for (int64_t i = 0; i < V; ++i) s += std::exp(scale * (x[i] - m));
+  return scale * m + std::log(s);
 }
 
-float LseF(const VecOps& v, const float* x, int64_t V) {
-  const float m = v.max(x, V);
-  return m + std::log(v.expsum(x, 1.0f, m, nullptr, V));
+float LseF(const VecOps& v, const float* x, int64_t V, float scale = 1.0f) {
+  const float m = v.max(x, V) * scale;
+  return m + std::log(v.expsum(x, scale, m, nullptr, V));
 }
 
 // True when the row is ignored; fails on any other target outside [0, V).
@@ -58,13 +59,14 @@ void fast::LogSoftmax(const LogSoftmaxArgs& a) {
 void ref::CrossEntropy(const CrossEntropyArgs& a) {
   for (int64_t t = 0; t < a.T; ++t) {
     const float* x = a.logits + t * a.V;
-    double lse = LseD(x, a.V);
+    double lse = LseD(x, a.V, a.scale);
     a.lse[t] = static_cast<float>(lse);
     int32_t y = a.targets[t];
     if (Ignored(y, t, a.V, a.ignore_index, CeName(a.mode))) {
       a.loss[t] = 0.0f;
     } else {
-      a.loss[t] = static_cast<float>(a.mode == CeMode::kLoss ? lse - x[y] : x[y] - lse);
+      const double zy = static_cast<double>(a.scale) * x[y];
+      a.loss[t] = static_cast<float>(a.mode == CeMode::kLoss ? lse - zy : zy - lse);
     }
   }
 }
@@ -74,10 +76,11 @@ void fast::CrossEntropy(const CrossEntropyArgs& a) {
   for (int64_t t = 0; t < a.T; ++t) Ignored(a.targets[t], t, a.V, a.ignore_index, CeName(a.mode));
   for (int64_t t = 0; t < a.T; ++t) {
     const float* x = a.logits + t * a.V;
-    const float lse = LseF(v, x, a.V);
+    const float lse = LseF(v, x, a.V, a.scale);
     const int32_t y = a.targets[t];
     a.lse[t] = lse;
-    a.loss[t] = y == a.ignore_index ? 0.0f : (a.mode == CeMode::kLoss ? lse - x[y] : x[y] - lse);
+    const float zy = y == a.ignore_index ? 0.0f : a.scale * x[y];
+    a.loss[t] = y == a.ignore_index ? 0.0f : (a.mode == CeMode::kLoss ? lse - zy : zy - lse);
   }
 }
 
@@ -90,8 +93,8 @@ void ref::CrossEntropyBackward(const CrossEntropyBackwardArgs& a) {
       for (int64_t i = 0; i < a.V; ++i) d[i] = 0.0f;
       continue;
     }
-    double g = a.dloss[t], lse = a.lse[t];
-    for (int64_t i = 0; i < a.V; ++i) d[i] = static_cast<float>(g * (std::exp(x[i] - lse) - (i == y ? 1.0 : 0.0)));
+    double g = a.dloss[t], lse = a.lse[t], sc = a.scale;
+    for (int64_t i = 0; i < a.V; ++i) d[i] = static_cast<float>(g * sc * (std::exp(sc * x[i] - lse) - (i == y ? 1.0 : 0.0)));
   }
 }
 
@@ -105,8 +108,8 @@ void fast::CrossEntropyBackward(const CrossEntropyBackwardArgs& a) {
       for (int64_t i = 0; i < a.V; ++i) d[i] = 0.0f;
       continue;
     }
-    const float g = a.dloss[t];
-    v.expsum(a.logits + t * a.V, 1.0f, a.lse[t], d, a.V);
+    const float g = a.dloss[t] * a.scale;
+    v.expsum(a.logits + t * a.V, a.scale, a.lse[t], d, a.V);
     v.scale(d, g, a.V);
     d[y] -= g;
   }

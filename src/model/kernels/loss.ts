@@ -1,17 +1,29 @@
 /** Log-softmax, cross-entropy, token log-probs and their backward (native/kernels/model/softmax_ce.cc). */
-import { scale } from '../../runtime/ops.js';
+import { scale as scaleOp } from '../../runtime/ops.js';
 import type { Tensor } from '../../runtime/tensor.js';
-import { enqueue, intArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
+import { enqueue, intArg, numberArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 export const IGNORE_INDEX = -100;
 
 export interface CrossEntropyOptions extends KernelOptions {
   /** Target value whose row gives loss 0 and gradient 0 (default -100, as torch). */
   ignoreIndex?: number;
+  /**
+   * The logits are divided by this first (default 1), without materialising the
+   * scaled [T, V] tensor: log-probs under the sampling temperature, as GRPO needs.
+   * Pass the same value to the backward.
+   */
+  temperature?: number;
 }
+
+const CE_KEYS = ['ignoreIndex', 'temperature'];
 
 function ignoreOf(fn: string, options?: CrossEntropyOptions): number {
   return options?.ignoreIndex === undefined ? IGNORE_INDEX : intArg(fn, options.ignoreIndex, 'ignoreIndex', -(2 ** 31));
+}
+
+function scaleOf(fn: string, options?: CrossEntropyOptions): number {
+  return options?.temperature === undefined ? 1 : 1 / numberArg(fn, options.temperature, 'temperature', (t) => t > 0, '> 0');
 }
 
 /** log softmax over the last dim of logits [T, V] fp32. */
@@ -35,13 +47,14 @@ export interface CrossEntropyResult {
 function ce(fn: string, mode: number, logits: Tensor, targets: Tensor, options?: CrossEntropyOptions): CrossEntropyResult {
   tensorArg(fn, logits, 'logits', 'fp32');
   tensorArg(fn, targets, 'targets', 'int32');
-  const p = placement(fn, { logits, targets }, options, ['ignoreIndex']);
+  const p = placement(fn, { logits, targets }, options, CE_KEYS);
   const ignore = ignoreOf(fn, options);
+  const scale = scaleOf(fn, options);
   const [T, V] = shapeArg(fn, logits, 'logits', [null, null], 'T, V') as [number, number];
   intArg(fn, V, 'V (logits.shape[1])', 1);
   shapeArg(fn, targets, 'targets', [T], 'T');
   return withOutputs(p.device, { loss: [[T], 'fp32'], lse: [[T], 'fp32'] }, ({ loss, lse }) =>
-    enqueue(p, 'crossEntropy', mode, T, V, ignore, logits.buffer, logits.byteOffset, targets.buffer, targets.byteOffset, loss.buffer, 0, lse.buffer, 0));
+    enqueue(p, 'crossEntropy', mode, T, V, ignore, scale, logits.buffer, logits.byteOffset, targets.buffer, targets.byteOffset, loss.buffer, 0, lse.buffer, 0));
 }
 
 /**
@@ -52,22 +65,23 @@ export function crossEntropy(logits: Tensor, targets: Tensor, options?: CrossEnt
   return ce('crossEntropy', 0, logits, targets, options);
 }
 
-/** dLogits [T, V] = dLoss[t] * (softmax(logits[t]) - onehot(target)); 0 on ignored rows. */
+/** dLogits [T, V] = dLoss[t] / temperature * (softmax(logits[t] / temperature) - onehot(target)); 0 on ignored rows. */
 export function crossEntropyBackward(dLoss: Tensor, logits: Tensor, targets: Tensor, lse: Tensor, options?: CrossEntropyOptions): Tensor {
   const fn = 'crossEntropyBackward';
   tensorArg(fn, dLoss, 'dLoss', 'fp32');
   tensorArg(fn, logits, 'logits', 'fp32');
   tensorArg(fn, targets, 'targets', 'int32');
   tensorArg(fn, lse, 'lse', 'fp32');
-  const p = placement(fn, { dLoss, logits, targets, lse }, options, ['ignoreIndex']);
+  const p = placement(fn, { dLoss, logits, targets, lse }, options, CE_KEYS);
   const ignore = ignoreOf(fn, options);
+  const scale = scaleOf(fn, options);
   const [T, V] = shapeArg(fn, logits, 'logits', [null, null], 'T, V') as [number, number];
   intArg(fn, V, 'V (logits.shape[1])', 1);
   shapeArg(fn, targets, 'targets', [T], 'T');
   shapeArg(fn, dLoss, 'dLoss', [T], 'T');
   shapeArg(fn, lse, 'lse', [T], 'T');
   return withOutputs(p.device, { dLogits: [[T, V], 'fp32'] }, ({ dLogits }) =>
-    enqueue(p, 'crossEntropyBackward', T, V, ignore, dLoss.buffer, dLoss.byteOffset, logits.buffer, logits.byteOffset,
+    enqueue(p, 'crossEntropyBackward', T, V, ignore, scale, dLoss.buffer, dLoss.byteOffset, logits.buffer, logits.byteOffset,
       targets.buffer, targets.byteOffset, lse.buffer, lse.byteOffset, dLogits.buffer, 0)).dLogits;
 }
 
@@ -94,7 +108,7 @@ export function tokenLogprobsWithLse(logits: Tensor, targets: Tensor, options?: 
 /** dLogits = dLogp[t] * (onehot(target) - softmax(logits[t])): crossEntropyBackward of -dLogp. */
 export function tokenLogprobsBackward(dLogp: Tensor, logits: Tensor, targets: Tensor, lse: Tensor, options?: CrossEntropyOptions): Tensor {
   tensorArg('tokenLogprobsBackward', dLogp, 'dLogp', 'fp32');
-  const neg = scale(dLogp, -1, options?.stream ? { stream: options.stream } : undefined);
+  const neg = scaleOp(dLogp, -1, options?.stream ? { stream: options.stream } : undefined);
   try {
     return crossEntropyBackward(neg, logits, targets, lse, options);
   } finally {
