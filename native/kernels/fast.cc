@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <new>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -205,17 +207,29 @@ void Permute(const PermuteArgs& p) {
 // ---- matmul -------------------------------------------------------------------
 // Blocking (BLIS order): for each NC-wide column panel of B and KC-deep slice, pack
 // B into NR-wide slivers; for each MC-tall block of A pack MR-tall slivers; the
-// micro-kernel adds an MR x NR tile of C (fp32) from one A sliver and one B sliver.
-// Packing converts bf16 to fp32 and zero-pads the edges, so the micro-kernel never
-// branches on shape.
+// micro-kernel computes an MR x NR tile of C (fp32) from one A sliver and one B
+// sliver, held in 12 ymm accumulators. Packing converts bf16 to fp32 and zero-pads
+// the edges, so the micro-kernel never branches on shape.
+//
+// Invariants:
+//  - the first KC slice stores into C and later slices accumulate, so C is never
+//    zeroed in a separate pass (and its old contents never matter: beta = 0);
+//  - packed buffers are thread_local scratch, 64-byte aligned, grown on demand and
+//    reused across calls: a matmul allocates nothing in the steady state (a fresh
+//    vector per call cost ~10 us of zeroing at n = 64 and page faults at n >= 256);
+//  - a B sliver row (NR floats) is exactly one cache line, so it is loaded aligned.
 namespace {
 
 constexpr int64_t MR = 6, NR = 16;
-constexpr int64_t MC = 120, KC = 256, NC = 2048;
+// KC x NR B sliver (16 KiB) stays in L1; MC x KC A block (<= 144 KiB) in L2;
+// KC x NC B panel (2 MiB) in L3.
+constexpr int64_t KC = 256, MC_MAX = 144, NC = 2048;
+static_assert(MC_MAX % MR == 0 && NC % NR == 0, "blocks are whole slivers");
 
-using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc);
+// c[i * ldc + j] (=|+=) sum_p a[p * MR + i] * b[p * NR + j] for the full MR x NR tile.
+using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
 
-void MicroKernelPortable(int64_t kc, const float* a, const float* b, float* c, int64_t ldc) {
+void MicroKernelPortable(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
   float acc[MR][NR] = {};
   for (int64_t p = 0; p < kc; ++p) {
     for (int64_t i = 0; i < MR; ++i) {
@@ -224,21 +238,26 @@ void MicroKernelPortable(int64_t kc, const float* a, const float* b, float* c, i
     }
   }
   for (int64_t i = 0; i < MR; ++i) {
-    for (int64_t j = 0; j < NR; ++j) c[i * ldc + j] += acc[i][j];
+    for (int64_t j = 0; j < NR; ++j) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
   }
 }
 
 __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a, const float* b,
-                                                        float* c, int64_t ldc) {
+                                                        float* c, int64_t ldc, bool accumulate) {
+  for (int64_t i = 0; i < MR; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
+  }
   __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
   __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
   __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
   __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
   __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
   __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+#pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p) {
-    __m256 b0 = _mm256_loadu_ps(b + p * NR);
-    __m256 b1 = _mm256_loadu_ps(b + p * NR + 8);
+    __m256 b0 = _mm256_load_ps(b + p * NR);
+    __m256 b1 = _mm256_load_ps(b + p * NR + 8);
     const float* ap = a + p * MR;
     __m256 av = _mm256_broadcast_ss(ap + 0);
     c00 = _mm256_fmadd_ps(av, b0, c00);
@@ -262,8 +281,12 @@ __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float
   __m256 rows[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
   for (int64_t i = 0; i < MR; ++i) {
     float* ci = c + i * ldc;
-    _mm256_storeu_ps(ci, _mm256_add_ps(_mm256_loadu_ps(ci), rows[i][0]));
-    _mm256_storeu_ps(ci + 8, _mm256_add_ps(_mm256_loadu_ps(ci + 8), rows[i][1]));
+    if (accumulate) {
+      rows[i][0] = _mm256_add_ps(_mm256_loadu_ps(ci), rows[i][0]);
+      rows[i][1] = _mm256_add_ps(_mm256_loadu_ps(ci + 8), rows[i][1]);
+    }
+    _mm256_storeu_ps(ci, rows[i][0]);
+    _mm256_storeu_ps(ci + 8, rows[i][1]);
   }
 }
 
@@ -278,42 +301,166 @@ MicroKernel SelectMicroKernel() {
   return MicroKernelPortable;
 }
 
-inline float LoadF(const void* base, DType t, size_t idx) {
-  if (t == DType::kBF16) return BF16ToF32(static_cast<const uint16_t*>(base)[idx]);
-  return static_cast<const float*>(base)[idx];
-}
+// One growable, 64-byte aligned float buffer per thread and role; freed at thread exit.
+class Scratch {
+ public:
+  ~Scratch() { std::free(p_); }
+  float* Get(size_t n) {
+    if (n > cap_) {
+      std::free(p_);
+      size_t bytes = (n * sizeof(float) + 63) & ~size_t{63};
+      p_ = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (p_ == nullptr) throw std::bad_alloc();
+      cap_ = bytes / sizeof(float);
+    }
+    return p_;
+  }
+  // Big one-off buffers (the fp32 staging of a large bf16 output) are not kept.
+  void Trim(size_t keep) {
+    if (cap_ > keep) {
+      std::free(p_);
+      p_ = nullptr;
+      cap_ = 0;
+    }
+  }
 
-// Ap[ir-sliver][p][MR]: element (i, p) of op(A) for rows i0.., depth p0..
-void PackA(const MatmulArgs& g, size_t a0, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* ap) {
+ private:
+  float* p_ = nullptr;
+  size_t cap_ = 0;
+};
+
+thread_local Scratch a_scratch, b_scratch, c_scratch;
+
+inline float ToF32(float v) { return v; }
+inline float ToF32(uint16_t v) { return BF16ToF32(v); }
+
+// Ap[sliver][p][MR] = op(A)(i0 + sliver * MR + i, p0 + p), zero past row mc.
+// op(A)(r, c) is a[r * k + c], or a[c * m + r] when transposed.
+template <typename T>
+void PackA(const T* a, bool trans, int64_t m, int64_t k, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* ap) {
   for (int64_t ir = 0; ir < mc; ir += MR) {
-    for (int64_t p = 0; p < kc; ++p) {
+    const int64_t mr = std::min(MR, mc - ir);
+    if (trans) {
+      const T* src = a + p0 * m + i0 + ir;
+      for (int64_t p = 0; p < kc; ++p, src += m, ap += MR) {
+        int64_t i = 0;
+        for (; i < mr; ++i) ap[i] = ToF32(src[i]);
+        for (; i < MR; ++i) ap[i] = 0.0f;
+      }
+    } else {
       for (int64_t i = 0; i < MR; ++i) {
-        int64_t row = i0 + ir + i, col = p0 + p;
-        float v = 0.0f;
-        if (ir + i < mc) {
-          v = LoadF(g.a, g.in_dtype, a0 + static_cast<size_t>(g.trans_a ? col * g.m + row : row * g.k + col));
+        if (i < mr) {
+          const T* src = a + (i0 + ir + i) * k + p0;
+          for (int64_t p = 0; p < kc; ++p) ap[p * MR + i] = ToF32(src[p]);
+        } else {
+          for (int64_t p = 0; p < kc; ++p) ap[p * MR + i] = 0.0f;
         }
-        *ap++ = v;
+      }
+      ap += kc * MR;
+    }
+  }
+}
+
+// Bp[sliver][p][NR] = op(B)(p0 + p, j0 + sliver * NR + j), zero past column nc.
+// op(B)(r, c) is b[r * n + c], or b[c * k + r] when transposed.
+template <typename T>
+void PackB(const T* b, bool trans, int64_t n, int64_t k, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* bp) {
+  if (!trans) {
+    // Row by row so B is read sequentially; each row scatters one line per sliver.
+    for (int64_t p = 0; p < kc; ++p) {
+      const T* src = b + (p0 + p) * n + j0;
+      for (int64_t jr = 0; jr < nc; jr += NR) {
+        float* dst = bp + jr * kc + p * NR;
+        const int64_t nr = std::min(NR, nc - jr);
+        int64_t j = 0;
+        for (; j < nr; ++j) dst[j] = ToF32(src[jr + j]);
+        for (; j < NR; ++j) dst[j] = 0.0f;
+      }
+    }
+    return;
+  }
+  for (int64_t jr = 0; jr < nc; jr += NR) {
+    float* dst = bp + jr * kc;
+    const int64_t nr = std::min(NR, nc - jr);
+    for (int64_t j = 0; j < NR; ++j) {
+      if (j < nr) {
+        const T* src = b + (j0 + jr + j) * k + p0;
+        for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = ToF32(src[p]);
+      } else {
+        for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = 0.0f;
       }
     }
   }
 }
 
-// Bp[jr-sliver][p][NR]: element (p, j) of op(B).
-void PackB(const MatmulArgs& g, size_t b0, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* bp) {
-  for (int64_t jr = 0; jr < nc; jr += NR) {
-    for (int64_t p = 0; p < kc; ++p) {
-      int64_t row = p0 + p;
-      for (int64_t j = 0; j < NR; ++j) {
-        int64_t col = j0 + jr + j;
-        float v = 0.0f;
-        if (jr + j < nc) {
-          v = LoadF(g.b, g.in_dtype, b0 + static_cast<size_t>(g.trans_b ? col * g.k + row : row * g.n + col));
+// C (fp32, row stride n) = op(A) . op(B) for one batch entry.
+template <typename T>
+void MatmulF32Out(MicroKernel kernel, const T* a, const T* b, float* c, int64_t M, int64_t N, int64_t K,
+                  bool trans_a, bool trans_b) {
+  if (K == 0) {
+    std::fill_n(c, static_cast<size_t>(M * N), 0.0f);
+    return;
+  }
+  // Equal MC blocks (whole slivers) instead of MC_MAX blocks plus a thin remainder.
+  const int64_t m_blocks = (M + MC_MAX - 1) / MC_MAX;
+  const int64_t mc_step = ((M + m_blocks - 1) / m_blocks + MR - 1) / MR * MR;
+  float* ap = a_scratch.Get(static_cast<size_t>(mc_step * std::min(KC, K)));
+  float* bp = b_scratch.Get(static_cast<size_t>((std::min(NC, N) + NR - 1) / NR * NR * std::min(KC, K)));
+  alignas(64) float tile[MR * NR];
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min(NC, N - jc);
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      const bool accumulate = pc > 0;
+      PackB(b, trans_b, N, K, pc, kc, jc, nc, bp);
+      for (int64_t ic = 0; ic < M; ic += mc_step) {
+        const int64_t mc = std::min(mc_step, M - ic);
+        PackA(a, trans_a, M, K, ic, mc, pc, kc, ap);
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const int64_t nr = std::min(NR, nc - jr);
+          const float* bs = bp + jr * kc;
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            const int64_t mr = std::min(MR, mc - ir);
+            const float* as = ap + ir * kc;
+            float* cij = c + (ic + ir) * N + (jc + jr);
+            if (mr == MR && nr == NR) {
+              kernel(kc, as, bs, cij, N, accumulate);
+              continue;
+            }
+            kernel(kc, as, bs, tile, NR, false);
+            for (int64_t i = 0; i < mr; ++i) {
+              float* ci = cij + i * N;
+              const float* ti = tile + i * NR;
+              if (accumulate) {
+                for (int64_t j = 0; j < nr; ++j) ci[j] += ti[j];
+              } else {
+                for (int64_t j = 0; j < nr; ++j) ci[j] = ti[j];
+              }
+            }
+          }
         }
-        *bp++ = v;
       }
     }
   }
+}
+
+template <typename T>
+void MatmulTyped(const MatmulArgs& g, MicroKernel kernel) {
+  const int64_t M = g.m, N = g.n, K = g.k;
+  const size_t mn = static_cast<size_t>(M * N);
+  for (int64_t q = 0; q < g.batch; ++q) {
+    const T* a = static_cast<const T*>(g.a) + q * M * K;
+    const T* b = static_cast<const T*>(g.b) + q * K * N;
+    if (g.out_dtype == DType::kF32) {
+      MatmulF32Out(kernel, a, b, static_cast<float*>(g.c) + q * M * N, M, N, K, g.trans_a, g.trans_b);
+      continue;
+    }
+    float* c32 = c_scratch.Get(mn);
+    MatmulF32Out(kernel, a, b, c32, M, N, K, g.trans_a, g.trans_b);
+    uint16_t* out = static_cast<uint16_t*>(g.c) + q * M * N;
+    for (size_t i = 0; i < mn; ++i) out[i] = F32ToBF16(c32[i]);
+  }
+  c_scratch.Trim(size_t{4} << 20);
 }
 
 }  // namespace
@@ -323,56 +470,12 @@ void SetForcePortable(bool force) { force_portable.store(force); }
 const char* MatmulKernelName() { return SelectMicroKernel() == MicroKernelAvx2 ? "avx2-fma" : "portable"; }
 
 void Matmul(const MatmulArgs& g) {
+  if (g.m == 0 || g.n == 0) return;
   const MicroKernel kernel = SelectMicroKernel();
-  const int64_t M = g.m, N = g.n, K = g.k;
-  std::vector<float> apack(static_cast<size_t>(MC * KC));
-  std::vector<float> bpack(static_cast<size_t>(((std::min(NC, N) + NR - 1) / NR) * NR * KC));
-  std::vector<float> c32_tmp;
-  float tile[MR * NR];
-  for (int64_t b = 0; b < g.batch; ++b) {
-    size_t a0 = static_cast<size_t>(b * M * K), b0 = static_cast<size_t>(b * K * N);
-    size_t c0 = static_cast<size_t>(b * M * N);
-    float* c32;
-    if (g.out_dtype == DType::kF32) {
-      c32 = static_cast<float*>(g.c) + c0;
-    } else {
-      c32_tmp.assign(static_cast<size_t>(M * N), 0.0f);
-      c32 = c32_tmp.data();
-    }
-    std::fill_n(c32, static_cast<size_t>(M * N), 0.0f);
-    for (int64_t jc = 0; jc < N; jc += NC) {
-      int64_t nc = std::min(NC, N - jc);
-      for (int64_t pc = 0; pc < K; pc += KC) {
-        int64_t kc = std::min(KC, K - pc);
-        PackB(g, b0, pc, kc, jc, nc, bpack.data());
-        for (int64_t ic = 0; ic < M; ic += MC) {
-          int64_t mc = std::min(MC, M - ic);
-          PackA(g, a0, ic, mc, pc, kc, apack.data());
-          for (int64_t jr = 0; jr < nc; jr += NR) {
-            int64_t nr = std::min(NR, nc - jr);
-            const float* bs = bpack.data() + (jr / NR) * NR * kc;
-            for (int64_t ir = 0; ir < mc; ir += MR) {
-              int64_t mr = std::min(MR, mc - ir);
-              const float* as = apack.data() + (ir / MR) * MR * kc;
-              float* cij = c32 + (ic + ir) * N + (jc + jr);
-              if (mr == MR && nr == NR) {
-                kernel(kc, as, bs, cij, N);
-              } else {
-                std::fill_n(tile, MR * NR, 0.0f);
-                kernel(kc, as, bs, tile, NR);
-                for (int64_t i = 0; i < mr; ++i) {
-                  for (int64_t j = 0; j < nr; ++j) cij[i * N + j] += tile[i * NR + j];
-                }
-              }
-            }
-          }
-        }
-      }
-    }
-    if (g.out_dtype == DType::kBF16) {
-      auto* out = static_cast<uint16_t*>(g.c) + c0;
-      for (size_t i = 0; i < static_cast<size_t>(M * N); ++i) out[i] = F32ToBF16(c32[i]);
-    }
+  if (g.in_dtype == DType::kBF16) {
+    MatmulTyped<uint16_t>(g, kernel);
+  } else {
+    MatmulTyped<float>(g, kernel);
   }
 }
 
