@@ -16,3 +16,4 @@ export { registerPatch, listPatches, modelPatchesEnabled, setModelPatchesEnabled
 export * from './runtime/device-index.js';
 export * from './runtime/comm-index.js';
 export * from './model/index.js';
+export * from './parallel/index.js';
