@@ -143,4 +143,15 @@ describe('device memory pool', () => {
     t.release();
     expect(rssBytes() - base).toBeLessThan(28 * MiB);
   });
+
+  it('keeps at most 16 MiB of freed blocks resident (so outputs reuse faulted pages)', async () => {
+    const d = Device.get(10);
+    const base = rssBytes();
+    const ts = Array.from({ length: 48 }, () => Tensor.empty(d, [256 * KiB], 'fp32'));  // 48 x 1 MiB
+    for (const t of ts) fill(t, 1);
+    await d.defaultStream.synchronize();
+    expect(rssBytes() - base).toBeGreaterThan(40 * MiB);
+    for (const t of ts) t.release();
+    expect(rssBytes() - base).toBeLessThan(28 * MiB);
+  });
 });

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -40,6 +41,8 @@ void MemoryPool::Map(uint64_t capacity) {
   capacity_ = capacity;
   free_by_offset_.clear();
   free_by_size_.clear();
+  unreleased_.clear();
+  unreleased_bytes_ = 0;
   InsertFree(0, capacity);
 }
 
@@ -120,14 +123,28 @@ void MemoryPool::Free(uint64_t offset) {
     }
   }
   InsertFree(start, end - start);
-  if (size >= kReleaseThreshold) {
-    // Only whole pages inside the merged free range: they belong to no live block.
-    uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-    uint64_t lo = (offset + page - 1) / page * page;
-    uint64_t hi = (offset + size) / page * page;
-    if (lo < start) lo = (start + page - 1) / page * page;
-    if (hi > end) hi = end / page * page;
-    if (hi > lo) madvise(base_ + lo, hi - lo, MADV_DONTNEED);
+  if (size < kReleaseThreshold) return;
+  if (unreleased_bytes_ + size <= kResidentFreeBudget) {
+    unreleased_.emplace_back(offset, size);
+    unreleased_bytes_ += size;
+    return;
+  }
+  for (const auto& [o, s] : unreleased_) ReleaseFreePagesLocked(o, s);
+  unreleased_.clear();
+  unreleased_bytes_ = 0;
+  ReleaseFreePagesLocked(offset, size);
+}
+
+void MemoryPool::ReleaseFreePagesLocked(uint64_t offset, uint64_t size) {
+  // Only whole pages inside a free range: they belong to no live block.
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t stop = offset + size;
+  auto it = free_by_offset_.upper_bound(offset);
+  if (it != free_by_offset_.begin()) --it;
+  for (; it != free_by_offset_.end() && it->first < stop; ++it) {
+    uint64_t lo = std::max(offset, it->first), hi = std::min(stop, it->first + it->second);
+    uint64_t plo = (lo + page - 1) / page * page, phi = hi / page * page;
+    if (phi > plo) madvise(base_ + plo, phi - plo, MADV_DONTNEED);
   }
 }
 
