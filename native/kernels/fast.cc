@@ -315,7 +315,8 @@ class Scratch {
     }
     return p_;
   }
-  // Big one-off buffers (the fp32 staging of a large bf16 output) are not kept.
+  // Frees the buffer when it holds more than `keep` floats, so a one-off large
+  // staging buffer (fp32 accumulation of a big bf16 output) is not kept per thread.
   void Trim(size_t keep) {
     if (cap_ > keep) {
       std::free(p_);
@@ -460,7 +461,7 @@ void MatmulTyped(const MatmulArgs& g, MicroKernel kernel) {
     uint16_t* out = static_cast<uint16_t*>(g.c) + q * M * N;
     for (size_t i = 0; i < mn; ++i) out[i] = F32ToBF16(c32[i]);
   }
-  c_scratch.Trim(size_t{4} << 20);
+  c_scratch.Trim(size_t{4} << 20);  // 16 MiB
 }
 
 }  // namespace
