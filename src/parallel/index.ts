@@ -5,3 +5,7 @@ export {
   type Placement, type ShardPlacement, type ReplicatePlacement, type PartialPlacement,
 } from './placement.js';
 export { DTensor, type FromLocalOptions, type RedistributeOptions } from './dtensor.js';
+export {
+  loadSharded, sliceHost, LOAD_MODES, DEFAULT_BUCKET_BYTES,
+  type LoadMode, type ShardedLoadOptions, type PlacementPlan, type ParamMeta,
+} from './sharded-load.js';
