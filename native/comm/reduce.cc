@@ -9,8 +9,11 @@ namespace ascent {
 namespace comm {
 namespace {
 
-// Elements per block: the fp32 accumulator stays in L1 (8 KiB).
-constexpr uint64_t kBlock = 2048;
+// Elements per block (32 KiB of fp32 accumulator, L1/L2-resident). Each pass reads
+// a run of this many elements from each of 4 inputs: shorter runs over 16 inputs
+// (2048 elements, 8 KiB) read memory ~10-15% slower (measured 64 MiB x 16
+// reduceScatter, 2 threads: 78 -> 67 ms; the acc round trips stay in cache).
+constexpr uint64_t kBlock = 8192;
 
 template <typename A, RedOp R>
 inline A Combine(A a, A b) {
