@@ -47,6 +47,10 @@ function cases(P: number): Case[] {
   }
   out.push({ op: 'reduceScatter', dtype: 'fp32', count: Math.ceil(LARGE / P), inPlace: true, red: 'sum' });
   out.push({ op: 'allGather', dtype: 'fp32', count: Math.ceil(LARGE / P) + 1, inPlace: false });
+  // Large copies, in place: movers write into every rank's output (native/comm/collectives.cc).
+  out.push({ op: 'allGather', dtype: 'fp32', count: Math.ceil(LARGE / P) + 1, inPlace: true });
+  out.push({ op: 'broadcast', dtype: 'bf16', count: LARGE + 5, inPlace: true, root: P - 1 });
+  out.push({ op: 'allToAll', dtype: 'fp32', count: Math.ceil(LARGE / P) + 3, inPlace: true });
   return out;
 }
 

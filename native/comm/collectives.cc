@@ -29,14 +29,6 @@ struct Ctx {
   }
 };
 
-// Elements per rank's chunk in the two-phase all-reduce: ceil(count / P) rounded up
-// to a whole cache line so no two ranks write the same line.
-uint64_t ChunkElems(uint64_t count, int P, size_t es) {
-  uint64_t line = 64 / es;
-  uint64_t c = (count + P - 1) / P;
-  return (c + line - 1) / line * line;
-}
-
 // Whether the op's whole result fits the group's result buffer (one-barrier path).
 bool IsSmall(const Desc& d, int P) {
   const uint64_t bytes = d.count * DTypeSize(d.dtype);
@@ -143,66 +135,133 @@ void CopySmallResult(Ctx& c) {
   }
 }
 
-// Large all-reduce, one pass over memory. Rank r owns chunk r (ceil(count / P)
-// elements, whole cache lines): it reduces the chunk from every rank's input, in
-// rank order (deterministic, identical wherever it lands), and stores the result
-// straight into chunk r of EVERY rank's output with streaming stores. Total traffic
-// P·N reads + P·N writes, the 2·P·N minimum (a reduce-scatter + all-gather moves
-// 3·P·N). In place is safe: chunk r of any buffer is touched by rank r alone, and
-// each block is read from all inputs before it is stored anywhere.
+// ---- large collectives: a few movers do the work of every rank
+//
+// After the arrival barrier every rank's buffers are posted, so any rank can move
+// any rank's data. Only ranks 0..M-1 do (M = g.movers(): one per core by default):
+// the op's whole data range is cut into M contiguous parts (whole cache lines) and
+// mover m moves part m for EVERY rank, while the other ranks sleep in the departure
+// barrier. With P ranks time-sliced on fewer cores, P movers would each stream from
+// up to P sources at once and be preempted mid-stream; M = cores movers are not.
+// Measured (16 ranks, 2 cores, 64 MiB, loaded machine): allGather ~30% faster, as
+// each source block is read once and fanned out to every output from L1; allReduce
+// and reduceScatter within noise of P movers (both are memory-bandwidth bound:
+// ~20-25 GB/s here, which one or two threads already saturate).
+//
+// Invariants (they make every in-place variant safe):
+// - Parts are disjoint, and each part covers the same offsets of every buffer it
+//   touches: a byte of an output that aliases an input (in place) is read and
+//   written by one mover only.
+// - Within its part a mover reads a block from every input before it stores that
+//   block anywhere (ReduceToMany, CopyToMany skip a destination equal to the source).
+// - Every buffer is live until the departure barrier, which movers enter after
+//   their streaming stores are fenced.
+
+// Mover m's part of [0, total): ceil(total / M) rounded up to `align`.
+std::pair<uint64_t, uint64_t> PartOf(uint64_t total, int m, int M, uint64_t align) {
+  uint64_t per = (total + M - 1) / M;
+  per = (per + align - 1) / align * align;
+  const uint64_t lo = std::min<uint64_t>(total, m * per);
+  return {lo, std::min<uint64_t>(total, lo + per)};
+}
+
+// Calls f(k, off, n) for the pieces of [lo, hi) cut at multiples of `seg`: piece
+// [k·seg + off, k·seg + off + n).
+template <typename F>
+void ForEachPiece(uint64_t lo, uint64_t hi, uint64_t seg, F&& f) {
+  while (lo < hi) {
+    const uint64_t k = lo / seg, end = std::min(hi, (k + 1) * seg);
+    f(k, lo - k * seg, end - lo);
+    lo = end;
+  }
+}
+
+// Steps 4-5 of every large collective: movers move [lo, hi) of the op's range of
+// `total` units (parts aligned to `align` units), then everyone meets at the
+// departure barrier (peers may write into this rank's output until they arrive).
+template <typename Move>
+void RunMovers(Ctx& c, uint64_t total, uint64_t align, Move&& move) {
+  const int M = c.g.movers();
+  if (c.rank < M) {
+    auto [lo, hi] = PartOf(total, c.rank, M, align);
+    // 4. Move my part for every rank.
+    if (lo < hi) move(lo, hi);
+  }
+  // 5. Wait until every mover is done with every rank's buffers.
+  c.Barrier("departure barrier", true);
+}
+
+// Large outputs get streaming stores (see copy.h): nobody reads them back soon.
+bool Streaming(uint64_t written_bytes) { return written_bytes >= kStreamingBytes; }
+
+// All-reduce, one pass over memory. Range: the count elements. For each block of
+// its part a mover reduces the P inputs in rank order (deterministic: identical in
+// every output) and stores the result into every output. Traffic P·N reads + P·N
+// writes, the 2·P·N minimum (reduce-scatter + all-gather moves 3·P·N).
 void AllReduceLarge(Ctx& c) {
-  const uint64_t chunk = ChunkElems(c.d.count, c.P, c.es);
-  const uint64_t lo = std::min<uint64_t>(c.d.count, c.rank * chunk);
-  const uint64_t n = std::min<uint64_t>(c.d.count, lo + chunk) - lo;
-  // 4. Reduce my chunk into every output.
   std::vector<const uint8_t*> in(c.P);
   std::vector<uint8_t*> out(c.P);
-  for (int q = 0; q < c.P; ++q) {
-    in[q] = c.peer(q).send + lo * c.es;
-    out[q] = c.peer(q).recv + lo * c.es;
-  }
-  ReduceToMany(out.data(), c.P, true, in.data(), c.P, n, c.d.dtype, c.d.red, c.P);
-  // 5. Peers are still writing into my output (and reading my input) until here.
-  c.Barrier("departure barrier", true);
-}
-
-void Broadcast(Ctx& c) {
-  const uint64_t bytes = c.d.count * c.es;
-  const Desc& root = c.peer(c.d.root);
-  if (bytes != 0) {
-    if (c.rank != c.d.root) {
-      BulkCopy(c.d.recv, root.send, bytes);
-    } else if (c.d.send != c.d.recv) {
-      std::memmove(c.d.recv, c.d.send, bytes);
+  RunMovers(c, c.d.count, 64 / c.es, [&](uint64_t lo, uint64_t hi) {
+    for (int q = 0; q < c.P; ++q) {
+      in[q] = c.peer(q).send + lo * c.es;
+      out[q] = c.peer(q).recv + lo * c.es;
     }
-  }
-  c.Barrier("departure barrier", true);  // the root's input is read until here
+    ReduceToMany(out.data(), c.P, Streaming(c.P * c.d.count * c.es), in.data(), c.P, hi - lo, c.d.dtype, c.d.red,
+                 c.P);
+  });
 }
 
+// Range: the P·count elements of the concatenated outputs (rank q's recv is
+// elements [q·count, (q+1)·count) of every input). Traffic P·N reads + N writes.
+void ReduceScatter(Ctx& c) {
+  std::vector<const uint8_t*> in(c.P);
+  const bool streaming = Streaming(c.P * c.d.count * c.es);
+  RunMovers(c, c.P * c.d.count, 64 / c.es, [&](uint64_t lo, uint64_t hi) {
+    ForEachPiece(lo, hi, c.d.count, [&](uint64_t q, uint64_t off, uint64_t n) {
+      for (int r = 0; r < c.P; ++r) in[r] = c.peer(r).send + (q * c.d.count + off) * c.es;
+      uint8_t* out = c.peer(static_cast<int>(q)).recv + off * c.es;
+      ReduceToMany(&out, 1, streaming, in.data(), c.P, n, c.d.dtype, c.d.red, c.P);
+    });
+  });
+}
+
+// Range: the bytes of one output (P chunks); each block of rank r's input is read
+// once and stored into chunk r of every output. Traffic N reads + P·N writes.
 void AllGather(Ctx& c) {
   const uint64_t bytes = c.d.count * c.es;
-  for (int q = 0; q < c.P; ++q) {
-    uint8_t* dst = c.d.recv + q * bytes;
-    const uint8_t* src = c.peer(q).send;
-    if (dst != src) BulkCopy(dst, src, bytes);
-  }
-  c.Barrier("departure barrier", true);
+  std::vector<uint8_t*> dst(c.P);
+  RunMovers(c, c.P * bytes, 64, [&](uint64_t lo, uint64_t hi) {
+    ForEachPiece(lo, hi, bytes, [&](uint64_t r, uint64_t off, uint64_t n) {
+      for (int q = 0; q < c.P; ++q) dst[q] = c.peer(q).recv + r * bytes + off;
+      CopyToMany(dst.data(), c.P, c.peer(static_cast<int>(r)).send + off, n, Streaming(c.P * c.P * bytes));
+    });
+  });
 }
 
-void ReduceScatter(Ctx& c) {
-  const uint64_t off = c.rank * c.d.count * c.es;
-  std::vector<const uint8_t*> in(c.P);
-  for (int q = 0; q < c.P; ++q) in[q] = c.peer(q).send + off;
-  Reduce(c.d.recv, in.data(), c.P, c.d.count, c.d.dtype, c.d.red, c.P);
-  c.Barrier("departure barrier", true);
+// Range: the root's bytes, each block read once and stored into every output (the
+// root's own is skipped in place).
+void Broadcast(Ctx& c) {
+  const uint64_t bytes = c.d.count * c.es;
+  std::vector<uint8_t*> dst(c.P);
+  RunMovers(c, bytes, 64, [&](uint64_t lo, uint64_t hi) {
+    for (int q = 0; q < c.P; ++q) dst[q] = c.peer(q).recv + lo;
+    CopyToMany(dst.data(), c.P, c.peer(c.d.root).send + lo, hi - lo, Streaming(c.P * bytes));
+  });
 }
 
+// Range: the P·P chunks of the concatenated outputs (chunk r of rank q's recv is
+// chunk q of rank r's send; in place, step 1 snapshotted the send side).
 void AllToAll(Ctx& c) {
   const uint64_t bytes = c.d.count * c.es;
-  for (int q = 0; q < c.P; ++q) {
-    BulkCopy(c.d.recv + q * bytes, c.peer(q).send + c.rank * bytes, bytes);
-  }
-  c.Barrier("departure barrier", true);
+  const bool streaming = Streaming(c.P * c.P * bytes);
+  RunMovers(c, c.P * c.P * bytes, 64, [&](uint64_t lo, uint64_t hi) {
+    ForEachPiece(lo, hi, bytes, [&](uint64_t k, uint64_t off, uint64_t n) {
+      const int q = static_cast<int>(k / c.P), r = static_cast<int>(k % c.P);
+      uint8_t* dst = c.peer(q).recv + r * bytes + off;
+      const uint8_t* src = c.peer(r).send + q * bytes + off;
+      CopyToMany(&dst, 1, src, n, streaming);
+    });
+  });
 }
 
 void AllToAllV(Ctx& c) {

@@ -1,7 +1,7 @@
 // The collective algorithms. Each is written once against three primitives: the
-// group barrier, direct access to peers' posted device pointers (reads; the large
-// all-reduce also writes each rank's chunk into every output), and Reduce(). Every
-// collective runs the same frame (RunCollective):
+// group barrier, direct access to peers' posted device pointers (reads and, for
+// large ops, writes into peers' outputs), and Reduce(). Every collective runs the
+// same frame (RunCollective):
 //   0. wait until this rank's previous collective completed (seq order);
 //   1. prepare (snapshot in-place all-to-all inputs) and post the descriptor to
 //      this rank's slot;
@@ -9,7 +9,8 @@
 //      last rank to arrive builds the whole result before releasing the others;
 //   3. compare every rank's fingerprint: any difference -> CollectiveMismatchError
 //      on every rank, naming both fingerprints and which ranks hold each;
-//   4. move the data (op-specific; small results: copy out of the group buffer);
+//   4. move the data (small results: copy out of the group buffer; large ones: only
+//      the movers, ranks 0..movers-1, move the whole op for every rank);
 //   5. departure barrier where a peer may still read (or write) this rank's buffers.
 #pragma once
 

@@ -58,5 +58,28 @@ inline void BulkCopy(uint8_t* dst, const uint8_t* src, uint64_t n) {
   }
 }
 
+// Bytes of the source copied to every destination before moving on: small enough to
+// stay in L1 while it is re-read for each destination, so the source is read from
+// memory once however many destinations there are.
+inline constexpr uint64_t kFanBlock = 32 * 1024;
+
+// Copies [src, src+n) to each of `dsts` (n bytes each), block by block; a
+// destination equal to `src` (in place) is skipped. `streaming`: non-temporal stores,
+// fenced before returning.
+inline void CopyToMany(uint8_t* const* dsts, int ndsts, const uint8_t* src, uint64_t n, bool streaming) {
+  for (uint64_t base = 0; base < n; base += kFanBlock) {
+    const uint64_t m = n - base < kFanBlock ? n - base : kFanBlock;
+    for (int o = 0; o < ndsts; ++o) {
+      if (dsts[o] == src) continue;
+      if (streaming) {
+        StreamCopy(dsts[o] + base, src + base, m);
+      } else {
+        std::memcpy(dsts[o] + base, src + base, m);
+      }
+    }
+  }
+  if (streaming) StreamFence();
+}
+
 }  // namespace comm
 }  // namespace ascent

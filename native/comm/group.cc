@@ -1,5 +1,6 @@
 #include "comm/group.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
@@ -63,10 +64,29 @@ std::string RanksPhrase(const std::vector<int>& ranks) {
   return "ranks " + RankList(ranks);
 }
 
+// ASCENT_COMM_MOVERS is declared in src/runtime/env.ts. Read here rather than passed
+// from TS: it is process-wide and every rank of a group must agree on it.
+int MoversFor(int nranks) {
+  int movers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const char* v = std::getenv("ASCENT_COMM_MOVERS");
+  if (v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 1 || n > 4096) {
+      ThrowInvalidArgument(std::string("Expected a positive integer for ASCENT_COMM_MOVERS but received \"") + v +
+                               "\". HINT: unset it (default: one mover per core) or set e.g. ASCENT_COMM_MOVERS=2.",
+                           {Str("name", "ASCENT_COMM_MOVERS"), Str("value", v)});
+    }
+    movers = static_cast<int>(n);
+  }
+  return std::min(movers, nranks);
+}
+
 CommGroup::CommGroup(std::string id, int nranks, std::string trace_dir)
     : id_(std::move(id)),
       nranks_(nranks),
       spin_(2u * nranks <= std::thread::hardware_concurrency() ? kSpin : 0),
+      movers_(MoversFor(nranks)),
       trace_dir_(std::move(trace_dir)), p2p_(new P2PState(nranks)),
       small_result_(static_cast<uint8_t*>(std::aligned_alloc(64, kSmallBytes))),
       created_ms_(WallMs()) {

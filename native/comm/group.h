@@ -43,6 +43,10 @@ inline constexpr uint64_t kNoSeq = ~uint64_t{0};
 // Results up to this size use the one-barrier algorithms (collectives.cc).
 inline constexpr uint64_t kSmallBytes = 64 * 1024;
 
+// Ranks that move the data of a large collective for the whole group
+// (collectives.cc): min(nranks, ASCENT_COMM_MOVERS or the number of cores).
+int MoversFor(int nranks);
+
 struct Slot {
   Desc desc[2];
   std::atomic<uint64_t> epoch{0};     // barriers this rank has entered
@@ -76,6 +80,8 @@ class CommGroup {
   // Pauses a waiter spins before sleeping: kSpin only when every rank's JS thread
   // and stream thread can have a core of their own, else 0.
   int spin() const { return spin_; }
+  // Ranks 0..movers()-1 move the data of every large collective (collectives.cc).
+  int movers() const { return movers_; }
   Slot& slot(int r) { return *slots_[r]; }
   P2PState& p2p() { return *p2p_; }
 
@@ -136,6 +142,7 @@ class CommGroup {
   const std::string id_;
   const int nranks_;
   const int spin_;
+  const int movers_;
   const std::string trace_dir_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<P2PState> p2p_;

@@ -29,6 +29,7 @@ export const ENV_VARS = [
   { name: 'ASCENT_ACTOR_CALL_TIMEOUT_MS', kind: 'int', default: '0', description: 'Default per-call actor RPC timeout in ms (0 = none; a dead worker still fails calls at once).' },
   { name: 'ASCENT_ACTOR_CALLSITES', kind: 'bool', default: '0', description: 'Append the caller\'s stack to actor call errors (costs ~15 µs per call: V8 walks the async stack).' },
   { name: 'ASCENT_SHUTDOWN_GRACE_MS', kind: 'int', default: '5000', description: 'Grace period before ranks are terminated after a failure or shutdown.' },
+  { name: 'ASCENT_COMM_MOVERS', kind: 'int', default: undefined, description: 'Ranks that move the data of a large collective for the whole communicator (default: one per core, at most the number of ranks); read by the native communicator when a communicator is created.' },
   { name: 'ASCENT_TASK_POOL_THREADS', kind: 'int', default: '2', description: 'Maximum threads of the Piscina task pool created with each World.' },
   { name: 'ASCENT_LOG_PREFIX', kind: 'bool', default: '1', description: 'Prefix rank output lines with `[rank N]` under `launch`.' },
 ] as const satisfies readonly EnvVarSpec[];
