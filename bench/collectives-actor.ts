@@ -3,7 +3,7 @@
  * one op, checks the result against values that are exact in every dtype, and
  * returns its per-iteration times. Also runs the STREAM-like copy baseline.
  */
-import { copy, fill, Tensor, type DType, type RankContext, type ReduceOp } from '../src/index.js';
+import { copy, fill, Tensor, type DType, type RankContext, type ReduceOp, type Stream } from '../src/index.js';
 
 export type BenchOp = 'allReduce' | 'allGather' | 'reduceScatter' | 'broadcast' | 'allToAll';
 
@@ -83,29 +83,39 @@ export class CollectivesBench {
     }
   }
 
-  /** STREAM-like copy: `bytes` device-to-device on this rank's own stream, best of `reps`; returns seconds. */
-  async copyBaseline(bytes: number, reps: number): Promise<number> {
+  private copyBufs: { stream: Stream; a: Tensor; b: Tensor } | undefined;
+
+  /** Allocates and touches the buffers of the STREAM-like copy (kept until copyDone). */
+  async copyPrepare(bytes: number): Promise<void> {
     const { device } = this.ctx;
     const stream = device.newStream();
     const a = Tensor.empty(device, [bytes], 'uint8');
     const b = Tensor.empty(device, [bytes], 'uint8');
-    try {
-      fill(a, 1, { stream });
-      fill(b, 2, { stream });
-      await stream.synchronize();
-      let best = Infinity;
-      for (let i = 0; i < reps; i++) {
-        const t0 = process.hrtime.bigint();
-        copy(b, a, { stream });
-        await stream.synchronize();
-        best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1e9);
-      }
-      return best;
-    } finally {
-      a.release();
-      b.release();
-      stream.destroy();
-    }
+    fill(a, 1, { stream });
+    fill(b, 2, { stream });
+    await stream.synchronize();
+    this.copyBufs = { stream, a, b };
+  }
+
+  /**
+   * One device-to-device copy of the prepared buffers on this rank's own stream;
+   * returns its seconds. The driver starts it on every copying rank at once, so the
+   * copies run concurrently as STREAM's threads do.
+   */
+  async copyOnce(): Promise<number> {
+    const { stream, a, b } = this.copyBufs!;
+    const t0 = process.hrtime.bigint();
+    copy(b, a, { stream });
+    await stream.synchronize();
+    return Number(process.hrtime.bigint() - t0) / 1e9;
+  }
+
+  copyDone(): void {
+    if (!this.copyBufs) return;
+    this.copyBufs.a.release();
+    this.copyBufs.b.release();
+    this.copyBufs.stream.destroy();
+    this.copyBufs = undefined;
   }
 }
 
