@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "args.h"
+#include "device/span.h"
 #include "device/stream.h"
 #include "kernels/model/model_kernels.h"
 
@@ -20,22 +21,10 @@ namespace {
 
 using namespace ascent::model;
 
-// Same checks as ArgSpan in ops.cc.
-struct Span {
-  std::shared_ptr<Block> block;
-  uint64_t offset = 0;
-  uint64_t bytes = 0;
-  uint8_t* ptr() const { return block ? block->data() + offset : nullptr; }
-  template <typename T>
-  T* as() const { return reinterpret_cast<T*>(ptr()); }
-};
-
+// Product of sizes, each step overflow-checked.
 uint64_t Mul(std::initializer_list<uint64_t> xs, const char* what) {
   uint64_t r = 1;
-  for (uint64_t x : xs) {
-    if (r != 0 && x > UINT64_MAX / r) ThrowInvalidArgument(std::string("Size overflow computing ") + what + ".");
-    r *= x;
-  }
+  for (uint64_t x : xs) r = CheckedMul(r, x, what);
   return r;
 }
 
@@ -68,26 +57,9 @@ class Reader {
       i_ += 2;
       return Span{};
     }
-    std::shared_ptr<Block> block = BufferWrap::FromValue(Arg(info_, i_), name);
-    uint64_t offset = ArgIndex(info_, i_ + 1, name);
+    const int sd = s_->device().ordinal;
+    Span sp = ArgSpan(info_, i_, name, bytes, es, sd, "stream belongs to device " + std::to_string(sd), "streamDevice", op_ + ": ");
     i_ += 2;
-    int sd = s_->device().ordinal;
-    if (block->ordinal() != sd) {
-      ThrowInvalidArgument(op_ + ": expected buffers on device " + std::to_string(sd) + " but " + name + " is on device " +
-                               std::to_string(block->ordinal()) + ". HINT: use copyPeer() to move it first.",
-                           {Str("argument", name), Num("expectedDevice", sd), Num("actualDevice", block->ordinal())});
-    }
-    if (offset % es != 0) {
-      ThrowInvalidArgument(op_ + ": byte offset " + std::to_string(offset) + " of " + name +
-                           " is not a multiple of the element size " + std::to_string(es) + ".");
-    }
-    if (offset > block->size() || bytes > block->size() - offset) {
-      ThrowInvalidArgument(op_ + ": out of bounds: " + name + " needs bytes [" + std::to_string(offset) + ", " +
-                               std::to_string(offset + bytes) + ") but buffer " + std::to_string(block->id()) + " has " +
-                               std::to_string(block->size()) + " bytes.",
-                           {Str("argument", name), Num("bytes", static_cast<double>(bytes))});
-    }
-    Span sp{std::move(block), offset, bytes};
     spans_.push_back({sp, name});
     return sp;
   }

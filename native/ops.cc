@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "args.h"
+#include "device/span.h"
 #include "device/stream.h"
 #include "env_data.h"
 #include "kernels/fast.h"
@@ -13,45 +14,12 @@
 namespace ascent {
 namespace {
 
-struct Span {
-  std::shared_ptr<Block> block;
-  uint64_t offset;
-  uint64_t bytes;
-  uint8_t* ptr() const { return block->data() + offset; }
-};
-
-uint64_t CheckedMul(uint64_t a, uint64_t b, const char* what) {
-  if (a != 0 && b > UINT64_MAX / a) ThrowInvalidArgument(std::string("Size overflow computing ") + what + ".");
-  return a * b;
-}
-
-// Reads (buffer, byteOffset) at info[i], info[i+1] and checks device, alignment and
-// that [offset, offset + bytes) lies inside the buffer.
-Span ArgSpan(const Napi::CallbackInfo& info, size_t i, const char* name, uint64_t bytes, size_t align,
-             const StreamImpl* stream) {
-  std::shared_ptr<Block> block = BufferWrap::FromValue(Arg(info, i), name);
-  uint64_t offset = ArgIndex(info, i + 1, name);
-  if (stream != nullptr && block->ordinal() != stream->device().ordinal) {
-    int s = stream->device().ordinal;
-    ThrowInvalidArgument("Expected buffers on device " + std::to_string(s) + " but " + name + " is on device " +
-                             std::to_string(block->ordinal()) + " (stream belongs to device " + std::to_string(s) +
-                             "). HINT: use copyPeer() to move it first.",
-                         {Str("argument", name), Num("expectedDevice", s), Num("actualDevice", block->ordinal()),
-                          Num("streamDevice", s)});
-  }
-  if (align > 1 && offset % align != 0) {
-    ThrowInvalidArgument(std::string("Byte offset ") + std::to_string(offset) + " of " + name +
-                             " is not a multiple of the element size " + std::to_string(align) + ".",
-                         {Str("argument", name), Num("byteOffset", static_cast<double>(offset))});
-  }
-  if (offset > block->size() || bytes > block->size() - offset) {
-    ThrowInvalidArgument(std::string("Out of bounds: ") + name + " needs bytes [" + std::to_string(offset) + ", " +
-                             std::to_string(offset + bytes) + ") but buffer " + std::to_string(block->id()) +
-                             " has " + std::to_string(block->size()) + " bytes.",
-                         {Str("argument", name), Num("byteOffset", static_cast<double>(offset)),
-                          Num("bytes", static_cast<double>(bytes)), Num("bufferSize", static_cast<double>(block->size()))});
-  }
-  return Span{std::move(block), offset, bytes};
+// The enqueue-point view of ArgSpan: buffers must be on the stream's device (no check
+// for the explicit peer copy, which passes no stream).
+Span StreamSpan(const Napi::CallbackInfo& info, size_t i, const char* name, uint64_t bytes, size_t align,
+                const StreamImpl* stream) {
+  const int device = stream != nullptr ? stream->device().ordinal : -1;
+  return ArgSpan(info, i, name, bytes, align, device, "stream belongs to device " + std::to_string(device), "streamDevice");
 }
 
 void CheckNoOverlap(const Span& out, const Span& in, const char* out_name, const char* in_name) {
@@ -165,7 +133,7 @@ Napi::Value StreamWrap::CopyH2D(const Napi::CallbackInfo& info) {
     } else {
       ThrowInvalidArgument("Expected a TypedArray or ArrayBuffer as the host source of copyH2D.");
     }
-    Span dst = ArgSpan(info, 0, "dst", len, 1, impl_.get());
+    Span dst = StreamSpan(info, 0, "dst", len, 1, impl_.get());
     uint64_t token = ArgToken(info, 3);
     // Snapshot at enqueue: the caller may reuse its host memory at once.
     auto bytes = std::make_shared<std::vector<uint8_t>>(data, data + len);
@@ -178,7 +146,7 @@ Napi::Value StreamWrap::CopyH2D(const Napi::CallbackInfo& info) {
 Napi::Value StreamWrap::CopyD2H(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&] {
     uint64_t n = ArgIndex(info, 2, "nbytes");
-    Span src = ArgSpan(info, 0, "src", n, 1, impl_.get());
+    Span src = StreamSpan(info, 0, "src", n, 1, impl_.get());
     uint64_t token = ArgToken(info, 3);
     uint64_t seq = impl_->Enqueue(MakeOp("copyD2H", token, [src](Op& op) {
       op.result.assign(src.ptr(), src.ptr() + src.bytes);
@@ -192,8 +160,8 @@ Napi::Value StreamWrap::CopyD2H(const Napi::CallbackInfo& info) {
 Napi::Value StreamWrap::CopyD2D(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&] {
     uint64_t n = ArgIndex(info, 4, "nbytes");
-    Span dst = ArgSpan(info, 0, "dst", n, 1, impl_.get());
-    Span src = ArgSpan(info, 2, "src", n, 1, impl_.get());
+    Span dst = StreamSpan(info, 0, "dst", n, 1, impl_.get());
+    Span src = StreamSpan(info, 2, "src", n, 1, impl_.get());
     uint64_t token = ArgToken(info, 5);
     return Seq(info.Env(), impl_->Enqueue(MakeOp("copyD2D", token, [dst, src](Op&) {
       if (src.bytes) std::memmove(dst.ptr(), src.ptr(), src.bytes);
@@ -205,8 +173,8 @@ Napi::Value StreamWrap::CopyD2D(const Napi::CallbackInfo& info) {
 Napi::Value StreamWrap::CopyPeer(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&] {
     uint64_t n = ArgIndex(info, 4, "nbytes");
-    Span dst = ArgSpan(info, 0, "dst", n, 1, nullptr);
-    Span src = ArgSpan(info, 2, "src", n, 1, nullptr);
+    Span dst = StreamSpan(info, 0, "dst", n, 1, nullptr);
+    Span src = StreamSpan(info, 2, "src", n, 1, nullptr);
     int sd = impl_->device().ordinal;
     if (dst.block->ordinal() != sd && src.block->ordinal() != sd) {
       ThrowInvalidArgument("copyPeer from device " + std::to_string(src.block->ordinal()) + " to device " +
@@ -229,7 +197,7 @@ Napi::Value StreamWrap::Fill(const Napi::CallbackInfo& info) {
     double value = ArgNumber(info, 4, "value");
     bool reference = ArgUseReference(info, 5);
     uint64_t token = ArgToken(info, 6);
-    Span dst = ArgSpan(info, 0, "dst", CheckedMul(count, DTypeSize(t), "fill size"), DTypeSize(t), impl_.get());
+    Span dst = StreamSpan(info, 0, "dst", CheckedMul(count, DTypeSize(t), "fill size"), DTypeSize(t), impl_.get());
     return Seq(info.Env(), impl_->Enqueue(MakeOp("fill", token, [=](Op&) {
       (reference ? ref::Fill : fast::Fill)(dst.ptr(), t, count, value);
     }, {dst.block})));
@@ -244,7 +212,7 @@ Napi::Value StreamWrap::Arange(const Napi::CallbackInfo& info) {
     double step = ArgNumber(info, 5, "step");
     bool reference = ArgUseReference(info, 6);
     uint64_t token = ArgToken(info, 7);
-    Span dst = ArgSpan(info, 0, "dst", CheckedMul(count, DTypeSize(t), "arange size"), DTypeSize(t), impl_.get());
+    Span dst = StreamSpan(info, 0, "dst", CheckedMul(count, DTypeSize(t), "arange size"), DTypeSize(t), impl_.get());
     return Seq(info.Env(), impl_->Enqueue(MakeOp("arange", token, [=](Op&) {
       (reference ? ref::Arange : fast::Arange)(dst.ptr(), t, count, start, step);
     }, {dst.block})));
@@ -259,8 +227,8 @@ Napi::Value StreamWrap::Cast(const Napi::CallbackInfo& info) {
     uint64_t count = ArgIndex(info, 6, "count");
     bool reference = ArgUseReference(info, 7);
     uint64_t token = ArgToken(info, 8);
-    Span dst = ArgSpan(info, 0, "dst", CheckedMul(count, DTypeSize(dt), "cast size"), DTypeSize(dt), impl_.get());
-    Span src = ArgSpan(info, 3, "src", CheckedMul(count, DTypeSize(st), "cast size"), DTypeSize(st), impl_.get());
+    Span dst = StreamSpan(info, 0, "dst", CheckedMul(count, DTypeSize(dt), "cast size"), DTypeSize(dt), impl_.get());
+    Span src = StreamSpan(info, 3, "src", CheckedMul(count, DTypeSize(st), "cast size"), DTypeSize(st), impl_.get());
     if (dt != st) CheckNoOverlap(dst, src, "dst", "src");
     return Seq(info.Env(), impl_->Enqueue(MakeOp("cast", token, [=](Op&) {
       (reference ? ref::Cast : fast::Cast)(dst.ptr(), dt, src.ptr(), st, count);
@@ -279,9 +247,9 @@ Napi::Value StreamWrap::Binary(const Napi::CallbackInfo& info) {
     bool reference = ArgUseReference(info, 9);
     uint64_t token = ArgToken(info, 10);
     uint64_t bytes = CheckedMul(count, DTypeSize(t), "binary size");
-    Span out = ArgSpan(info, 2, "out", bytes, DTypeSize(t), impl_.get());
-    Span a = ArgSpan(info, 4, "a", bytes, DTypeSize(t), impl_.get());
-    Span b = ArgSpan(info, 6, "b", bytes, DTypeSize(t), impl_.get());
+    Span out = StreamSpan(info, 2, "out", bytes, DTypeSize(t), impl_.get());
+    Span a = StreamSpan(info, 4, "a", bytes, DTypeSize(t), impl_.get());
+    Span b = StreamSpan(info, 6, "b", bytes, DTypeSize(t), impl_.get());
     const char* name = bop == BinaryOp::kAdd ? "add" : "mul";
     return Seq(info.Env(), impl_->Enqueue(MakeOp(name, token, [=](Op&) {
       (reference ? ref::Binary : fast::Binary)(bop, t, out.ptr(), a.ptr(), b.ptr(), count);
@@ -299,8 +267,8 @@ Napi::Value StreamWrap::Scale(const Napi::CallbackInfo& info) {
     bool reference = ArgUseReference(info, 7);
     uint64_t token = ArgToken(info, 8);
     uint64_t bytes = CheckedMul(count, DTypeSize(t), "scale size");
-    Span out = ArgSpan(info, 1, "out", bytes, DTypeSize(t), impl_.get());
-    Span x = ArgSpan(info, 3, "x", bytes, DTypeSize(t), impl_.get());
+    Span out = StreamSpan(info, 1, "out", bytes, DTypeSize(t), impl_.get());
+    Span x = StreamSpan(info, 3, "x", bytes, DTypeSize(t), impl_.get());
     return Seq(info.Env(), impl_->Enqueue(MakeOp("scale", token, [=](Op&) {
       (reference ? ref::Scale : fast::Scale)(t, out.ptr(), x.ptr(), count, alpha);
     }, {out.block, x.block})));
@@ -317,8 +285,8 @@ Napi::Value StreamWrap::Axpy(const Napi::CallbackInfo& info) {
     bool reference = ArgUseReference(info, 7);
     uint64_t token = ArgToken(info, 8);
     uint64_t bytes = CheckedMul(count, DTypeSize(t), "axpy size");
-    Span y = ArgSpan(info, 1, "y", bytes, DTypeSize(t), impl_.get());
-    Span x = ArgSpan(info, 3, "x", bytes, DTypeSize(t), impl_.get());
+    Span y = StreamSpan(info, 1, "y", bytes, DTypeSize(t), impl_.get());
+    Span x = StreamSpan(info, 3, "x", bytes, DTypeSize(t), impl_.get());
     return Seq(info.Env(), impl_->Enqueue(MakeOp("axpy", token, [=](Op&) {
       (reference ? ref::Axpy : fast::Axpy)(t, y.ptr(), x.ptr(), count, alpha);
     }, {y.block, x.block})));
@@ -355,8 +323,8 @@ Napi::Value StreamWrap::Permute(const Napi::CallbackInfo& info) {
     }
     bool reference = ArgUseReference(info, 7);
     uint64_t token = ArgToken(info, 8);
-    Span dst = ArgSpan(info, 1, "dst", CheckedMul(numel, elem, "permute size"), elem, impl_.get());
-    Span src = ArgSpan(info, 3, "src", numel == 0 ? 0 : CheckedMul(max_src + 1, elem, "permute extent"), elem, impl_.get());
+    Span dst = StreamSpan(info, 1, "dst", CheckedMul(numel, elem, "permute size"), elem, impl_.get());
+    Span src = StreamSpan(info, 3, "src", numel == 0 ? 0 : CheckedMul(max_src + 1, elem, "permute extent"), elem, impl_.get());
     CheckNoOverlap(dst, src, "dst", "src");
     return Seq(info.Env(), impl_->Enqueue(MakeOp("permute", token, [dst, src, p, reference](Op&) mutable {
       p.dst = dst.ptr();
@@ -379,9 +347,9 @@ Napi::Value StreamWrap::Matmul(const Napi::CallbackInfo& info) {
     bool reference = ArgUseReference(info, 14);
     uint64_t token = ArgToken(info, 15);
     size_t is = DTypeSize(in), os = DTypeSize(out);
-    Span a = ArgSpan(info, 2, "a", CheckedMul(CheckedMul(CheckedMul(batch, m, "A"), k, "A"), is, "A"), is, impl_.get());
-    Span b = ArgSpan(info, 4, "b", CheckedMul(CheckedMul(CheckedMul(batch, k, "B"), n, "B"), is, "B"), is, impl_.get());
-    Span c = ArgSpan(info, 6, "c", CheckedMul(CheckedMul(CheckedMul(batch, m, "C"), n, "C"), os, "C"), os, impl_.get());
+    Span a = StreamSpan(info, 2, "a", CheckedMul(CheckedMul(CheckedMul(batch, m, "A"), k, "A"), is, "A"), is, impl_.get());
+    Span b = StreamSpan(info, 4, "b", CheckedMul(CheckedMul(CheckedMul(batch, k, "B"), n, "B"), is, "B"), is, impl_.get());
+    Span c = StreamSpan(info, 6, "c", CheckedMul(CheckedMul(CheckedMul(batch, m, "C"), n, "C"), os, "C"), os, impl_.get());
     CheckNoOverlap(c, a, "c", "a");
     CheckNoOverlap(c, b, "c", "b");
     return Seq(info.Env(), impl_->Enqueue(MakeOp("matmul", token, [=](Op&) {

@@ -9,6 +9,7 @@
 #include "args.h"
 #include "comm/collectives.h"
 #include "device/registry.h"
+#include "device/span.h"
 #include "device/stream.h"
 #include "env_data.h"
 
@@ -150,40 +151,12 @@ void PostCompletion(EnvData* data, uint64_t token, const ErrorInfo* error) {
 
 // ---------------------------------------------------------------- argument readers
 
-struct Span {
-  std::shared_ptr<Block> block;
-  uint64_t offset;
-  uint64_t bytes;
-  uint8_t* ptr() const { return block->data() + offset; }
-};
-
-Span ArgSpan(const Napi::CallbackInfo& info, size_t i, const char* name, uint64_t bytes, size_t align, int device) {
-  std::shared_ptr<Block> block = BufferWrap::FromValue(Arg(info, i), name);
-  uint64_t offset = ArgIndex(info, i + 1, name);
-  if (block->ordinal() != device) {
-    ThrowInvalidArgument("Expected " + std::string(name) + " on the communicator's device " + std::to_string(device) +
-                             " but it is on device " + std::to_string(block->ordinal()) + ".",
-                         {Str("argument", name), Num("expectedDevice", device), Num("actualDevice", block->ordinal())});
-  }
-  if (offset % align != 0) {
-    ThrowInvalidArgument(std::string("Byte offset ") + std::to_string(offset) + " of " + name +
-                             " is not a multiple of the element size " + std::to_string(align) + ".",
-                         {Str("argument", name)});
-  }
-  if (offset > block->size() || bytes > block->size() - offset) {
-    ThrowInvalidArgument(std::string("Out of bounds: ") + name + " needs bytes [" + std::to_string(offset) + ", " +
-                             std::to_string(offset + bytes) + ") but its buffer has " + std::to_string(block->size()) +
-                             " bytes.",
-                         {Str("argument", name), Num("bytes", static_cast<double>(bytes)),
-                          Num("bufferSize", static_cast<double>(block->size()))});
-  }
-  return Span{std::move(block), offset, bytes};
+// Buffers of a collective must be on the communicator's own device.
+Span CommSpan(const Napi::CallbackInfo& info, size_t i, const char* name, uint64_t bytes, size_t align, int device) {
+  return ArgSpan(info, i, name, bytes, align, device, "the communicator is on device " + std::to_string(device), "commDevice");
 }
 
-uint64_t Mul(uint64_t a, uint64_t b) {
-  if (a != 0 && b > UINT64_MAX / a) ThrowInvalidArgument("Size overflow.");
-  return a * b;
-}
+uint64_t Mul(uint64_t a, uint64_t b) { return CheckedMul(a, b, "a collective's size"); }
 
 DType ArgCommDType(const Napi::CallbackInfo& info, size_t i) {
   DType t = ArgDType(info, i, "dtype");
@@ -434,8 +407,8 @@ Napi::Value CommWrap::AllReduce(const Napi::CallbackInfo& info) {
     StreamImpl& s = ArgStream(info, 7);
     uint64_t token = ArgToken(info, 8);
     uint64_t bytes = Mul(count, DTypeSize(t));
-    Span send = ArgSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
-    Span recv = ArgSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
+    Span send = CommSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
+    Span recv = CommSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
     if (Overlaps(send, recv) && send.offset != recv.offset) ThrowInvalidArgument("allReduce: send and recv partially overlap; use the same tensor for in place.");
     Desc d;
     d.op = CollOp::kAllReduce;
@@ -459,8 +432,8 @@ Napi::Value CommWrap::Broadcast(const Napi::CallbackInfo& info) {
     StreamImpl& s = ArgStream(info, 7);
     uint64_t token = ArgToken(info, 8);
     uint64_t bytes = Mul(count, DTypeSize(t));
-    Span send = ArgSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
-    Span recv = ArgSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
+    Span send = CommSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
+    Span recv = CommSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
     if (Overlaps(send, recv) && send.offset != recv.offset) ThrowInvalidArgument("broadcast: send and recv partially overlap.");
     Desc d;
     d.op = CollOp::kBroadcast;
@@ -482,8 +455,8 @@ Napi::Value CommWrap::AllGather(const Napi::CallbackInfo& info) {
     StreamImpl& s = ArgStream(info, 6);
     uint64_t token = ArgToken(info, 7);
     uint64_t bytes = Mul(count, DTypeSize(t));
-    Span send = ArgSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
-    Span recv = ArgSpan(info, 2, "recv", Mul(bytes, impl_->size), DTypeSize(t), impl_->device);
+    Span send = CommSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
+    Span recv = CommSpan(info, 2, "recv", Mul(bytes, impl_->size), DTypeSize(t), impl_->device);
     if (Overlaps(send, recv) && send.offset != recv.offset + impl_->rank * bytes) {
       ThrowInvalidArgument("allGather: in place requires send == recv chunk of this rank.");
     }
@@ -507,8 +480,8 @@ Napi::Value CommWrap::ReduceScatter(const Napi::CallbackInfo& info) {
     StreamImpl& s = ArgStream(info, 7);
     uint64_t token = ArgToken(info, 8);
     uint64_t bytes = Mul(count, DTypeSize(t));
-    Span send = ArgSpan(info, 0, "send", Mul(bytes, impl_->size), DTypeSize(t), impl_->device);
-    Span recv = ArgSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
+    Span send = CommSpan(info, 0, "send", Mul(bytes, impl_->size), DTypeSize(t), impl_->device);
+    Span recv = CommSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
     if (Overlaps(send, recv) && recv.offset != send.offset + impl_->rank * bytes) {
       ThrowInvalidArgument("reduceScatter: in place requires recv == send chunk of this rank.");
     }
@@ -532,8 +505,8 @@ Napi::Value CommWrap::AllToAll(const Napi::CallbackInfo& info) {
     StreamImpl& s = ArgStream(info, 6);
     uint64_t token = ArgToken(info, 7);
     uint64_t bytes = Mul(Mul(count, DTypeSize(t)), impl_->size);
-    Span send = ArgSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
-    Span recv = ArgSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
+    Span send = CommSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
+    Span recv = CommSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
     Desc d;
     d.op = CollOp::kAllToAll;
     d.dtype = t;
@@ -559,8 +532,8 @@ Napi::Value CommWrap::AllToAllV(const Napi::CallbackInfo& info) {
       send_end = std::max(send_end, sd[q] + sc[q]);
       recv_end = std::max(recv_end, rd[q] + rc[q]);
     }
-    Span send = ArgSpan(info, 0, "send", Mul(send_end, DTypeSize(t)), DTypeSize(t), impl_->device);
-    Span recv = ArgSpan(info, 4, "recv", Mul(recv_end, DTypeSize(t)), DTypeSize(t), impl_->device);
+    Span send = CommSpan(info, 0, "send", Mul(send_end, DTypeSize(t)), DTypeSize(t), impl_->device);
+    Span recv = CommSpan(info, 4, "recv", Mul(recv_end, DTypeSize(t)), DTypeSize(t), impl_->device);
     Desc d;
     d.op = CollOp::kAllToAllV;
     d.dtype = t;
@@ -601,7 +574,7 @@ Napi::Value CommWrap::P2P(const Napi::CallbackInfo& info, bool is_send) {
   Napi::Object js;
   StreamImpl& s = ArgStream(info, 5, &js);
   uint64_t token = ArgToken(info, 6);
-  Span buf = ArgSpan(info, 0, is_send ? "send" : "recv", Mul(count, DTypeSize(t)), DTypeSize(t), c.device);
+  Span buf = CommSpan(info, 0, is_send ? "send" : "recv", Mul(count, DTypeSize(t)), DTypeSize(t), c.device);
   if (c.group_depth > 0 && c.group_stream != nullptr && c.group_stream != &s) {
     ThrowInvalidArgument("Every send/recv between groupStart() and groupEnd() must use the same stream.");
   }
