@@ -17,3 +17,4 @@ export * from './runtime/device-index.js';
 export * from './runtime/comm-index.js';
 export * from './model/index.js';
 export * from './parallel/index.js';
+export * from './train/index.js';

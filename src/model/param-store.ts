@@ -3,7 +3,7 @@
  * gradient buffers and AdamW state. MoE experts are held in the Transformers-5
  * fused layout (gate_up_proj [E, 2I, H], down_proj [E, H, I]).
  */
-import { fill, Tensor, type Device, type Stream } from '../runtime/device-index.js';
+import { copy, fill, Tensor, type Device, type Stream } from '../runtime/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { Var } from './autograd.js';
 import type { ModelConfig } from './config.js';
@@ -64,7 +64,8 @@ export class ParamStore {
 
   /** Sets every gradient to zero (allocating the buffers on first use). */
   zeroGrad(stream: Stream): void {
-    for (const v of this.vars.values()) {
+    for (const [name, v] of this.vars) {
+      if (this.trainable !== null && !this.trainable.has(name)) continue;
       if (!v.grad) v.grad = Tensor.empty(this.device, v.value.shape, 'fp32');
       fill(v.grad, 0, { stream });
     }
@@ -74,13 +75,79 @@ export class ParamStore {
   adamw(hp: AdamWHyper, stream: Stream, impl: 'fast' | 'reference' = 'fast'): void {
     this.step++;
     for (const [name, v] of this.vars) {
-      if (!v.grad) continue;
+      if (!v.grad || (this.trainable !== null && !this.trainable.has(name))) continue;
       let mv = this.moments.get(name);
       if (!mv) {
         mv = { m: Tensor.zeros(this.device, v.value.shape, 'fp32', { stream }), v: Tensor.zeros(this.device, v.value.shape, 'fp32', { stream }) };
         this.moments.set(name, mv);
       }
       K.adamw(v.value, v.grad, mv.m, mv.v, { ...hp, step: this.step, stream, impl });
+    }
+  }
+
+  /** AdamW steps taken. */
+  get stepCount(): number {
+    return this.step;
+  }
+
+  /** Trainable parameters: all by default; only these get gradients and AdamW updates once set. */
+  private trainable: Set<string> | null = null;
+
+  /** Freezes every parameter not in `names` (LoRA: only adapters train). */
+  setTrainable(names: Iterable<string> | null): void {
+    this.trainable = names === null ? null : new Set(names);
+    for (const [name, v] of this.vars) v.requiresGrad = this.trainable === null || this.trainable.has(name);
+  }
+
+  /** Parameters, gradients or AdamW moments by name on the host, with shapes. */
+  async hostState(kind: 'params' | 'grads' | 'exp_avg' | 'exp_avg_sq', stream: Stream): Promise<Map<string, HostParam>> {
+    const out = new Map<string, HostParam>();
+    for (const [name, v] of this.vars) {
+      const mv = this.moments.get(name);
+      const t = kind === 'params' ? v.value : kind === 'grads' ? v.grad : kind === 'exp_avg' ? mv?.m : mv?.v;
+      if (t) out.set(name, { shape: [...t.shape], data: (await t.toArray({ stream })) as Float32Array });
+    }
+    return out;
+  }
+
+  /**
+   * Overwrites parameters (and AdamW state when given) from host arrays by name; shapes
+   * must match. Moments missing from the state stay zero (a parameter never stepped).
+   */
+  loadHost(state: { params: ReadonlyMap<string, HostParam>; optimizer?: { step: number; expAvg: ReadonlyMap<string, HostParam>; expAvgSq: ReadonlyMap<string, HostParam> } }, stream: Stream): void {
+    const check = (what: string, name: string, p: HostParam | undefined, shape: readonly number[]): HostParam => {
+      if (!p) throw new InvalidArgumentError(`Loading state: ${what} for ${name} is missing.`, { name });
+      if (p.shape.length !== shape.length || p.shape.some((d, i) => d !== shape[i]) || p.data.length !== v0(shape)) {
+        throw new InvalidArgumentError(`Loading state: ${what} ${name} has shape [${p.shape.join(', ')}] but the parameter is [${shape.join(', ')}].`, { name });
+      }
+      return p;
+    };
+    const v0 = (shape: readonly number[]) => shape.reduce((a, b) => a * b, 1);
+    const extra = [...state.params.keys()].filter((n) => !this.vars.has(n));
+    if (extra.length) throw new InvalidArgumentError(`Loading state: unexpected parameters [${extra.slice(0, 5).join(', ')}].`, { extra });
+    for (const [name, v] of this.vars) {
+      const p = check('parameter', name, state.params.get(name), v.value.shape);
+      const t = Tensor.fromArray(this.device, p.data, v.value.shape, { stream });
+      copy(v.value, t, { stream });
+      t.release();
+    }
+    if (!state.optimizer) return;
+    this.step = state.optimizer.step;
+    for (const [name, v] of this.vars) {
+      const m = state.optimizer.expAvg.get(name);
+      const s = state.optimizer.expAvgSq.get(name);
+      if (!m && !s) continue;
+      let mv = this.moments.get(name);
+      if (!mv) {
+        mv = { m: Tensor.zeros(this.device, v.value.shape, 'fp32', { stream }), v: Tensor.zeros(this.device, v.value.shape, 'fp32', { stream }) };
+        this.moments.set(name, mv);
+      }
+      for (const [dst, src, what] of [[mv.m, m, 'exp_avg'], [mv.v, s, 'exp_avg_sq']] as const) {
+        const h = check(what, name, src, v.value.shape);
+        const t = Tensor.fromArray(this.device, h.data, v.value.shape, { stream });
+        copy(dst, t, { stream });
+        t.release();
+      }
     }
   }
 

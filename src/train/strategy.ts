@@ -1,0 +1,99 @@
+/**
+ * The contract every training strategy keeps (single device, `fsdp2`, `megatron`).
+ *
+ * A strategy owns one rank's share of the model (parameters, gradients, AdamW
+ * moments) and runs forward + backward over this rank's rows of a GLOBAL batch.
+ * Every method that talks to other ranks is collective: all ranks of the
+ * strategy's mesh call it, in the same order, with the same arguments (the same
+ * global batch included). What a strategy returns never depends on how it is
+ * sharded: losses, gradient norms and gathered state are the global values, with
+ * HF names and the Transformers-5 fused expert layout, so the results of two
+ * strategies on the same seed and batch can be compared directly.
+ */
+import type { Tensor } from '../runtime/device-index.js';
+import type { Tape, Var } from '../model/autograd.js';
+import type { ModelConfig } from '../model/config.js';
+import type { AdamWHyper, HostParam } from '../model/param-store.js';
+
+export const STRATEGY_KINDS = ['single', 'fsdp2', 'megatron'] as const;
+export type StrategyKind = (typeof STRATEGY_KINDS)[number];
+
+/** A global batch of token rows (every rank passes the same one). */
+export interface TrainBatch {
+  /** int32 [batch·seqLen], row-major. */
+  inputIds: Int32Array;
+  /** int32 [batch·seqLen], next-token targets; IGNORE_INDEX (-100) where no loss is taken. */
+  targets: Int32Array;
+  batch: number;
+  seqLen: number;
+}
+
+/** The rows of the global batch this rank computes (its data-parallel share). */
+export interface LocalRows {
+  /** First global row. */
+  row0: number;
+  /** Number of rows. */
+  rows: number;
+  seqLen: number;
+  inputIds: Int32Array;
+  targets: Int32Array;
+}
+
+/**
+ * A loss over this rank's rows: the per-token loss `perToken` [rows·seqLen] (a Var
+ * on the tape) and `weights`, d(global objective)/d(perToken) per token, so the
+ * objective is Σ weights·perToken summed over every data-parallel rank. The
+ * weights carry the global normalisation (e.g. 1 / tokens of the global batch),
+ * which is why gradients only need summing across ranks.
+ */
+export type LossFn = (tape: Tape, logits: Var, rows: LocalRows, global: TrainBatch) => { perToken: Var; weights: Float32Array };
+
+export interface StepLoss {
+  /** The global objective Σ weights·perToken over every rank. */
+  loss: number;
+  /** Tokens with a non-zero weight in the global batch. */
+  tokens: number;
+}
+
+/** Host state gathered or loaded by HF name: parameters, gradients, AdamW moments. */
+export const STATE_KINDS = ['params', 'grads', 'exp_avg', 'exp_avg_sq'] as const;
+export type StateKind = (typeof STATE_KINDS)[number];
+
+export interface FullState {
+  params: Map<string, HostParam>;
+  /** AdamW first and second moments and the optimizer step count (absent: fresh optimizer). */
+  optimizer?: { step: number; expAvg: Map<string, HostParam>; expAvgSq: Map<string, HostParam> };
+}
+
+export interface TrainStrategy {
+  readonly kind: StrategyKind;
+  readonly cfg: ModelConfig;
+  /** e.g. 'single', 'dp8', 'tp2dp2', 'ep2'. */
+  readonly layout: string;
+  /** Ranks the strategy spans. */
+  readonly ranks: number;
+  /** Optimizer steps taken (restored by loadState). */
+  readonly optimizerSteps: number;
+
+  /**
+   * Forward + backward over this rank's rows of `batch`; gradients ACCUMULATE into
+   * the parameter gradients and are fully reduced across ranks when the promise
+   * resolves. `loss` defaults to token-mean cross-entropy over the global batch.
+   */
+  forwardBackward(batch: TrainBatch, loss?: LossFn): Promise<StepLoss>;
+  /** Zeroes every gradient. */
+  zeroGrad(): void;
+  /** The global L2 norm of the gradients; scales them to `maxNorm` when it is larger. */
+  clipGradNorm(maxNorm: number | null): Promise<number>;
+  /** One AdamW step on every trainable parameter (each rank on what it owns). */
+  optimizerStep(hp: AdamWHyper): void;
+  /** The full (unsharded) state of one kind by HF name, fused experts; returned on every rank. */
+  gatherState(kind: StateKind): Promise<Map<string, HostParam>>;
+  /** Replaces parameters (and optimizer state when given) from full HF-named host state; each rank keeps its shard. */
+  loadState(state: FullState): Promise<void>;
+  /** Frees every device tensor the strategy holds. */
+  release(): void;
+}
+
+/** Device tensors a strategy hands to code outside it (e.g. the weight-sync coordinator). */
+export type LocalTensors = Map<string, Tensor>;
