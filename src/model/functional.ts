@@ -144,11 +144,21 @@ export interface MoeWeights {
 }
 
 /**
+ * Replacements for the grouped expert projections inside the MoE block (LoRA on fused
+ * experts): called with the dispatched tokens `xs` [T·k, in], the fused weight and the
+ * device-side expert offsets; return the projection [T·k, out].
+ */
+export interface MoeAdapters {
+  gateUp(tape: Tape, xs: Var, weight: Var, offsets: Tensor): Var;
+  down(tape: Tape, xs: Var, weight: Var, offsets: Tensor): Var;
+}
+
+/**
  * A Qwen3-MoE sparse block on x [T, H]: softmax router, top-k (optionally
  * renormalised), tokens dispatched to experts by device-side counts, grouped
  * matmuls through gate_up → SwiGLU → down, weighted combine. No host sync.
  */
-export function moe(tape: Tape, x: Var, w: MoeWeights, topK: number, renorm: boolean): Var {
+export function moe(tape: Tape, x: Var, w: MoeWeights, topK: number, renorm: boolean, adapters?: Partial<MoeAdapters>): Var {
   const ro = opts(tape, PATCHES.router);
   const eo = opts(tape, PATCHES.experts);
   const E = w.router.value.shape[0]!;
@@ -165,12 +175,9 @@ export function moe(tape: Tape, x: Var, w: MoeWeights, topK: number, renorm: boo
   tape.record('moeGather', [x], [xs], ([dXs]) => [tape.own(K.moeGatherBackward(dXs!, d.order, topK, eo))]);
 
   const grouped = (inp: Var, weight: Var, name: string): Var => {
-    const y = tape.result(K.groupedMatmul(inp.value, weight.value, d.offsets, { transB: true, ...eo }));
-    tape.record(name, [inp, weight], [y], ([dy]) => {
-      const g = K.groupedMatmulBackward(dy!, inp.value, weight.value, d.offsets, { transB: true, dX: need(inp), dW: need(weight), ...eo });
-      return [g.dX ? tape.own(g.dX) : undefined, g.dW ? tape.own(g.dW) : undefined];
-    });
-    return y;
+    const hook = name === 'experts.gate_up' ? adapters?.gateUp : adapters?.down;
+    if (hook) return hook(tape, inp, weight, d.offsets);
+    return groupedLinear(tape, inp, weight, d.offsets, name);
   };
   const gu = grouped(xs, w.gateUp, 'experts.gate_up');
   const act = swigluFused(tape, gu);
@@ -192,4 +199,18 @@ export function crossEntropy(tape: Tape, logits: Var, targets: Tensor): Var {
   const loss = tape.result(r.loss);
   tape.record('crossEntropy', [logits], [loss], ([dl]) => [tape.own(K.crossEntropyBackward(dl!, logits.value, targets, r.lse, o))]);
   return loss;
+}
+
+/**
+ * Per-expert x · W[e]ᵀ over tokens grouped by expert: xs [N, in] (rows of expert e at
+ * offsets[e]..offsets[e+1], device-side), weight [E, out, in] → [N, out].
+ */
+export function groupedLinear(tape: Tape, xs: Var, weight: Var, offsets: Tensor, name = 'groupedLinear'): Var {
+  const eo = opts(tape, PATCHES.experts);
+  const y = tape.result(K.groupedMatmul(xs.value, weight.value, offsets, { transB: true, ...eo }));
+  tape.record(name, [xs, weight], [y], ([dy]) => {
+    const g = K.groupedMatmulBackward(dy!, xs.value, weight.value, offsets, { transB: true, dX: need(xs), dW: need(weight), ...eo });
+    return [g.dX ? tape.own(g.dX) : undefined, g.dW ? tape.own(g.dW) : undefined];
+  });
+  return y;
 }

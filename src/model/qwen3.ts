@@ -33,16 +33,63 @@ export function uploadBatch(ids: Int32Array, batch: number, seqLen: number, devi
   };
 }
 
+/**
+ * Where the forward gets its parameters. A ParamStore hands out its leaf Vars; a
+ * sharded strategy (FSDP2) returns all-gathered Vars recorded on the tape (their
+ * backward reduce-scatters) and uses the layer hooks to gather ahead and free after.
+ */
+export interface ParamSource {
+  /** Parameter `name` (HF name, fused experts) for this forward. */
+  param(tape: Tape, name: string): Var;
+  /** Before the parameters of `block` are first used. */
+  blockStart?(tape: Tape, block: ModelBlock): void;
+  /** After `block`'s forward; may return a replacement for its output (e.g. a node whose backward re-gathers). */
+  blockEnd?(tape: Tape, block: ModelBlock, output: Var): Var;
+}
+
+/** The forward's blocks, in order: the embedding, each decoder layer, the final norm + LM head. */
+export type ModelBlock = { kind: 'embed' } | { kind: 'layer'; index: number } | { kind: 'head' };
+
+/**
+ * Optional replacements for the projections (LoRA adapters): `linear` for every
+ * dense projection by its HF weight name, `experts` for a fused-expert weight
+ * (`gate_up_proj` / `down_proj`) inside the MoE block. Return undefined to use the plain op.
+ */
+export interface ProjectionHooks {
+  linear?(tape: Tape, x: Var, weight: Var, name: string): Var | undefined;
+  moeWeights?(tape: Tape, layer: number): Partial<F.MoeAdapters> | undefined;
+}
+
 export class Qwen3Model {
+  readonly source: ParamSource;
+
   constructor(
     readonly cfg: ModelConfig,
-    readonly params: ParamStore,
+    params: ParamStore | ParamSource,
+    readonly hooks: ProjectionHooks = {},
   ) {
     F.registerModelPatches();
+    this.source = 'param' in params ? params : { param: (_tape, name) => (params as ParamStore).get(name) };
   }
 
+  private tape!: Tape;
+
   private p(name: string): Var {
-    return this.params.get(name);
+    return this.source.param(this.tape, name);
+  }
+
+  /** x · W(name)ᵀ, through the projection hook when one is set. */
+  private linear(tape: Tape, x: Var, name: string): Var {
+    const w = this.p(name);
+    return this.hooks.linear?.(tape, x, w, name) ?? F.linear(tape, x, w);
+  }
+
+  private start(tape: Tape, block: ModelBlock): void {
+    this.source.blockStart?.(tape, block);
+  }
+
+  private end(tape: Tape, block: ModelBlock, out: Var): Var {
+    return this.source.blockEnd?.(tape, block, out) ?? out;
   }
 
   /** Logits [B·S, V] of a batch. */
@@ -51,9 +98,12 @@ export class Qwen3Model {
     const { batch: B, seqLen: S } = batch;
     const T = B * S;
     const D = cfg.headDim;
-    let x = F.embedding(tape, batch.ids, this.p('model.embed_tokens.weight'));
+    this.tape = tape;
+    this.start(tape, { kind: 'embed' });
+    let x = this.end(tape, { kind: 'embed' }, F.embedding(tape, batch.ids, this.p('model.embed_tokens.weight')));
     for (let i = 0; i < cfg.numLayers; i++) {
       const pre = `model.layers.${i}`;
+      this.start(tape, { kind: 'layer', index: i });
       // Attention block.
       const h = F.rmsNorm(tape, x, this.p(`${pre}.input_layernorm.weight`), cfg.rmsNormEps);
       const headNormRope = (proj: Var, heads: number, norm: string): Var => {
@@ -61,32 +111,34 @@ export class Qwen3Model {
         const normed = F.rmsNorm(tape, perHead, this.p(`${pre}.self_attn.${norm}.weight`), cfg.rmsNormEps);
         return F.rope(tape, F.reshape(tape, normed, [T, heads, D]), batch.positions, cfg.rope.theta);
       };
-      const q = headNormRope(F.linear(tape, h, this.p(`${pre}.self_attn.q_proj.weight`)), cfg.numHeads, 'q_norm');
-      const k = headNormRope(F.linear(tape, h, this.p(`${pre}.self_attn.k_proj.weight`)), cfg.numKvHeads, 'k_norm');
-      const v = F.linear(tape, h, this.p(`${pre}.self_attn.v_proj.weight`));
+      const q = headNormRope(this.linear(tape, h, `${pre}.self_attn.q_proj.weight`), cfg.numHeads, 'q_norm');
+      const k = headNormRope(this.linear(tape, h, `${pre}.self_attn.k_proj.weight`), cfg.numKvHeads, 'k_norm');
+      const v = this.linear(tape, h, `${pre}.self_attn.v_proj.weight`);
       const o = F.attention(
         tape,
         F.reshape(tape, q, [B, S, cfg.numHeads, D]),
         F.reshape(tape, k, [B, S, cfg.numKvHeads, D]),
         F.reshape(tape, v, [B, S, cfg.numKvHeads, D]),
       );
-      const attnOut = F.linear(tape, F.reshape(tape, o, [T, cfg.numHeads * D]), this.p(`${pre}.self_attn.o_proj.weight`));
+      const attnOut = this.linear(tape, F.reshape(tape, o, [T, cfg.numHeads * D]), `${pre}.self_attn.o_proj.weight`);
       x = F.add(tape, x, attnOut);
       // MLP block.
       const h2 = F.rmsNorm(tape, x, this.p(`${pre}.post_attention_layernorm.weight`), cfg.rmsNormEps);
       let mlpOut: Var;
       if (cfg.moe && isMoeLayer(cfg, i)) {
         const names = fusedExpertNames(i);
-        mlpOut = F.moe(tape, h2, { router: this.p(`${pre}.mlp.gate.weight`), gateUp: this.p(names.gateUp), down: this.p(names.down) }, cfg.moe.topK, cfg.moe.normTopkProb);
+        const weights = { router: this.p(`${pre}.mlp.gate.weight`), gateUp: this.p(names.gateUp), down: this.p(names.down) };
+        mlpOut = F.moe(tape, h2, weights, cfg.moe.topK, cfg.moe.normTopkProb, this.hooks.moeWeights?.(tape, i));
       } else {
-        const gate = F.linear(tape, h2, this.p(`${pre}.mlp.gate_proj.weight`));
-        const up = F.linear(tape, h2, this.p(`${pre}.mlp.up_proj.weight`));
-        mlpOut = F.linear(tape, F.swiglu(tape, gate, up), this.p(`${pre}.mlp.down_proj.weight`));
+        const gate = this.linear(tape, h2, `${pre}.mlp.gate_proj.weight`);
+        const up = this.linear(tape, h2, `${pre}.mlp.up_proj.weight`);
+        mlpOut = this.linear(tape, F.swiglu(tape, gate, up), `${pre}.mlp.down_proj.weight`);
       }
-      x = F.add(tape, x, mlpOut);
+      x = this.end(tape, { kind: 'layer', index: i }, F.add(tape, x, mlpOut));
     }
+    this.start(tape, { kind: 'head' });
     const hf = F.rmsNorm(tape, x, this.p('model.norm.weight'), cfg.rmsNormEps);
     const head = cfg.tieWordEmbeddings ? this.p('model.embed_tokens.weight') : this.p('lm_head.weight');
-    return F.linear(tape, hf, head);
+    return this.end(tape, { kind: 'head' }, F.linear(tape, hf, head));
   }
 }

@@ -12,12 +12,14 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 function newest(dir: string): number {
-  return Math.max(...readdirSync(dir).filter((f) => f.endsWith('.ts')).map((f) => statSync(join(dir, f)).mtimeMs));
+  return Math.max(0, ...readdirSync(dir).filter((f) => f.endsWith('.ts')).map((f) => statSync(join(dir, f)).mtimeMs));
 }
 
 export function ensureParallelBuilt(): void {
   const entry = join(ROOT, 'dist', 'src', 'parallel', 'index.js');
-  const src = Math.max(newest(join(ROOT, 'src', 'parallel')), newest(join(ROOT, 'src', 'runtime')), statSync(join(ROOT, 'src', 'index.ts')).mtimeMs);
+  const srcRoot = join(ROOT, 'src');
+  const dirs = readdirSync(srcRoot, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => join(srcRoot, d.name));
+  const src = Math.max(...dirs.map(newest), statSync(join(srcRoot, 'index.ts')).mtimeMs);
   if (!existsSync(entry) || statSync(entry).mtimeMs < src) {
     spawnSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'tsconfig.json')], { stdio: 'inherit' });
   }
