@@ -3,3 +3,7 @@ export * from './strategy.js';
 export { checkBatch, localRows, targetTokens, crossEntropyLoss } from './rows.js';
 export { sumSquares, scaleInPlace, clipCoefficient } from './grad-norm.js';
 export { SingleDeviceStrategy } from './single.js';
+export {
+  saveCheckpoint, loadCheckpoint, latestCheckpoint, stepDirName, TRAIN_STATE_FILE, LATEST_FILE, CHECKPOINT_FORMAT,
+  type SaveOptions, type LoadOptions, type LoadedCheckpoint, type TrainerStateFile,
+} from './checkpoint.js';

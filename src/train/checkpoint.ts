@@ -1,0 +1,251 @@
+/**
+ * Training checkpoints: the full model in HF names (sharded safetensors + config.json,
+ * loadable by any HF-format reader), the AdamW state and the trainer state, saved from
+ * any strategy and loadable into any other (the state is gathered to full HF-named
+ * tensors, so a run saved on fsdp2 x 8 resumes on megatron tp2 or one device).
+ *
+ * Layout under `root`:
+ *   step-000010/ model.safetensors | model-0000k-of-0000n.safetensors + index.json, config.json
+ *                optimizer/  (same format; tensors `exp_avg.<param>`, `exp_avg_sq.<param>`)
+ *                trainer_state.json  { format, step, optimizerSteps, strategy, layout, extra }
+ *   latest       the name of the newest complete step folder
+ *
+ * Atomicity: a step is written into a hidden temporary folder beside its final name,
+ * fsynced, then renamed into place, and only then is `latest` replaced (itself by
+ * temp-file + rename). A crash at any point leaves the previous checkpoint and
+ * `latest` intact; leftover temporary folders are removed by the next save.
+ *
+ * Collective: every rank of the strategy calls save/load. The state is gathered on
+ * every rank (gatherState); rank 0 writes; the outcome is agreed by an all-reduce so
+ * a failed write raises on every rank instead of leaving the others waiting.
+ */
+import { mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Communicator } from '../runtime/comm.js';
+import { Tensor } from '../runtime/device-index.js';
+import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
+import { Checkpoint, writeCheckpoint } from '../model/checkpoint.js';
+import { parseModelConfig, toHFConfig, type ModelConfig } from '../model/config.js';
+import type { HostParam } from '../model/param-store.js';
+import { atomicWrite, type TensorSource } from '../model/safetensors.js';
+import type { FullState, TrainStrategy } from './strategy.js';
+
+export const TRAIN_STATE_FILE = 'trainer_state.json';
+export const LATEST_FILE = 'latest';
+export const CHECKPOINT_FORMAT = 1;
+const STEP_DIR = /^step-(\d{6,})$/;
+
+export interface SaveOptions {
+  /** Folder holding the step folders and `latest`. */
+  root: string;
+  /** Training step the checkpoint is taken after. */
+  step: number;
+  /** The strategy's world (rank 0 writes; the outcome is all-reduced). Omit on one device. */
+  comm?: Communicator;
+  /** Largest safetensors shard (default 2 GiB). */
+  maxShardBytes?: number;
+  /** JSON-serialisable trainer state to restore with the weights (data cursor, seeds, metrics). */
+  extra?: Record<string, unknown>;
+  /** @internal Test hook: runs after each file of the step folder is written (throw to simulate a crash). */
+  afterFile?: (file: string) => void | Promise<void>;
+}
+
+export interface TrainerStateFile {
+  format: number;
+  step: number;
+  optimizerSteps: number;
+  strategy: string;
+  layout: string;
+  extra: Record<string, unknown>;
+}
+
+export const stepDirName = (step: number): string => `step-${String(step).padStart(6, '0')}`;
+
+function hostSources(state: Map<string, HostParam>, prefix = ''): TensorSource[] {
+  return [...state].map(([name, p]) => ({
+    name: prefix + name,
+    dtype: 'F32' as const,
+    shape: p.shape,
+    data: new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength),
+  }));
+}
+
+/** Agrees on success across ranks: throws on every rank when any rank failed. */
+async function agree(comm: Communicator | undefined, local: Error | null, what: string): Promise<void> {
+  if (!comm || comm.size === 1) {
+    if (local) throw local;
+    return;
+  }
+  const device = comm.device;
+  const flag = Tensor.fromArray(device, new Int32Array([local ? 1 : 0]), [1], { dtype: 'int32' });
+  const out = Tensor.empty(device, [1], 'int32');
+  try {
+    await comm.allReduce(flag, out, 'max');
+    const failed = ((await out.toArray()) as Int32Array)[0]!;
+    if (local) throw local;
+    if (failed) throw new CheckpointFormatError(`${what} failed on another rank (see that rank's error); nothing was changed here.`, { what });
+  } finally {
+    flag.release();
+    out.release();
+  }
+}
+
+/** Saves `strategy` under `root/step-NNNNNN` atomically and points `latest` at it. Returns the step folder. */
+export async function saveCheckpoint(strategy: TrainStrategy, opts: SaveOptions): Promise<string> {
+  if (!Number.isSafeInteger(opts.step) || opts.step < 0) throw new InvalidArgumentError(`saveCheckpoint(): expected a non-negative integer step but received ${opts.step}.`);
+  const maxShardBytes = opts.maxShardBytes ?? 2 ** 31;
+  // Collective gathers first, on every rank, in the same order.
+  const params = await strategy.gatherState('params');
+  const expAvg = await strategy.gatherState('exp_avg');
+  const expAvgSq = await strategy.gatherState('exp_avg_sq');
+  const rank = opts.comm?.rank ?? 0;
+  const final = join(opts.root, stepDirName(opts.step));
+  let error: Error | null = null;
+  if (rank === 0) {
+    try {
+      await writeStep(strategy, opts, final, maxShardBytes, params, expAvg, expAvgSq);
+    } catch (e) {
+      error = e as Error;
+    }
+  }
+  await agree(opts.comm, error, `saveCheckpoint(${final})`);
+  return final;
+}
+
+async function writeStep(
+  strategy: TrainStrategy, opts: SaveOptions, final: string, maxShardBytes: number,
+  params: Map<string, HostParam>, expAvg: Map<string, HostParam>, expAvgSq: Map<string, HostParam>,
+): Promise<void> {
+  await mkdir(opts.root, { recursive: true });
+  for (const name of await readdir(opts.root)) if (name.startsWith('.tmp-')) await rm(join(opts.root, name), { recursive: true, force: true });
+  const tmp = join(opts.root, `.tmp-${stepDirName(opts.step)}-${process.pid}-${Date.now()}`);
+  await mkdir(join(tmp, 'optimizer'), { recursive: true });
+  const hook = async (f: string) => opts.afterFile?.(f);
+  await writeCheckpoint(tmp, hostSources(params), { maxShardBytes, metadata: { format: 'pt' } });
+  await hook('model');
+  const optimizer = [...hostSources(expAvg, 'exp_avg.'), ...hostSources(expAvgSq, 'exp_avg_sq.')];
+  await writeCheckpoint(join(tmp, 'optimizer'), optimizer, { maxShardBytes, metadata: { format: 'pt' } });
+  await hook('optimizer');
+  await writeJson(join(tmp, 'config.json'), toHFConfig(strategy.cfg));
+  const state: TrainerStateFile = {
+    format: CHECKPOINT_FORMAT, step: opts.step, optimizerSteps: strategy.optimizerSteps,
+    strategy: strategy.kind, layout: strategy.layout, extra: opts.extra ?? {},
+  };
+  await writeJson(join(tmp, TRAIN_STATE_FILE), state);
+  await hook(TRAIN_STATE_FILE);
+  // Replace an existing folder of the same step only once the new one is complete.
+  const old = `${tmp}-old`;
+  const had = await exists(final);
+  if (had) await rename(final, old);
+  await rename(tmp, final);
+  if (had) await rm(old, { recursive: true, force: true });
+  await hook('rename');
+  await atomicWrite(join(opts.root, LATEST_FILE), async (fh) => {
+    const body = new TextEncoder().encode(`${stepDirName(opts.step)}\n`);
+    await fh.write(body, 0, body.length, 0);
+  });
+}
+
+async function writeJson(path: string, value: unknown): Promise<void> {
+  const body = new TextEncoder().encode(`${JSON.stringify(value, null, 2)}\n`);
+  await atomicWrite(path, async (fh) => {
+    await fh.write(body, 0, body.length, 0);
+  });
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The newest complete step folder under `root` (by `latest`), or null when there is none. */
+export async function latestCheckpoint(root: string): Promise<string | null> {
+  let name: string;
+  try {
+    name = (await readFile(join(root, LATEST_FILE), 'utf8')).trim();
+  } catch {
+    return null;
+  }
+  if (!STEP_DIR.test(name)) throw new CheckpointFormatError(`${join(root, LATEST_FILE)} names ${JSON.stringify(name)}; expected a step folder like step-000010.`, { file: join(root, LATEST_FILE) });
+  return join(root, name);
+}
+
+export interface LoadOptions {
+  /** A step folder, or a root holding `latest`. */
+  path: string;
+  comm?: Communicator;
+}
+
+export interface LoadedCheckpoint {
+  dir: string;
+  state: TrainerStateFile;
+}
+
+async function readHost(dir: string, prefix = ''): Promise<Map<string, HostParam>> {
+  const ckpt = await Checkpoint.open(dir);
+  const out = new Map<string, HostParam>();
+  try {
+    for await (const [info, bytes] of ckpt) {
+      if (info.dtype !== 'F32') throw new CheckpointFormatError(`${info.file}: ${info.name} is ${info.dtype}; training checkpoints hold F32.`, { file: info.file, tensor: info.name });
+      const copy = new Float32Array(bytes.byteLength / 4);
+      new Uint8Array(copy.buffer).set(bytes);
+      out.set(info.name.slice(prefix.length), { shape: [...info.shape], data: copy });
+    }
+  } finally {
+    await ckpt.close();
+  }
+  return out;
+}
+
+function sameModel(a: ModelConfig, b: ModelConfig): string | null {
+  const keys = ['modelType', 'hiddenSize', 'numLayers', 'numHeads', 'numKvHeads', 'headDim', 'vocabSize', 'intermediateSize', 'tieWordEmbeddings'] as const;
+  for (const k of keys) if (a[k] !== b[k]) return `${k} is ${JSON.stringify(a[k])} in the checkpoint but ${JSON.stringify(b[k])} in the model`;
+  if (JSON.stringify(a.moe ?? null) !== JSON.stringify(b.moe ?? null)) return `the MoE settings differ (${JSON.stringify(a.moe ?? null)} vs ${JSON.stringify(b.moe ?? null)})`;
+  return null;
+}
+
+/**
+ * Restores parameters and AdamW state into `strategy` (collective). Every rank reads
+ * the files (they are on a shared filesystem in this runtime) and keeps its shard.
+ */
+export async function loadCheckpoint(strategy: TrainStrategy, opts: LoadOptions): Promise<LoadedCheckpoint> {
+  let read: { dir: string; state: TrainerStateFile; full: FullState } | null = null;
+  let error: Error | null = null;
+  try {
+    read = await readTrainCheckpoint(strategy, opts.path);
+  } catch (e) {
+    error = e as Error;
+  }
+  // Every rank must have read it before any enters the collective loadState.
+  await agree(opts.comm, error, `loadCheckpoint(${opts.path})`);
+  await strategy.loadState(read!.full);
+  return { dir: read!.dir, state: read!.state };
+}
+
+async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promise<{ dir: string; state: TrainerStateFile; full: FullState }> {
+  let dir = path;
+  if (!(await exists(join(dir, TRAIN_STATE_FILE)))) {
+    const latest = await latestCheckpoint(dir);
+    if (!latest) throw new CheckpointFormatError(`${dir}: neither a step folder (no ${TRAIN_STATE_FILE}) nor a checkpoint root (no ${LATEST_FILE}). HINT: pass the --save folder of a run or one of its step-NNNNNN folders.`, { file: dir });
+    dir = latest;
+  }
+  const raw = JSON.parse(await readFile(join(dir, TRAIN_STATE_FILE), 'utf8')) as TrainerStateFile;
+  if (raw.format !== CHECKPOINT_FORMAT) throw new CheckpointFormatError(`${join(dir, TRAIN_STATE_FILE)}: format ${raw.format}; this version reads format ${CHECKPOINT_FORMAT}.`, { file: dir });
+  const cfg = parseModelConfig(JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')), join(dir, 'config.json'));
+  const diff = sameModel(cfg, strategy.cfg);
+  if (diff) throw new CheckpointFormatError(`${dir} holds another model: ${diff}.`, { file: dir });
+  const params = await readHost(dir);
+  const opt = await readHost(join(dir, 'optimizer'));
+  const expAvg = new Map<string, HostParam>();
+  const expAvgSq = new Map<string, HostParam>();
+  for (const [name, p] of opt) {
+    if (name.startsWith('exp_avg_sq.')) expAvgSq.set(name.slice('exp_avg_sq.'.length), p);
+    else if (name.startsWith('exp_avg.')) expAvg.set(name.slice('exp_avg.'.length), p);
+    else throw new CheckpointFormatError(`${join(dir, 'optimizer')}: unexpected tensor ${name}; expected exp_avg.* and exp_avg_sq.*.`, { file: dir });
+  }
+  return { dir, state: raw, full: { params, optimizer: { step: raw.optimizerSteps, expAvg, expAvgSq } } };
+}
