@@ -7,3 +7,5 @@ export {
   saveCheckpoint, loadCheckpoint, latestCheckpoint, stepDirName, TRAIN_STATE_FILE, LATEST_FILE, CHECKPOINT_FORMAT,
   type SaveOptions, type LoadOptions, type LoadedCheckpoint, type TrainerStateFile,
 } from './checkpoint.js';
+export { TrainerConfigSchema, OptimizerConfigSchema, parseTrainerConfig, type TrainerConfig, type TrainerConfigInput } from './config.js';
+export { createStrategy, modelConfigPath, readHfWeights, type StrategyContext } from './factory.js';

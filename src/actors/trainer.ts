@@ -1,0 +1,102 @@
+/**
+ * The trainer actor: one per trainer rank, driven by a single controller (verl/Ray
+ * style). The controller calls the same method on every trainer rank (ActorMesh
+ * `call`) with the same arguments; the calls are collective over the trainer group.
+ *
+ *   const trainers = await world.spawn<TrainerActor>({ module: 'ascent/actors/trainer', export: 'TrainerActor', args: [config] });
+ *   await trainers.call('setup');
+ *   const [r] = await trainers.call('trainStep', batch);
+ *
+ * `setup()` forms the trainer group from the world (`ranks` in the constructor
+ * options; by default every rank) with one world-wide `comm.split`, so every world
+ * rank — trainer or not — must take part in that split once, in the same order as
+ * its other splits (the GRPO driver runs the trainer's and the engine's setups
+ * together).
+ */
+import type { Communicator } from '../runtime/comm.js';
+import { InvalidArgumentError } from '../runtime/errors.js';
+import type { RankContext } from '../runtime/rank-context.js';
+import type { HostParam } from '../model/param-store.js';
+import { loadCheckpoint, saveCheckpoint } from '../train/checkpoint.js';
+import { parseTrainerConfig, type TrainerConfig, type TrainerConfigInput } from '../train/config.js';
+import { createStrategy } from '../train/factory.js';
+import type { LossFn, StateKind, TrainBatch, TrainStrategy } from '../train/strategy.js';
+
+export interface TrainStepResult {
+  loss: number;
+  tokens: number;
+  /** Global gradient norm before clipping. */
+  gradNorm: number;
+  lr: number;
+  /** Optimizer steps taken so far. */
+  step: number;
+  ms: { forwardBackward: number; clip: number; optimizer: number };
+}
+
+export class TrainerActor {
+  readonly config: TrainerConfig;
+  #strategy: TrainStrategy | null = null;
+  #comm: Communicator | null = null;
+
+  constructor(
+    private readonly ctx: RankContext,
+    config: TrainerConfigInput,
+    private readonly ranks: readonly number[] | null = null,
+  ) {
+    this.config = parseTrainerConfig(config);
+  }
+
+  /** Collective over the world: splits off the trainer group and builds the strategy. */
+  async setup(): Promise<{ rank: number; groupRank: number; layout: string }> {
+    if (this.#strategy) throw new InvalidArgumentError('TrainerActor.setup() was already called on this rank.');
+    const { ctx } = this;
+    const ranks = this.ranks ?? Array.from({ length: ctx.worldSize }, (_, i) => i);
+    const comm = ranks.length === ctx.worldSize ? ctx.comm : await ctx.comm.split(ranks.includes(ctx.rank) ? 0 : null, ranks.indexOf(ctx.rank));
+    if (!comm) throw new InvalidArgumentError(`TrainerActor on rank ${ctx.rank}: this rank is not in the trainer ranks [${ranks.join(', ')}].`);
+    this.#comm = comm;
+    this.#strategy = await createStrategy(this.config, { comm, device: ctx.device });
+    return { rank: ctx.rank, groupRank: comm.rank, layout: this.#strategy.layout };
+  }
+
+  get strategy(): TrainStrategy {
+    if (!this.#strategy) throw new InvalidArgumentError('The trainer is not set up. HINT: call setup() on every trainer rank first.');
+    return this.#strategy;
+  }
+
+  /** zero grad → forward/backward → clip → AdamW, on the global batch. */
+  async trainStep(batch: TrainBatch, opts: { lr?: number; loss?: LossFn } = {}): Promise<TrainStepResult> {
+    const s = this.strategy;
+    const lr = opts.lr ?? this.config.optimizer.lr;
+    const t0 = performance.now();
+    s.zeroGrad();
+    const r = await s.forwardBackward(batch, opts.loss);
+    const t1 = performance.now();
+    const gradNorm = await s.clipGradNorm(this.config.clipGradNorm);
+    const t2 = performance.now();
+    s.optimizerStep({ ...this.config.optimizer, lr });
+    await this.ctx.device.defaultStream.synchronize();
+    const t3 = performance.now();
+    return { loss: r.loss, tokens: r.tokens, gradNorm, lr, step: s.optimizerSteps, ms: { forwardBackward: t1 - t0, clip: t2 - t1, optimizer: t3 - t2 } };
+  }
+
+  /** Full HF-named state on every rank (tests, weight export). */
+  gatherState(kind: StateKind): Promise<Map<string, HostParam>> {
+    return this.strategy.gatherState(kind);
+  }
+
+  save(root: string, step: number, extra?: Record<string, unknown>): Promise<string> {
+    return saveCheckpoint(this.strategy, { root, step, comm: this.#comm!, extra });
+  }
+
+  async load(path: string): Promise<{ dir: string; step: number; extra: Record<string, unknown> }> {
+    const r = await loadCheckpoint(this.strategy, { path, comm: this.#comm! });
+    return { dir: r.dir, step: r.state.step, extra: r.state.extra };
+  }
+
+  shutdown(): void {
+    this.#strategy?.release();
+    this.#strategy = null;
+    if (this.#comm && this.#comm !== this.ctx.comm) this.#comm.destroy();
+    this.#comm = null;
+  }
+}

@@ -1,0 +1,43 @@
+/**
+ * The trainer's configuration (zod): strategy and its parallel sizes, model, initial
+ * weights, optimizer and clipping. Parsed by the trainer actor; bad values are one
+ * ConfigError naming every bad field.
+ */
+import { z } from 'zod';
+import { parseConfig } from '../runtime/config.js';
+import { STRATEGY_KINDS } from './strategy.js';
+
+const size = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
+
+export const OptimizerConfigSchema = z
+  .object({
+    lr: z.number().positive('expected a positive learning rate'),
+    beta1: z.number().min(0).max(1, 'expected beta1 in [0, 1)').optional(),
+    beta2: z.number().min(0).max(1, 'expected beta2 in [0, 1)').optional(),
+    eps: z.number().positive().optional(),
+    weightDecay: z.number().min(0, 'expected a non-negative weight decay').optional(),
+  })
+  .strict();
+
+export const TrainerConfigSchema = z
+  .object({
+    strategy: z.enum(STRATEGY_KINDS, { error: `expected strategy to be one of ${STRATEGY_KINDS.join(', ')}` }),
+    /** Folder with the HF config.json (and, for `init: 'checkpoint'`, the weights), or a config.json path. */
+    model: z.string().min(1, 'expected a model folder or config.json path'),
+    /** Seeded initial weights, or the HF checkpoint in `model`. */
+    init: z.union([z.object({ seed: z.number().int() }).strict(), z.literal('checkpoint')]).default({ seed: 0 }),
+    tp: size('tp').default(1),
+    dp: size('dp').optional(),
+    ep: size('ep').default(1),
+    optimizer: OptimizerConfigSchema.default({ lr: 1e-3 }),
+    /** Max global gradient L2 norm; null disables clipping. */
+    clipGradNorm: z.number().positive('expected a positive clipGradNorm (or null to disable)').nullable().default(1.0),
+  })
+  .strict();
+
+export type TrainerConfig = z.output<typeof TrainerConfigSchema>;
+export type TrainerConfigInput = z.input<typeof TrainerConfigSchema>;
+
+export function parseTrainerConfig(value: unknown): TrainerConfig {
+  return parseConfig(TrainerConfigSchema, value, 'trainer config');
+}

@@ -1,0 +1,58 @@
+/**
+ * Builds a strategy from a parsed trainer config on one rank (collective over `comm`
+ * for the sharded strategies): resolves the model config, the initial weights (seeded,
+ * or the HF checkpoint beside config.json) and the parallel sizes.
+ */
+import { existsSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { Communicator } from '../runtime/comm.js';
+import type { Device } from '../runtime/device-index.js';
+import { ConfigError } from '../runtime/errors.js';
+import { Checkpoint } from '../model/checkpoint.js';
+import { loadModelConfig, type ModelConfig } from '../model/config.js';
+import type { HostParam } from '../model/param-store.js';
+import { convertExpertLayout, detectExpertLayout } from '../model/params.js';
+import { initialParams } from '../model/sft.js';
+import type { TrainerConfig } from './config.js';
+import { SingleDeviceStrategy } from './single.js';
+import type { TrainStrategy } from './strategy.js';
+
+/** The config.json path for a model folder or file. */
+export function modelConfigPath(model: string): string {
+  return existsSync(model) && statSync(model).isDirectory() ? join(model, 'config.json') : model;
+}
+
+/** Full HF-named fp32 host weights (fused experts) from the checkpoint beside config.json. */
+export async function readHfWeights(cfg: ModelConfig, model: string): Promise<Map<string, HostParam>> {
+  const ckpt = await Checkpoint.open(dirname(modelConfigPath(model)));
+  const raw = new Map<string, { dtype: 'F32'; shape: number[]; data: Uint8Array }>();
+  try {
+    for await (const [info, bytes] of ckpt) {
+      if (info.dtype !== 'F32') throw new ConfigError(`${info.file}: ${info.name} is ${info.dtype}; the trainer loads F32 checkpoints.`, { tensor: info.name });
+      raw.set(info.name, { dtype: 'F32', shape: [...info.shape], data: bytes.slice() });
+    }
+  } finally {
+    await ckpt.close();
+  }
+  const fused = detectExpertLayout(raw.keys(), cfg) === 'per-expert' ? convertExpertLayout(raw, cfg, 'fused') : raw;
+  return new Map([...fused].map(([n, t]) => [n, { shape: t.shape, data: new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength)) }]));
+}
+
+export interface StrategyContext {
+  /** The trainer group's communicator (all ranks that train). */
+  comm: Communicator;
+  device: Device;
+}
+
+export async function createStrategy(config: TrainerConfig, ctx: StrategyContext): Promise<TrainStrategy> {
+  const cfg = loadModelConfig(modelConfigPath(config.model));
+  const params = config.init === 'checkpoint' ? await readHfWeights(cfg, config.model) : initialParams(cfg, config.init.seed);
+  const n = ctx.comm.size;
+  switch (config.strategy) {
+    case 'single':
+      if (n !== 1) throw new ConfigError(`strategy 'single' trains on one rank but the trainer group has ${n}. HINT: use 'fsdp2' or 'megatron' for several ranks.`, { ranks: n });
+      return SingleDeviceStrategy.create(cfg, ctx.device, params);
+    default:
+      throw new ConfigError(`strategy '${config.strategy}' is not available in this build.`);
+  }
+}
