@@ -8,6 +8,7 @@ const SUITES: Record<string, () => Promise<{ main(argv: string[]): Promise<void>
   'model-kernels': () => import('./model-kernels.js'),
   kernels: () => import('./kernels.js'),
   'train-step': () => import('./train-step.js'),
+  trainer: () => import('./trainer.js'),
 };
 
 async function run(): Promise<number> {

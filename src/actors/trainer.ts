@@ -19,6 +19,7 @@ import type { RankContext } from '../runtime/rank-context.js';
 import type { HostParam } from '../model/param-store.js';
 import { loadCheckpoint, saveCheckpoint } from '../train/checkpoint.js';
 import { parseTrainerConfig, type TrainerConfig, type TrainerConfigInput } from '../train/config.js';
+import { commMillis } from '../train/comm-time.js';
 import { createStrategy } from '../train/factory.js';
 import type { LossFn, StateKind, TrainBatch, TrainStrategy } from '../train/strategy.js';
 
@@ -30,7 +31,7 @@ export interface TrainStepResult {
   lr: number;
   /** Optimizer steps taken so far. */
   step: number;
-  ms: { forwardBackward: number; clip: number; optimizer: number };
+  ms: { forwardBackward: number; clip: number; optimizer: number; total: number; comm: number };
 }
 
 export class TrainerActor {
@@ -64,9 +65,10 @@ export class TrainerActor {
   }
 
   /** zero grad → forward/backward → clip → AdamW, on the global batch. */
-  async trainStep(batch: TrainBatch, opts: { lr?: number; loss?: LossFn } = {}): Promise<TrainStepResult> {
+  async trainStep(batch: TrainBatch, opts: { lr?: number; loss?: LossFn; measureComm?: boolean } = {}): Promise<TrainStepResult> {
     const s = this.strategy;
     const lr = opts.lr ?? this.config.optimizer.lr;
+    const wall0 = Date.now();
     const t0 = performance.now();
     s.zeroGrad();
     const r = await s.forwardBackward(batch, opts.loss);
@@ -76,7 +78,8 @@ export class TrainerActor {
     s.optimizerStep({ ...this.config.optimizer, lr });
     await this.ctx.device.defaultStream.synchronize();
     const t3 = performance.now();
-    return { loss: r.loss, tokens: r.tokens, gradNorm, lr, step: s.optimizerSteps, ms: { forwardBackward: t1 - t0, clip: t2 - t1, optimizer: t3 - t2 } };
+    const comm = opts.measureComm ? commMillis(s.communicators ?? [this.#comm!], wall0, Date.now()) : NaN;
+    return { loss: r.loss, tokens: r.tokens, gradNorm, lr, step: s.optimizerSteps, ms: { forwardBackward: t1 - t0, clip: t2 - t1, optimizer: t3 - t2, total: t3 - t0, comm } };
   }
 
   /** Full HF-named state on every rank (tests, weight export). */

@@ -10,6 +10,7 @@
  * HF names and the Transformers-5 fused expert layout, so the results of two
  * strategies on the same seed and batch can be compared directly.
  */
+import type { Communicator } from '../runtime/comm.js';
 import type { Tensor } from '../runtime/device-index.js';
 import type { Tape, Var } from '../model/autograd.js';
 import type { ModelConfig } from '../model/config.js';
@@ -91,6 +92,8 @@ export interface TrainStrategy {
   gatherState(kind: StateKind): Promise<Map<string, HostParam>>;
   /** Replaces parameters (and optimizer state when given) from full HF-named host state; each rank keeps its shard. */
   loadState(state: FullState): Promise<void>;
+  /** The communicators the strategy runs collectives on (for the flight recorder and comm-time accounting). */
+  readonly communicators?: readonly Communicator[];
   /** Frees every device tensor the strategy holds. */
   release(): void;
 }
