@@ -48,10 +48,11 @@ export class SingleDeviceStrategy implements TrainStrategy {
       tape.own(b.ids);
       tape.own(b.positions);
       const logits = this.model.forward(tape, b);
-      const { perToken, weights } = loss(tape, logits, rows, batch);
+      const terms = await loss(tape, logits, rows, batch);
+      const { perToken, weights } = terms;
       tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
-      const values = (await perToken.value.toArray({ stream })) as Float32Array;
-      return { loss: weightedSum(values, weights), tokens: weightedTokens(weights) };
+      const value = terms.value ?? weightedSum((await perToken.value.toArray({ stream })) as Float32Array, weights);
+      return { loss: value, tokens: weightedTokens(weights), ...(terms.stats ? { stats: { ...terms.stats } } : {}) };
     } finally {
       tape.release();
     }

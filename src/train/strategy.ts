@@ -43,17 +43,31 @@ export interface LocalRows {
 /**
  * A loss over this rank's rows: the per-token loss `perToken` [rows·seqLen] (a Var
  * on the tape) and `weights`, d(global objective)/d(perToken) per token, so the
- * objective is Σ weights·perToken summed over every data-parallel rank. The
- * weights carry the global normalisation (e.g. 1 / tokens of the global batch),
- * which is why gradients only need summing across ranks.
+ * gradient of the objective is that of Σ weights·perToken summed over every
+ * data-parallel rank. The weights carry the global normalisation (e.g. 1 / tokens of
+ * the global batch), which is why gradients only need summing across ranks.
+ *
+ * A loss may read its per-token values on the host to compute the weights (GRPO's
+ * clipped surrogate does: weights depend on the probability ratio), so it may be
+ * async. `value` is this rank's share of the objective when it is not
+ * Σ weights·perToken (a surrogate); `stats` are local sums (e.g. clipped tokens, KL)
+ * that the strategy sums over data-parallel ranks into StepLoss.stats.
  */
-export type LossFn = (tape: Tape, logits: Var, rows: LocalRows, global: TrainBatch) => { perToken: Var; weights: Float32Array };
+export interface LossTerms {
+  perToken: Var;
+  weights: Float32Array;
+  value?: number;
+  stats?: Record<string, number>;
+}
+export type LossFn = (tape: Tape, logits: Var, rows: LocalRows, global: TrainBatch) => LossTerms | Promise<LossTerms>;
 
 export interface StepLoss {
   /** The global objective Σ weights·perToken over every rank. */
   loss: number;
   /** Tokens with a non-zero weight in the global batch. */
   tokens: number;
+  /** The loss's `stats`, summed over data-parallel ranks. */
+  stats?: Record<string, number>;
 }
 
 /** Host state gathered or loaded by HF name: parameters, gradients, AdamW moments. */
