@@ -19,3 +19,4 @@ export * from './model/index.js';
 export * from './parallel/index.js';
 export * from './train/index.js';
 export * from './actors/index.js';
+export * from './grpo/index.js';

@@ -1,0 +1,5 @@
+/** Public API of the GRPO layer, re-exported by src/index.ts. */
+export { groupAdvantages, type AdvantageOptions } from './advantages.js';
+export { tokenTerms, type TokenTermOptions, type TokenTerms } from './token-terms.js';
+export { tokenLogprobs } from './logprob-op.js';
+export { grpoLoss, checkGrpoData, GRPO_STATS, type GrpoBatchData, type GrpoLossOptions } from './loss.js';
