@@ -3,3 +3,5 @@ export { groupAdvantages, type AdvantageOptions } from './advantages.js';
 export { tokenTerms, type TokenTermOptions, type TokenTerms } from './token-terms.js';
 export { tokenLogprobs } from './logprob-op.js';
 export { grpoLoss, checkGrpoData, GRPO_STATS, type GrpoBatchData, type GrpoLossOptions } from './loss.js';
+export { GrpoConfigSchema, parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './config.js';
+export { JsonlLog, Progress, summaryTable, stepLine, PHASES, type StepMetrics, type Phase } from './metrics.js';

@@ -1,0 +1,101 @@
+/**
+ * The GRPO run configuration (zod): placement (server / colocate), trainer and engine
+ * parallelism, sampling, the objective, weight sync, checkpoints and logging. A JSON
+ * file and command-line flags both land here; every bad value is one ConfigError
+ * naming the field, what was received and what is expected.
+ */
+import { z } from 'zod';
+import { byteSize, parseConfig } from '../runtime/config.js';
+import { ConfigError } from '../runtime/errors.js';
+import { OptimizerConfigSchema } from '../train/config.js';
+
+const posInt = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
+
+export const GrpoConfigSchema = z
+  .object({
+    /** server: trainer and engine on separate ranks (half each by default); colocate: both on every rank. */
+    mode: z.enum(['server', 'colocate'], { error: 'expected mode to be server or colocate' }).default('server'),
+    /** Model folder (config.json, optional weights). */
+    model: z.string().min(1),
+    seed: z.number().int().default(0),
+    steps: posInt('steps').default(20),
+    trainer: z
+      .object({
+        strategy: z.enum(['fsdp2', 'megatron'], { error: 'expected trainer.strategy to be fsdp2 or megatron' }).default('fsdp2'),
+        /** Trainer ranks in server mode (default: half the world). */
+        ranks: posInt('trainer.ranks').optional(),
+        tp: posInt('trainer.tp').default(1),
+        ep: posInt('trainer.ep').default(1),
+      })
+      .strict()
+      .default({ strategy: 'fsdp2', tp: 1, ep: 1 }),
+    engine: z
+      .object({
+        tp: z.union([z.literal(1), z.literal(2), z.literal(4)], { error: 'expected engine.tp to be 1, 2 or 4' }).default(1),
+      })
+      .strict()
+      .default({ tp: 1 }),
+    /** Prompts per step (each sampled numGenerations times). */
+    promptsPerStep: posInt('promptsPerStep').default(16),
+    numGenerations: posInt('numGenerations').default(8),
+    maxNewTokens: posInt('maxNewTokens').default(12),
+    temperature: z.number().positive('expected a positive temperature').default(1),
+    topK: z.number().int().min(0, 'expected topK >= 0 (0 = off)').default(0),
+    topP: z.number().gt(0).max(1, 'expected topP in (0, 1]').default(1),
+    optimizer: OptimizerConfigSchema.default({ lr: 2e-3 }),
+    clipGradNorm: z.number().positive().nullable().default(1),
+    clipLow: z.number().min(0).max(1).default(0.2),
+    clipHigh: z.number().min(0).default(0.28),
+    /** KL coefficient to the frozen initial policy (0: no reference model). */
+    beta: z.number().min(0, 'expected beta >= 0').default(0),
+    sync: z
+      .object({
+        bucketBytes: byteSize.default(512 * 2 ** 20),
+        /** Per-tensor checksums + probe-batch log-prob parity after every sync. */
+        verify: z.boolean().default(false),
+        /** Max |Δ log-prob| between trainer and engine on the probe batch. */
+        tolerance: z.number().positive().default(1e-3),
+      })
+      .strict()
+      .default({ bucketBytes: 512 * 2 ** 20, verify: false, tolerance: 1e-3 }),
+    checkpoint: z
+      .object({ dir: z.string().min(1), every: posInt('checkpoint.every') })
+      .strict()
+      .optional(),
+    /** Resume from the newest checkpoint in checkpoint.dir. */
+    resume: z.boolean().default(false),
+    /** JSONL metrics file (one line per step). */
+    log: z.string().min(1).optional(),
+    progress: z.boolean().default(true),
+  })
+  .strict();
+
+export type GrpoConfig = z.output<typeof GrpoConfigSchema>;
+export type GrpoConfigInput = z.input<typeof GrpoConfigSchema>;
+
+/** Parses a config and checks it against the world size. */
+export function parseGrpoConfig(value: unknown, worldSize: number): GrpoConfig {
+  const c = parseConfig(GrpoConfigSchema, value, 'GRPO config');
+  const trainerRanks = c.mode === 'colocate' ? worldSize : c.trainer.ranks ?? Math.floor(worldSize / 2);
+  const engineRanks = c.mode === 'colocate' ? worldSize : worldSize - trainerRanks;
+  if (trainerRanks < 1 || engineRanks < 1) {
+    throw new ConfigError(`GRPO: mode ${c.mode} on ${worldSize} ranks leaves ${trainerRanks} trainer and ${engineRanks} engine ranks; each needs at least one. HINT: launch more ranks or use --mode colocate.`);
+  }
+  if (engineRanks % c.engine.tp !== 0) {
+    throw new ConfigError(`GRPO: engine.tp = ${c.engine.tp} does not divide the ${engineRanks} engine ranks.`, { engineRanks, tp: c.engine.tp });
+  }
+  if (trainerRanks % (c.trainer.tp) !== 0) {
+    throw new ConfigError(`GRPO: trainer.tp = ${c.trainer.tp} does not divide the ${trainerRanks} trainer ranks.`);
+  }
+  if (c.resume && !c.checkpoint) throw new ConfigError('GRPO: resume needs checkpoint.dir (the folder the run saved to).');
+  const samples = c.promptsPerStep * c.numGenerations;
+  const dp = trainerRanks / c.trainer.tp;
+  if (samples % dp !== 0) {
+    throw new ConfigError(`GRPO: promptsPerStep x numGenerations = ${samples} samples do not split over ${dp} data-parallel trainer ranks. HINT: make it a multiple of ${dp}.`, { samples, dp });
+  }
+  const engineDp = engineRanks / c.engine.tp;
+  if (c.promptsPerStep % engineDp !== 0) {
+    throw new ConfigError(`GRPO: promptsPerStep = ${c.promptsPerStep} does not split over ${engineDp} engine replicas (engine ranks / engine.tp). HINT: make it a multiple of ${engineDp}.`);
+  }
+  return c;
+}

@@ -1,0 +1,90 @@
+/**
+ * Per-step GRPO metrics, the JSONL log (one JSON object per line, appended, so a
+ * resumed run continues the same file), the live progress display (cli-progress on
+ * a terminal; one plain line per step otherwise, e.g. under launch's prefixed
+ * output or CI) and the final step-time summary table (cli-table3).
+ */
+import { appendFileSync, mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { SingleBar } from 'cli-progress';
+import Table from 'cli-table3';
+
+export const PHASES = ['generate', 'reward', 'logprob', 'train', 'sync'] as const;
+export type Phase = (typeof PHASES)[number];
+
+export interface StepMetrics {
+  step: number;
+  rewardMean: number;
+  rewardStd: number;
+  /** Mean k3 KL to the reference per response token (0 without a reference). */
+  kl: number;
+  clipFraction: number;
+  /** Mean per-token entropy of the policy on the sampled responses (nats). */
+  entropy: number;
+  loss: number;
+  gradNorm: number;
+  responseTokens: number;
+  seconds: Record<Phase, number>;
+  syncBytes: number;
+  syncGBs: number;
+}
+
+export class JsonlLog {
+  constructor(readonly path: string) {
+    mkdirSync(dirname(path), { recursive: true });
+  }
+
+  write(record: Record<string, unknown>): void {
+    appendFileSync(this.path, `${JSON.stringify(record)}\n`);
+  }
+}
+
+const fmt = (x: number, d = 3) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
+
+/** One line per step for logs. */
+export function stepLine(m: StepMetrics, total: number): string {
+  const t = PHASES.map((p) => `${p} ${fmt(m.seconds[p], 2)}s`).join(' ');
+  return `step ${m.step}/${total} reward ${fmt(m.rewardMean)}±${fmt(m.rewardStd)} kl ${fmt(m.kl, 4)} clip ${fmt(m.clipFraction)} entropy ${fmt(m.entropy)} | ${t} | sync ${(m.syncBytes / 2 ** 20).toFixed(1)} MiB @ ${fmt(m.syncGBs, 2)} GB/s`;
+}
+
+export class Progress {
+  private readonly bar: SingleBar | null;
+
+  constructor(
+    readonly total: number,
+    readonly out: NodeJS.WriteStream = process.stderr,
+    enabled = true,
+  ) {
+    this.bar = enabled && out.isTTY
+      ? new SingleBar({ format: 'GRPO {bar} {value}/{total} | reward {reward} | kl {kl} | {sps}s/step', stream: out, hideCursor: true, clearOnComplete: false }, undefined)
+      : null;
+  }
+
+  start(from: number): void {
+    this.bar?.start(this.total, from, { reward: '-', kl: '-', sps: '-' });
+  }
+
+  update(m: StepMetrics, log: (line: string) => void): void {
+    const secs = PHASES.reduce((s, p) => s + m.seconds[p], 0);
+    if (this.bar) this.bar.update(m.step, { reward: fmt(m.rewardMean), kl: fmt(m.kl, 4), sps: fmt(secs, 2) });
+    else log(stepLine(m, this.total));
+  }
+
+  stop(): void {
+    this.bar?.stop();
+  }
+}
+
+/** The final summary: mean seconds per phase and share of the step, reward first → last. */
+export function summaryTable(steps: readonly StepMetrics[]): string {
+  if (steps.length === 0) return 'no steps ran';
+  const table = new Table({ head: ['phase', 'mean s/step', 'share'] });
+  const totals = PHASES.map((p) => steps.reduce((s, m) => s + m.seconds[p], 0) / steps.length);
+  const all = totals.reduce((a, b) => a + b, 0);
+  PHASES.forEach((p, i) => table.push([p, totals[i]!.toFixed(3), `${((100 * totals[i]!) / (all || 1)).toFixed(1)}%`]));
+  table.push(['total', all.toFixed(3), '100%']);
+  const first = steps[0]!, last = steps[steps.length - 1]!;
+  const sync = steps.filter((m) => m.syncBytes > 0);
+  const gbs = sync.length ? sync.reduce((s, m) => s + m.syncGBs, 0) / sync.length : 0;
+  return `${table.toString()}\nreward ${fmt(first.rewardMean)} (step ${first.step}) -> ${fmt(last.rewardMean)} (step ${last.step}); weight sync ${fmt(gbs, 2)} GB/s mean`;
+}
