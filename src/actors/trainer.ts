@@ -16,7 +16,10 @@
 import type { Communicator } from '../runtime/comm.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/rank-context.js';
+import { Tensor } from '../runtime/device-index.js';
 import type { HostParam } from '../model/param-store.js';
+import { grpoLoss, type GrpoBatchData, type GrpoLossOptions } from '../grpo/loss.js';
+import { tokenLogprobs } from '../grpo/logprob-op.js';
 import { loadCheckpoint, saveCheckpoint } from '../train/checkpoint.js';
 import { parseTrainerConfig, type TrainerConfig, type TrainerConfigInput } from '../train/config.js';
 import { commMillis } from '../train/comm-time.js';
@@ -26,6 +29,8 @@ import type { LossFn, StateKind, TrainBatch, TrainStrategy } from '../train/stra
 export interface TrainStepResult {
   loss: number;
   tokens: number;
+  /** The loss's stats summed over data-parallel ranks (GRPO: clipped tokens, KL, ...). */
+  stats?: Record<string, number>;
   /** Global gradient norm before clipping. */
   gradNorm: number;
   lr: number;
@@ -79,7 +84,34 @@ export class TrainerActor {
     await this.ctx.device.defaultStream.synchronize();
     const t3 = performance.now();
     const comm = opts.measureComm ? commMillis(s.communicators ?? [this.#comm!], wall0, Date.now()) : NaN;
-    return { loss: r.loss, tokens: r.tokens, gradNorm, lr, step: s.optimizerSteps, ms: { forwardBackward: t1 - t0, clip: t2 - t1, optimizer: t3 - t2, total: t3 - t0, comm } };
+    return { loss: r.loss, tokens: r.tokens, ...(r.stats ? { stats: r.stats } : {}), gradNorm, lr, step: s.optimizerSteps, ms: { forwardBackward: t1 - t0, clip: t2 - t1, optimizer: t3 - t2, total: t3 - t0, comm } };
+  }
+
+  /** One GRPO optimizer step: the clipped-surrogate loss (src/grpo/loss.ts) built on this rank. */
+  async grpoStep(batch: TrainBatch, data: GrpoBatchData, opts: GrpoLossOptions & { lr?: number }): Promise<TrainStepResult> {
+    return this.trainStep(batch, { lr: opts.lr, loss: grpoLoss(data, opts), measureComm: false });
+  }
+
+  /**
+   * Log-probs of the target tokens of `batch` under the current weights and
+   * `temperature` (0 where the target is IGNORE_INDEX), for this rank's data-parallel
+   * rows: the controller assembles the global [B·S] array from the ranks' pieces.
+   * Runs a forward and a zero-seeded backward (the strategies have no forward-only
+   * path yet); gradients are zeroed after.
+   */
+  async computeLogprobs(batch: TrainBatch, temperature = 1): Promise<{ row0: number; rows: number; logprobs: Float32Array }> {
+    const s = this.strategy;
+    let out: { row0: number; rows: number; logprobs: Float32Array } | null = null;
+    const capture: LossFn = async (tape, logits, rows) => {
+      const tgt = tape.own(Tensor.fromArray(logits.value.device, rows.targets, [rows.targets.length], { stream: tape.stream }));
+      const lp = tokenLogprobs(tape, logits, tgt, temperature);
+      out = { row0: rows.row0, rows: rows.rows, logprobs: (await lp.value.toArray({ stream: tape.stream })) as Float32Array };
+      return { perToken: lp, weights: new Float32Array(lp.value.numel) };
+    };
+    s.zeroGrad();
+    await s.forwardBackward(batch, capture);
+    s.zeroGrad();
+    return out!;
   }
 
   /** Full HF-named state on every rank (tests, weight export). */
