@@ -9,3 +9,4 @@ export {
 } from './checkpoint.js';
 export { TrainerConfigSchema, OptimizerConfigSchema, parseTrainerConfig, type TrainerConfig, type TrainerConfigInput } from './config.js';
 export { createStrategy, modelConfigPath, readHfWeights, type StrategyContext } from './factory.js';
+export * from './megatron/index.js';

@@ -1,0 +1,321 @@
+/**
+ * The `megatron` training strategy: tensor parallel (tp), expert parallel (ep) and
+ * data parallel (dp) over a DeviceMesh ['dp', 'tp'] (rank = d·tp + t), holding its
+ * parameters under Megatron-Core names and layouts (bridge.ts).
+ *
+ * - TP: linear_qkv / linear_fc1 column parallel, linear_proj / linear_fc2 row parallel
+ *   (model.ts). DEVIATION from Megatron: the embedding and output layer are replicated
+ *   over tp (not vocab-parallel), so logits are full-vocabulary on every rank.
+ * - EP: experts sharded over an ep group (ranks with the same t whose d share
+ *   floor(d / ep); ep coordinate d % ep), expert tensor parallel = 1, so experts and
+ *   the router are replicated over tp; all-to-all token dispatch with one host read of
+ *   the token counts per MoE layer (expert-parallel.ts).
+ * - DP: each rank computes its dp share of the global batch (rows.ts localRows);
+ *   dense gradients are all-reduced over dp as one flat bucket, expert gradients over
+ *   the dp/ep ranks holding the same experts (units.ts).
+ * - TP-replicated parameters (norms, embedding, output layer, router, experts) get
+ *   identical gradients on every TP rank by construction (the inputs of their ops are
+ *   identical and copyToTp sums the partial input gradients); q/k layernorms, whose
+ *   gradients are partial per TP rank, are summed over tp (model.ts).
+ */
+import { axpy, copy, fill, Tensor, type Stream } from '../../runtime/device-index.js';
+import type { Communicator } from '../../runtime/comm.js';
+import { InvalidArgumentError } from '../../runtime/errors.js';
+import { patchImpl } from '../../runtime/patches.js';
+import { DeviceMesh } from '../../parallel/device-mesh.js';
+import { Tape, Var } from '../../model/autograd.js';
+import type { ModelConfig } from '../../model/config.js';
+import * as K from '../../model/kernels/index.js';
+import type { AdamWHyper, HostParam } from '../../model/param-store.js';
+import { uploadBatch } from '../../model/qwen3.js';
+import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
+import { crossEntropyLoss, localRows, weightedSum, weightedTokens } from '../rows.js';
+import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
+import { expertNames, hfToMegatron, megatronSpecs, megatronToHf, tpGather, tpLocalShape, tpSlice } from './bridge.js';
+import { PendingComms } from './comm-ops.js';
+import { checkParallelSizes, layoutName, type ParallelSizes } from './layout.js';
+import { MegatronModel, type ParallelLinearHook } from './model.js';
+import { GradBuckets, stackExperts, type Unit } from './units.js';
+import { splitViews } from './views.js';
+
+export interface MegatronOptions {
+  /** The world communicator (every rank calls create with the same options). */
+  comm: Communicator;
+  cfg: ModelConfig;
+  /** Full HF-named host parameters, fused experts (like SingleDeviceStrategy.create). */
+  params: ReadonlyMap<string, HostParam>;
+  tp?: number;
+  /** Default: world size / tp. */
+  dp?: number;
+  /** Expert-parallel size; divides dp and the number of experts. Default 1. */
+  ep?: number;
+  /** Optional replacement of the parallel linears (LoRA). */
+  linearHook?: ParallelLinearHook;
+}
+
+export class MegatronStrategy implements TrainStrategy {
+  readonly kind = 'megatron' as const;
+  readonly layout: string;
+  readonly ranks: number;
+  readonly model: MegatronModel;
+  private readonly byName = new Map<string, Unit>();
+  private readonly grads: GradBuckets;
+  private readonly pending = new PendingComms();
+  private step = 0;
+
+  private constructor(
+    readonly cfg: ModelConfig,
+    readonly sizes: ParallelSizes,
+    readonly mesh: DeviceMesh,
+    /** Experts' group and the group of ranks replicating the same experts. */
+    private readonly epComm: Communicator,
+    private readonly edpComm: Communicator,
+    private readonly units: Unit[],
+    linearHook: ParallelLinearHook | undefined,
+  ) {
+    this.layout = layoutName(sizes);
+    this.ranks = sizes.tp * sizes.dp;
+    for (const u of units) this.byName.set(u.name, u);
+    this.grads = new GradBuckets(mesh.device, units, this.stream);
+    this.model = new MegatronModel(cfg, {
+      param: (name) => this.unit(name).var,
+      experts: (layer) => ({ fc1: this.unit(expertUnitName(layer, 'fc1')).var, fc2: this.unit(expertUnitName(layer, 'fc2')).var }),
+    }, { tp: mesh.comm('tp'), ep: epComm, pending: this.pending }, linearHook);
+  }
+
+  /** Collective over `comm`: builds the mesh and groups, and uploads this rank's shards. */
+  static async create(o: MegatronOptions): Promise<MegatronStrategy> {
+    const sizes = checkParallelSizes(o.cfg, o.comm.size, o);
+    const full = hfToMegatron(o.cfg, o.params); // validates names and shapes before any collective
+    const mesh = await DeviceMesh.create(o.comm, { shape: [sizes.dp, sizes.tp], names: ['dp', 'tp'] });
+    const [d, t] = mesh.coordinate as [number, number];
+    const { tp, ep } = sizes;
+    const epComm = (await o.comm.split(Math.floor(d / ep) * tp + t, d % ep))!;
+    const edpComm = (await o.comm.split((d % ep) * tp + t, Math.floor(d / ep)))!;
+    const stream = o.comm.device.defaultStream;
+    const units: Unit[] = [];
+    const upload = (data: Float32Array, shape: readonly number[], name: string) => new Var(Tensor.fromArray(o.comm.device, data, shape, { stream }), true, name);
+    const E = o.cfg.moe?.numExperts ?? 0;
+    const El = E / ep;
+    for (const spec of megatronSpecs(o.cfg)) {
+      if (spec.expert !== undefined) {
+        if (spec.expert !== 0) continue;
+        for (const fc of ['fc1', 'fc2'] as const) {
+          const name = expertUnitName(spec.layer!, fc);
+          const shape = [El, ...full.get(expertNames(spec.layer!, 0)[fc])!.shape];
+          units.push({ name, group: 'expert', expert: { layer: spec.layer!, fc }, var: upload(stackExperts(full, spec.layer!, fc, (d % ep) * El, El), shape, name), grad: undefined! });
+        }
+        continue;
+      }
+      const local = tpSlice(spec, full.get(spec.name)!, tp, t);
+      units.push({ name: spec.name, group: 'dense', spec, var: upload(local.data, local.shape, spec.name), grad: undefined! });
+    }
+    return new MegatronStrategy(o.cfg, sizes, mesh, epComm, edpComm, units, o.linearHook);
+  }
+
+  get optimizerSteps(): number {
+    return this.step;
+  }
+
+  private get stream(): Stream {
+    return this.mesh.device.defaultStream;
+  }
+
+  private get tpRank(): number {
+    return this.mesh.coordinate[1]!;
+  }
+
+  private get dpRank(): number {
+    return this.mesh.coordinate[0]!;
+  }
+
+  private unit(name: string): Unit {
+    const u = this.byName.get(name);
+    if (!u) throw new InvalidArgumentError(`MegatronStrategy: no local parameter named ${name}.`, { name });
+    return u;
+  }
+
+  /** This rank's tensors by local Megatron name (experts with local indices, as views); `kind` 'grads' gives the accumulated gradients. */
+  localTensors(kind: 'params' | 'grads' = 'params'): Map<string, Tensor> {
+    const out = new Map<string, Tensor>();
+    for (const u of this.units) {
+      const t = kind === 'params' ? u.var.value : u.grad;
+      if (u.group === 'dense') out.set(u.name, t);
+      else {
+        const El = t.shape[0]!;
+        splitViews(t, Array.from({ length: El }, () => t.shape.slice(1))).forEach((v, e) => out.set(expertNames(u.expert!.layer, e)[u.expert!.fc], v));
+      }
+    }
+    return out;
+  }
+
+  async forwardBackward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
+    const rows = localRows(batch, this.sizes.dp, this.dpRank);
+    const { stream } = this;
+    const device = this.mesh.device;
+    const tape = new Tape({ stream, impl: patchImpl });
+    try {
+      this.grads.zeroStep(stream);
+      const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream);
+      tape.own(b.ids);
+      tape.own(b.positions);
+      const logits = await this.model.forward(tape, b);
+      const terms = await loss(tape, logits, rows, batch);
+      const { perToken, weights } = terms;
+      tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
+      // One all-reduce per gradient bucket, then accumulate.
+      for (const [group, comm] of [['dense', this.mesh.comm('dp')], ['expert', this.edpComm]] as const) {
+        const step = this.grads.step.get(group);
+        if (!step) continue;
+        if (comm.size > 1) this.pending.track(comm.allReduce(step, step, 'sum', stream));
+        axpy(this.grads.acc.get(group)!, 1, step, { stream });
+      }
+      const value = terms.value ?? weightedSum((await perToken.value.toArray({ stream })) as Float32Array, weights);
+      const statKeys = Object.keys(terms.stats ?? {});
+      const local = new Float32Array([value, weightedTokens(weights), ...statKeys.map((k) => terms.stats![k]!)]);
+      let global: Float32Array = local;
+      const dp = this.mesh.comm('dp');
+      if (dp.size > 1) {
+        const t = tape.own(Tensor.fromArray(device, local, [local.length], { stream }));
+        this.pending.track(dp.allReduce(t, t, 'sum', stream));
+        global = (await t.toArray({ stream })) as Float32Array;
+      }
+      await this.pending.settle();
+      const stats = statKeys.length ? Object.fromEntries(statKeys.map((k, i) => [k, global[2 + i]!])) : undefined;
+      return { loss: global[0]!, tokens: Math.round(global[1]!), ...(stats ? { stats } : {}) };
+    } finally {
+      await this.pending.settle().catch(() => undefined);
+      tape.release();
+    }
+  }
+
+  zeroGrad(): void {
+    this.grads.zeroAcc(this.stream);
+  }
+
+  /**
+   * Σ g² over what this rank uniquely owns, all-reduced over the world: TP shards on
+   * dp rank 0, TP-replicated tensors on dp rank 0 / tp rank 0, experts on tp rank 0
+   * of the first expert-data-parallel replica.
+   */
+  async clipGradNorm(maxNorm: number | null): Promise<number> {
+    const { stream } = this;
+    const d = this.dpRank, t = this.tpRank;
+    const counted = this.units.filter((u) => {
+      if (u.group === 'expert') return t === 0 && Math.floor(d / this.sizes.ep) === 0;
+      return d === 0 && (u.spec!.tp !== 'replicated' || t === 0);
+    });
+    const ss = sumSquares(counted.map((u) => u.grad), stream) ?? Tensor.zeros(this.mesh.device, [1, 1], 'fp32', { stream });
+    try {
+      if (this.ranks > 1) await this.mesh.parent.allReduce(ss, ss, 'sum', stream);
+      const norm = Math.sqrt(((await ss.toArray({ stream })) as Float32Array)[0]!);
+      const coef = clipCoefficient(norm, maxNorm);
+      for (const g of this.grads.acc.values()) scaleInPlace(g, coef, stream);
+      return norm;
+    } finally {
+      ss.release();
+    }
+  }
+
+  optimizerStep(hp: AdamWHyper): void {
+    const { stream } = this;
+    this.step++;
+    for (const u of this.units) {
+      const shape = u.var.value.shape;
+      u.m ??= Tensor.zeros(this.mesh.device, shape, 'fp32', { stream });
+      u.v ??= Tensor.zeros(this.mesh.device, shape, 'fp32', { stream });
+      K.adamw(u.var.value, u.grad, u.m, u.v, { ...hp, step: this.step, stream });
+    }
+  }
+
+  /** Full HF-named state (fused experts) on every rank: TP shards all-gathered over tp, experts over ep, then the bridge. */
+  async gatherState(kind: StateKind): Promise<Map<string, HostParam>> {
+    const { stream } = this;
+    const pick = (u: Unit): Tensor | undefined => (kind === 'params' ? u.var.value : kind === 'grads' ? u.grad : kind === 'exp_avg' ? u.m : u.v);
+    if (this.units.some((u) => pick(u) === undefined)) return new Map(); // no optimizer state yet
+    const read = async (t: Tensor) => (await t.toArray({ stream })) as Float32Array;
+    const gather = async (t: Tensor, comm: Communicator): Promise<Float32Array> => {
+      if (comm.size === 1) return read(t);
+      const all = Tensor.empty(t.device, [comm.size * t.numel], 'fp32');
+      try {
+        this.pending.track(comm.allGather(t, all, stream));
+        const host = await read(all);
+        await this.pending.settle();
+        return host;
+      } finally {
+        all.release();
+      }
+    };
+    const full = new Map<string, HostParam>();
+    const tp = this.mesh.comm('tp');
+    for (const u of this.units) {
+      const t = pick(u)!;
+      if (u.group === 'dense') {
+        const spec = u.spec!;
+        if (spec.tp === 'replicated') full.set(spec.name, { shape: spec.shape, data: await read(t) });
+        else {
+          const all = await gather(t, tp);
+          const n = t.numel;
+          const shards = Array.from({ length: tp.size }, (_, q) => ({ shape: tpLocalShape(spec, tp.size), data: all.subarray(q * n, (q + 1) * n) }));
+          full.set(spec.name, tpGather(spec, shards));
+        }
+      } else {
+        const all = await gather(t, this.epComm);
+        const per = t.numel / t.shape[0]!;
+        const shape = t.shape.slice(1);
+        const E = this.cfg.moe!.numExperts;
+        for (let e = 0; e < E; e++) full.set(expertNames(u.expert!.layer, e)[u.expert!.fc], { shape, data: all.slice(e * per, (e + 1) * per) });
+      }
+    }
+    return megatronToHf(this.cfg, full);
+  }
+
+  /** Full HF state → this rank's shards (and AdamW moments when given), through the bridge. */
+  async loadState(state: FullState): Promise<void> {
+    const { stream } = this;
+    const params = hfToMegatron(this.cfg, state.params);
+    const opt = state.optimizer;
+    const moments = opt && opt.expAvg.size + opt.expAvgSq.size > 0 ? [hfToMegatron(this.cfg, opt.expAvg), hfToMegatron(this.cfg, opt.expAvgSq)] : null;
+    const El = this.cfg.moe ? this.cfg.moe.numExperts / this.sizes.ep : 0;
+    const first = (this.dpRank % this.sizes.ep) * El;
+    const localOf = (u: Unit, full: Map<string, HostParam>): Float32Array =>
+      u.group === 'dense' ? tpSlice(u.spec!, full.get(u.name)!, this.sizes.tp, this.tpRank).data : stackExperts(full, u.expert!.layer, u.expert!.fc, first, El);
+    const write = (dst: Tensor, data: Float32Array) => {
+      const t = Tensor.fromArray(this.mesh.device, data, dst.shape, { stream });
+      copy(dst, t, { stream });
+      t.release();
+    };
+    for (const u of this.units) {
+      write(u.var.value, localOf(u, params));
+      if (!opt) continue;
+      u.m ??= Tensor.zeros(this.mesh.device, u.var.value.shape, 'fp32', { stream });
+      u.v ??= Tensor.zeros(this.mesh.device, u.var.value.shape, 'fp32', { stream });
+      if (moments) {
+        write(u.m, localOf(u, moments[0]!));
+        write(u.v, localOf(u, moments[1]!));
+      } else {
+        fill(u.m, 0, { stream });
+        fill(u.v, 0, { stream });
+      }
+    }
+    if (opt) this.step = opt.step;
+    await stream.synchronize();
+  }
+
+  release(): void {
+    for (const u of this.units) {
+      u.var.value.release();
+      u.m?.release();
+      u.v?.release();
+    }
+    this.grads.release();
+    this.epComm.destroy();
+    this.edpComm.destroy();
+    this.mesh.destroy();
+  }
+}
+
+/** The unit name of one MoE layer's stacked local experts. */
+export function expertUnitName(layer: number, fc: 'fc1' | 'fc2'): string {
+  return `decoder.layers.${layer}.mlp.experts.linear_fc${fc === 'fc1' ? 1 : 2}`;
+}
