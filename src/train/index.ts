@@ -2,4 +2,4 @@
 export * from './strategy.js';
 export { checkBatch, localRows, targetTokens, crossEntropyLoss } from './rows.js';
 export { sumSquares, scaleInPlace, clipCoefficient } from './grad-norm.js';
-export { SingleDeviceStrategy } from './single.js';
+export { SingleDeviceStrategy, type SingleLoraOptions } from './single.js';
