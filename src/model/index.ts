@@ -28,3 +28,9 @@ export { Qwen3Model, uploadBatch, type Batch as ModelBatch } from './qwen3.js';
 export { SupervisedTrainer, cosineLr, initialParams, type StepResult } from './sft.js';
 export * as kernels from './kernels/index.js';
 export * as functional from './functional.js';
+export {
+  LORA_MODULES, LORA_MODULE_NAMES, LoraConfigSchema, parseLoraConfig, resolveLoraTargets,
+  type LoraModule, type LoraConfig, type LoraConfigInput, type LoraTarget,
+} from './lora-config.js';
+export { LoraAdapters, LoraHooks, loraParamSpecs, loraStepSeed, type LoraParamSpec, type ParamLookup, type TensorLookup } from './lora.js';
+export { dropoutMask as loraDropoutMask } from './lora-ops.js';

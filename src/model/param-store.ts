@@ -56,6 +56,23 @@ export class ParamStore {
     return store;
   }
 
+  /**
+   * Adds parameters that are not the model's own (LoRA adapters) from host arrays. Names
+   * must be new; they train unless setTrainable() says otherwise.
+   */
+  addParams(host: ReadonlyMap<string, HostParam>, stream: Stream): void {
+    const clash = [...host.keys()].filter((n) => this.vars.has(n));
+    if (clash.length) throw new InvalidArgumentError(`addParams(): parameters [${clash.slice(0, 5).join(', ')}] already exist in this store.`, { clash });
+    for (const [name, p] of host) {
+      const n = p.shape.reduce((a, b) => a * b, 1);
+      if (p.data.length !== n) throw new InvalidArgumentError(`addParams(): ${name} has ${p.data.length} values but shape [${p.shape.join(', ')}] needs ${n}.`, { name });
+    }
+    for (const [name, p] of host) {
+      const trainable = this.trainable === null || this.trainable.has(name);
+      this.vars.set(name, new Var(Tensor.fromArray(this.device, p.data, p.shape, { stream }), trainable, name));
+    }
+  }
+
   get(name: string): Var {
     const v = this.vars.get(name);
     if (!v) throw new InvalidArgumentError(`No parameter named ${name}.`, { name });

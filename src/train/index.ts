@@ -2,7 +2,6 @@
 export * from './strategy.js';
 export { checkBatch, localRows, targetTokens, crossEntropyLoss } from './rows.js';
 export { sumSquares, scaleInPlace, clipCoefficient } from './grad-norm.js';
-export { SingleDeviceStrategy } from './single.js';
 export {
   saveCheckpoint, loadCheckpoint, latestCheckpoint, stepDirName, TRAIN_STATE_FILE, LATEST_FILE, CHECKPOINT_FORMAT,
   type SaveOptions, type LoadOptions, type LoadedCheckpoint, type TrainerStateFile,
@@ -10,3 +9,4 @@ export {
 export { TrainerConfigSchema, OptimizerConfigSchema, parseTrainerConfig, type TrainerConfig, type TrainerConfigInput } from './config.js';
 export { createStrategy, modelConfigPath, readHfWeights, type StrategyContext } from './factory.js';
 export * from './megatron/index.js';
+export { SingleDeviceStrategy, type SingleLoraOptions } from './single.js';

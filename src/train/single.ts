@@ -9,26 +9,56 @@ import { Tape } from '../model/autograd.js';
 import type { ModelConfig } from '../model/config.js';
 import { ParamStore, type AdamWHyper, type HostParam } from '../model/param-store.js';
 import { Qwen3Model, uploadBatch } from '../model/qwen3.js';
+import { LoraAdapters, loraStepSeed, type LoraHooks } from '../model/lora.js';
+import type { LoraConfigInput } from '../model/lora-config.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from './grad-norm.js';
 import { crossEntropyLoss, localRows, weightedSum, weightedTokens } from './rows.js';
 import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from './strategy.js';
+
+/** LoRA on the single-device path: only the adapters train; base weights stay frozen. */
+export interface SingleLoraOptions {
+  config: LoraConfigInput;
+  /** Adapter parameters by name (default: PEFT init from config.seed). */
+  params?: ReadonlyMap<string, HostParam>;
+}
 
 export class SingleDeviceStrategy implements TrainStrategy {
   readonly kind = 'single' as const;
   readonly layout = 'single';
   readonly ranks = 1;
   readonly model: Qwen3Model;
+  /** The LoRA adapters (and their hooks) when created with `lora`. */
+  readonly lora: { adapters: LoraAdapters; hooks: LoraHooks } | undefined;
+  /** forwardBackward calls since the last optimizer step (the dropout seed's micro-batch index). */
+  private micro = 0;
 
   private constructor(
     readonly cfg: ModelConfig,
     readonly device: Device,
     readonly store: ParamStore,
+    lora?: SingleLoraOptions,
   ) {
-    this.model = new Qwen3Model(cfg, store);
+    if (lora) {
+      const adapters = new LoraAdapters(cfg, lora.config);
+      adapters.attach(store, device.defaultStream, lora.params);
+      this.lora = { adapters, hooks: adapters.hooks((_tape, name) => store.get(name)) };
+    }
+    this.model = new Qwen3Model(cfg, store, this.lora?.hooks);
   }
 
-  static create(cfg: ModelConfig, device: Device, params: ReadonlyMap<string, HostParam>): SingleDeviceStrategy {
-    return new SingleDeviceStrategy(cfg, device, ParamStore.fromHost(cfg, device, params, device.defaultStream));
+  /**
+   * `opts.lora` adds LoRA adapters (HF-PEFT names, in gatherState / loadState too) and
+   * freezes the base weights; dropout masks are seeded per forward from (config.seed,
+   * optimizer step, micro-batch index), so a resumed run reproduces them.
+   */
+  static create(cfg: ModelConfig, device: Device, params: ReadonlyMap<string, HostParam>, opts: { lora?: SingleLoraOptions } = {}): SingleDeviceStrategy {
+    const store = ParamStore.fromHost(cfg, device, params, device.defaultStream);
+    try {
+      return new SingleDeviceStrategy(cfg, device, store, opts.lora);
+    } catch (e) {
+      store.release();
+      throw e;
+    }
   }
 
   get optimizerSteps(): number {
@@ -43,6 +73,7 @@ export class SingleDeviceStrategy implements TrainStrategy {
     const rows = localRows(batch, 1, 0);
     const { stream, device } = this;
     const tape = new Tape({ stream, impl: patchImpl });
+    if (this.lora) this.lora.hooks.dropoutSeed = loraStepSeed(this.lora.adapters.config.seed, this.store.stepCount, this.micro++);
     try {
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream);
       tape.own(b.ids);
@@ -75,6 +106,7 @@ export class SingleDeviceStrategy implements TrainStrategy {
 
   optimizerStep(hp: AdamWHyper): void {
     this.store.adamw(hp, this.stream);
+    this.micro = 0;
   }
 
   async gatherState(kind: StateKind): Promise<Map<string, HostParam>> {
@@ -83,6 +115,7 @@ export class SingleDeviceStrategy implements TrainStrategy {
 
   async loadState(state: FullState): Promise<void> {
     this.store.loadHost(state, this.stream);
+    this.micro = 0;
     await this.stream.synchronize();
   }
 
