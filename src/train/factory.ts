@@ -14,6 +14,7 @@ import type { HostParam } from '../model/param-store.js';
 import { convertExpertLayout, detectExpertLayout } from '../model/params.js';
 import { initialParams } from '../model/sft.js';
 import type { TrainerConfig } from './config.js';
+import { MegatronStrategy } from './megatron/strategy.js';
 import { SingleDeviceStrategy } from './single.js';
 import type { TrainStrategy } from './strategy.js';
 
@@ -52,6 +53,8 @@ export async function createStrategy(config: TrainerConfig, ctx: StrategyContext
     case 'single':
       if (n !== 1) throw new ConfigError(`strategy 'single' trains on one rank but the trainer group has ${n}. HINT: use 'fsdp2' or 'megatron' for several ranks.`, { ranks: n });
       return SingleDeviceStrategy.create(cfg, ctx.device, params);
+    case 'megatron':
+      return MegatronStrategy.create({ comm: ctx.comm, cfg, params, tp: config.tp, dp: config.dp, ep: config.ep });
     default:
       throw new ConfigError(`strategy '${config.strategy}' is not available in this build.`);
   }
