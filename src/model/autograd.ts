@@ -23,7 +23,12 @@ export class Var {
   node: Node | undefined;
 
   constructor(
-    readonly value: Tensor,
+    /**
+     * The Var's tensor. Backward closures read it at backward time, so an owner may
+     * swap in a re-materialised tensor of the same shape between forward and backward
+     * (FSDP2 frees gathered parameters after forward and re-gathers them for backward).
+     */
+    public value: Tensor,
     /** Leaves: set by the owner (parameters). Non-leaves: set by the tape when an input requires grad. */
     public requiresGrad = false,
     readonly name = '',

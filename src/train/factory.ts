@@ -14,6 +14,7 @@ import type { HostParam } from '../model/param-store.js';
 import { convertExpertLayout, detectExpertLayout } from '../model/params.js';
 import { initialParams } from '../model/sft.js';
 import type { TrainerConfig } from './config.js';
+import { Fsdp2Strategy } from './fsdp2/strategy.js';
 import { MegatronStrategy } from './megatron/strategy.js';
 import { SingleDeviceStrategy } from './single.js';
 import type { TrainStrategy } from './strategy.js';
@@ -53,6 +54,9 @@ export async function createStrategy(config: TrainerConfig, ctx: StrategyContext
     case 'single':
       if (n !== 1) throw new ConfigError(`strategy 'single' trains on one rank but the trainer group has ${n}. HINT: use 'fsdp2' or 'megatron' for several ranks.`, { ranks: n });
       return SingleDeviceStrategy.create(cfg, ctx.device, params);
+    case 'fsdp2':
+      if (config.tp !== 1 || config.ep !== 1) throw new ConfigError(`strategy 'fsdp2' shards over data parallel only; tp and ep must be 1 (got tp=${config.tp}, ep=${config.ep}). HINT: use 'megatron' for tensor or expert parallelism.`);
+      return Fsdp2Strategy.create({ comm: ctx.comm, cfg, params });
     case 'megatron':
       return MegatronStrategy.create({ comm: ctx.comm, cfg, params, tp: config.tp, dp: config.dp, ep: config.ep });
     default:

@@ -3,7 +3,7 @@
  * (g·gᵀ, fp32 accumulation) and in-place scaling. A strategy sums the squares of what
  * it owns, all-reduces that one number over its ranks and reads it once on the host.
  */
-import { add, axpy, matmul, type Stream, type Tensor } from '../runtime/device-index.js';
+import { add, copy, matmul, scale, type Stream, type Tensor } from '../runtime/device-index.js';
 
 /** Σ over `tensors` of Σ g², as a [1, 1] fp32 tensor on the stream (caller releases). */
 export function sumSquares(tensors: readonly Tensor[], stream: Stream): Tensor | null {
@@ -23,10 +23,12 @@ export function sumSquares(tensors: readonly Tensor[], stream: Stream): Tensor |
   return acc;
 }
 
-/** g ← coef · g in place. */
+/** g ← coef · g (one rounding: scaled into a temporary, copied back). */
 export function scaleInPlace(g: Tensor, coef: number, stream: Stream): void {
   if (coef === 1 || g.numel === 0) return;
-  axpy(g, coef - 1, g, { stream });
+  const t = scale(g, coef, { stream });
+  copy(g, t, { stream });
+  t.release();
 }
 
 /** The clip coefficient torch.nn.utils.clip_grad_norm_ applies for a total norm. */

@@ -57,6 +57,10 @@ export class MegatronStrategy implements TrainStrategy {
   readonly kind = 'megatron' as const;
   readonly layout: string;
   readonly ranks: number;
+
+  get communicators(): readonly Communicator[] {
+    return [this.mesh.parent, this.mesh.comm('dp'), this.mesh.comm('tp'), this.epComm, this.edpComm];
+  }
   readonly model: MegatronModel;
   private readonly byName = new Map<string, Unit>();
   private readonly grads: GradBuckets;

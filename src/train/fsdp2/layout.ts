@@ -1,0 +1,147 @@
+/**
+ * FSDP2 shard layout (host-side arithmetic only, no device work).
+ *
+ * Every parameter is sharded on dim 0 over the `dp` ranks with torch.chunk semantics
+ * (ceil-sized chunks; trailing chunks smaller or EMPTY), each chunk padded to the
+ * ceil size so every rank holds the same number of elements. The parameters of one
+ * FSDP unit (the embedding, one decoder layer, the final norm + LM head) are packed
+ * into one flat per-rank shard:
+ *
+ *   shard (this rank, S elements)  = [p0 chunk r | p1 chunk r | ...], each padded to c_p
+ *   all-gathered (dp·S, rank-major) = [rank 0 shard | rank 1 shard | ...]
+ *   unsharded (dp·S, param-major)   = [p0 padded full (dp·c_p) | p1 padded full | ...]
+ *
+ * so one all-gather (and one reduce-scatter) per unit moves equal-sized pieces, and
+ * each parameter's full tensor is the first d0 rows of its padded-full region.
+ */
+import { InvalidArgumentError } from '../../runtime/errors.js';
+import type { ModelConfig } from '../../model/config.js';
+import type { HostParam } from '../../model/param-store.js';
+import { paramSpecs } from '../../model/params.js';
+import type { ModelBlock } from '../../model/qwen3.js';
+import { chunkRange, chunkSize } from '../../parallel/placement.js';
+
+export interface FlatParam {
+  name: string;
+  shape: readonly number[];
+  /** Elements of one dim-0 row (1 for a vector). */
+  rowNumel: number;
+  /** ceil(d0 / dp): rows every rank's (padded) chunk holds. */
+  chunkRows: number;
+  /** chunkRows · rowNumel: elements of one padded chunk. */
+  chunk: number;
+  /** Element offset of this parameter's chunk inside a rank's flat shard. */
+  offset: number;
+}
+
+export interface FlatUnit {
+  /** 'embed', 'layer.N' or 'head'. */
+  key: string;
+  params: FlatParam[];
+  /** Elements of one rank's flat shard (sum of padded chunks). */
+  shardNumel: number;
+}
+
+export interface FlatLayout {
+  dp: number;
+  units: FlatUnit[];
+  /** Unit of each parameter name. */
+  unitOf: Map<string, FlatUnit>;
+  /** Largest dp·S over the units (size of one gather slot). */
+  maxGatheredNumel: number;
+}
+
+const numel = (shape: readonly number[]) => shape.reduce((a, b) => a * b, 1);
+
+function unitKeyOf(name: string): string {
+  const m = /^model\.layers\.(\d+)\./.exec(name);
+  if (m) return `layer.${m[1]}`;
+  return name === 'model.embed_tokens.weight' ? 'embed' : 'head';
+}
+
+/** The flat-shard layout of `cfg`'s parameters (HF names, fused experts) over `dp` ranks. */
+export function planLayout(cfg: ModelConfig, dp: number): FlatLayout {
+  const units = new Map<string, FlatUnit>();
+  const unitOf = new Map<string, FlatUnit>();
+  for (const spec of paramSpecs(cfg, { expertLayout: 'fused' })) {
+    const key = unitKeyOf(spec.name);
+    let u = units.get(key);
+    if (!u) units.set(key, (u = { key, params: [], shardNumel: 0 }));
+    const rowNumel = numel(spec.shape.slice(1));
+    const chunkRows = chunkSize(spec.shape[0]!, dp);
+    const p: FlatParam = { name: spec.name, shape: spec.shape, rowNumel, chunkRows, chunk: chunkRows * rowNumel, offset: u.shardNumel };
+    u.params.push(p);
+    u.shardNumel += p.chunk;
+    unitOf.set(spec.name, u);
+  }
+  const list = [...units.values()];
+  return { dp, units: list, unitOf, maxGatheredNumel: Math.max(...list.map((u) => dp * u.shardNumel)) };
+}
+
+/** The units a model block needs gathered: its own, plus the embedding for a tied LM head. */
+export function blockUnits(layout: FlatLayout, cfg: ModelConfig, block: ModelBlock): FlatUnit[] {
+  const byKey = (k: string) => layout.units.find((u) => u.key === k)!;
+  switch (block.kind) {
+    case 'embed': return [byKey('embed')];
+    case 'layer': return [byKey(`layer.${block.index}`)];
+    case 'head': return cfg.tieWordEmbeddings ? [byKey('head'), byKey('embed')] : [byKey('head')];
+  }
+}
+
+/**
+ * Checks full host parameters against the config: every name present, none extra,
+ * every shape right. Returns the problems (empty when fine), each naming the parameter.
+ */
+export function paramProblems(layout: FlatLayout, host: ReadonlyMap<string, HostParam>, what = 'parameter'): string[] {
+  const problems: string[] = [];
+  const missing = [...layout.unitOf.keys()].filter((n) => !host.has(n));
+  const extra = [...host.keys()].filter((n) => !layout.unitOf.has(n));
+  const list = (xs: string[]) => xs.slice(0, 5).join(', ') + (xs.length > 5 ? `, … (${xs.length} in all)` : '');
+  if (missing.length) problems.push(`missing ${what}s [${list(missing)}]`);
+  if (extra.length) problems.push(`unexpected ${what}s [${list(extra)}]`);
+  for (const u of layout.units) {
+    for (const p of u.params) {
+      const h = host.get(p.name);
+      if (!h) continue;
+      if (h.shape.length !== p.shape.length || h.shape.some((d, i) => d !== p.shape[i])) {
+        problems.push(`${what} ${p.name} has shape [${h.shape.join(', ')}] but the config needs [${p.shape.join(', ')}]`);
+      } else if (!(h.data instanceof Float32Array) || h.data.length !== numel(p.shape)) {
+        problems.push(`${what} ${p.name} must hold a Float32Array of ${numel(p.shape)} elements (got ${h.data?.length})`);
+      }
+    }
+  }
+  return problems;
+}
+
+export function throwProblems(problems: string[], context: string): void {
+  if (!problems.length) return;
+  throw new InvalidArgumentError(
+    `${context}: ${problems.join('; ')}. HINT: pass every parameter of the config by HF name, experts in the fused layout (convertExpertLayout(..., 'fused')).`,
+    { problems },
+  );
+}
+
+/** This rank's flat shard of `unit` from full host tensors (zero padding); a missing tensor leaves zeros. */
+export function shardFromHost(unit: FlatUnit, dp: number, rank: number, host: ReadonlyMap<string, HostParam>): Float32Array {
+  const out = new Float32Array(unit.shardNumel);
+  for (const p of unit.params) {
+    const h = host.get(p.name);
+    if (!h) continue;
+    const [r0, r1] = chunkRange(p.shape[0]!, dp, rank);
+    out.set(h.data.subarray(r0 * p.rowNumel, r1 * p.rowNumel), p.offset);
+  }
+  return out;
+}
+
+/** Full host tensors of `unit` from its all-gathered (rank-major, dp·S) flat data. */
+export function hostFromGathered(unit: FlatUnit, dp: number, gathered: Float32Array, out: Map<string, HostParam>): void {
+  for (const p of unit.params) {
+    const full = new Float32Array(numel(p.shape));
+    for (let r = 0; r < dp; r++) {
+      const [r0, r1] = chunkRange(p.shape[0]!, dp, r);
+      const src = r * unit.shardNumel + p.offset;
+      full.set(gathered.subarray(src, src + (r1 - r0) * p.rowNumel), r0 * p.rowNumel);
+    }
+    out.set(p.name, { shape: [...p.shape], data: full });
+  }
+}

@@ -1,0 +1,136 @@
+/**
+ * The ParamSource of one FSDP2 forward + backward (see ParamSource in model/qwen3.ts).
+ *
+ * Forward, per model block: `blockStart` all-gathers the block's units (one
+ * all-gather each) and hands out leaf Vars viewing the unsharded parameters;
+ * `blockEnd` frees them (reshard after forward) and records an identity node on the
+ * block's output. In backward that node runs right before the block's own nodes
+ * (reverse recording order) and after every later block's: it reduce-scatters the
+ * gradients of the blocks whose backward is complete, re-gathers this block's
+ * parameters (swapping the Vars' values) and points the Vars' `grad` at a zeroed
+ * unsharded gradient slot, into which the tape accumulates the full gradients.
+ * `finish()` reduce-scatters what is left (the embedding) after tape.backward.
+ */
+import { InvalidArgumentError } from '../../runtime/errors.js';
+import type { Communicator } from '../../runtime/comm.js';
+import type { Stream, Tensor } from '../../runtime/device-index.js';
+import { Var, type Tape } from '../../model/autograd.js';
+import type { ModelConfig } from '../../model/config.js';
+import type { ModelBlock, ParamSource } from '../../model/qwen3.js';
+import { blockUnits, type FlatLayout, type FlatUnit } from './layout.js';
+import type { SlotPool } from './slot-pool.js';
+import { fullView, gatherUnit, reduceScatterUnit, zeroGradSlot } from './unit-comm.js';
+
+/** One gather of one unit for one block (a tied embedding is gathered twice: embed and head). */
+interface Gathered {
+  unit: FlatUnit;
+  vars: Var[];
+  values: Tensor | null;
+  grads: Tensor | null;
+}
+
+export interface UnitState {
+  /** This rank's flat parameter shard [S]. */
+  param: Tensor;
+  /** This rank's flat gradient shard [S]. */
+  grad: Tensor;
+}
+
+const blockName = (b: ModelBlock) => (b.kind === 'layer' ? `layer ${b.index}` : b.kind);
+
+export class StepSource implements ParamSource {
+  private current: { block: ModelBlock; gathered: Gathered[] } | null = null;
+  /** Gathers whose gradients are being accumulated (their block's backward is running or done). */
+  private pendingGrads: Gathered[] = [];
+  private readonly live: Gathered[] = [];
+
+  constructor(
+    private readonly cfg: ModelConfig,
+    private readonly layout: FlatLayout,
+    private readonly state: ReadonlyMap<FlatUnit, UnitState>,
+    private readonly comm: Communicator,
+    private readonly pool: SlotPool,
+    private readonly stream: Stream,
+    private readonly reshardAfterForward: boolean,
+  ) {}
+
+  blockStart(_tape: Tape, block: ModelBlock): void {
+    if (this.current) throw new InvalidArgumentError(`FSDP2: block ${blockName(block)} started inside block ${blockName(this.current.block)}.`);
+    const gathered = blockUnits(this.layout, this.cfg, block).map((unit) => {
+      const values = gatherUnit(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream);
+      const vars = unit.params.map((p, i) => new Var(fullView(unit, values, i, this.comm.size), true, p.name));
+      const g: Gathered = { unit, vars, values, grads: null };
+      this.live.push(g);
+      return g;
+    });
+    this.current = { block, gathered };
+  }
+
+  param(_tape: Tape, name: string): Var {
+    const cur = this.current;
+    if (!cur) throw new InvalidArgumentError(`FSDP2: parameter ${name} was requested outside any model block (its unit is not gathered).`, { name });
+    for (const g of cur.gathered) {
+      const i = g.unit.params.findIndex((p) => p.name === name);
+      if (i >= 0) return g.vars[i]!;
+    }
+    throw new InvalidArgumentError(`FSDP2: parameter ${name} is not part of block ${blockName(cur.block)} (units ${cur.gathered.map((g) => g.unit.key).join(', ')}).`, { name });
+  }
+
+  blockEnd(tape: Tape, block: ModelBlock, output: Var): Var {
+    const cur = this.current;
+    if (!cur || cur.block.kind !== block.kind || (block.kind === 'layer' && (cur.block as { index: number }).index !== block.index)) {
+      throw new InvalidArgumentError(`FSDP2: block ${blockName(block)} ended but ${cur ? blockName(cur.block) : 'no block'} was started.`);
+    }
+    this.current = null;
+    if (this.reshardAfterForward) for (const g of cur.gathered) this.freeValues(g);
+    const out = new Var(output.value, false, output.name);
+    tape.record(`fsdp2.blockEnd(${blockName(block)})`, [output], [out], ([dy]) => {
+      this.flushPending();
+      for (const g of cur.gathered) this.prepareBackward(g);
+      return [dy];
+    });
+    return out;
+  }
+
+  /** Reduce-scatters every gradient still pending (call after tape.backward). */
+  finish(): void {
+    this.flushPending();
+  }
+
+  /** Gives every slot still held back to the pool (after the step, or on error). */
+  dispose(): void {
+    for (const g of this.live) {
+      this.freeValues(g);
+      if (g.grads) this.pool.give(g.grads);
+      g.grads = null;
+    }
+    this.live.length = 0;
+    this.pendingGrads = [];
+  }
+
+  private freeValues(g: Gathered): void {
+    if (g.values) this.pool.give(g.values);
+    g.values = null;
+  }
+
+  private prepareBackward(g: Gathered): void {
+    const dp = this.comm.size;
+    if (!g.values) {
+      g.values = gatherUnit(g.unit, this.state.get(g.unit)!.param, this.comm, this.pool, this.stream);
+      g.vars.forEach((v, i) => (v.value = fullView(g.unit, g.values!, i, dp)));
+    }
+    g.grads = zeroGradSlot(g.unit, dp, this.pool, this.stream);
+    g.vars.forEach((v, i) => (v.grad = fullView(g.unit, g.grads!, i, dp)));
+    this.pendingGrads.push(g);
+  }
+
+  private flushPending(): void {
+    for (const g of this.pendingGrads) {
+      this.freeValues(g);
+      reduceScatterUnit(g.unit, g.grads!, this.state.get(g.unit)!.grad, this.comm, this.pool, this.stream);
+      g.grads = null;
+      for (const v of g.vars) v.grad = undefined;
+    }
+    this.pendingGrads = [];
+  }
+}

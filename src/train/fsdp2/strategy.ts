@@ -1,0 +1,319 @@
+/**
+ * The `fsdp2` training strategy (PyTorch FSDP2 semantics) over the `dp` ranks of a
+ * communicator or a DeviceMesh's `dp` dim:
+ * - every parameter sharded on dim 0 (torch.chunk, padded to the ceil size; shards
+ *   may be empty), packed per unit (embedding, each decoder layer, norm + LM head)
+ *   into one flat shard, fused experts included (layout.ts);
+ * - per model block, one all-gather before use and the unsharded parameters freed
+ *   after the block's forward, re-gathered for its backward; one reduce-scatter (sum)
+ *   of the block's gradients after its backward (step-source.ts), all on one stream;
+ * - sharded AdamW (one K.adamw over each flat shard), gradient clipping by an
+ *   all-reduce of the local Σ g², gathered / loaded HF-named full state;
+ * - data parallel: each rank runs its rows of the global batch; the loss weights
+ *   carry the global normalisation, so gradients are plain sums over ranks.
+ */
+import { copy, fill, Tensor, type Device, type Stream } from '../../runtime/device-index.js';
+import type { Communicator } from '../../runtime/comm.js';
+import { InvalidArgumentError } from '../../runtime/errors.js';
+import { patchImpl } from '../../runtime/patches.js';
+import { Tape } from '../../model/autograd.js';
+import type { ModelConfig } from '../../model/config.js';
+import * as K from '../../model/kernels/index.js';
+import type { AdamWHyper, HostParam } from '../../model/param-store.js';
+import { Qwen3Model, uploadBatch, type ParamSource } from '../../model/qwen3.js';
+import type { DeviceMesh } from '../../parallel/device-mesh.js';
+import { viewOf } from '../../parallel/local-ops.js';
+import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
+import { crossEntropyLoss, localRows, weightedSum, weightedTokens } from '../rows.js';
+import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
+import { hostFromGathered, paramProblems, planLayout, shardFromHost, throwProblems, type FlatLayout, type FlatUnit } from './layout.js';
+import { SlotPool } from './slot-pool.js';
+import { StepSource, type UnitState } from './step-source.js';
+
+export interface Fsdp2Options {
+  /** The data-parallel communicator (every rank of it shards the model) ... */
+  comm?: Communicator;
+  /** ... or a mesh whose `dp` dim does (every other dim must have size 1). */
+  mesh?: DeviceMesh;
+  cfg: ModelConfig;
+  /** Full HF-named host parameters, experts fused (as SingleDeviceStrategy.create takes). */
+  params: ReadonlyMap<string, HostParam>;
+  /** Free each block's unsharded parameters after its forward and re-gather them for backward (default true, as FSDP2). */
+  reshardAfterForward?: boolean;
+}
+
+interface UnitDevice extends UnitState {
+  m: Tensor;
+  v: Tensor;
+}
+
+const OPTION_KEYS = ['comm', 'mesh', 'cfg', 'params', 'reshardAfterForward'];
+
+function resolveComm(opts: Fsdp2Options): Communicator {
+  if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError('Fsdp2Strategy.create() expects { comm | mesh, cfg, params }.');
+  const unknown = Object.keys(opts).filter((k) => !OPTION_KEYS.includes(k));
+  if (unknown.length) throw new InvalidArgumentError(`Fsdp2Strategy.create(): unknown option '${unknown[0]}'. Expected one of: ${OPTION_KEYS.join(', ')}.`);
+  if ((opts.comm === undefined) === (opts.mesh === undefined)) {
+    throw new InvalidArgumentError('Fsdp2Strategy.create(): pass exactly one of comm (the data-parallel communicator) or mesh (a DeviceMesh with a dp dim).');
+  }
+  if (opts.comm) return opts.comm;
+  const mesh = opts.mesh!;
+  if (!mesh.names.includes('dp')) {
+    throw new InvalidArgumentError(`Fsdp2Strategy.create(): the mesh has dims [${mesh.names.join(', ')}] but no 'dp' dim. HINT: DeviceMesh.create(comm, { shape: [n], names: ['dp'] }).`);
+  }
+  const others = mesh.names.filter((n) => n !== 'dp' && mesh.size(n) > 1);
+  if (others.length) {
+    throw new InvalidArgumentError(`Fsdp2Strategy.create(): mesh dims [${others.join(', ')}] have size > 1; fsdp2 shards over 'dp' only. HINT: use a mesh whose other dims have size 1, or the megatron strategy for tp/ep.`);
+  }
+  return mesh.comm('dp');
+}
+
+export class Fsdp2Strategy implements TrainStrategy {
+  readonly kind = 'fsdp2' as const;
+  readonly layout: string;
+  readonly ranks: number;
+
+  get communicators(): readonly Communicator[] {
+    return [this.comm];
+  }
+  readonly model: Qwen3Model;
+  private step = 0;
+  /** Gradients exist once zeroGrad or forwardBackward ran (AdamW skips parameters without one, like torch). */
+  private gradsLive = false;
+  private momentsLive = false;
+  private released = false;
+  private run: StepSource | null = null;
+
+  private constructor(
+    readonly cfg: ModelConfig,
+    readonly comm: Communicator,
+    readonly plan: FlatLayout,
+    private readonly units: Map<FlatUnit, UnitDevice>,
+    readonly reshardAfterForward: boolean,
+  ) {
+    this.ranks = comm.size;
+    this.layout = `dp${comm.size}`;
+    const self = this;
+    const source: ParamSource = {
+      param: (tape, name) => self.active().param(tape, name),
+      blockStart: (tape, block) => self.active().blockStart(tape, block),
+      blockEnd: (tape, block, out) => self.active().blockEnd(tape, block, out),
+    };
+    this.model = new Qwen3Model(cfg, source);
+  }
+
+  /**
+   * Collective over the dp ranks: checks the parameters on every rank (a rank with bad
+   * ones makes every rank throw) and keeps this rank's flat shards on its device.
+   */
+  static async create(opts: Fsdp2Options): Promise<Fsdp2Strategy> {
+    const comm = resolveComm(opts);
+    const { cfg, params } = opts;
+    if (!(params instanceof Map)) throw new InvalidArgumentError('Fsdp2Strategy.create(): params must be a Map of HF name -> { shape, data: Float32Array }.');
+    const reshard = opts.reshardAfterForward ?? true;
+    if (typeof reshard !== 'boolean') throw new InvalidArgumentError(`Fsdp2Strategy.create(): reshardAfterForward must be a boolean.`);
+    const plan = planLayout(cfg, comm.size);
+    const problems = paramProblems(plan, params);
+    await agree(comm, problems.length > 0, 'Fsdp2Strategy.create()', 'its parameters');
+    throwProblems(problems, `Fsdp2Strategy.create(): the parameters do not match the ${cfg.modelType} config`);
+    const device = comm.device;
+    const stream = device.defaultStream;
+    const units = new Map<FlatUnit, UnitDevice>();
+    try {
+      for (const u of plan.units) {
+        const param = Tensor.fromArray(device, shardFromHost(u, comm.size, comm.rank, params), [u.shardNumel], { stream });
+        units.set(u, { param, grad: Tensor.zeros(device, [u.shardNumel], 'fp32', { stream }), m: Tensor.zeros(device, [u.shardNumel], 'fp32', { stream }), v: Tensor.zeros(device, [u.shardNumel], 'fp32', { stream }) });
+      }
+    } catch (e) {
+      for (const t of units.values()) for (const x of [t.param, t.grad, t.m, t.v]) x.release();
+      throw e;
+    }
+    await stream.synchronize();
+    return new Fsdp2Strategy(cfg, comm, plan, units, reshard);
+  }
+
+  get optimizerSteps(): number {
+    return this.step;
+  }
+
+  get device(): Device {
+    return this.comm.device;
+  }
+
+  private get stream(): Stream {
+    return this.comm.device.defaultStream;
+  }
+
+  /** Flat shards of each unit (params, grads, AdamW moments) on this rank: for tests and weight sync. */
+  localShards(): ReadonlyMap<string, { param: Tensor; grad: Tensor; expAvg: Tensor; expAvgSq: Tensor }> {
+    this.checkLive('localShards');
+    return new Map([...this.units].map(([u, t]) => [u.key, { param: t.param, grad: t.grad, expAvg: t.m, expAvgSq: t.v }]));
+  }
+
+  private active(): StepSource {
+    if (!this.run) throw new InvalidArgumentError('Fsdp2Strategy.model runs only inside forwardBackward() (its parameters are sharded).');
+    return this.run;
+  }
+
+  async forwardBackward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
+    this.checkLive('forwardBackward');
+    if (this.run) throw new InvalidArgumentError('Fsdp2Strategy.forwardBackward(): a step is already running; await it first.');
+    const rows = localRows(batch, this.comm.size, this.comm.rank);
+    const { stream, device } = this;
+    const pool = new SlotPool(device, this.plan.maxGatheredNumel);
+    const run = new StepSource(this.cfg, this.plan, this.units, this.comm, pool, stream, this.reshardAfterForward);
+    const tape = new Tape({ stream, impl: patchImpl });
+    this.run = run;
+    this.gradsLive = true;
+    try {
+      const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream);
+      tape.own(b.ids);
+      tape.own(b.positions);
+      const logits = this.model.forward(tape, b);
+      const terms = await loss(tape, logits, rows, batch);
+      const { perToken, weights } = terms;
+      tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
+      run.finish();
+      const value = terms.value ?? weightedSum((await perToken.value.toArray({ stream })) as Float32Array, weights);
+      const statKeys = Object.keys(terms.stats ?? {});
+      const sums = await this.allReduceHost([value, weightedTokens(weights), ...statKeys.map((k) => terms.stats![k]!)]);
+      const stats = statKeys.length ? Object.fromEntries(statKeys.map((k, i) => [k, sums[2 + i]!])) : undefined;
+      return { loss: sums[0]!, tokens: Math.round(sums[1]!), ...(stats ? { stats } : {}) };
+    } finally {
+      this.run = null;
+      run.dispose();
+      pool.dispose();
+      tape.release();
+    }
+  }
+
+  zeroGrad(): void {
+    this.checkLive('zeroGrad');
+    for (const t of this.units.values()) fill(t.grad, 0, { stream: this.stream });
+    this.gradsLive = true;
+  }
+
+  async clipGradNorm(maxNorm: number | null): Promise<number> {
+    this.checkLive('clipGradNorm');
+    if (maxNorm !== null && !(typeof maxNorm === 'number' && maxNorm > 0)) {
+      throw new InvalidArgumentError(`clipGradNorm(): expected a positive maxNorm or null but received ${String(maxNorm)}.`);
+    }
+    const { stream } = this;
+    const grads = [...this.units.values()].map((t) => t.grad);
+    const ss = sumSquares(grads, stream) ?? Tensor.zeros(this.device, [1, 1], 'fp32', { stream });
+    try {
+      await this.comm.allReduce(ss, ss, 'sum', stream);
+      const norm = Math.sqrt(((await ss.toArray({ stream })) as Float32Array)[0]!);
+      const coef = clipCoefficient(norm, maxNorm);
+      for (const g of grads) scaleInPlace(g, coef, stream);
+      return norm;
+    } finally {
+      ss.release();
+    }
+  }
+
+  optimizerStep(hp: AdamWHyper): void {
+    this.checkLive('optimizerStep');
+    if (!this.gradsLive) return;
+    this.step++;
+    this.momentsLive = true;
+    for (const t of this.units.values()) K.adamw(t.param, t.grad, t.m, t.v, { ...hp, step: this.step, stream: this.stream, impl: 'fast' });
+  }
+
+  /** Collective: the full state of one kind by HF name on every rank (one all-gather per unit). */
+  async gatherState(kind: StateKind): Promise<Map<string, HostParam>> {
+    this.checkLive('gatherState');
+    const pick = { params: 'param', grads: 'grad', exp_avg: 'm', exp_avg_sq: 'v' } as const;
+    const field = pick[kind];
+    if (field === undefined) throw new InvalidArgumentError(`gatherState(): unknown kind ${JSON.stringify(kind)}; expected one of ${Object.keys(pick).join(', ')}.`);
+    const out = new Map<string, HostParam>();
+    if ((field === 'grad' && !this.gradsLive) || ((field === 'm' || field === 'v') && !this.momentsLive)) return out;
+    const { stream, comm } = this;
+    const buf = Tensor.empty(this.device, [this.plan.maxGatheredNumel], 'fp32');
+    try {
+      for (const [u, t] of this.units) {
+        const gathered = viewOf(buf, [comm.size * u.shardNumel]);
+        await comm.allGather(t[field], gathered, stream);
+        hostFromGathered(u, comm.size, (await gathered.toArray({ stream })) as Float32Array, out);
+      }
+    } finally {
+      buf.release();
+    }
+    return out;
+  }
+
+  /** Collective: every rank keeps its shards of `state` (full HF-named host tensors); with optimizer state, the step count too. */
+  async loadState(state: FullState): Promise<void> {
+    this.checkLive('loadState');
+    const problems: string[] = [];
+    if (state === null || typeof state !== 'object' || !(state.params instanceof Map)) problems.push('state.params must be a Map of HF name -> host tensor');
+    else {
+      problems.push(...paramProblems(this.plan, state.params));
+      const opt = state.optimizer;
+      if (opt !== undefined) {
+        if (!Number.isInteger(opt.step) || opt.step < 0) problems.push(`optimizer.step must be a non-negative integer (got ${String(opt.step)})`);
+        for (const [what, m] of [['exp_avg', opt.expAvg], ['exp_avg_sq', opt.expAvgSq]] as const) {
+          if (!(m instanceof Map)) problems.push(`optimizer ${what} must be a Map`);
+          else problems.push(...paramProblems(this.plan, m, what).filter((p) => !p.startsWith('missing')));
+        }
+      }
+    }
+    await agree(this.comm, problems.length > 0, 'loadState()', 'its state');
+    throwProblems(problems, 'loadState(): the state does not match the model');
+    const { stream, comm } = this;
+    const upload = (dst: Tensor, u: FlatUnit, host: ReadonlyMap<string, HostParam>) => {
+      const t = Tensor.fromArray(this.device, shardFromHost(u, comm.size, comm.rank, host), [u.shardNumel], { stream });
+      copy(dst, t, { stream });
+      t.release();
+    };
+    for (const [u, t] of this.units) {
+      upload(t.param, u, state.params);
+      if (state.optimizer) {
+        upload(t.m, u, state.optimizer.expAvg);
+        upload(t.v, u, state.optimizer.expAvgSq);
+      }
+    }
+    if (state.optimizer) {
+      this.step = state.optimizer.step;
+      this.momentsLive = true;
+    }
+    await stream.synchronize();
+  }
+
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    for (const t of this.units.values()) for (const x of [t.param, t.grad, t.m, t.v]) x.release();
+  }
+
+  private async allReduceHost(values: number[]): Promise<Float32Array> {
+    const { stream } = this;
+    const t = Tensor.fromArray(this.device, Float32Array.from(values), [values.length], { stream });
+    try {
+      await this.comm.allReduce(t, t, 'sum', stream);
+      return (await t.toArray({ stream })) as Float32Array;
+    } finally {
+      t.release();
+    }
+  }
+
+  private checkLive(what: string): void {
+    if (this.released) throw new InvalidArgumentError(`Fsdp2Strategy.${what}(): the strategy was released. HINT: create a new one (Fsdp2Strategy.create) after release().`);
+  }
+}
+
+/**
+ * Every rank learns whether any rank rejected its input (one int32 all-reduce max), so
+ * a bad input on one rank makes all ranks throw instead of leaving the others waiting.
+ */
+async function agree(comm: Communicator, bad: boolean, fn: string, what: string): Promise<void> {
+  const stream = comm.device.defaultStream;
+  const t = Tensor.fromArray(comm.device, Int32Array.from([bad ? 1 : 0]), [1], { stream });
+  try {
+    await comm.allReduce(t, t, 'max', stream);
+    const any = ((await t.toArray({ stream })) as Int32Array)[0] === 1;
+    if (any && !bad) throw new InvalidArgumentError(`${fn}: another rank rejected ${what}; every rank must pass the same, valid input. See that rank's error.`);
+  } finally {
+    t.release();
+  }
+}
