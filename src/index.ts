@@ -18,3 +18,4 @@ export * from './runtime/comm-index.js';
 export * from './model/index.js';
 export * from './parallel/index.js';
 export * from './train/index.js';
+export * from './rollout/index.js';
