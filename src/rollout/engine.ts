@@ -191,15 +191,14 @@ export class RolloutEngine {
     if (this.comm && this.shard.tpSize > 1) pending.push(this.comm.broadcast(t, t, 0, this.stream));
   }
 
-  private async run<T>(what: string, body: () => Promise<T>): Promise<T> {
+  /** State checks run synchronously (a refused call has no side effect), then `body`. */
+  private run<T>(what: string, body: () => Promise<T>): Promise<T> {
     this.enter(what);
     this.params.checkReadyForForward();
     this.busy = what;
-    try {
-      return await body();
-    } finally {
+    return body().finally(() => {
       this.busy = null;
-    }
+    });
   }
 
   /** Right-padded ids / positions of sequences (pad id 0, positions 0..S-1 per row). */
@@ -351,6 +350,9 @@ export class RolloutEngine {
     try {
       await sleepParams(this.params, level, this.stream);
       await this.kv.sleep(level, this.stream);
+      // Released buffers return to the pool once queued work on them has run: wait for it,
+      // so device memory is free when sleep() resolves.
+      await this.stream.synchronize();
       this.sleepLevel = level;
     } finally {
       this.busy = null;

@@ -191,11 +191,12 @@ export class RuntimeParams {
   async checksums(stream: Stream): Promise<Map<string, { layout: LayoutState; shape: number[]; checksum: string | null }>> {
     const out = new Map<string, { layout: LayoutState; shape: number[]; checksum: string | null }>();
     for (const p of this.params.values()) {
-      const shape = p.state === 'processed' ? p.spec.procShape : p.spec.preShape;
+      const layout = p.state === 'offloaded' ? p.stateBeforeSleep! : p.state;
+      const shape = layout === 'processed' ? p.spec.procShape : p.spec.preShape;
       let bytes: Uint8Array | null = null;
       if (p.state === 'offloaded') bytes = p.host;
       else if (p.state !== 'dropped' && p.tensor) bytes = await p.tensor.toBytes({ stream });
-      out.set(p.name, { layout: p.state === 'offloaded' ? p.stateBeforeSleep! : p.state, shape, checksum: bytes ? runtimeChecksum(bytes) : null });
+      out.set(p.name, { layout, shape, checksum: bytes ? runtimeChecksum(bytes) : null });
     }
     return out;
   }
