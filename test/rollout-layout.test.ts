@@ -13,7 +13,7 @@ import { Tensor } from '../src/runtime/tensor.js';
 import { InvalidArgumentError, WeightLayoutError } from '../src/runtime/errors.js';
 import { initialParams } from '../src/model/sft.js';
 import { convertExpertLayout, toHostTensors } from '../src/model/params.js';
-import { RolloutEngine, runtimeChecksum } from '../src/rollout/index.js';
+import { RolloutEngine, runtimeChecksum, tpShard } from '../src/rollout/index.js';
 import { cfgOf, expectedChecksums, expectedRuntime, maxRelErr, prompts, Reference } from './helpers/rollout-reference.js';
 
 const device = Device.get(0);
@@ -207,6 +207,10 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     expect(caught(() => e.generate(Array.from({ length: 9 }, () => [1]), { maxTokens: 1 })).message).toContain('maxBatch 8');
     expect(caught(() => e.computeLogprobs(p, {} as any)).message).toContain('temperature');
     expect(caught(() => e.wake()).message).toContain('not asleep');
+    expect(caught(() => RolloutEngine.create(cfg, { device, waitTimeoutMs: -1 })).message).toContain('waitTimeoutMs');
+    expect(caught(() => RolloutEngine.create(cfg, { device, maxBatch: 0 })).message).toContain('maxBatch');
+    expect(caught(() => tpShard(cfg, 3, 0)).message).toContain('Tensor parallel size 3 does not divide num_attention_heads (4)');
+    expect(caught(() => tpShard(cfg, 2, 2)).message).toContain('tpRank in [0, 2)');
     return expect(e.sleep(3 as any)).rejects.toThrow(/level 1 or 2/);
   });
 });

@@ -43,6 +43,8 @@ export interface RolloutEngineOptions {
   maxBatch?: number;
   /** KV cache positions (prompt + generated). Default config max_position_embeddings, else 128. */
   maxSeqLen?: number;
+  /** Deadline of every device wait of the engine (host reads, sleep), in ms. Default 300000. */
+  waitTimeoutMs?: number;
 }
 
 export interface GenerateResult {
@@ -62,6 +64,7 @@ export class RolloutEngine {
   private readonly comm: Communicator | null;
   private sleepLevel: SleepLevel | null = null;
   private busy: string | null = null;
+  private readonly timeoutMs: number;
 
   private constructor(
     readonly cfg: ModelConfig,
@@ -78,6 +81,7 @@ export class RolloutEngine {
       if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 1) throw new InvalidArgumentError(`Expected a positive integer for ${name} but received ${describe(x)}.`, { argument: name });
       return x;
     };
+    this.timeoutMs = posInt(opts.waitTimeoutMs, 'waitTimeoutMs', 300_000);
     this.kv = new KvCache(device, {
       layers: cfg.numLayers,
       maxBatch: posInt(opts.maxBatch, 'maxBatch', 8),
@@ -88,7 +92,7 @@ export class RolloutEngine {
   }
 
   static create(cfg: ModelConfig, opts: RolloutEngineOptions): RolloutEngine {
-    checkOptions(opts, ['device', 'stream', 'tp', 'maxBatch', 'maxSeqLen'], 'RolloutEngine.create()');
+    checkOptions(opts, ['device', 'stream', 'tp', 'maxBatch', 'maxSeqLen', 'waitTimeoutMs'], 'RolloutEngine.create()');
     if (!opts?.device) throw new InvalidArgumentError('RolloutEngine.create() requires { device }.', { argument: 'device' });
     return new RolloutEngine(cfg, opts.device, opts);
   }
@@ -179,7 +183,7 @@ export class RolloutEngine {
   /** Checksums of the runtime parameters' local bytes (see runtimeChecksum). */
   checksums(): ReturnType<RuntimeParams['checksums']> {
     this.enter('checksums()', true);
-    return this.params.checksums(this.stream);
+    return this.params.checksums(this.stream, this.timeoutMs);
   }
 
   private ctx(): ForwardContext {
@@ -251,7 +255,7 @@ export class RolloutEngine {
           scratch.push(tokens, lp);
           this.fromLeader(tokens, pending);
           this.fromLeader(lp, pending);
-          const [tok, lps] = await Promise.all([tokens.toArray({ stream }), lp.toArray({ stream }), ...pending.splice(0)]);
+          const [tok, lps] = await Promise.all([tokens.toArray({ stream, timeoutMs: this.timeoutMs }), lp.toArray({ stream, timeoutMs: this.timeoutMs }), ...pending.splice(0)]);
           for (let b = 0; b < B; b++) {
             if (done[b]) continue;
             out.tokens[b]!.push(tok![b] as number);
@@ -331,7 +335,7 @@ export class RolloutEngine {
       scratch.push(logits);
       const t = pick(logits, targets, scratch);
       this.fromLeader(t, pending);
-      const [values] = await Promise.all([t.toArray({ stream: this.stream }), ...pending.splice(0)]);
+      const [values] = await Promise.all([t.toArray({ stream: this.stream, timeoutMs: this.timeoutMs }), ...pending.splice(0)]);
       return { values: values as Float32Array, S };
     } finally {
       await Promise.allSettled(pending);
@@ -348,11 +352,11 @@ export class RolloutEngine {
     this.enter('sleep()');
     this.busy = 'sleep()';
     try {
-      await sleepParams(this.params, level, this.stream);
-      await this.kv.sleep(level, this.stream);
+      await sleepParams(this.params, level, this.stream, this.timeoutMs);
+      await this.kv.sleep(level, this.stream, this.timeoutMs);
       // Released buffers return to the pool once queued work on them has run: wait for it,
       // so device memory is free when sleep() resolves.
-      await this.stream.synchronize();
+      await this.stream.synchronize({ timeoutMs: this.timeoutMs });
       this.sleepLevel = level;
     } finally {
       this.busy = null;

@@ -89,10 +89,10 @@ export class KvCache {
   }
 
   /** Level 1: contents to the host, device memory freed. Level 2: dropped. */
-  async sleep(level: 1 | 2, stream: Stream): Promise<void> {
+  async sleep(level: 1 | 2, stream: Stream, timeoutMs?: number): Promise<void> {
     if (level === 1) {
       this.host = [];
-      for (let l = 0; l < this.shape.layers; l++) this.host.push(await this.k[l]!.toBytes({ stream }), await this.v[l]!.toBytes({ stream }));
+      for (let l = 0; l < this.shape.layers; l++) this.host.push(await this.k[l]!.toBytes({ stream, timeoutMs }), await this.v[l]!.toBytes({ stream, timeoutMs }));
     }
     for (const t of [...this.k, ...this.v]) t.release();
     this.k = [];

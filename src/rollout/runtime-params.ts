@@ -188,14 +188,14 @@ export class RuntimeParams {
   }
 
   /** sha256 (first 16 hex digits) of each parameter's local bytes in its current layout; null when dropped. */
-  async checksums(stream: Stream): Promise<Map<string, { layout: LayoutState; shape: number[]; checksum: string | null }>> {
+  async checksums(stream: Stream, timeoutMs?: number): Promise<Map<string, { layout: LayoutState; shape: number[]; checksum: string | null }>> {
     const out = new Map<string, { layout: LayoutState; shape: number[]; checksum: string | null }>();
     for (const p of this.params.values()) {
       const layout = p.state === 'offloaded' ? p.stateBeforeSleep! : p.state;
       const shape = layout === 'processed' ? p.spec.procShape : p.spec.preShape;
       let bytes: Uint8Array | null = null;
       if (p.state === 'offloaded') bytes = p.host;
-      else if (p.state !== 'dropped' && p.tensor) bytes = await p.tensor.toBytes({ stream });
+      else if (p.state !== 'dropped' && p.tensor) bytes = await p.tensor.toBytes({ stream, timeoutMs });
       out.set(p.name, { layout, shape, checksum: bytes ? runtimeChecksum(bytes) : null });
     }
     return out;

@@ -11,11 +11,11 @@ import type { RuntimeParams } from './runtime-params.js';
 
 export type SleepLevel = 1 | 2;
 
-export async function sleepParams(params: RuntimeParams, level: SleepLevel, stream: Stream): Promise<void> {
+export async function sleepParams(params: RuntimeParams, level: SleepLevel, stream: Stream, timeoutMs?: number): Promise<void> {
   for (const p of params.params.values()) {
     p.stateBeforeSleep = p.state;
     if (level === 1 && p.tensor && p.state !== 'dropped') {
-      p.host = await p.tensor.toBytes({ stream });
+      p.host = await p.tensor.toBytes({ stream, timeoutMs });
       p.state = 'offloaded';
     } else {
       p.host = null;
