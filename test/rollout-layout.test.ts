@@ -7,13 +7,14 @@
  * logits; sleep levels 1 and 2 really free device memory and wake restores (or refuses
  * until a sync). Multi-rank slicing is checked in rollout-engine.test.ts.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Device } from '../src/runtime/device.js';
 import { Tensor } from '../src/runtime/tensor.js';
 import { InvalidArgumentError, WeightLayoutError } from '../src/runtime/errors.js';
 import { initialParams } from '../src/model/sft.js';
 import { convertExpertLayout, toHostTensors } from '../src/model/params.js';
 import { RolloutEngine, runtimeChecksum, tpShard } from '../src/rollout/index.js';
+import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
 import { cfgOf, expectedChecksums, expectedRuntime, maxRelErr, prompts, Reference } from './helpers/rollout-reference.js';
 
 const device = Device.get(0);
@@ -212,5 +213,25 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     expect(caught(() => tpShard(cfg, 3, 0)).message).toContain('Tensor parallel size 3 does not divide num_attention_heads (4)');
     expect(caught(() => tpShard(cfg, 2, 2)).message).toContain('tpRank in [0, 2)');
     return expect(e.sleep(3 as any)).rejects.toThrow(/level 1 or 2/);
+  });
+});
+
+describe('sleep and wake on real tensor-parallel ranks (launch)', () => {
+  beforeAll(() => ensureParallelBuilt(), 120_000);
+
+  it('tiny moe, tp = 2: every rank frees its weights and KV cache, restores (level 1) or refuses until a reload (level 2)', async () => {
+    const run = await launchFixture(2, 'test/fixtures/rollout/sleep-tp.mjs', ['moe']);
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    expect(run.results.map((r) => r.rank)).toEqual([0, 1]);
+    for (const r of run.results as any[]) {
+      const [freed1, sameAfterWake1, freed2] = r.freed;
+      expect(r.held).toBeGreaterThan(0);
+      expect(freed1).toBeGreaterThanOrEqual(r.held);
+      expect(sameAfterWake1).toBe(true);
+      expect(freed2).toBeGreaterThanOrEqual(r.held);
+      expect(r.refused).toMatchObject({ name: 'WeightLayoutError', code: 'ASCENT_WEIGHT_LAYOUT', details: { expected: 'processed', actual: 'dropped' } });
+      expect(r.same).toBe(true);
+    }
   });
 });
