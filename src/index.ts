@@ -20,3 +20,4 @@ export * from './parallel/index.js';
 export * from './train/index.js';
 export * from './actors/index.js';
 export * from './grpo/index.js';
+export * from './rollout/index.js';

@@ -116,6 +116,16 @@ export class CheckpointFormatError extends AscentError {
 }
 
 /**
+ * A runtime parameter of the rollout engine is in the wrong layout state for what was
+ * asked (a second post-load processing, a preprocessed tensor written into a processed
+ * parameter or the reverse, generating from unprocessed, offloaded or dropped weights).
+ * The details name the parameter, the expected and the actual layout.
+ */
+export class WeightLayoutError extends AscentError {
+  override readonly code = 'ASCENT_WEIGHT_LAYOUT';
+}
+
+/**
  * An error raised in another thread whose class is not known here. Keeps the
  * original class name in `remoteName` and the original code in `code`.
  */
@@ -154,6 +164,7 @@ for (const cls of [
   CommAbortedError,
   P2PDeadlockError,
   CheckpointFormatError,
+  WeightLayoutError,
 ]) {
   registerErrorClass(cls);
 }

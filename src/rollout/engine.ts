@@ -1,0 +1,384 @@
+/**
+ * RolloutEngine: a vLLM-like inference engine on one rank of a tensor-parallel group
+ * (tp = 1, 2, 4 over a `tp` communicator; every rank of the group makes the same calls).
+ *
+ * Weights: loadWeights(HF tensors) slices for this rank into the preprocessed packed
+ * layout, processWeightsAfterLoading() turns it into the runtime layout exactly once;
+ * writeRuntime() writes one runtime parameter directly in a stated layout; checksums()
+ * hashes the runtime bytes. See runtime-params.ts for names, shapes and states.
+ *
+ * Generation: a batch of prompts of different lengths is right-padded to the longest
+ * (each row's real length is kept; causal attention never lets a real token see a pad,
+ * and logits are taken at each row's own last token). Prefill writes the KV cache, then
+ * every decode step feeds the sampled tokens at each row's own next position. Sampling is
+ * K.sample (Philox, seed / step / row), so the same seed gives the same tokens on any tp
+ * size. Tokens and log-probs are broadcast from tp rank 0 so every rank returns the same.
+ * A row stops after its EOS or at maxTokens; the batch stops when every row has. One host
+ * read per decode step (the sampled tokens, to check EOS) — the scheduler's only sync.
+ * Log-probs follow the convention in sampling-params.ts.
+ */
+import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
+import { copy } from '../runtime/ops.js';
+import type { Communicator } from '../runtime/comm.js';
+import { InvalidArgumentError, WeightLayoutError } from '../runtime/errors.js';
+import { checkOptions } from '../runtime/device.js';
+import { describe } from '../runtime/dtype.js';
+import type { ModelConfig } from '../model/config.js';
+import * as K from '../model/kernels/index.js';
+import { forward, type ForwardContext } from './forward.js';
+import { KvCache } from './kv-cache.js';
+import { hfLoadPlan, hfNameOfPart, loadOne, type HfEntry, type WeightSource } from './loader.js';
+import { checkWriteShape, runtimeParamSpecs, RuntimeParams, type LayoutState, type WriteLayout } from './runtime-params.js';
+import { checkSequences, logprobTemperature, resolveSampling, type SamplingParams } from './sampling-params.js';
+import { sleepParams, wakeParams, type SleepLevel } from './sleep.js';
+import { tpShard, type TpShard } from './tp-shard.js';
+
+export interface RolloutEngineOptions {
+  device: Device;
+  /** Stream for all work (default the device's default stream of this thread). */
+  stream?: Stream;
+  /** The tensor-parallel group (size 1, 2 or 4 for the tiny models); omit for tp = 1. */
+  tp?: Communicator;
+  /** KV cache rows (largest batch). Default 8. */
+  maxBatch?: number;
+  /** KV cache positions (prompt + generated). Default config max_position_embeddings, else 128. */
+  maxSeqLen?: number;
+  /** Deadline of every device wait of the engine (host reads, sleep), in ms. Default 300000. */
+  waitTimeoutMs?: number;
+}
+
+export interface GenerateResult {
+  /** Generated tokens per prompt (EOS included when reached). */
+  tokens: number[][];
+  /** Log-prob of each generated token (see sampling-params.ts for the temperature). */
+  logprobs: number[][];
+  finishReasons: Array<'eos' | 'length'>;
+}
+
+export class RolloutEngine {
+  readonly shard: TpShard;
+  readonly params: RuntimeParams;
+  readonly stream: Stream;
+  private readonly plan: Map<string, HfEntry>;
+  private readonly kv: KvCache;
+  private readonly comm: Communicator | null;
+  private sleepLevel: SleepLevel | null = null;
+  private busy: string | null = null;
+  private readonly timeoutMs: number;
+
+  private constructor(
+    readonly cfg: ModelConfig,
+    readonly device: Device,
+    opts: RolloutEngineOptions,
+  ) {
+    this.comm = opts.tp ?? null;
+    this.shard = tpShard(cfg, this.comm?.size ?? 1, this.comm?.rank ?? 0);
+    this.stream = opts.stream ?? device.defaultStream;
+    this.params = new RuntimeParams(device, runtimeParamSpecs(cfg, this.shard));
+    this.plan = hfLoadPlan(cfg, this.shard);
+    const posInt = (v: unknown, name: string, dflt: number) => {
+      const x = v ?? dflt;
+      if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 1) throw new InvalidArgumentError(`Expected a positive integer for ${name} but received ${describe(x)}.`, { argument: name });
+      return x;
+    };
+    this.timeoutMs = posInt(opts.waitTimeoutMs, 'waitTimeoutMs', 300_000);
+    this.kv = new KvCache(device, {
+      layers: cfg.numLayers,
+      maxBatch: posInt(opts.maxBatch, 'maxBatch', 8),
+      maxSeqLen: posInt(opts.maxSeqLen, 'maxSeqLen', cfg.maxPositionEmbeddings ?? 128),
+      kvHeads: this.shard.kvHeadsLocal,
+      headDim: cfg.headDim,
+    });
+  }
+
+  static create(cfg: ModelConfig, opts: RolloutEngineOptions): RolloutEngine {
+    checkOptions(opts, ['device', 'stream', 'tp', 'maxBatch', 'maxSeqLen', 'waitTimeoutMs'], 'RolloutEngine.create()');
+    if (!opts?.device) throw new InvalidArgumentError('RolloutEngine.create() requires { device }.', { argument: 'device' });
+    return new RolloutEngine(cfg, opts.device, opts);
+  }
+
+  /** Device bytes held by weights and KV cache now. */
+  deviceBytes(): number {
+    return this.params.deviceBytes() + this.kv.deviceBytes();
+  }
+
+  get asleep(): SleepLevel | null {
+    return this.sleepLevel;
+  }
+
+  /** Layout state of every runtime parameter. */
+  layoutStates(): Map<string, LayoutState> {
+    return new Map([...this.params.params].map(([n, p]) => [n, p.state]));
+  }
+
+  private enter(what: string, allowAsleep = false): void {
+    if (this.busy) throw new InvalidArgumentError(`${what} called while ${this.busy} is running; await it first.`, { busy: this.busy });
+    if (!allowAsleep && this.sleepLevel !== null) {
+      throw new InvalidArgumentError(`${what} called while the engine is asleep (level ${this.sleepLevel}). HINT: call wake() first.`, { level: this.sleepLevel });
+    }
+  }
+
+  /**
+   * Full reload, step 1: HF-named tensors (per-expert or fused experts; host or device,
+   * fp32, full unsharded shapes). Each is sliced for this TP rank into the preprocessed
+   * layout. Returns how many tensors were loaded.
+   */
+  loadWeights(weights: Iterable<readonly [string, WeightSource]>): number {
+    this.enter('loadWeights()');
+    let n = 0;
+    for (const [name, src] of weights) {
+      const entry = this.plan.get(name);
+      if (!entry) {
+        throw new InvalidArgumentError(`loadWeights(): unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.cfg.modelType} config. HINT: pass HF names (q_proj/k_proj/v_proj, gate_proj/up_proj/down_proj, mlp.experts.{e}.* or mlp.experts.gate_up_proj/down_proj).`, { tensor: name });
+      }
+      loadOne(this.params, name, entry, src, this.stream);
+      n++;
+    }
+    return n;
+  }
+
+  /** Full reload, step 2: exactly once, after every tensor was loaded. */
+  processWeightsAfterLoading(): void {
+    this.enter('processWeightsAfterLoading()');
+    this.params.process(this.stream, (p, part) => hfNameOfPart(this.plan, p, part));
+  }
+
+  /**
+   * Direct write of one runtime parameter (this rank's local tensor) in `layout`. The
+   * layout must match the parameter's state (a parameter dropped by sleep(2) takes
+   * either); the shape must be the local shape of that layout. No processing follows.
+   */
+  writeRuntime(name: string, src: WeightSource, options: { layout: WriteLayout }): void {
+    this.enter('writeRuntime()');
+    checkOptions(options, ['layout'], 'writeRuntime()');
+    const layout = options?.layout;
+    if (layout !== 'processed' && layout !== 'preprocessed') {
+      throw new InvalidArgumentError(`Expected 'processed' or 'preprocessed' for layout but received ${describe(layout)}.`, { argument: 'layout' });
+    }
+    const p = this.params.get(name);
+    if (p.state !== 'dropped' && p.state !== layout) {
+      throw new WeightLayoutError(
+        `writeRuntime(${name}): the tensor is in the '${layout}' layout but the parameter is '${p.state}'; expected a '${p.state}' tensor. HINT: ${p.state === 'processed' ? 'write runtime-layout (processed) tensors after processing; a preprocessed write belongs to a full reload (loadWeights + processWeightsAfterLoading).' : 'finish the reload with processWeightsAfterLoading() before writing processed tensors.'}`,
+        { parameter: name, expected: p.state, actual: layout },
+      );
+    }
+    const shape = src instanceof Tensor ? src.shape : src?.shape;
+    if (!Array.isArray(shape)) throw new InvalidArgumentError(`writeRuntime(${name}): expected a Tensor or { shape, data: Float32Array } but received ${describe(src)}.`, { parameter: name });
+    checkWriteShape(p, shape, layout);
+    const dst = this.params.ensureAllocated(p).reshape([p.tensor!.numel]);
+    if (src instanceof Tensor) {
+      src.checkLive('src');
+      if (src.dtype !== 'fp32') throw new InvalidArgumentError(`writeRuntime(${name}): expected fp32 but received ${src.dtype}. HINT: cast() first.`, { parameter: name });
+      copy(dst, src.reshape([src.numel]), { stream: this.stream });
+    } else {
+      if (!(src.data instanceof Float32Array)) throw new InvalidArgumentError(`writeRuntime(${name}): host data must be a Float32Array but received ${describe(src.data)}.`, { parameter: name });
+      const tmp = Tensor.fromArray(this.device, src.data, [src.data.length], { stream: this.stream });
+      copy(dst, tmp, { stream: this.stream });
+      tmp.release();
+    }
+    p.state = layout;
+    for (const k of p.spec.parts) p.filled.add(k);
+  }
+
+  /** Checksums of the runtime parameters' local bytes (see runtimeChecksum). */
+  checksums(): ReturnType<RuntimeParams['checksums']> {
+    this.enter('checksums()', true);
+    return this.params.checksums(this.stream, this.timeoutMs);
+  }
+
+  private ctx(): ForwardContext {
+    return { cfg: this.cfg, params: this.params, shard: this.shard, comm: this.comm, stream: this.stream };
+  }
+
+  /** tp rank 0's values on every rank (in place). */
+  private fromLeader(t: Tensor, pending: Promise<void>[]): void {
+    if (this.comm && this.shard.tpSize > 1) pending.push(this.comm.broadcast(t, t, 0, this.stream));
+  }
+
+  /** State checks run synchronously (a refused call has no side effect), then `body`. */
+  private run<T>(what: string, body: () => Promise<T>): Promise<T> {
+    this.enter(what);
+    this.params.checkReadyForForward();
+    this.busy = what;
+    return body().finally(() => {
+      this.busy = null;
+    });
+  }
+
+  /** Right-padded ids / positions of sequences (pad id 0, positions 0..S-1 per row). */
+  private upload(seqs: number[][], S: number, scratch: Tensor[]): { ids: Tensor; positions: Tensor } {
+    const B = seqs.length;
+    const ids = new Int32Array(B * S), pos = new Int32Array(B * S);
+    seqs.forEach((s, b) => {
+      ids.set(s, b * S);
+      for (let t = 0; t < S; t++) pos[b * S + t] = t;
+    });
+    const up = (a: Int32Array) => {
+      const t = Tensor.fromArray(this.device, a, [a.length], { stream: this.stream });
+      scratch.push(t);
+      return t;
+    };
+    return { ids: up(ids), positions: up(pos) };
+  }
+
+  /** Samples continuations of `prompts` (see the file header for padding, stopping and log-probs). */
+  generate(prompts: number[][], params: SamplingParams): Promise<GenerateResult> {
+    const sp = resolveSampling(params, this.cfg.vocabSize);
+    const rows = checkSequences(prompts, this.cfg.vocabSize, 'prompts');
+    const B = rows.length;
+    const lens = rows.map((r) => r.length);
+    const S = Math.max(...lens);
+    this.kv.checkFits(B, S + sp.maxTokens - 1);
+    return this.run('generate()', async () => {
+      const { stream } = this;
+      const out: GenerateResult = { tokens: rows.map(() => []), logprobs: rows.map(() => []), finishReasons: rows.map(() => 'length') };
+      const done = rows.map(() => false);
+      let scratch: Tensor[] = [];
+      const pending: Promise<void>[] = [];
+      const up = (a: Int32Array) => {
+        const t = Tensor.fromArray(this.device, a, [a.length], { stream });
+        scratch.push(t);
+        return t;
+      };
+      try {
+        const batch = this.upload(rows, S, scratch);
+        let logits = forward(this.ctx(), {
+          ...batch, batch: B, seqLen: S, mode: 'prefill',
+          kv: { cache: this.kv, cachePos: rows.map(() => 0) },
+          outRows: up(Int32Array.from(lens, (l, b) => b * S + l - 1)),
+        }, scratch, pending);
+        const cur = [...lens];
+        for (let step = 0; step < sp.maxTokens; step++) {
+          scratch.push(logits);
+          const tokens = K.sample(logits, { stream, temperature: sp.temperature, topK: sp.topK, topP: sp.topP, seed: sp.seed, offset: step });
+          const lp = K.tokenLogprobs(logits, tokens, { stream, temperature: logprobTemperature(sp.temperature) });
+          scratch.push(tokens, lp);
+          this.fromLeader(tokens, pending);
+          this.fromLeader(lp, pending);
+          const [tok, lps] = await Promise.all([tokens.toArray({ stream, timeoutMs: this.timeoutMs }), lp.toArray({ stream, timeoutMs: this.timeoutMs }), ...pending.splice(0)]);
+          for (let b = 0; b < B; b++) {
+            if (done[b]) continue;
+            out.tokens[b]!.push(tok![b] as number);
+            out.logprobs[b]!.push(lps![b] as number);
+            if (tok![b] === sp.eosTokenId) {
+              done[b] = true;
+              out.finishReasons[b] = 'eos';
+            }
+          }
+          if (done.every(Boolean) || step === sp.maxTokens - 1) break;
+          // Decode: every row (finished ones too, ignored) feeds its token at its next position.
+          const prev = scratch;
+          scratch = [tokens];
+          for (const t of prev) if (t !== tokens) t.release();
+          logits = forward(this.ctx(), {
+            ids: tokens, positions: up(Int32Array.from(cur)), batch: B, seqLen: 1, mode: 'decode',
+            kv: { cache: this.kv, cachePos: [...cur] },
+            lengths: up(Int32Array.from(cur, (c) => c + 1)),
+          }, scratch, pending);
+          for (let b = 0; b < B; b++) cur[b]!++;
+        }
+        return out;
+      } finally {
+        await Promise.allSettled(pending);
+        for (const t of scratch) t.release();
+      }
+    });
+  }
+
+  /**
+   * Per-token log-probs of given sequences: out[b][t] = log softmax(logits / temperature)
+   * [ids[b][t + 1]] given ids[b][0..t] (length len - 1 per row). `temperature` (> 0) is
+   * explicit so the trainer states what it compares against; generate() with temperature
+   * 0 reports temperature-1 log-probs.
+   */
+  computeLogprobs(ids: number[][], options: { temperature: number }): Promise<number[][]> {
+    checkOptions(options, ['temperature'], 'computeLogprobs()');
+    const temperature = options?.temperature;
+    if (typeof temperature !== 'number' || !(temperature > 0) || !Number.isFinite(temperature)) {
+      throw new InvalidArgumentError(`computeLogprobs() requires { temperature } > 0 (the sampling temperature; 1 for greedy samples) but received ${describe(temperature)}.`, { argument: 'temperature' });
+    }
+    const rows = checkSequences(ids, this.cfg.vocabSize, 'ids', 2);
+    return this.run('computeLogprobs()', async () => {
+      const { values, S } = await this.scoreRows(rows, (logits, targets, scratch) => {
+        const lp = K.tokenLogprobs(logits, targets, { stream: this.stream, temperature });
+        scratch.push(lp);
+        return lp;
+      });
+      return rows.map((r, b) => Array.from(values.subarray(b * S, b * S + r.length - 1)));
+    });
+  }
+
+  /** Prefill logits of each sequence, [len · V] row-major per sequence (for parity checks against the trainer's model). */
+  prefillLogits(ids: number[][]): Promise<Float32Array[]> {
+    const rows = checkSequences(ids, this.cfg.vocabSize, 'ids');
+    const V = this.cfg.vocabSize;
+    return this.run('prefillLogits()', async () => {
+      const { values, S } = await this.scoreRows(rows, (logits) => logits);
+      return rows.map((r, b) => values.slice(b * S * V, (b * S + r.length) * V));
+    });
+  }
+
+  /** One prefill pass (no KV cache) over right-padded rows; `pick` makes the tensor read back (broadcast from tp rank 0). */
+  private async scoreRows(rows: number[][], pick: (logits: Tensor, targets: Tensor, scratch: Tensor[]) => Tensor): Promise<{ values: Float32Array; S: number }> {
+    const S = Math.max(...rows.map((r) => r.length));
+    const scratch: Tensor[] = [];
+    const pending: Promise<void>[] = [];
+    try {
+      const batch = this.upload(rows, S, scratch);
+      const tgt = new Int32Array(rows.length * S).fill(K.IGNORE_INDEX);
+      rows.forEach((r, b) => {
+        for (let t = 0; t + 1 < r.length; t++) tgt[b * S + t] = r[t + 1]!;
+      });
+      const targets = Tensor.fromArray(this.device, tgt, [tgt.length], { stream: this.stream });
+      scratch.push(targets);
+      const logits = forward(this.ctx(), { ...batch, batch: rows.length, seqLen: S, mode: 'prefill' }, scratch, pending);
+      scratch.push(logits);
+      const t = pick(logits, targets, scratch);
+      this.fromLeader(t, pending);
+      const [values] = await Promise.all([t.toArray({ stream: this.stream, timeoutMs: this.timeoutMs }), ...pending.splice(0)]);
+      return { values: values as Float32Array, S };
+    } finally {
+      await Promise.allSettled(pending);
+      for (const t of scratch) t.release();
+    }
+  }
+
+  /**
+   * Level 1: weights and KV cache to host memory, device memory freed. Level 2: both
+   * dropped; after wake() generation refuses until weights are written again.
+   */
+  async sleep(level: SleepLevel): Promise<void> {
+    if (level !== 1 && level !== 2) throw new InvalidArgumentError(`Expected sleep level 1 or 2 but received ${describe(level)}.`, { argument: 'level' });
+    this.enter('sleep()');
+    this.busy = 'sleep()';
+    try {
+      await sleepParams(this.params, level, this.stream, this.timeoutMs);
+      await this.kv.sleep(level, this.stream, this.timeoutMs);
+      // Released buffers return to the pool once queued work on them has run: wait for it,
+      // so device memory is free when sleep() resolves.
+      await this.stream.synchronize({ timeoutMs: this.timeoutMs });
+      this.sleepLevel = level;
+    } finally {
+      this.busy = null;
+    }
+  }
+
+  /** Device memory back; offloaded bytes restored (level 1) or parameters left 'dropped' (level 2). */
+  wake(): void {
+    this.enter('wake()', true);
+    if (this.sleepLevel === null) throw new InvalidArgumentError('wake() called but the engine is not asleep.', {});
+    wakeParams(this.params, this.stream);
+    this.kv.wake(this.stream);
+    this.sleepLevel = null;
+  }
+
+  /** Frees every device tensor (the engine is unusable afterwards). */
+  release(): void {
+    for (const p of this.params.params.values()) {
+      p.tensor?.release();
+      p.tensor = null;
+      p.state = 'dropped';
+    }
+    this.kv.release();
+  }
+}

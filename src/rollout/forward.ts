@@ -1,0 +1,130 @@
+/**
+ * The rollout engine's forward on one TP rank (inference only, no tape), reading the
+ * packed runtime parameters in their processed layout:
+ *   embedding → per layer [RMSNorm → q/k/v from row views of qkv_proj → per-head q/k
+ *   RMSNorm, RoPE → causal attention (prefill, K.attention) or KV-cache attention
+ *   (decode, K.attentionDecode) → o_proj (row parallel) → all-reduce over tp → residual
+ *   → RMSNorm → gate_up_proj → SwiGLU → down_proj (row parallel), or the MoE block on
+ *   w13 / w2 in the grouped-matmul layout → all-reduce → residual] → final RMSNorm → LM head.
+ * The math is Qwen3Model's (src/model/qwen3.ts) restricted to the rank's heads and
+ * intermediate columns; the all-reduces add the partial sums back.
+ * All-reduces are enqueued on the stream (ordered with the kernels around them); their
+ * completion promises are collected in `pending` for the caller to await.
+ */
+import { Tensor, type Stream } from '../runtime/device-index.js';
+import { add, matmul } from '../runtime/ops.js';
+import type { Communicator } from '../runtime/comm.js';
+import { patchImpl } from '../runtime/patches.js';
+import { isMoeLayer, type ModelConfig } from '../model/config.js';
+import * as K from '../model/kernels/index.js';
+import { PATCHES, registerModelPatches } from '../model/functional.js';
+import type { KvCache } from './kv-cache.js';
+import type { RuntimeParams } from './runtime-params.js';
+import type { TpShard } from './tp-shard.js';
+
+export interface ForwardContext {
+  cfg: ModelConfig;
+  params: RuntimeParams;
+  shard: TpShard;
+  /** The tp communicator (null for tp = 1). */
+  comm: Communicator | null;
+  stream: Stream;
+}
+
+export interface ForwardInput {
+  /** int32 [B·S] token ids (rows right-padded to S). */
+  ids: Tensor;
+  /** int32 [B·S] positions. */
+  positions: Tensor;
+  batch: number;
+  seqLen: number;
+  /** 'prefill' attends within the batch (causal); 'decode' (seqLen 1) attends to the KV cache. */
+  mode: 'prefill' | 'decode';
+  /** KV cache to write this step's keys / values into (at `cachePos[b]` for row b); none for a pure scoring pass. */
+  kv?: { cache: KvCache; cachePos: number[] };
+  /** decode: int32 [B] valid cache length per row after this step's write. */
+  lengths?: Tensor;
+  /** int32 [R]: the rows of [B·S] to compute logits for (default all). */
+  outRows?: Tensor;
+}
+
+/** Logits [R, V] (R = outRows length, or B·S). Temporaries go to `scratch` (release after the step). */
+export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[], pending: Promise<void>[]): Tensor {
+  registerModelPatches();
+  const { cfg, params, shard, comm, stream } = ctx;
+  const { batch: B, seqLen: S } = inp;
+  const T = B * S, D = cfg.headDim, H = cfg.hiddenSize;
+  const nH = shard.headsLocal, nKV = shard.kvHeadsLocal;
+  const own = <X extends Tensor>(t: X): X => (scratch.push(t), t);
+  const o = (patch: string) => ({ stream, impl: patchImpl(patch) });
+  const w = (name: string) => params.get(name).view('processed');
+  const rowsOf = (t: Tensor, start: number, count: number): Tensor =>
+    new Tensor(t.device, t.buffer, 'fp32', [count, t.shape[1]!], undefined, t.byteOffset + start * t.shape[1]! * 4);
+  const linear = (x: Tensor, weight: Tensor) => own(matmul(x, weight, { transB: true, ...o(PATCHES.linear) }));
+  const norm = (t: Tensor, weight: string) => {
+    const r = K.rmsNorm(t, w(weight), cfg.rmsNormEps, o(PATCHES.rmsNorm));
+    own(r.rstd);
+    return own(r.y);
+  };
+  const allReduce = (t: Tensor) => {
+    if (comm && shard.tpSize > 1) pending.push(comm.allReduce(t, t, 'sum', stream));
+  };
+
+  let x = own(K.embedding(inp.ids, w('model.embed_tokens.weight'), o(PATCHES.embedding)));
+  for (let i = 0; i < cfg.numLayers; i++) {
+    const pre = `model.layers.${i}`;
+    const h = norm(x, `${pre}.input_layernorm.weight`);
+    const qkvW = w(`${pre}.self_attn.qkv_proj.weight`);
+    const normRope = (proj: Tensor, heads: number, norm: string): Tensor => {
+      const r = K.rmsNorm(proj.reshape([T * heads, D]), w(`${pre}.self_attn.${norm}.weight`), cfg.rmsNormEps, o(PATCHES.rmsNorm));
+      own(r.rstd);
+      return own(K.rope(own(r.y).reshape([T, heads, D]), inp.positions, cfg.rope.theta, o(PATCHES.rope)));
+    };
+    const q = normRope(linear(h, rowsOf(qkvW, 0, nH * D)), nH, 'q_norm');
+    const k = normRope(linear(h, rowsOf(qkvW, nH * D, nKV * D)), nKV, 'k_norm');
+    const v = linear(h, rowsOf(qkvW, (nH + nKV) * D, nKV * D));
+    if (inp.kv) inp.kv.cache.write(i, k, v, inp.kv.cachePos, S, stream);
+    let attn: Tensor;
+    if (inp.mode === 'prefill') {
+      const r = K.attention(q.reshape([B, S, nH, D]), k.reshape([B, S, nKV, D]), v.reshape([B, S, nKV, D]), o(PATCHES.attention));
+      own(r.lse);
+      attn = own(r.o);
+    } else {
+      const c = inp.kv!.cache.views(i, B);
+      attn = own(K.attentionDecode(q.reshape([B, 1, nH, D]), c.k, c.v, inp.lengths!, { stream }));
+    }
+    const attnOut = linear(attn.reshape([T, nH * D]), w(`${pre}.self_attn.o_proj.weight`));
+    allReduce(attnOut);
+    x = own(add(x, attnOut, { stream }));
+
+    const h2 = norm(x, `${pre}.post_attention_layernorm.weight`);
+    let mlpOut: Tensor;
+    if (isMoeLayer(cfg, i)) {
+      const eo = o(PATCHES.experts);
+      const logits = linear(h2, w(`${pre}.mlp.gate.weight`));
+      const r = K.routerTopK(logits, cfg.moe!.topK, cfg.moe!.normTopkProb, o(PATCHES.router));
+      own(r.probs);
+      own(r.indices);
+      own(r.weights);
+      const d = K.moeDispatch(r.indices, cfg.moe!.numExperts, eo);
+      own(d.counts);
+      own(d.offsets);
+      own(d.order);
+      const xs = own(K.moeGather(h2, d.order, cfg.moe!.topK, eo));
+      const gu = own(K.groupedMatmul(xs, w(`${pre}.mlp.experts.w13_weight`), d.offsets, { transB: false, ...eo }));
+      const act = own(K.swigluFused(gu, o(PATCHES.swiglu)));
+      const ys = own(K.groupedMatmul(act, w(`${pre}.mlp.experts.w2_weight`), d.offsets, { transB: false, ...eo }));
+      mlpOut = own(K.moeCombine(ys, d.order, r.weights, eo));
+    } else {
+      const gu = linear(h2, w(`${pre}.mlp.gate_up_proj.weight`));
+      const act = own(K.swigluFused(gu, o(PATCHES.swiglu)));
+      mlpOut = linear(act, w(`${pre}.mlp.down_proj.weight`));
+    }
+    allReduce(mlpOut);
+    x = own(add(x, mlpOut, { stream }));
+  }
+  const rows = inp.outRows ? own(K.embedding(inp.outRows, x.reshape([T, H]), o(PATCHES.embedding))) : x;
+  const hf = norm(rows, 'model.norm.weight');
+  const head = cfg.tieWordEmbeddings ? w('model.embed_tokens.weight') : w('lm_head.weight');
+  return matmul(hf, head, { transB: true, ...o(PATCHES.linear) });
+}

@@ -1,0 +1,11 @@
+/**
+ * Public API of the rollout engine (vLLM-like inference per rank, tensor parallel):
+ * the engine, its packed runtime parameters and layout states, the checkpoint loader's
+ * plan, sampling parameters. Re-exported by src/index.ts.
+ */
+export { RolloutEngine, type RolloutEngineOptions, type GenerateResult } from './engine.js';
+export { runtimeParamSpecs, runtimeChecksum, type RuntimeParamSpec, type LayoutState, type WriteLayout } from './runtime-params.js';
+export { hfLoadPlan, type WeightSource } from './loader.js';
+export { tpShard, type TpShard } from './tp-shard.js';
+export { logprobTemperature, type SamplingParams } from './sampling-params.js';
+export type { SleepLevel } from './sleep.js';

@@ -1,0 +1,122 @@
+/**
+ * The rollout engine's KV cache on one TP rank: per layer a key and a value tensor
+ * [maxBatch, maxSeqLen, nKV_tp, D] (the layout K.attentionDecode reads), allocated once
+ * and reused by every generate() call. Row b of a batch uses cache row b; its valid
+ * length is tracked on the host (positions are known without reading the device), so
+ * writes are plain device copies at host-computed offsets. Sleep offloads it to the
+ * host (level 1) or drops it (level 2); wake allocates it again.
+ */
+import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
+import { copy } from '../runtime/ops.js';
+import { InvalidArgumentError } from '../runtime/errors.js';
+
+export interface KvCacheShape {
+  layers: number;
+  maxBatch: number;
+  maxSeqLen: number;
+  kvHeads: number;
+  headDim: number;
+}
+
+export class KvCache {
+  private k: Tensor[] = [];
+  private v: Tensor[] = [];
+  private host: Uint8Array[] | null = null;
+
+  constructor(
+    readonly device: Device,
+    readonly shape: KvCacheShape,
+  ) {
+    this.allocate();
+  }
+
+  get allocated(): boolean {
+    return this.k.length > 0;
+  }
+
+  /** Bytes one layer's key (or value) tensor takes. */
+  private get layerBytes(): number {
+    const s = this.shape;
+    return s.maxBatch * s.maxSeqLen * s.kvHeads * s.headDim * 4;
+  }
+
+  deviceBytes(): number {
+    return this.allocated ? 2 * this.shape.layers * this.layerBytes : 0;
+  }
+
+  private allocate(): void {
+    const s = this.shape;
+    for (let l = 0; l < s.layers; l++) {
+      this.k.push(Tensor.empty(this.device, [s.maxBatch, s.maxSeqLen, s.kvHeads, s.headDim]));
+      this.v.push(Tensor.empty(this.device, [s.maxBatch, s.maxSeqLen, s.kvHeads, s.headDim]));
+    }
+  }
+
+  /** Checks a batch fits: `batch` rows, each needing up to `seqLen` positions. */
+  checkFits(batch: number, seqLen: number): void {
+    const s = this.shape;
+    if (batch > s.maxBatch) throw new InvalidArgumentError(`A batch of ${batch} sequences exceeds the KV cache's maxBatch ${s.maxBatch}. HINT: raise maxBatch when creating the engine, or split the batch.`, { batch, maxBatch: s.maxBatch });
+    if (seqLen > s.maxSeqLen) {
+      throw new InvalidArgumentError(`Prompt plus maxTokens needs ${seqLen} positions but the KV cache holds ${s.maxSeqLen}. HINT: lower maxTokens or raise maxSeqLen.`, { seqLen, maxSeqLen: s.maxSeqLen });
+    }
+  }
+
+  /** Cache views [batch, maxSeqLen, nKV, D] of layer `l` for the first `batch` rows. */
+  views(l: number, batch: number): { k: Tensor; v: Tensor } {
+    const s = this.shape;
+    const shape = [batch, s.maxSeqLen, s.kvHeads, s.headDim];
+    const kt = this.k[l]!, vt = this.v[l]!;
+    return {
+      k: new Tensor(kt.device, kt.buffer, 'fp32', shape, undefined, kt.byteOffset),
+      v: new Tensor(vt.device, vt.buffer, 'fp32', shape, undefined, vt.byteOffset),
+    };
+  }
+
+  /**
+   * Writes positions [pos[b], pos[b] + count) of row b from k / v [batch, count, nKV, D]
+   * (for each row b < batch).
+   */
+  write(l: number, k: Tensor, v: Tensor, pos: readonly number[], count: number, stream: Stream): void {
+    const s = this.shape;
+    const row = s.kvHeads * s.headDim; // floats per position
+    for (const [src, dst] of [[k, this.k[l]!], [v, this.v[l]!]] as const) {
+      for (let b = 0; b < pos.length; b++) {
+        const from = new Tensor(src.device, src.buffer, 'fp32', [count * row], undefined, src.byteOffset + b * count * row * 4);
+        const to = new Tensor(dst.device, dst.buffer, 'fp32', [count * row], undefined, dst.byteOffset + (b * s.maxSeqLen + pos[b]!) * row * 4);
+        copy(to, from, { stream });
+      }
+    }
+  }
+
+  /** Level 1: contents to the host, device memory freed. Level 2: dropped. */
+  async sleep(level: 1 | 2, stream: Stream, timeoutMs?: number): Promise<void> {
+    if (level === 1) {
+      this.host = [];
+      for (let l = 0; l < this.shape.layers; l++) this.host.push(await this.k[l]!.toBytes({ stream, timeoutMs }), await this.v[l]!.toBytes({ stream, timeoutMs }));
+    }
+    for (const t of [...this.k, ...this.v]) t.release();
+    this.k = [];
+    this.v = [];
+  }
+
+  /** Allocates again; restores the offloaded contents after a level-1 sleep. */
+  wake(stream: Stream): void {
+    this.allocate();
+    if (this.host) {
+      for (let l = 0; l < this.shape.layers; l++) {
+        for (const [i, t] of [[2 * l, this.k[l]!], [2 * l + 1, this.v[l]!]] as const) {
+          const tmp = Tensor.fromArray(this.device, this.host[i]!, [this.host[i]!.length], { dtype: 'uint8', stream });
+          copy(new Tensor(t.device, t.buffer, 'uint8', [t.numel * 4], undefined, t.byteOffset), tmp, { stream });
+          tmp.release();
+        }
+      }
+      this.host = null;
+    }
+  }
+
+  release(): void {
+    for (const t of [...this.k, ...this.v]) t.release();
+    this.k = [];
+    this.v = [];
+  }
+}

@@ -1,0 +1,186 @@
+/**
+ * Checkpoint-format loader of the rollout engine: maps each HF tensor (q/k/v, gate/up/
+ * down, per-expert `mlp.experts.{e}.*_proj.weight` or the Transformers-5 fused
+ * `mlp.experts.gate_up_proj` / `down_proj`) to the region of a packed runtime parameter
+ * it fills on this TP rank, slices it (host tensors on the host, before any device copy;
+ * device tensors on the device) and copies it into the parameter's PREPROCESSED layout.
+ *
+ * Every write is "take source reshaped to `view`, keep [start, start+len) of dim `dim`,
+ * copy the (contiguous) result to element `dstOffset` of the parameter". E.g. the fused
+ * gate_up_proj [E, 2I, H] seen as [E, 2, I, H] sliced on dim 2 is exactly the
+ * preprocessed w13_weight [E, 2·Im_tp, H]; down_proj [E, H, I] sliced on dim 2 is w2_weight.
+ */
+import { Tensor, type Stream } from '../runtime/device-index.js';
+import { copy, permute } from '../runtime/ops.js';
+import { InvalidArgumentError } from '../runtime/errors.js';
+import { describe } from '../runtime/dtype.js';
+import { isMoeLayer, type ModelConfig } from '../model/config.js';
+import { fusedExpertNames, perExpertNames, type HostTensor } from '../model/params.js';
+import type { RuntimeParam, RuntimeParams } from './runtime-params.js';
+import type { TpShard } from './tp-shard.js';
+
+/** What loadWeights accepts per HF name: a device tensor, a safetensors-style host tensor, or fp32 host data. */
+export type WeightSource = Tensor | HostTensor | { shape: readonly number[]; data: Float32Array };
+
+export interface SliceWrite {
+  param: string;
+  /** Part keys of the parameter this write fills. */
+  parts: string[];
+  view: number[];
+  dim: number;
+  start: number;
+  len: number;
+  dstOffset: number;
+}
+
+export interface HfEntry {
+  shape: number[];
+  writes: SliceWrite[];
+}
+
+/** HF name → its full shape and the writes it makes on this TP rank (both expert layouts). */
+export function hfLoadPlan(cfg: ModelConfig, shard: TpShard): Map<string, HfEntry> {
+  const { hiddenSize: H, headDim: D, numHeads: nH, numKvHeads: nKV } = cfg;
+  const plan = new Map<string, HfEntry>();
+  const whole = (name: string, shape: number[], param = name) =>
+    plan.set(name, { shape, writes: [{ param, parts: ['all'], view: shape, dim: 0, start: 0, len: shape[0]!, dstOffset: 0 }] });
+  whole('model.embed_tokens.weight', [cfg.vocabSize, H]);
+  for (let i = 0; i < cfg.numLayers; i++) {
+    const p = `model.layers.${i}`;
+    const qkv = `${p}.self_attn.qkv_proj.weight`;
+    const rows = (name: string, shape: number[], param: string, part: string, start: number, len: number, dstRow: number) =>
+      plan.set(name, { shape, writes: [{ param, parts: [part], view: shape, dim: 0, start, len, dstOffset: dstRow * shape[1]! }] });
+    whole(`${p}.input_layernorm.weight`, [H]);
+    whole(`${p}.post_attention_layernorm.weight`, [H]);
+    whole(`${p}.self_attn.q_norm.weight`, [D]);
+    whole(`${p}.self_attn.k_norm.weight`, [D]);
+    const hl = shard.headsLocal * D, kvl = shard.kvHeadsLocal * D;
+    rows(`${p}.self_attn.q_proj.weight`, [nH * D, H], qkv, 'q', shard.headStart * D, hl, 0);
+    rows(`${p}.self_attn.k_proj.weight`, [nKV * D, H], qkv, 'k', shard.kvHeadStart * D, kvl, hl);
+    rows(`${p}.self_attn.v_proj.weight`, [nKV * D, H], qkv, 'v', shard.kvHeadStart * D, kvl, hl + kvl);
+    const o = `${p}.self_attn.o_proj.weight`;
+    plan.set(o, { shape: [H, nH * D], writes: [{ param: o, parts: ['all'], view: [H, nH * D], dim: 1, start: shard.headStart * D, len: hl, dstOffset: 0 }] });
+    if (isMoeLayer(cfg, i)) {
+      const { numExperts: E, intermediateSize: I } = cfg.moe!;
+      const Im = shard.moeInterLocal, s = shard.moeInterStart;
+      const w13 = `${p}.mlp.experts.w13_weight`, w2 = `${p}.mlp.experts.w2_weight`;
+      whole(`${p}.mlp.gate.weight`, [E, H]);
+      for (let e = 0; e < E; e++) {
+        const n = perExpertNames(i, e);
+        plan.set(n.gate, { shape: [I, H], writes: [{ param: w13, parts: [`gate.${e}`], view: [I, H], dim: 0, start: s, len: Im, dstOffset: e * 2 * Im * H }] });
+        plan.set(n.up, { shape: [I, H], writes: [{ param: w13, parts: [`up.${e}`], view: [I, H], dim: 0, start: s, len: Im, dstOffset: (e * 2 + 1) * Im * H }] });
+        plan.set(n.down, { shape: [H, I], writes: [{ param: w2, parts: [`down.${e}`], view: [H, I], dim: 1, start: s, len: Im, dstOffset: e * H * Im }] });
+      }
+      const f = fusedExpertNames(i);
+      const all = (k: string[]) => Array.from({ length: E }, (_, e) => k.map((x) => `${x}.${e}`)).flat();
+      plan.set(f.gateUp, { shape: [E, 2 * I, H], writes: [{ param: w13, parts: all(['gate', 'up']), view: [E, 2, I, H], dim: 2, start: s, len: Im, dstOffset: 0 }] });
+      plan.set(f.down, { shape: [E, H, I], writes: [{ param: w2, parts: all(['down']), view: [E, H, I], dim: 2, start: s, len: Im, dstOffset: 0 }] });
+    } else {
+      const I = cfg.intermediateSize, Il = shard.interLocal;
+      const gu = `${p}.mlp.gate_up_proj.weight`;
+      rows(`${p}.mlp.gate_proj.weight`, [I, H], gu, 'gate', shard.interStart, Il, 0);
+      rows(`${p}.mlp.up_proj.weight`, [I, H], gu, 'up', shard.interStart, Il, Il);
+      const d = `${p}.mlp.down_proj.weight`;
+      plan.set(d, { shape: [H, I], writes: [{ param: d, parts: ['all'], view: [H, I], dim: 1, start: shard.interStart, len: Il, dstOffset: 0 }] });
+    }
+  }
+  whole('model.norm.weight', [H]);
+  if (!cfg.tieWordEmbeddings) whole('lm_head.weight', [cfg.vocabSize, H]);
+  return plan;
+}
+
+/** The HF name that fills `part` of `p` (for messages about missing tensors). */
+export function hfNameOfPart(plan: ReadonlyMap<string, HfEntry>, p: RuntimeParam, part: string): string {
+  for (const [name, entry] of plan) {
+    if (entry.writes.some((w) => w.param === p.name && w.parts.length === 1 && w.parts[0] === part)) return name;
+  }
+  return `${p.name} (${part})`;
+}
+
+const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
+
+/** fp32 host data of a HostTensor / HostParam, or null for a device tensor. Other dtypes are errors. */
+function hostFloats(name: string, src: WeightSource): Float32Array | null {
+  if (src instanceof Tensor) return null;
+  if (src === null || typeof src !== 'object' || !('data' in src) || !('shape' in src)) {
+    throw new InvalidArgumentError(`loadWeights(): ${name} must be a Tensor, a HostTensor or { shape, data: Float32Array } but received ${describe(src)}.`, { tensor: name });
+  }
+  if (src.data instanceof Float32Array) return src.data;
+  if ('dtype' in src && src.dtype === 'F32' && src.data instanceof Uint8Array) {
+    const d = src.data;
+    return d.byteOffset % 4 === 0 ? new Float32Array(d.buffer, d.byteOffset, d.byteLength / 4) : new Float32Array(d.slice().buffer);
+  }
+  throw new InvalidArgumentError(
+    `loadWeights(): ${name} is ${'dtype' in src ? String(src.dtype) : describe(src.data)}; the rollout engine holds fp32 weights. HINT: convert to F32 before loading.`,
+    { tensor: name },
+  );
+}
+
+function sliceHost(data: Float32Array, view: number[], dim: number, start: number, len: number): Float32Array {
+  const outer = numel(view.slice(0, dim));
+  const inner = numel(view.slice(dim + 1));
+  const out = new Float32Array(outer * len * inner);
+  for (let o = 0; o < outer; o++) {
+    const from = (o * view[dim]! + start) * inner;
+    out.set(data.subarray(from, from + len * inner), o * len * inner);
+  }
+  return out;
+}
+
+/** Slice of a device tensor as a contiguous tensor; `owned` says whether the caller must release it. */
+function sliceDevice(src: Tensor, view: number[], dim: number, start: number, len: number, stream: Stream): { t: Tensor; owned: boolean } {
+  const v = src.reshape(view);
+  const inner = numel(view.slice(dim + 1));
+  const outShape = view.map((d, i) => (i === dim ? len : d));
+  if (numel(view.slice(0, dim)) === 1) {
+    return { t: new Tensor(v.device, v.buffer, v.dtype, outShape, undefined, v.byteOffset + start * inner * 4), owned: false };
+  }
+  // Bring `dim` to the front, keep rows [start, start+len), put it back.
+  const order = [dim, ...view.map((_, i) => i).filter((i) => i !== dim)];
+  const front = permute(v, order, { stream });
+  const rest = order.slice(1).map((i) => view[i]!);
+  const rows = new Tensor(front.device, front.buffer, 'fp32', [len, ...rest], undefined, front.byteOffset + start * numel(rest) * 4);
+  const back = order.map((_, i) => order.indexOf(i));
+  const t = permute(rows, back, { stream });
+  front.release();
+  return { t, owned: true };
+}
+
+/** Checks `src` against the HF shape and writes its slices into the (preprocessed) parameters. */
+export function loadOne(params: RuntimeParams, name: string, entry: HfEntry, src: WeightSource, stream: Stream): void {
+  const host = hostFloats(name, src);
+  const shape = src instanceof Tensor ? src.shape : src.shape;
+  if (shape.length !== entry.shape.length || shape.some((d, i) => d !== entry.shape[i])) {
+    throw new InvalidArgumentError(`loadWeights(): ${name} has shape [${shape.join(', ')}] but the config needs [${entry.shape.join(', ')}] (the full, unsharded HF tensor).`, { tensor: name });
+  }
+  if (src instanceof Tensor) {
+    src.checkLive(name);
+    if (src.dtype !== 'fp32') throw new InvalidArgumentError(`loadWeights(): ${name} is ${src.dtype}; the rollout engine holds fp32 weights. HINT: cast() it first.`, { tensor: name });
+    if (src.device.ordinal !== params.device.ordinal) {
+      throw new InvalidArgumentError(`loadWeights(): ${name} is on device ${src.device.ordinal} but the engine is on device ${params.device.ordinal}. HINT: pass a host tensor or copyPeer() it first.`, { tensor: name });
+    }
+  } else if (host!.length !== numel(entry.shape)) {
+    throw new InvalidArgumentError(`loadWeights(): ${name} holds ${host!.length} floats; [${entry.shape.join(', ')}] needs ${numel(entry.shape)}.`, { tensor: name });
+  }
+  for (const w of entry.writes) {
+    const p = params.get(w.param);
+    const dstTensor = params.ensureAllocated(p);
+    const n = numel(w.view) / w.view[w.dim]! * w.len;
+    const dst = new Tensor(dstTensor.device, dstTensor.buffer, 'fp32', [n], undefined, dstTensor.byteOffset + w.dstOffset * 4);
+    if (host) {
+      const tmp = Tensor.fromArray(params.device, sliceHost(host, w.view, w.dim, w.start, w.len), [n], { stream });
+      copy(dst, tmp, { stream });
+      tmp.release();
+    } else {
+      const s = sliceDevice(src as Tensor, w.view, w.dim, w.start, w.len, stream);
+      copy(dst, s.t.reshape([n]), { stream });
+      if (s.owned) s.t.release();
+    }
+    if (p.state !== 'preprocessed') {
+      // First write of a reload: the parameter's old contents no longer count.
+      p.state = 'preprocessed';
+      p.filled.clear();
+    }
+    for (const k of w.parts) p.filled.add(k);
+  }
+}

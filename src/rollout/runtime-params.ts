@@ -1,0 +1,219 @@
+/**
+ * The rollout engine's packed runtime parameters on one TP rank, each with its layout
+ * state. Names and local shapes (H hidden, D head dim, I_tp / Im_tp intermediate per rank):
+ *
+ *   model.layers.L.self_attn.qkv_proj.weight   [(nH_tp + 2·nKV_tp)·D, H]  q ‖ k ‖ v rows
+ *   model.layers.L.self_attn.o_proj.weight     [H, nH_tp·D]               row parallel
+ *   model.layers.L.mlp.gate_up_proj.weight     [2·I_tp, H]                gate ‖ up of the slice
+ *   model.layers.L.mlp.down_proj.weight        [H, I_tp]                  row parallel
+ *   model.layers.L.mlp.experts.w13_weight      preprocessed [E, 2·Im_tp, H] → processed [E, H, 2·Im_tp]
+ *   model.layers.L.mlp.experts.w2_weight       preprocessed [E, H, Im_tp]   → processed [E, Im_tp, H]
+ *   embedding, norms, router (mlp.gate.weight), lm_head: HF names and shapes, replicated.
+ *
+ * States: 'preprocessed' (written by the checkpoint loader, waiting for
+ * processWeightsAfterLoading), 'processed' (what the forward reads), 'offloaded' (sleep
+ * level 1: bytes on the host), 'dropped' (sleep level 2: no bytes anywhere). Processing is
+ * the identity for every parameter but the experts, whose two dims swap; it must run
+ * exactly once per full reload, so every parameter records its state and the parts of it
+ * the loader has filled, and every transition is checked here.
+ */
+import { createHash } from 'node:crypto';
+import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
+import { permute } from '../runtime/ops.js';
+import { InvalidArgumentError, WeightLayoutError } from '../runtime/errors.js';
+import { isMoeLayer, type ModelConfig } from '../model/config.js';
+import type { TpShard } from './tp-shard.js';
+
+export type LayoutState = 'preprocessed' | 'processed' | 'offloaded' | 'dropped';
+export type WriteLayout = 'preprocessed' | 'processed';
+
+export interface RuntimeParamSpec {
+  name: string;
+  preShape: number[];
+  procShape: number[];
+  /** Processing swaps dims 1 and 2 (the experts); otherwise it is the identity. */
+  swapOnProcess: boolean;
+  /** Part keys a full reload must fill before processing (e.g. 'q', 'k', 'v' or 'gate.3'). */
+  parts: string[];
+}
+
+const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
+const fmt = (s: readonly number[]) => `[${s.join(', ')}]`;
+
+/** Every runtime parameter of `cfg` on the TP rank `shard`, in model order. */
+export function runtimeParamSpecs(cfg: ModelConfig, shard: TpShard): RuntimeParamSpec[] {
+  const { hiddenSize: H, headDim: D } = cfg;
+  const specs: RuntimeParamSpec[] = [];
+  const plain = (name: string, shape: number[], parts = ['all']) => specs.push({ name, preShape: shape, procShape: shape, swapOnProcess: false, parts });
+  plain('model.embed_tokens.weight', [cfg.vocabSize, H]);
+  for (let i = 0; i < cfg.numLayers; i++) {
+    const p = `model.layers.${i}`;
+    plain(`${p}.input_layernorm.weight`, [H]);
+    plain(`${p}.self_attn.qkv_proj.weight`, [(shard.headsLocal + 2 * shard.kvHeadsLocal) * D, H], ['q', 'k', 'v']);
+    plain(`${p}.self_attn.o_proj.weight`, [H, shard.headsLocal * D]);
+    plain(`${p}.self_attn.q_norm.weight`, [D]);
+    plain(`${p}.self_attn.k_norm.weight`, [D]);
+    plain(`${p}.post_attention_layernorm.weight`, [H]);
+    if (isMoeLayer(cfg, i)) {
+      const E = cfg.moe!.numExperts;
+      const Im = shard.moeInterLocal;
+      const experts = Array.from({ length: E }, (_, e) => e);
+      plain(`${p}.mlp.gate.weight`, [E, H]);
+      specs.push({ name: `${p}.mlp.experts.w13_weight`, preShape: [E, 2 * Im, H], procShape: [E, H, 2 * Im], swapOnProcess: true, parts: experts.flatMap((e) => [`gate.${e}`, `up.${e}`]) });
+      specs.push({ name: `${p}.mlp.experts.w2_weight`, preShape: [E, H, Im], procShape: [E, Im, H], swapOnProcess: true, parts: experts.map((e) => `down.${e}`) });
+    } else {
+      plain(`${p}.mlp.gate_up_proj.weight`, [2 * shard.interLocal, H], ['gate', 'up']);
+      plain(`${p}.mlp.down_proj.weight`, [H, shard.interLocal]);
+    }
+  }
+  plain('model.norm.weight', [H]);
+  if (!cfg.tieWordEmbeddings) plain('lm_head.weight', [cfg.vocabSize, H]);
+  return specs;
+}
+
+/** One runtime parameter: its device tensor (when on the device), host copy (when offloaded) and state. */
+export class RuntimeParam {
+  tensor: Tensor | null = null;
+  host: Uint8Array | null = null;
+  state: LayoutState = 'dropped';
+  /** The state to restore on wake from an 'offloaded' sleep. */
+  stateBeforeSleep: LayoutState | null = null;
+  readonly filled = new Set<string>();
+
+  constructor(readonly spec: RuntimeParamSpec) {}
+
+  get name(): string {
+    return this.spec.name;
+  }
+
+  shapeOf(layout: WriteLayout): number[] {
+    return layout === 'processed' ? this.spec.procShape : this.spec.preShape;
+  }
+
+  get nbytes(): number {
+    return numel(this.spec.preShape) * 4;
+  }
+
+  /** The device tensor viewed in `layout`'s shape (same bytes). */
+  view(layout: WriteLayout): Tensor {
+    return this.tensor!.reshape(this.shapeOf(layout));
+  }
+
+  layoutError(expected: string, hint: string): WeightLayoutError {
+    return new WeightLayoutError(
+      `Runtime parameter ${this.name} is '${this.state}' but '${expected}' was expected. HINT: ${hint}`,
+      { parameter: this.name, expected, actual: this.state },
+    );
+  }
+}
+
+/** The rank's runtime parameters by name. */
+export class RuntimeParams {
+  readonly params = new Map<string, RuntimeParam>();
+
+  constructor(
+    readonly device: Device,
+    specs: RuntimeParamSpec[],
+  ) {
+    for (const s of specs) this.params.set(s.name, new RuntimeParam(s));
+  }
+
+  get(name: string): RuntimeParam {
+    const p = this.params.get(name);
+    if (!p) {
+      const near = [...this.params.keys()].filter((n) => n.split('.').pop() === name.split('.').pop()).slice(0, 3);
+      throw new InvalidArgumentError(
+        `No runtime parameter named ${JSON.stringify(name)}.${near.length ? ` Similar: ${near.join(', ')}.` : ''} HINT: runtime names use the packed forms (qkv_proj, gate_up_proj, experts.w13_weight / w2_weight).`,
+        { argument: 'name', name },
+      );
+    }
+    return p;
+  }
+
+  /** Device memory the parameters hold now, in bytes. */
+  deviceBytes(): number {
+    let n = 0;
+    for (const p of this.params.values()) if (p.tensor) n += p.tensor.nbytes;
+    return n;
+  }
+
+  /** Allocates the device tensor of `p` when it has none (its bytes are undefined until written). */
+  ensureAllocated(p: RuntimeParam): Tensor {
+    if (!p.tensor) p.tensor = Tensor.empty(this.device, p.spec.preShape, 'fp32');
+    return p.tensor;
+  }
+
+  /** Throws unless every parameter is 'processed' (what the forward reads). */
+  checkReadyForForward(): void {
+    for (const p of this.params.values()) {
+      if (p.state === 'processed') continue;
+      const hint =
+        p.state === 'preprocessed' ? 'call processWeightsAfterLoading() after loadWeights() before generating.'
+        : p.state === 'dropped' ? 'weights were dropped (sleep level 2, or never loaded): write them with loadWeights() + processWeightsAfterLoading() or writeRuntime(..., { layout: "processed" }) first.'
+        : 'the engine is asleep: call wake() first.';
+      throw p.layoutError('processed', hint);
+    }
+  }
+
+  /**
+   * Post-load processing of a full reload: every parameter must be 'preprocessed' and
+   * completely filled (checked for all before anything changes), then the experts'
+   * dims are swapped into the grouped-matmul layout and every state becomes 'processed'.
+   */
+  process(stream: Stream, hfNamesOfPart: (p: RuntimeParam, part: string) => string): void {
+    for (const p of this.params.values()) {
+      if (p.state === 'processed') {
+        throw p.layoutError('preprocessed', 'processWeightsAfterLoading() runs exactly once after a full loadWeights(); these weights are already processed (a second processing, or a direct runtime write, which needs none).');
+      }
+      if (p.state !== 'preprocessed') {
+        throw p.layoutError('preprocessed', p.state === 'offloaded' ? 'call wake() first.' : 'load every checkpoint tensor with loadWeights() first.');
+      }
+      const missing = p.spec.parts.filter((k) => !p.filled.has(k));
+      if (missing.length) {
+        const names = missing.slice(0, 4).map((k) => hfNamesOfPart(p, k));
+        throw new WeightLayoutError(
+          `Runtime parameter ${p.name} is only partly loaded: missing ${names.join(', ')}${missing.length > 4 ? ` and ${missing.length - 4} more` : ''}. HINT: a full reload must pass every checkpoint tensor to loadWeights() before processWeightsAfterLoading().`,
+          { parameter: p.name, expected: 'preprocessed (complete)', actual: 'preprocessed (partial)', missing: names },
+        );
+      }
+    }
+    for (const p of this.params.values()) {
+      if (p.spec.swapOnProcess) {
+        const swapped = permute(p.view('preprocessed'), [0, 2, 1], { stream });
+        p.tensor!.release();
+        p.tensor = swapped.reshape(p.spec.preShape);
+      }
+      p.state = 'processed';
+    }
+  }
+
+  /** sha256 (first 16 hex digits) of each parameter's local bytes in its current layout; null when dropped. */
+  async checksums(stream: Stream, timeoutMs?: number): Promise<Map<string, { layout: LayoutState; shape: number[]; checksum: string | null }>> {
+    const out = new Map<string, { layout: LayoutState; shape: number[]; checksum: string | null }>();
+    for (const p of this.params.values()) {
+      const layout = p.state === 'offloaded' ? p.stateBeforeSleep! : p.state;
+      const shape = layout === 'processed' ? p.spec.procShape : p.spec.preShape;
+      let bytes: Uint8Array | null = null;
+      if (p.state === 'offloaded') bytes = p.host;
+      else if (p.state !== 'dropped' && p.tensor) bytes = await p.tensor.toBytes({ stream, timeoutMs });
+      out.set(p.name, { layout, shape, checksum: bytes ? runtimeChecksum(bytes) : null });
+    }
+    return out;
+  }
+}
+
+/** The checksum `checksums()` reports, for comparing against bytes computed elsewhere (the trainer side of a sync). */
+export function runtimeChecksum(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex').slice(0, 16);
+}
+
+/** Checks a tensor's shape against `want` with a message naming the parameter and layout. */
+export function checkWriteShape(p: RuntimeParam, shape: readonly number[], layout: WriteLayout): void {
+  const want = p.shapeOf(layout);
+  if (shape.length !== want.length || shape.some((d, i) => d !== want[i])) {
+    throw new InvalidArgumentError(
+      `writeRuntime(${p.name}): a '${layout}' tensor must have shape ${fmt(want)} on this TP rank but received ${fmt(shape)}.`,
+      { parameter: p.name, layout, expected: want, actual: [...shape] },
+    );
+  }
+}

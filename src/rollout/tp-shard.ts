@@ -1,0 +1,75 @@
+/**
+ * Tensor-parallel arithmetic of the rollout engine: which query heads, kv heads and
+ * intermediate columns one TP rank owns. Column-parallel projections (q/k/v, gate/up,
+ * expert w13) keep the rank's output rows; row-parallel ones (o_proj, down, expert w2)
+ * keep the matching input columns and are summed over `tp` by an all-reduce.
+ *
+ * KV heads: with tp <= numKvHeads each rank owns numKvHeads / tp of them; with
+ * tp > numKvHeads each kv head is replicated on tp / numKvHeads ranks (as vLLM does),
+ * so every rank owns exactly one. Query head h uses kv head h / (numHeads / numKvHeads)
+ * either way, so the local grouped attention is the global one restricted to the rank.
+ * Embedding, norms, router and LM head are replicated.
+ */
+import { InvalidArgumentError } from '../runtime/errors.js';
+import type { ModelConfig } from '../model/config.js';
+
+export interface TpShard {
+  tpSize: number;
+  tpRank: number;
+  /** Local query heads and the first global one. */
+  headsLocal: number;
+  headStart: number;
+  /** Local kv heads and the first global one. */
+  kvHeadsLocal: number;
+  kvHeadStart: number;
+  /** Dense MLP intermediate columns per rank and the first one. */
+  interLocal: number;
+  interStart: number;
+  /** MoE per-expert intermediate columns per rank and the first one (0 without MoE). */
+  moeInterLocal: number;
+  moeInterStart: number;
+}
+
+function divisible(what: string, size: number, tp: number): void {
+  if (size % tp !== 0) {
+    throw new InvalidArgumentError(
+      `Tensor parallel size ${tp} does not divide ${what} (${size}). HINT: use a tp size that divides ${what} (1, 2 or 4 for the tiny models).`,
+      { argument: 'tpSize', tpSize: tp, [what]: size },
+    );
+  }
+}
+
+/** The shard of rank `tpRank` in a tp group of `tpSize`; sizes the model cannot split are errors. */
+export function tpShard(cfg: ModelConfig, tpSize: number, tpRank: number): TpShard {
+  if (!Number.isInteger(tpSize) || tpSize < 1) throw new InvalidArgumentError(`Expected a positive integer for tpSize but received ${tpSize}.`, { argument: 'tpSize' });
+  if (!Number.isInteger(tpRank) || tpRank < 0 || tpRank >= tpSize) {
+    throw new InvalidArgumentError(`Expected tpRank in [0, ${tpSize}) but received ${tpRank}.`, { argument: 'tpRank' });
+  }
+  divisible('num_attention_heads', cfg.numHeads, tpSize);
+  divisible('intermediate_size', cfg.intermediateSize, tpSize);
+  if (cfg.moe) divisible('moe_intermediate_size', cfg.moe.intermediateSize, tpSize);
+  const nKV = cfg.numKvHeads;
+  if (nKV % tpSize !== 0 && tpSize % nKV !== 0) {
+    throw new InvalidArgumentError(
+      `Tensor parallel size ${tpSize} and num_key_value_heads ${nKV}: one must divide the other (kv heads are split, or replicated when tp > kv heads).`,
+      { argument: 'tpSize', tpSize, numKvHeads: nKV },
+    );
+  }
+  const headsLocal = cfg.numHeads / tpSize;
+  const kvHeadsLocal = tpSize <= nKV ? nKV / tpSize : 1;
+  const kvHeadStart = tpSize <= nKV ? tpRank * kvHeadsLocal : Math.floor(tpRank / (tpSize / nKV));
+  const interLocal = cfg.intermediateSize / tpSize;
+  const moeInterLocal = cfg.moe ? cfg.moe.intermediateSize / tpSize : 0;
+  return {
+    tpSize,
+    tpRank,
+    headsLocal,
+    headStart: tpRank * headsLocal,
+    kvHeadsLocal,
+    kvHeadStart,
+    interLocal,
+    interStart: tpRank * interLocal,
+    moeInterLocal,
+    moeInterStart: tpRank * moeInterLocal,
+  };
+}

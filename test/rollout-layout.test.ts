@@ -1,0 +1,237 @@
+/**
+ * Layout states of the rollout engine's runtime parameters (tp = 1, in process, tiny
+ * dense and MoE): the preprocessed → processed transition runs exactly once; a wrong-layout
+ * write, a second processing, a partial reload or generating from unprocessed / dropped
+ * weights is a WeightLayoutError naming the parameter and both layouts; checksums equal an
+ * independent host packing; a direct processed write (colocated sync) gives the trainer's
+ * logits; sleep levels 1 and 2 really free device memory and wake restores (or refuses
+ * until a sync). Multi-rank slicing is checked in rollout-engine.test.ts.
+ */
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Device } from '../src/runtime/device.js';
+import { Tensor } from '../src/runtime/tensor.js';
+import { InvalidArgumentError, WeightLayoutError } from '../src/runtime/errors.js';
+import { initialParams } from '../src/model/sft.js';
+import { convertExpertLayout, toHostTensors } from '../src/model/params.js';
+import { RolloutEngine, runtimeChecksum, tpShard } from '../src/rollout/index.js';
+import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { cfgOf, expectedChecksums, expectedRuntime, maxRelErr, prompts, Reference } from './helpers/rollout-reference.js';
+
+const device = Device.get(0);
+
+function caught(fn: () => unknown): any {
+  try {
+    fn();
+  } catch (e) {
+    return e;
+  }
+  throw new Error('expected a throw');
+}
+
+describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (which) => {
+  const cfg = cfgOf(which);
+  const host = initialParams(cfg, 7);
+  const engines: RolloutEngine[] = [];
+  const make = () => {
+    const e = RolloutEngine.create(cfg, { device });
+    engines.push(e);
+    return e;
+  };
+  afterEach(() => {
+    for (const e of engines.splice(0)) e.release();
+  });
+  const firstLayer = cfg.moe ? 'model.layers.0.mlp.experts.w13_weight' : 'model.layers.0.mlp.gate_up_proj.weight';
+
+  it('loaded weights are preprocessed (checksums = host packing); generating first, or processing twice, is a WeightLayoutError', async () => {
+    const e = make();
+    e.loadWeights(host);
+    expect(new Set(e.layoutStates().values())).toEqual(new Set(['preprocessed']));
+    const sums = await e.checksums();
+    if (cfg.moe) {
+      // At tp = 1 the preprocessed w13 / w2 are byte-for-byte the fused gate_up_proj / down_proj.
+      const gu = host.get('model.layers.0.mlp.experts.gate_up_proj')!.data;
+      expect(sums.get(firstLayer)).toEqual({ layout: 'preprocessed', shape: [8, 256, 128], checksum: runtimeChecksum(new Uint8Array(gu.buffer, gu.byteOffset, gu.byteLength)) });
+    }
+    const err = caught(() => e.generate(prompts(2), { maxTokens: 2 }));
+    expect(err).toBeInstanceOf(WeightLayoutError);
+    expect(err.code).toBe('ASCENT_WEIGHT_LAYOUT');
+    expect(err.details).toEqual({ parameter: 'model.embed_tokens.weight', expected: 'processed', actual: 'preprocessed' });
+    expect(err.message).toContain('processWeightsAfterLoading()');
+
+    e.processWeightsAfterLoading();
+    const want = expectedChecksums(cfg, host, 1, 0);
+    for (const [n, c] of await e.checksums()) expect([n, c.layout, c.checksum]).toEqual([n, 'processed', want[n]]);
+    if (cfg.moe) expect((await e.checksums()).get(firstLayer)!.shape).toEqual([8, 128, 256]);
+    const twice = caught(() => e.processWeightsAfterLoading());
+    expect(twice).toBeInstanceOf(WeightLayoutError);
+    expect(twice.details).toMatchObject({ parameter: 'model.embed_tokens.weight', expected: 'preprocessed', actual: 'processed' });
+    expect(twice.message).toContain('exactly once');
+  });
+
+  it('a partial reload is refused by processWeightsAfterLoading, naming the missing checkpoint tensor', async () => {
+    const e = make();
+    const perExpert = cfg.moe ? convertExpertLayout(toHostTensors(host), cfg, 'per-expert') : toHostTensors(host);
+    const missing = cfg.moe ? 'model.layers.1.mlp.experts.5.up_proj.weight' : 'model.layers.1.self_attn.k_proj.weight';
+    e.loadWeights([...perExpert].filter(([n]) => n !== missing));
+    const err = caught(() => e.processWeightsAfterLoading());
+    expect(err).toBeInstanceOf(WeightLayoutError);
+    expect(err.message).toContain(missing);
+    expect(new Set(e.layoutStates().values())).toEqual(new Set(['preprocessed'])); // nothing processed
+    e.loadWeights([[missing, perExpert.get(missing)!]]);
+    e.processWeightsAfterLoading();
+    const ref = Reference.create(cfg, 7);
+    try {
+      const p = prompts(1)[0]!;
+      expect(maxRelErr((await e.prefillLogits([p]))[0]!, await ref.logits(p))).toBeLessThan(1e-4);
+    } finally {
+      ref.release();
+    }
+  });
+
+  it('writeRuntime checks layout against state and shape; a processed write (colocated sync) gives the trainer logits with no post-load', async () => {
+    const e = make();
+    e.loadWeights(host);
+    e.processWeightsAfterLoading();
+    const other = initialParams(cfg, 8);
+    const packed = expectedRuntime(cfg, other, 1, 0);
+    const specShape = (n: string, layout: 'processed' | 'preprocessed') => {
+      const p = e.params.get(n);
+      return layout === 'processed' ? p.spec.procShape : p.spec.preShape;
+    };
+    // Preprocessed tensor into a processed parameter.
+    const pre = caught(() => e.writeRuntime(firstLayer, { shape: specShape(firstLayer, 'preprocessed'), data: packed.get(firstLayer)! }, { layout: 'preprocessed' }));
+    expect(pre).toBeInstanceOf(WeightLayoutError);
+    expect(pre.details).toEqual({ parameter: firstLayer, expected: 'processed', actual: 'preprocessed' });
+    // Wrong shape for the stated layout, unknown name, bad layout.
+    if (cfg.moe) {
+      const bad = caught(() => e.writeRuntime(firstLayer, { shape: specShape(firstLayer, 'preprocessed'), data: packed.get(firstLayer)! }, { layout: 'processed' }));
+      expect(bad).toBeInstanceOf(InvalidArgumentError);
+      expect(bad.message).toContain('[8, 128, 256]');
+    }
+    expect(caught(() => e.writeRuntime('model.layers.0.self_attn.q_proj.weight', { shape: [1], data: new Float32Array(1) }, { layout: 'processed' })).message).toContain('qkv_proj');
+    expect(caught(() => e.writeRuntime(firstLayer, packed.get(firstLayer) as any, { layout: 'runtime' as any }))).toBeInstanceOf(InvalidArgumentError);
+    const before = await e.checksums();
+    expect(before.get(firstLayer)!.checksum).toBe(expectedChecksums(cfg, host, 1, 0)[firstLayer]); // failed writes changed nothing
+
+    // Direct processed writes of every runtime parameter (device tensors for half of them).
+    const tmp: Tensor[] = [];
+    let i = 0;
+    for (const [n, data] of packed) {
+      const shape = specShape(n, 'processed');
+      if (i++ % 2) e.writeRuntime(n, { shape, data }, { layout: 'processed' });
+      else {
+        const t = Tensor.fromArray(device, data, shape);
+        tmp.push(t);
+        e.writeRuntime(n, t, { layout: 'processed' });
+      }
+    }
+    for (const t of tmp) t.release();
+    const ref = Reference.create(cfg, 8);
+    try {
+      for (const p of prompts(3, 21)) expect(maxRelErr((await e.prefillLogits([p]))[0]!, await ref.logits(p))).toBeLessThan(1e-4);
+    } finally {
+      ref.release();
+    }
+    const post = caught(() => e.processWeightsAfterLoading());
+    expect(post).toBeInstanceOf(WeightLayoutError);
+    expect(post.details.actual).toBe('processed');
+    // A processed tensor into a parameter mid-reload (preprocessed) is refused too.
+    e.loadWeights([['model.embed_tokens.weight', host.get('model.embed_tokens.weight')!]]);
+    const mid = caught(() => e.writeRuntime('model.embed_tokens.weight', host.get('model.embed_tokens.weight')!, { layout: 'processed' }));
+    expect(mid.details).toEqual({ parameter: 'model.embed_tokens.weight', expected: 'preprocessed', actual: 'processed' });
+  });
+
+  it('sleep(1) offloads weights and KV cache (device memory freed); wake restores identical weights and outputs', async () => {
+    const e = make();
+    e.loadWeights(host);
+    e.processWeightsAfterLoading();
+    const ps = prompts(3, 31);
+    const before = await e.generate(ps, { maxTokens: 5, temperature: 0.9, seed: 5 });
+    const sums = await e.checksums();
+    const held = e.deviceBytes();
+    const alloc = device.stats().allocated;
+    await e.sleep(1);
+    expect(e.deviceBytes()).toBe(0);
+    expect(alloc - device.stats().allocated).toBeGreaterThanOrEqual(held);
+    expect(() => e.generate(ps, { maxTokens: 2 })).toThrow(/asleep/);
+    await expect(e.sleep(1)).rejects.toThrow(/asleep/);
+    expect(await e.checksums()).toEqual(sums); // offloaded bytes are still verifiable
+    e.wake();
+    expect(e.deviceBytes()).toBe(held);
+    expect(await e.checksums()).toEqual(sums);
+    expect(await e.generate(ps, { maxTokens: 5, temperature: 0.9, seed: 5 })).toEqual(before);
+  });
+
+  it('sleep(2) drops weights; after wake generation refuses until weights are written again', async () => {
+    const e = make();
+    e.loadWeights(host);
+    e.processWeightsAfterLoading();
+    const ps = prompts(3, 41);
+    const before = await e.generate(ps, { maxTokens: 5, temperature: 0 });
+    const held = e.deviceBytes();
+    const alloc = device.stats().allocated;
+    await e.sleep(2);
+    expect(alloc - device.stats().allocated).toBeGreaterThanOrEqual(held);
+    e.wake();
+    expect(new Set(e.layoutStates().values())).toEqual(new Set(['dropped']));
+    const err = caught(() => e.generate(ps, { maxTokens: 2 }));
+    expect(err).toBeInstanceOf(WeightLayoutError);
+    expect(err.details).toMatchObject({ expected: 'processed', actual: 'dropped' });
+    expect(err.message).toContain('sleep level 2');
+    expect((await e.checksums()).get(firstLayer)!.checksum).toBeNull();
+    e.loadWeights(host);
+    e.processWeightsAfterLoading();
+    expect(await e.generate(ps, { maxTokens: 5, temperature: 0 })).toEqual(before);
+  });
+
+  it('bad inputs are InvalidArgumentErrors that say what was wrong', () => {
+    const e = make();
+    expect(caught(() => e.loadWeights([['model.layers.9.mlp.up_proj.weight', host.get('model.norm.weight')!]])).message).toContain('unknown checkpoint tensor');
+    expect(caught(() => e.loadWeights([['model.norm.weight', host.get('model.embed_tokens.weight')!]])).message).toContain('needs [128]');
+    expect(caught(() => e.loadWeights([['model.norm.weight', { dtype: 'BF16', shape: [128], data: new Uint8Array(256) }]])).message).toContain('fp32');
+    e.loadWeights(host);
+    e.processWeightsAfterLoading();
+    const p = prompts(2);
+    for (const [params, msg] of [
+      [{ maxTokens: 0 }, 'maxTokens'],
+      [{ maxTokens: 2, topP: 0 }, 'topP'],
+      [{ maxTokens: 2, temperature: -1 }, 'temperature'],
+      [{ maxTokens: 2, seed: 1.5 }, 'seed'],
+      [{ maxTokens: 2, temprature: 1 }, "Unknown option 'temprature'"],
+      [{ maxTokens: 500 }, 'KV cache holds 128'],
+    ] as const) {
+      const err = caught(() => e.generate(p, params as any));
+      expect(err, msg).toBeInstanceOf(InvalidArgumentError);
+      expect(err.message).toContain(msg);
+    }
+    expect(caught(() => e.generate([[1, 64]], { maxTokens: 1 })).message).toContain('prompts[0][1] is 64');
+    expect(caught(() => e.generate(Array.from({ length: 9 }, () => [1]), { maxTokens: 1 })).message).toContain('maxBatch 8');
+    expect(caught(() => e.computeLogprobs(p, {} as any)).message).toContain('temperature');
+    expect(caught(() => e.wake()).message).toContain('not asleep');
+    expect(caught(() => RolloutEngine.create(cfg, { device, waitTimeoutMs: -1 })).message).toContain('waitTimeoutMs');
+    expect(caught(() => RolloutEngine.create(cfg, { device, maxBatch: 0 })).message).toContain('maxBatch');
+    expect(caught(() => tpShard(cfg, 3, 0)).message).toContain('Tensor parallel size 3 does not divide num_attention_heads (4)');
+    expect(caught(() => tpShard(cfg, 2, 2)).message).toContain('tpRank in [0, 2)');
+    return expect(e.sleep(3 as any)).rejects.toThrow(/level 1 or 2/);
+  });
+});
+
+describe('sleep and wake on real tensor-parallel ranks (launch)', () => {
+  beforeAll(() => ensureParallelBuilt(), 120_000);
+
+  it('tiny moe, tp = 2: every rank frees its weights and KV cache, restores (level 1) or refuses until a reload (level 2)', async () => {
+    const run = await launchFixture(2, 'test/fixtures/rollout/sleep-tp.mjs', ['moe']);
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    expect(run.results.map((r) => r.rank)).toEqual([0, 1]);
+    for (const r of run.results as any[]) {
+      const [freed1, sameAfterWake1, freed2] = r.freed;
+      expect(r.held).toBeGreaterThan(0);
+      expect(freed1).toBeGreaterThanOrEqual(r.held);
+      expect(sameAfterWake1).toBe(true);
+      expect(freed2).toBeGreaterThanOrEqual(r.held);
+      expect(r.refused).toMatchObject({ name: 'WeightLayoutError', code: 'ASCENT_WEIGHT_LAYOUT', details: { expected: 'processed', actual: 'dropped' } });
+      expect(r.same).toBe(true);
+    }
+  });
+});
