@@ -49,7 +49,7 @@ async function runRow(model: 'dense' | 'moe', spec: RowSpec, steps: number) {
     const trainers = await world.spawn<TrainerActor>(
       trainerActorSpec({ strategy: spec.strategy, model: modelDir, init: { seed: 1 }, optimizer: { lr: 1e-3 }, clipGradNorm: 1.0, ...spec.parallel }),
     );
-    await trainers.call('setup');
+    const [info] = await trainers.call('setup');
     const batchOf = (i: number) => {
       const b = syntheticTask.makeBatch(1000 + i, BATCH, SEQ);
       return { inputIds: b.inputIds, targets: b.targets, batch: BATCH, seqLen: SEQ };
@@ -64,7 +64,7 @@ async function runRow(model: 'dense' | 'moe', spec: RowSpec, steps: number) {
       ms.push(r[0]!.ms.total);
       comm.push(r[0]!.ms.comm / r[0]!.ms.total);
     }
-    return { strategy: spec.strategy, ranks: spec.ranks, layout: spec.layout, model, msPerStep: round(median(ms), 2), commShare: round(median(comm), 3), lossStep1 };
+    return { strategy: spec.strategy, ranks: spec.ranks, layout: info!.layout, model, msPerStep: round(median(ms), 2), commShare: round(median(comm), 3), lossStep1 };
   } finally {
     await world.shutdown();
   }
@@ -77,10 +77,10 @@ export async function runTrainerBench(opts: { steps: number; models: Array<'dens
     let ref: number | null = null;
     for (const spec of rowSpecs(model, opts.ranks)) {
       const row = await runRow(model, spec, opts.steps);
-      process.stderr.write(`${model} ${spec.strategy} ${spec.layout}: ${row.msPerStep} ms/step, comm ${row.commShare}, loss ${row.lossStep1}\n`);
+      process.stderr.write(`${model} ${spec.strategy} ${row.layout}: ${row.msPerStep} ms/step, comm ${row.commShare}, loss ${row.lossStep1}\n`);
       ref ??= row.lossStep1;
       const rel = Math.abs(row.lossStep1 - ref) / Math.abs(ref);
-      if (rel > 1e-5) mismatches.push(`${model} ${spec.layout}: step-1 loss ${row.lossStep1} vs ${ref} (rel ${rel.toExponential(2)})`);
+      if (rel > 1e-5) mismatches.push(`${model} ${row.layout}: step-1 loss ${row.lossStep1} vs ${ref} (rel ${rel.toExponential(2)})`);
       rows.push(row);
     }
   }
