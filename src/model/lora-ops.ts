@@ -47,6 +47,27 @@ export function dropoutMask(seed: number, name: string, n: number, p: number): F
   return m;
 }
 
+/**
+ * The window of a global dropout mask that one shard of the input sees: rows
+ * [row0, row0 + rows) and columns [col0, col0 + cols) of the [totalRows, totalCols] mask
+ * that dropoutMask(seed, name, totalRows·totalCols, p) gives for the whole batch. A
+ * data-parallel rank (its rows) or a row-parallel TP rank (its input columns) applies
+ * exactly the entries the single-device run applies to the same elements.
+ */
+export function dropoutMaskWindow(
+  seed: number, name: string, p: number,
+  total: { rows: number; cols: number }, win: { row0: number; rows: number; col0: number; cols: number },
+): Float32Array {
+  const full = dropoutMask(seed, name, total.rows * total.cols, p);
+  if (win.col0 === 0 && win.cols === total.cols) return full.slice(win.row0 * total.cols, (win.row0 + win.rows) * total.cols);
+  const out = new Float32Array(win.rows * win.cols);
+  for (let r = 0; r < win.rows; r++) {
+    const src = (win.row0 + r) * total.cols + win.col0;
+    out.set(full.subarray(src, src + win.cols), r * win.cols);
+  }
+  return out;
+}
+
 /** Dense LoRA projection; `mask` (same shape as x) applies dropout to the adapter input. */
 export function loraLinear(tape: Tape, x: Var, w: Var, a: Var, b: Var, s: number, mask?: Tensor): Var {
   const base = F.linear(tape, x, w);

@@ -24,7 +24,7 @@ import { InvalidArgumentError } from '../runtime/errors.js';
 import type { Tape, Var } from './autograd.js';
 import type { ModelConfig } from './config.js';
 import type * as F from './functional.js';
-import { loraGrouped, loraLinear, dropoutMask } from './lora-ops.js';
+import { loraGrouped, loraLinear, dropoutMaskWindow } from './lora-ops.js';
 import { parseLoraConfig, resolveLoraTargets, type LoraConfig, type LoraConfigInput, type LoraTarget } from './lora-config.js';
 import type { HostParam, ParamStore } from './param-store.js';
 import { fusedExpertNames } from './params.js';
@@ -175,6 +175,13 @@ export class LoraAdapters {
  */
 export class LoraHooks implements ProjectionHooks {
   dropoutSeed: number | null = null;
+  /**
+   * Where this forward's tokens sit in the global batch (a data-parallel rank runs rows
+   * [row0, row0 + rows) of `total` token rows): the masks are windows of the global
+   * mask, so sharded runs drop exactly what the single-device run drops. null: the
+   * forward's tokens are the whole batch.
+   */
+  dropoutWindow: { row0: number; total: number } | null = null;
 
   constructor(
     readonly adapters: LoraAdapters,
@@ -188,7 +195,9 @@ export class LoraHooks implements ProjectionHooks {
     const p = this.adapters.config.dropout;
     let mask: Tensor | undefined;
     if (p > 0 && this.dropoutSeed !== null) {
-      const host = dropoutMask(this.dropoutSeed, name, x.value.numel, p);
+      const [rows, cols] = x.value.shape as [number, number];
+      const w = this.dropoutWindow ?? { row0: 0, total: rows };
+      const host = dropoutMaskWindow(this.dropoutSeed, name, p, { rows: w.total, cols }, { row0: w.row0, rows, col0: 0, cols });
       mask = tape.own(Tensor.fromArray(x.value.device, host, x.value.shape, { stream: tape.stream }));
     }
     return loraLinear(tape, x, weight, this.lookup(tape, t.a), this.lookup(tape, t.b), this.adapters.scaling, mask);

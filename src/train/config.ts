@@ -1,11 +1,12 @@
 /**
  * The trainer's configuration (zod): strategy and its parallel sizes, model, initial
- * weights, optimizer and clipping. Parsed by the trainer actor; bad values are one
+ * weights, optimizer, clipping and optional LoRA. Parsed by the trainer actor; bad values are one
  * ConfigError naming every bad field.
  */
 import { z } from 'zod';
 import { parseConfig } from '../runtime/config.js';
 import { STRATEGY_KINDS } from './strategy.js';
+import { LoraConfigSchema } from '../model/lora-config.js';
 
 const size = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
 
@@ -32,6 +33,8 @@ export const TrainerConfigSchema = z
     optimizer: OptimizerConfigSchema.default({ lr: 1e-3 }),
     /** Max global gradient L2 norm; null disables clipping. */
     clipGradNorm: z.number().positive('expected a positive clipGradNorm (or null to disable)').nullable().default(1.0),
+    /** LoRA adapters (PEFT-like): only they train, base weights stay frozen; every strategy supports it. */
+    lora: LoraConfigSchema.optional(),
   })
   .strict();
 

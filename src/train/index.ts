@@ -10,4 +10,4 @@ export { TrainerConfigSchema, OptimizerConfigSchema, parseTrainerConfig, type Tr
 export { createStrategy, modelConfigPath, readHfWeights, type StrategyContext } from './factory.js';
 export * from './megatron/index.js';
 export { SingleDeviceStrategy, type SingleLoraOptions } from './single.js';
-export { Fsdp2Strategy, planLayout, type Fsdp2Options, type FlatLayout, type FlatUnit, type FlatParam } from './fsdp2/index.js';
+export { Fsdp2Strategy, planLayout, type Fsdp2Options, type Fsdp2LoraOptions, type FlatLayout, type FlatUnit, type FlatParam } from './fsdp2/index.js';

@@ -4,6 +4,7 @@
  * trainer benchmark.
  */
 import { Tensor, type Device } from '../runtime/device-index.js';
+import { InvalidArgumentError } from '../runtime/errors.js';
 import { patchImpl } from '../runtime/patches.js';
 import { Tape } from '../model/autograd.js';
 import type { ModelConfig } from '../model/config.js';
@@ -111,6 +112,17 @@ export class SingleDeviceStrategy implements TrainStrategy {
 
   async gatherState(kind: StateKind): Promise<Map<string, HostParam>> {
     return this.store.hostState(kind, this.stream);
+  }
+
+  /** The LoRA adapter parameters alone, by PEFT name (what an adapter-only weight sync sends). */
+  async loraState(): Promise<Map<string, HostParam>> {
+    if (!this.lora) throw new InvalidArgumentError('SingleDeviceStrategy.loraState(): this strategy has no LoRA adapters. HINT: create it with the `lora` option, or use gatherState(\'params\') for the full weights.');
+    const out = new Map<string, HostParam>();
+    for (const name of this.lora.adapters.names) {
+      const t = this.store.get(name).value;
+      out.set(name, { shape: [...t.shape], data: (await t.toArray({ stream: this.stream })) as Float32Array });
+    }
+    return out;
   }
 
   async loadState(state: FullState): Promise<void> {

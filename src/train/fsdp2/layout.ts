@@ -13,10 +13,15 @@
  *
  * so one all-gather (and one reduce-scatter) per unit moves equal-sized pieces, and
  * each parameter's full tensor is the first d0 rows of its padded-full region.
+ *
+ * With LoRA, each decoder layer's adapters (PEFT names) form their own unit
+ * `lora.layer.N`, gathered with the layer; only those units are trainable (the base
+ * units are frozen: no gradient buffers, no reduce-scatter, no AdamW moments).
  */
 import { InvalidArgumentError } from '../../runtime/errors.js';
 import type { ModelConfig } from '../../model/config.js';
 import type { HostParam } from '../../model/param-store.js';
+import type { LoraParamSpec } from '../../model/lora.js';
 import { paramSpecs } from '../../model/params.js';
 import type { ModelBlock } from '../../model/qwen3.js';
 import { chunkRange, chunkSize } from '../../parallel/placement.js';
@@ -35,8 +40,10 @@ export interface FlatParam {
 }
 
 export interface FlatUnit {
-  /** 'embed', 'layer.N' or 'head'. */
+  /** 'embed', 'layer.N', 'head' or (LoRA adapters) 'lora.layer.N'. */
   key: string;
+  /** Its parameters get gradients and AdamW (false: frozen LoRA base). */
+  trainable: boolean;
   params: FlatParam[];
   /** Elements of one rank's flat shard (sum of padded chunks). */
   shardNumel: number;
@@ -59,14 +66,21 @@ function unitKeyOf(name: string): string {
   return name === 'model.embed_tokens.weight' ? 'embed' : 'head';
 }
 
-/** The flat-shard layout of `cfg`'s parameters (HF names, fused experts) over `dp` ranks. */
-export function planLayout(cfg: ModelConfig, dp: number): FlatLayout {
+/**
+ * The flat-shard layout of `cfg`'s parameters (HF names, fused experts) over `dp` ranks;
+ * with `lora` (adapter specs), the adapters in per-layer units and the base frozen.
+ */
+export function planLayout(cfg: ModelConfig, dp: number, lora?: readonly LoraParamSpec[]): FlatLayout {
   const units = new Map<string, FlatUnit>();
   const unitOf = new Map<string, FlatUnit>();
-  for (const spec of paramSpecs(cfg, { expertLayout: 'fused' })) {
-    const key = unitKeyOf(spec.name);
+  const specs = [
+    ...paramSpecs(cfg, { expertLayout: 'fused' }).map((s) => ({ name: s.name, shape: s.shape, key: unitKeyOf(s.name), trainable: !lora })),
+    ...(lora ?? []).map((s) => ({ name: s.name, shape: s.shape, key: `lora.layer.${s.layer}`, trainable: true })),
+  ];
+  for (const spec of specs) {
+    const key = spec.key;
     let u = units.get(key);
-    if (!u) units.set(key, (u = { key, params: [], shardNumel: 0 }));
+    if (!u) units.set(key, (u = { key, trainable: spec.trainable, params: [], shardNumel: 0 }));
     const rowNumel = numel(spec.shape.slice(1));
     const chunkRows = chunkSize(spec.shape[0]!, dp);
     const p: FlatParam = { name: spec.name, shape: spec.shape, rowNumel, chunkRows, chunk: chunkRows * rowNumel, offset: u.shardNumel };
@@ -74,7 +88,8 @@ export function planLayout(cfg: ModelConfig, dp: number): FlatLayout {
     u.shardNumel += p.chunk;
     unitOf.set(spec.name, u);
   }
-  const list = [...units.values()];
+  // Each layer's adapter unit right after the layer (forward order).
+  const list = [...units.values()].filter((u) => !u.key.startsWith('lora.')).flatMap((u) => [u, ...(units.has(`lora.${u.key}`) ? [units.get(`lora.${u.key}`)!] : [])]);
   return { dp, units: list, unitOf, maxGatheredNumel: Math.max(...list.map((u) => dp * u.shardNumel)) };
 }
 
@@ -83,7 +98,10 @@ export function blockUnits(layout: FlatLayout, cfg: ModelConfig, block: ModelBlo
   const byKey = (k: string) => layout.units.find((u) => u.key === k)!;
   switch (block.kind) {
     case 'embed': return [byKey('embed')];
-    case 'layer': return [byKey(`layer.${block.index}`)];
+    case 'layer': {
+      const adapters = layout.units.find((u) => u.key === `lora.layer.${block.index}`);
+      return adapters ? [byKey(`layer.${block.index}`), adapters] : [byKey(`layer.${block.index}`)];
+    }
     case 'head': return cfg.tieWordEmbeddings ? [byKey('head'), byKey('embed')] : [byKey('head')];
   }
 }

@@ -10,6 +10,8 @@
  * parameters (swapping the Vars' values) and points the Vars' `grad` at a zeroed
  * unsharded gradient slot, into which the tape accumulates the full gradients.
  * `finish()` reduce-scatters what is left (the embedding) after tape.backward.
+ * Frozen units (LoRA base weights) are gathered the same way (backward needs them for
+ * the input gradients) but get no gradient slot and no reduce-scatter.
  */
 import { InvalidArgumentError } from '../../runtime/errors.js';
 import type { Communicator } from '../../runtime/comm.js';
@@ -32,8 +34,8 @@ interface Gathered {
 export interface UnitState {
   /** This rank's flat parameter shard [S]. */
   param: Tensor;
-  /** This rank's flat gradient shard [S]. */
-  grad: Tensor;
+  /** This rank's flat gradient shard [S] (absent for a frozen unit). */
+  grad?: Tensor;
 }
 
 const blockName = (b: ModelBlock) => (b.kind === 'layer' ? `layer ${b.index}` : b.kind);
@@ -58,7 +60,7 @@ export class StepSource implements ParamSource {
     if (this.current) throw new InvalidArgumentError(`FSDP2: block ${blockName(block)} started inside block ${blockName(this.current.block)}.`);
     const gathered = blockUnits(this.layout, this.cfg, block).map((unit) => {
       const values = gatherUnit(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream);
-      const vars = unit.params.map((p, i) => new Var(fullView(unit, values, i, this.comm.size), true, p.name));
+      const vars = unit.params.map((p, i) => new Var(fullView(unit, values, i, this.comm.size), unit.trainable, p.name));
       const g: Gathered = { unit, vars, values, grads: null };
       this.live.push(g);
       return g;
@@ -119,15 +121,18 @@ export class StepSource implements ParamSource {
       g.values = gatherUnit(g.unit, this.state.get(g.unit)!.param, this.comm, this.pool, this.stream);
       g.vars.forEach((v, i) => (v.value = fullView(g.unit, g.values!, i, dp)));
     }
-    g.grads = zeroGradSlot(g.unit, dp, this.pool, this.stream);
-    g.vars.forEach((v, i) => (v.grad = fullView(g.unit, g.grads!, i, dp)));
-    this.pendingGrads.push(g);
+    if (g.unit.trainable) {
+      g.grads = zeroGradSlot(g.unit, dp, this.pool, this.stream);
+      g.vars.forEach((v, i) => (v.grad = fullView(g.unit, g.grads!, i, dp)));
+    }
+    this.pendingGrads.push(g); // frozen: only its values are freed at the flush
   }
 
   private flushPending(): void {
     for (const g of this.pendingGrads) {
       this.freeValues(g);
-      reduceScatterUnit(g.unit, g.grads!, this.state.get(g.unit)!.grad, this.comm, this.pool, this.stream);
+      if (!g.grads) continue;
+      reduceScatterUnit(g.unit, g.grads, this.state.get(g.unit)!.grad!, this.comm, this.pool, this.stream);
       g.grads = null;
       for (const v of g.vars) v.grad = undefined;
     }

@@ -11,6 +11,12 @@
  *   all-reduce of the local Σ g², gathered / loaded HF-named full state;
  * - data parallel: each rank runs its rows of the global batch; the loss weights
  *   carry the global normalisation, so gradients are plain sums over ranks.
+ * - LoRA (`lora` option): adapters (PEFT names) sharded on dim 0 like any parameter, in
+ *   one unit per layer gathered with the layer (layout.ts); the model's LoRA hooks get
+ *   the gathered adapter Vars through the same lookup as the base weights. The base is
+ *   frozen (no gradient buffers, no reduce-scatter, no moments); gatherState / loadState
+ *   carry the adapters by PEFT name (grads and moments: adapters only), loraState()
+ *   gathers the adapters alone (for an adapter-only weight sync).
  */
 import { copy, fill, Tensor, type Device, type Stream } from '../../runtime/device-index.js';
 import type { Communicator } from '../../runtime/comm.js';
@@ -21,6 +27,8 @@ import type { ModelConfig } from '../../model/config.js';
 import * as K from '../../model/kernels/index.js';
 import type { AdamWHyper, HostParam } from '../../model/param-store.js';
 import { Qwen3Model, uploadBatch, type ParamSource } from '../../model/qwen3.js';
+import { LoraAdapters, loraParamSpecs, loraStepSeed, type LoraHooks } from '../../model/lora.js';
+import type { LoraConfigInput } from '../../model/lora-config.js';
 import type { DeviceMesh } from '../../parallel/device-mesh.js';
 import { viewOf } from '../../parallel/local-ops.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
@@ -40,14 +48,23 @@ export interface Fsdp2Options {
   params: ReadonlyMap<string, HostParam>;
   /** Free each block's unsharded parameters after its forward and re-gather them for backward (default true, as FSDP2). */
   reshardAfterForward?: boolean;
+  /** LoRA adapters: only they train, the base is frozen. */
+  lora?: Fsdp2LoraOptions;
 }
 
+export interface Fsdp2LoraOptions {
+  config: LoraConfigInput;
+  /** Full adapter parameters by PEFT name (default: PEFT init from config.seed, B = 0). */
+  params?: ReadonlyMap<string, HostParam>;
+}
+
+/** A unit's shards on this rank; grad and moments exist for trainable units only. */
 interface UnitDevice extends UnitState {
-  m: Tensor;
-  v: Tensor;
+  m?: Tensor;
+  v?: Tensor;
 }
 
-const OPTION_KEYS = ['comm', 'mesh', 'cfg', 'params', 'reshardAfterForward'];
+const OPTION_KEYS = ['comm', 'mesh', 'cfg', 'params', 'reshardAfterForward', 'lora'];
 
 function resolveComm(opts: Fsdp2Options): Communicator {
   if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError('Fsdp2Strategy.create() expects { comm | mesh, cfg, params }.');
@@ -83,6 +100,10 @@ export class Fsdp2Strategy implements TrainStrategy {
   private momentsLive = false;
   private released = false;
   private run: StepSource | null = null;
+  /** The LoRA adapters and hooks, when created with `lora`. */
+  readonly lora: { adapters: LoraAdapters; hooks: LoraHooks } | undefined;
+  /** forwardBackward calls since the last optimizer step (the LoRA dropout seed's micro-batch index). */
+  private micro = 0;
 
   private constructor(
     readonly cfg: ModelConfig,
@@ -90,6 +111,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     readonly plan: FlatLayout,
     private readonly units: Map<FlatUnit, UnitDevice>,
     readonly reshardAfterForward: boolean,
+    adapters?: LoraAdapters,
   ) {
     this.ranks = comm.size;
     this.layout = `dp${comm.size}`;
@@ -99,7 +121,8 @@ export class Fsdp2Strategy implements TrainStrategy {
       blockStart: (tape, block) => self.active().blockStart(tape, block),
       blockEnd: (tape, block, out) => self.active().blockEnd(tape, block, out),
     };
-    this.model = new Qwen3Model(cfg, source);
+    this.lora = adapters && { adapters, hooks: adapters.hooks((tape, name) => self.active().param(tape, name)) };
+    this.model = new Qwen3Model(cfg, source, this.lora?.hooks);
   }
 
   /**
@@ -112,8 +135,16 @@ export class Fsdp2Strategy implements TrainStrategy {
     if (!(params instanceof Map)) throw new InvalidArgumentError('Fsdp2Strategy.create(): params must be a Map of HF name -> { shape, data: Float32Array }.');
     const reshard = opts.reshardAfterForward ?? true;
     if (typeof reshard !== 'boolean') throw new InvalidArgumentError(`Fsdp2Strategy.create(): reshardAfterForward must be a boolean.`);
-    const plan = planLayout(cfg, comm.size);
-    const problems = paramProblems(plan, params);
+    let adapters: LoraAdapters | undefined;
+    let all: ReadonlyMap<string, HostParam> = params;
+    if (opts.lora) {
+      adapters = new LoraAdapters(cfg, opts.lora.config); // ConfigError on a bad config (same on every rank)
+      const host = opts.lora.params ?? adapters.initHost();
+      adapters.checkHost(host);
+      all = new Map([...params, ...host]);
+    }
+    const plan = planLayout(cfg, comm.size, adapters && loraParamSpecs(cfg, adapters.config));
+    const problems = paramProblems(plan, all);
     await agree(comm, problems.length > 0, 'Fsdp2Strategy.create()', 'its parameters');
     throwProblems(problems, `Fsdp2Strategy.create(): the parameters do not match the ${cfg.modelType} config`);
     const device = comm.device;
@@ -121,15 +152,16 @@ export class Fsdp2Strategy implements TrainStrategy {
     const units = new Map<FlatUnit, UnitDevice>();
     try {
       for (const u of plan.units) {
-        const param = Tensor.fromArray(device, shardFromHost(u, comm.size, comm.rank, params), [u.shardNumel], { stream });
-        units.set(u, { param, grad: Tensor.zeros(device, [u.shardNumel], 'fp32', { stream }), m: Tensor.zeros(device, [u.shardNumel], 'fp32', { stream }), v: Tensor.zeros(device, [u.shardNumel], 'fp32', { stream }) });
+        const param = Tensor.fromArray(device, shardFromHost(u, comm.size, comm.rank, all), [u.shardNumel], { stream });
+        const zeros = () => Tensor.zeros(device, [u.shardNumel], 'fp32', { stream });
+        units.set(u, u.trainable ? { param, grad: zeros(), m: zeros(), v: zeros() } : { param });
       }
     } catch (e) {
-      for (const t of units.values()) for (const x of [t.param, t.grad, t.m, t.v]) x.release();
+      for (const t of units.values()) for (const x of [t.param, t.grad, t.m, t.v]) x?.release();
       throw e;
     }
     await stream.synchronize();
-    return new Fsdp2Strategy(cfg, comm, plan, units, reshard);
+    return new Fsdp2Strategy(cfg, comm, plan, units, reshard, adapters);
   }
 
   get optimizerSteps(): number {
@@ -144,10 +176,15 @@ export class Fsdp2Strategy implements TrainStrategy {
     return this.comm.device.defaultStream;
   }
 
-  /** Flat shards of each unit (params, grads, AdamW moments) on this rank: for tests and weight sync. */
-  localShards(): ReadonlyMap<string, { param: Tensor; grad: Tensor; expAvg: Tensor; expAvgSq: Tensor }> {
+  /** Flat shards of each unit (params, grads, AdamW moments; the last three absent for frozen LoRA base units) on this rank: for tests and weight sync. */
+  localShards(): ReadonlyMap<string, { param: Tensor; grad?: Tensor; expAvg?: Tensor; expAvgSq?: Tensor }> {
     this.checkLive('localShards');
     return new Map([...this.units].map(([u, t]) => [u.key, { param: t.param, grad: t.grad, expAvg: t.m, expAvgSq: t.v }]));
+  }
+
+  /** This rank's units that train (all, or the LoRA adapter units), with their grad and moments. */
+  private trainableUnits(): Array<[FlatUnit, Required<UnitDevice>]> {
+    return [...this.units].filter(([u]) => u.trainable) as Array<[FlatUnit, Required<UnitDevice>]>;
   }
 
   private active(): StepSource {
@@ -165,6 +202,10 @@ export class Fsdp2Strategy implements TrainStrategy {
     const tape = new Tape({ stream, impl: patchImpl });
     this.run = run;
     this.gradsLive = true;
+    if (this.lora) {
+      this.lora.hooks.dropoutSeed = loraStepSeed(this.lora.adapters.config.seed, this.step, this.micro++);
+      this.lora.hooks.dropoutWindow = { row0: rows.row0 * rows.seqLen, total: batch.batch * batch.seqLen };
+    }
     try {
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream);
       tape.own(b.ids);
@@ -189,7 +230,7 @@ export class Fsdp2Strategy implements TrainStrategy {
 
   zeroGrad(): void {
     this.checkLive('zeroGrad');
-    for (const t of this.units.values()) fill(t.grad, 0, { stream: this.stream });
+    for (const [, t] of this.trainableUnits()) fill(t.grad, 0, { stream: this.stream });
     this.gradsLive = true;
   }
 
@@ -199,7 +240,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       throw new InvalidArgumentError(`clipGradNorm(): expected a positive maxNorm or null but received ${String(maxNorm)}.`);
     }
     const { stream } = this;
-    const grads = [...this.units.values()].map((t) => t.grad);
+    const grads = this.trainableUnits().map(([, t]) => t.grad);
     const ss = sumSquares(grads, stream) ?? Tensor.zeros(this.device, [1, 1], 'fp32', { stream });
     try {
       await this.comm.allReduce(ss, ss, 'sum', stream);
@@ -216,24 +257,40 @@ export class Fsdp2Strategy implements TrainStrategy {
     this.checkLive('optimizerStep');
     if (!this.gradsLive) return;
     this.step++;
+    this.micro = 0;
     this.momentsLive = true;
-    for (const t of this.units.values()) K.adamw(t.param, t.grad, t.m, t.v, { ...hp, step: this.step, stream: this.stream, impl: 'fast' });
+    for (const [, t] of this.trainableUnits()) K.adamw(t.param, t.grad, t.m, t.v, { ...hp, step: this.step, stream: this.stream, impl: 'fast' });
   }
 
-  /** Collective: the full state of one kind by HF name on every rank (one all-gather per unit). */
+  /**
+   * Collective: the full LoRA adapter parameters alone, by PEFT name, on every rank (one
+   * all-gather per adapter unit): what an adapter-only weight sync sends.
+   */
+  async loraState(): Promise<Map<string, HostParam>> {
+    this.checkLive('loraState');
+    if (!this.lora) throw new InvalidArgumentError('Fsdp2Strategy.loraState(): this strategy has no LoRA adapters. HINT: create it with the `lora` option, or use gatherState(\'params\') for the full weights.');
+    return this.gatherUnits(this.trainableUnits().map(([u, t]) => [u, t.param]));
+  }
+
+  /** Collective: the full state of one kind by HF name on every rank (one all-gather per unit; with LoRA, grads and moments of the adapters only). */
   async gatherState(kind: StateKind): Promise<Map<string, HostParam>> {
     this.checkLive('gatherState');
     const pick = { params: 'param', grads: 'grad', exp_avg: 'm', exp_avg_sq: 'v' } as const;
     const field = pick[kind];
     if (field === undefined) throw new InvalidArgumentError(`gatherState(): unknown kind ${JSON.stringify(kind)}; expected one of ${Object.keys(pick).join(', ')}.`);
+    if ((field === 'grad' && !this.gradsLive) || ((field === 'm' || field === 'v') && !this.momentsLive)) return new Map();
+    const units = field === 'param' ? [...this.units] : this.trainableUnits();
+    return this.gatherUnits(units.map(([u, t]) => [u, t[field]!]));
+  }
+
+  private async gatherUnits(shards: ReadonlyArray<readonly [FlatUnit, Tensor]>): Promise<Map<string, HostParam>> {
     const out = new Map<string, HostParam>();
-    if ((field === 'grad' && !this.gradsLive) || ((field === 'm' || field === 'v') && !this.momentsLive)) return out;
     const { stream, comm } = this;
     const buf = Tensor.empty(this.device, [this.plan.maxGatheredNumel], 'fp32');
     try {
-      for (const [u, t] of this.units) {
+      for (const [u, t] of shards) {
         const gathered = viewOf(buf, [comm.size * u.shardNumel]);
-        await comm.allGather(t[field], gathered, stream);
+        await comm.allGather(t, gathered, stream);
         hostFromGathered(u, comm.size, (await gathered.toArray({ stream })) as Float32Array, out);
       }
     } finally {
@@ -268,11 +325,12 @@ export class Fsdp2Strategy implements TrainStrategy {
     };
     for (const [u, t] of this.units) {
       upload(t.param, u, state.params);
-      if (state.optimizer) {
-        upload(t.m, u, state.optimizer.expAvg);
-        upload(t.v, u, state.optimizer.expAvgSq);
+      if (state.optimizer && u.trainable) {
+        upload(t.m!, u, state.optimizer.expAvg);
+        upload(t.v!, u, state.optimizer.expAvgSq);
       }
     }
+    this.micro = 0;
     if (state.optimizer) {
       this.step = state.optimizer.step;
       this.momentsLive = true;
@@ -283,7 +341,7 @@ export class Fsdp2Strategy implements TrainStrategy {
   release(): void {
     if (this.released) return;
     this.released = true;
-    for (const t of this.units.values()) for (const x of [t.param, t.grad, t.m, t.v]) x.release();
+    for (const t of this.units.values()) for (const x of [t.param, t.grad, t.m, t.v]) x?.release();
   }
 
   private async allReduceHost(values: number[]): Promise<Float32Array> {

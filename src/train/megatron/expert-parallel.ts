@@ -44,6 +44,7 @@ function gatherRows(tape: Tape, x: Var, index: Int32Array): Var {
 
 export async function expertParallelMoe(
   tape: Tape, x: Var, w: ExpertParallelWeights, topK: number, renorm: boolean, ep: Communicator, pending: PendingComms,
+  adapters?: Partial<F.MoeAdapters>,
 ): Promise<Var> {
   const stream = tape.stream;
   const device = x.value.device;
@@ -98,8 +99,10 @@ export async function expertParallelMoe(
   perm.forEach((src, i) => (inv[src] = i));
   const local = gatherRows(tape, got, perm);
   const off = tape.own(Tensor.fromArray(device, offsets, [El + 1], { stream }));
-  const gu = F.groupedLinear(tape, local, w.fc1, off, 'experts.linear_fc1');
-  const ys = F.groupedLinear(tape, F.swigluFused(tape, gu), w.fc2, off, 'experts.linear_fc2');
+  // LoRA adapters (local experts' A/B, same expert order as fc1 / fc2) replace the grouped matmuls.
+  const gu = adapters?.gateUp ? adapters.gateUp(tape, local, w.fc1, off) : F.groupedLinear(tape, local, w.fc1, off, 'experts.linear_fc1');
+  const act = F.swigluFused(tape, gu);
+  const ys = adapters?.down ? adapters.down(tape, act, w.fc2, off) : F.groupedLinear(tape, act, w.fc2, off, 'experts.linear_fc2');
   const back = allToAllRows(tape, gatherRows(tape, ys, inv), ep, recvRows, sendRows, pending);
 
   const y = tape.result(K.moeCombine(back.value, d.order, weights.value, eo));

@@ -11,7 +11,8 @@
  * q/k layernorm weights are shared by all heads but each TP rank only sees its own
  * heads, so their gradients are partial: they go through copyToTp (summed over tp).
  * Every dense projection goes through `linear()` (one place for a LoRA hook: column
- * parallel A replicated / B sharded on out, row parallel A sharded on in / B replicated).
+ * parallel A replicated / B sharded on out, row parallel A sharded on in / B replicated),
+ * the local experts' grouped matmuls through `expertsHook` (see lora-hook.ts).
  */
 import type { Communicator } from '../../runtime/comm.js';
 import type { Tape, Var } from '../../model/autograd.js';
@@ -33,6 +34,8 @@ export interface MegatronParams {
 
 /** Replaces a parallel linear (LoRA); return undefined for the plain x · Wᵀ on the local shard. */
 export type ParallelLinearHook = (tape: Tape, x: Var, weight: Var, name: string, mode: ParallelMode) => Var | undefined;
+/** Replaces the grouped matmuls over this rank's local experts of MoE layer `layer` (LoRA on fused experts). */
+export type ExpertsHook = (tape: Tape, layer: number) => Partial<F.MoeAdapters> | undefined;
 
 export interface MegatronGroups {
   tp: Communicator;
@@ -46,6 +49,7 @@ export class MegatronModel {
     readonly params: MegatronParams,
     readonly groups: MegatronGroups,
     readonly linearHook?: ParallelLinearHook,
+    readonly expertsHook?: ExpertsHook,
   ) {
     F.registerModelPatches();
   }
@@ -89,9 +93,10 @@ export class MegatronModel {
         const h2 = F.rmsNorm(tape, x, p(`${pre}.pre_mlp_layernorm.weight`), cfg.rmsNormEps);
         const router = p(`${pre}.mlp.router.weight`);
         const ex = this.params.experts(i);
+        const adapters = this.expertsHook?.(tape, i);
         out = groups.ep.size === 1
-          ? F.moe(tape, h2, { router, gateUp: ex.fc1, down: ex.fc2 }, cfg.moe.topK, cfg.moe.normTopkProb)
-          : await expertParallelMoe(tape, h2, { router, ...ex }, cfg.moe.topK, cfg.moe.normTopkProb, groups.ep, groups.pending);
+          ? F.moe(tape, h2, { router, gateUp: ex.fc1, down: ex.fc2 }, cfg.moe.topK, cfg.moe.normTopkProb, adapters)
+          : await expertParallelMoe(tape, h2, { router, ...ex }, cfg.moe.topK, cfg.moe.normTopkProb, groups.ep, groups.pending, adapters);
       } else {
         const h2 = F.rmsNorm(tape, x, p(`${pre}.mlp.linear_fc1.layer_norm_weight`), cfg.rmsNormEps);
         const act = F.swigluFused(tape, this.linear(tape, h2, `${pre}.mlp.linear_fc1.weight`, 'column'));

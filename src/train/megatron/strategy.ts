@@ -17,6 +17,14 @@
  *   identical gradients on every TP rank by construction (the inputs of their ops are
  *   identical and copyToTp sums the partial input gradients); q/k layernorms, whose
  *   gradients are partial per TP rank, are summed over tp (model.ts).
+ * - LoRA (`lora` option): PEFT-named adapters split as lora-shards.ts says, applied by
+ *   lora-hook.ts; base weights are frozen (no gradient buffers, no AdamW moments), only
+ *   the adapters train. Adapter gradients are all-reduced over dp ('dense'), over the
+ *   expert-data-parallel ranks ('expert') or, when partial per TP rank, over the world
+ *   ('partial' = tp and dp in one collective). gatherState / loadState carry the
+ *   adapters under their PEFT names next to the base weights (grads and moments: the
+ *   adapters only, as the single-device LoRA); loraState() gathers the adapters alone
+ *   (the tensors an adapter-only weight sync needs).
  */
 import { axpy, copy, fill, Tensor, type Stream } from '../../runtime/device-index.js';
 import type { Communicator } from '../../runtime/comm.js';
@@ -36,6 +44,10 @@ import { PendingComms } from './comm-ops.js';
 import { checkParallelSizes, layoutName, type ParallelSizes } from './layout.js';
 import { MegatronModel, type ParallelLinearHook } from './model.js';
 import { GradBuckets, stackExperts, type Unit } from './units.js';
+import { LoraAdapters, loraParamSpecs, loraStepSeed } from '../../model/lora.js';
+import type { LoraConfigInput } from '../../model/lora-config.js';
+import { MegatronLoraHook } from './lora-hook.js';
+import { loraGather, loraLocalShape, loraShardSpecs, loraSlice } from './lora-shards.js';
 import { splitViews } from './views.js';
 
 export interface MegatronOptions {
@@ -49,8 +61,16 @@ export interface MegatronOptions {
   dp?: number;
   /** Expert-parallel size; divides dp and the number of experts. Default 1. */
   ep?: number;
-  /** Optional replacement of the parallel linears (LoRA). */
+  /** Optional replacement of the parallel linears (custom experiments; `lora` installs its own). */
   linearHook?: ParallelLinearHook;
+  /** LoRA adapters: only they train, base weights are frozen (see the file header). */
+  lora?: MegatronLoraOptions;
+}
+
+export interface MegatronLoraOptions {
+  config: LoraConfigInput;
+  /** Full adapter parameters by PEFT name (default: PEFT init from config.seed, B = 0). */
+  params?: ReadonlyMap<string, HostParam>;
 }
 
 export class MegatronStrategy implements TrainStrategy {
@@ -66,6 +86,12 @@ export class MegatronStrategy implements TrainStrategy {
   private readonly grads: GradBuckets;
   private readonly pending = new PendingComms();
   private step = 0;
+  /** Units that train (every unit without LoRA; the adapters with it). */
+  private readonly trainable: Unit[];
+  /** The LoRA adapters and their hook, when created with `lora`. */
+  readonly lora: { adapters: LoraAdapters; hook: MegatronLoraHook } | undefined;
+  /** forwardBackward calls since the last optimizer step (the LoRA dropout seed's micro-batch index). */
+  private micro = 0;
 
   private constructor(
     readonly cfg: ModelConfig,
@@ -76,21 +102,28 @@ export class MegatronStrategy implements TrainStrategy {
     private readonly edpComm: Communicator,
     private readonly units: Unit[],
     linearHook: ParallelLinearHook | undefined,
+    adapters: LoraAdapters | undefined,
   ) {
     this.layout = layoutName(sizes);
     this.ranks = sizes.tp * sizes.dp;
     for (const u of units) this.byName.set(u.name, u);
-    this.grads = new GradBuckets(mesh.device, units, this.stream);
+    this.trainable = units.filter((u) => u.var.requiresGrad);
+    this.grads = new GradBuckets(mesh.device, this.trainable, this.stream);
+    const hook = adapters && new MegatronLoraHook(adapters, cfg, sizes.tp, mesh.coordinate[1]!, (name) => this.unit(name).var);
+    this.lora = adapters && { adapters, hook: hook! };
     this.model = new MegatronModel(cfg, {
       param: (name) => this.unit(name).var,
       experts: (layer) => ({ fc1: this.unit(expertUnitName(layer, 'fc1')).var, fc2: this.unit(expertUnitName(layer, 'fc2')).var }),
-    }, { tp: mesh.comm('tp'), ep: epComm, pending: this.pending }, linearHook);
+    }, { tp: mesh.comm('tp'), ep: epComm, pending: this.pending },
+    hook ? (tape, x, w, name, mode) => hook.linear(tape, x, w, name, mode) : linearHook,
+    hook ? (tape, layer) => hook.moe(tape, layer) : undefined);
   }
 
   /** Collective over `comm`: builds the mesh and groups, and uploads this rank's shards. */
   static async create(o: MegatronOptions): Promise<MegatronStrategy> {
     const sizes = checkParallelSizes(o.cfg, o.comm.size, o);
     const full = hfToMegatron(o.cfg, o.params); // validates names and shapes before any collective
+    const lora = o.lora && prepareLora(o);
     const mesh = await DeviceMesh.create(o.comm, { shape: [sizes.dp, sizes.tp], names: ['dp', 'tp'] });
     const [d, t] = mesh.coordinate as [number, number];
     const { tp, ep } = sizes;
@@ -98,7 +131,7 @@ export class MegatronStrategy implements TrainStrategy {
     const edpComm = (await o.comm.split((d % ep) * tp + t, Math.floor(d / ep)))!;
     const stream = o.comm.device.defaultStream;
     const units: Unit[] = [];
-    const upload = (data: Float32Array, shape: readonly number[], name: string) => new Var(Tensor.fromArray(o.comm.device, data, shape, { stream }), true, name);
+    const upload = (data: Float32Array, shape: readonly number[], name: string, trainable = !lora) => new Var(Tensor.fromArray(o.comm.device, data, shape, { stream }), trainable, name);
     const E = o.cfg.moe?.numExperts ?? 0;
     const El = E / ep;
     for (const spec of megatronSpecs(o.cfg)) {
@@ -114,7 +147,12 @@ export class MegatronStrategy implements TrainStrategy {
       const local = tpSlice(spec, full.get(spec.name)!, tp, t);
       units.push({ name: spec.name, group: 'dense', spec, var: upload(local.data, local.shape, spec.name), grad: undefined! });
     }
-    return new MegatronStrategy(o.cfg, sizes, mesh, epComm, edpComm, units, o.linearHook);
+    for (const spec of lora?.shards ?? []) {
+      const data = loraSlice(spec, lora!.host.get(spec.name)!, tp, t, ep, d % ep);
+      const group = spec.split === 'experts' ? 'expert' : spec.partialOverTp ? 'partial' : 'dense';
+      units.push({ name: spec.name, group, lora: spec, var: upload(data, loraLocalShape(spec, tp, ep), spec.name, true), grad: undefined! });
+    }
+    return new MegatronStrategy(o.cfg, sizes, mesh, epComm, edpComm, units, o.linearHook, lora?.adapters);
   }
 
   get optimizerSteps(): number {
@@ -144,7 +182,8 @@ export class MegatronStrategy implements TrainStrategy {
     const out = new Map<string, Tensor>();
     for (const u of this.units) {
       const t = kind === 'params' ? u.var.value : u.grad;
-      if (u.group === 'dense') out.set(u.name, t);
+      if (!t) continue; // frozen (LoRA base): no gradient
+      if (u.group !== 'expert' || u.lora) out.set(u.name, t);
       else {
         const El = t.shape[0]!;
         splitViews(t, Array.from({ length: El }, () => t.shape.slice(1))).forEach((v, e) => out.set(expertNames(u.expert!.layer, e)[u.expert!.fc], v));
@@ -158,6 +197,9 @@ export class MegatronStrategy implements TrainStrategy {
     const { stream } = this;
     const device = this.mesh.device;
     const tape = new Tape({ stream, impl: patchImpl });
+    if (this.lora) {
+      this.lora.hook.window = { seed: loraStepSeed(this.lora.adapters.config.seed, this.step, this.micro++), row0: rows.row0 * rows.seqLen, total: batch.batch * batch.seqLen };
+    }
     try {
       this.grads.zeroStep(stream);
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream);
@@ -168,7 +210,7 @@ export class MegatronStrategy implements TrainStrategy {
       const { perToken, weights } = terms;
       tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
       // One all-reduce per gradient bucket, then accumulate.
-      for (const [group, comm] of [['dense', this.mesh.comm('dp')], ['expert', this.edpComm]] as const) {
+      for (const [group, comm] of [['dense', this.mesh.comm('dp')], ['expert', this.edpComm], ['partial', this.mesh.parent]] as const) {
         const step = this.grads.step.get(group);
         if (!step) continue;
         if (comm.size > 1) this.pending.track(comm.allReduce(step, step, 'sum', stream));
@@ -205,9 +247,10 @@ export class MegatronStrategy implements TrainStrategy {
   async clipGradNorm(maxNorm: number | null): Promise<number> {
     const { stream } = this;
     const d = this.dpRank, t = this.tpRank;
-    const counted = this.units.filter((u) => {
+    const counted = this.trainable.filter((u) => {
       if (u.group === 'expert') return t === 0 && Math.floor(d / this.sizes.ep) === 0;
-      return d === 0 && (u.spec!.tp !== 'replicated' || t === 0);
+      const tpReplicated = u.lora ? u.lora.split === 'replicated' : u.spec!.tp === 'replicated';
+      return d === 0 && (!tpReplicated || t === 0);
     });
     const ss = sumSquares(counted.map((u) => u.grad), stream) ?? Tensor.zeros(this.mesh.device, [1, 1], 'fp32', { stream });
     try {
@@ -224,7 +267,8 @@ export class MegatronStrategy implements TrainStrategy {
   optimizerStep(hp: AdamWHyper): void {
     const { stream } = this;
     this.step++;
-    for (const u of this.units) {
+    this.micro = 0;
+    for (const u of this.trainable) {
       const shape = u.var.value.shape;
       u.m ??= Tensor.zeros(this.mesh.device, shape, 'fp32', { stream });
       u.v ??= Tensor.zeros(this.mesh.device, shape, 'fp32', { stream });
@@ -232,11 +276,29 @@ export class MegatronStrategy implements TrainStrategy {
     }
   }
 
-  /** Full HF-named state (fused experts) on every rank: TP shards all-gathered over tp, experts over ep, then the bridge. */
+  /**
+   * Full HF-named state (fused experts) on every rank: TP shards all-gathered over tp,
+   * experts over ep, then the bridge; LoRA adapters under their PEFT names. With LoRA,
+   * 'grads' / 'exp_avg' / 'exp_avg_sq' hold the adapters only (base weights are frozen).
+   */
   async gatherState(kind: StateKind): Promise<Map<string, HostParam>> {
-    const { stream } = this;
     const pick = (u: Unit): Tensor | undefined => (kind === 'params' ? u.var.value : kind === 'grads' ? u.grad : kind === 'exp_avg' ? u.m : u.v);
-    if (this.units.some((u) => pick(u) === undefined)) return new Map(); // no optimizer state yet
+    const units = kind === 'params' ? this.units : this.trainable;
+    if (units.some((u) => pick(u) === undefined)) return new Map(); // no optimizer state yet
+    return this.gatherUnits(units, pick);
+  }
+
+  /**
+   * Collective: the full LoRA adapter parameters alone, by PEFT name, on every rank (what
+   * an adapter-only weight sync sends). Throws when the strategy has no LoRA.
+   */
+  async loraState(): Promise<Map<string, HostParam>> {
+    if (!this.lora) throw new InvalidArgumentError('MegatronStrategy.loraState(): this strategy has no LoRA adapters. HINT: create it with the `lora` option, or use gatherState(\'params\') for the full weights.');
+    return this.gatherUnits(this.units.filter((u) => u.lora), (u) => u.var.value);
+  }
+
+  private async gatherUnits(units: readonly Unit[], pick: (u: Unit) => Tensor | undefined): Promise<Map<string, HostParam>> {
+    const { stream } = this;
     const read = async (t: Tensor) => (await t.toArray({ stream })) as Float32Array;
     const gather = async (t: Tensor, comm: Communicator): Promise<Float32Array> => {
       if (comm.size === 1) return read(t);
@@ -251,10 +313,16 @@ export class MegatronStrategy implements TrainStrategy {
       }
     };
     const full = new Map<string, HostParam>();
+    const adapters = new Map<string, HostParam>();
     const tp = this.mesh.comm('tp');
-    for (const u of this.units) {
+    for (const u of units) {
       const t = pick(u)!;
-      if (u.group === 'dense') {
+      if (u.lora) {
+        const spec = u.lora;
+        const comm = spec.split === 'experts' ? this.epComm : tp;
+        const all = spec.split === 'replicated' ? await read(t) : await gather(t, comm);
+        adapters.set(u.name, loraGather(spec, all, spec.split === 'replicated' ? 1 : comm.size));
+      } else if (u.group === 'dense') {
         const spec = u.spec!;
         if (spec.tp === 'replicated') full.set(spec.name, { shape: spec.shape, data: await read(t) });
         else {
@@ -271,27 +339,52 @@ export class MegatronStrategy implements TrainStrategy {
         for (let e = 0; e < E; e++) full.set(expertNames(u.expert!.layer, e)[u.expert!.fc], { shape, data: all.slice(e * per, (e + 1) * per) });
       }
     }
-    return megatronToHf(this.cfg, full);
+    const out = full.size ? megatronToHf(this.cfg, full) : new Map<string, HostParam>();
+    for (const [n, p] of adapters) out.set(n, p);
+    return out;
   }
 
-  /** Full HF state → this rank's shards (and AdamW moments when given), through the bridge. */
+  /**
+   * Full HF state → this rank's shards (and AdamW moments when given), through the
+   * bridge. With LoRA, `params` also holds every adapter by PEFT name; moments are read
+   * for the adapters only (a missing one starts at zero; base moments are ignored: the
+   * base is frozen).
+   */
   async loadState(state: FullState): Promise<void> {
     const { stream } = this;
-    const params = hfToMegatron(this.cfg, state.params);
+    const loraNames = new Set(this.lora?.adapters.names ?? []);
+    const split = (m: ReadonlyMap<string, HostParam>) => {
+      const base = new Map<string, HostParam>(), lora = new Map<string, HostParam>();
+      for (const [n, p] of m) (loraNames.has(n) ? lora : base).set(n, p);
+      return { base, lora };
+    };
+    const sp = split(state.params);
+    this.lora?.adapters.checkHost(sp.lora);
+    const params = hfToMegatron(this.cfg, sp.base);
     const opt = state.optimizer;
-    const moments = opt && opt.expAvg.size + opt.expAvgSq.size > 0 ? [hfToMegatron(this.cfg, opt.expAvg), hfToMegatron(this.cfg, opt.expAvgSq)] : null;
+    const moments = !opt
+      ? null
+      : this.lora
+        ? [split(opt.expAvg).lora, split(opt.expAvgSq).lora]
+        : opt.expAvg.size + opt.expAvgSq.size > 0 ? [hfToMegatron(this.cfg, opt.expAvg), hfToMegatron(this.cfg, opt.expAvgSq)] : null;
     const El = this.cfg.moe ? this.cfg.moe.numExperts / this.sizes.ep : 0;
-    const first = (this.dpRank % this.sizes.ep) * El;
-    const localOf = (u: Unit, full: Map<string, HostParam>): Float32Array =>
-      u.group === 'dense' ? tpSlice(u.spec!, full.get(u.name)!, this.sizes.tp, this.tpRank).data : stackExperts(full, u.expert!.layer, u.expert!.fc, first, El);
-    const write = (dst: Tensor, data: Float32Array) => {
+    const epIndex = this.dpRank % this.sizes.ep;
+    const localOf = (u: Unit, full: Map<string, HostParam>): Float32Array | undefined => {
+      if (u.lora) {
+        const h = full.get(u.name);
+        return h && loraSlice(u.lora, h, this.sizes.tp, this.tpRank, this.sizes.ep, epIndex);
+      }
+      return u.group === 'dense' ? tpSlice(u.spec!, full.get(u.name)!, this.sizes.tp, this.tpRank).data : stackExperts(full, u.expert!.layer, u.expert!.fc, epIndex * El, El);
+    };
+    const write = (dst: Tensor, data: Float32Array | undefined) => {
+      if (!data) return fill(dst, 0, { stream });
       const t = Tensor.fromArray(this.mesh.device, data, dst.shape, { stream });
       copy(dst, t, { stream });
       t.release();
     };
     for (const u of this.units) {
-      write(u.var.value, localOf(u, params));
-      if (!opt) continue;
+      write(u.var.value, localOf(u, u.lora ? sp.lora : params));
+      if (!opt || !u.var.requiresGrad) continue;
       u.m ??= Tensor.zeros(this.mesh.device, u.var.value.shape, 'fp32', { stream });
       u.v ??= Tensor.zeros(this.mesh.device, u.var.value.shape, 'fp32', { stream });
       if (moments) {
@@ -303,6 +396,7 @@ export class MegatronStrategy implements TrainStrategy {
       }
     }
     if (opt) this.step = opt.step;
+    this.micro = 0;
     await stream.synchronize();
   }
 
@@ -322,4 +416,15 @@ export class MegatronStrategy implements TrainStrategy {
 /** The unit name of one MoE layer's stacked local experts. */
 export function expertUnitName(layer: number, fc: 'fc1' | 'fc2'): string {
   return `decoder.layers.${layer}.mlp.experts.linear_fc${fc === 'fc1' ? 1 : 2}`;
+}
+
+/** Checks the LoRA options before any collective (every rank fails the same way). */
+function prepareLora(o: MegatronOptions) {
+  if (o.linearHook) {
+    throw new InvalidArgumentError('MegatronStrategy.create(): pass either `lora` or `linearHook`, not both (LoRA installs its own linear hook). HINT: drop linearHook.');
+  }
+  const adapters = new LoraAdapters(o.cfg, o.lora!.config);
+  const host = o.lora!.params ?? adapters.initHost();
+  adapters.checkHost(host);
+  return { adapters, host, shards: loraShardSpecs(loraParamSpecs(o.cfg, adapters.config)) };
 }

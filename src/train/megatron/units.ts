@@ -6,8 +6,10 @@
  * matmul runs on it, and exposes each expert under its Megatron name with the LOCAL
  * expert index as a view.
  *
+ * Only trainable units get gradients (with LoRA: the adapters; base units are frozen).
  * Gradients live in two flat buckets per group ('dense': replicated over dp,
- * 'expert': replicated over the dp/ep expert-data-parallel ranks): `step` receives
+ * 'expert': replicated over the dp/ep expert-data-parallel ranks, 'partial': LoRA
+ * adapters whose gradient is partial per TP rank, summed over the world): `step` receives
  * one forwardBackward's gradients (the tape's Var.grad are views into it) and is
  * all-reduced as ONE collective per group; `acc` accumulates the reduced steps (what
  * zeroGrad clears, clipping scales and AdamW reads).
@@ -16,9 +18,11 @@ import { fill, Tensor, type Device, type Stream } from '../../runtime/device-ind
 import { Var } from '../../model/autograd.js';
 import type { HostParam } from '../../model/param-store.js';
 import { expertNames, type MegatronSpec } from './bridge.js';
+import type { LoraShardSpec } from './lora-shards.js';
 import { splitViews } from './views.js';
 
-export type UnitGroup = 'dense' | 'expert';
+/** Gradient reduction group: 'dense' over dp, 'expert' over the expert-data-parallel ranks, 'partial' (LoRA adapters whose gradient is a partial sum per TP rank) over the whole world (tp and dp). */
+export type UnitGroup = 'dense' | 'expert' | 'partial';
 
 export interface Unit {
   /** Megatron name (dense) or `decoder.layers.L.mlp.experts.linear_fc{1,2}` (stacked local experts). */
@@ -28,8 +32,10 @@ export interface Unit {
   spec?: MegatronSpec;
   /** Expert units: layer and which projection. */
   expert?: { layer: number; fc: 'fc1' | 'fc2' };
+  /** LoRA adapter units (PEFT-named; `name` is the PEFT name): how the adapter is split. */
+  lora?: LoraShardSpec;
   var: Var;
-  /** Accumulated gradient (view into the group's `acc` bucket). */
+  /** Accumulated gradient (view into the group's `acc` bucket); unset for frozen units (LoRA base weights). */
   grad: Tensor;
   m?: Tensor;
   v?: Tensor;
@@ -40,7 +46,7 @@ export class GradBuckets {
   readonly acc = new Map<UnitGroup, Tensor>();
 
   constructor(device: Device, units: readonly Unit[], stream: Stream) {
-    for (const group of ['dense', 'expert'] as const) {
+    for (const group of ['dense', 'expert', 'partial'] as const) {
       const mine = units.filter((u) => u.group === group);
       if (!mine.length) continue;
       const n = mine.reduce((a, u) => a + u.var.value.numel, 0);
