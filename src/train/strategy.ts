@@ -106,6 +106,8 @@ export interface TrainStrategy {
   gatherState(kind: StateKind): Promise<Map<string, HostParam>>;
   /** Replaces parameters (and optimizer state when given) from full HF-named host state; each rank keeps its shard. */
   loadState(state: FullState): Promise<void>;
+  /** LoRA adapters alone, full, by PEFT name (for adapter-only weight sync); throws when the strategy has no LoRA. */
+  loraState?(): Promise<Map<string, HostParam>>;
   /** The communicators the strategy runs collectives on (for the flight recorder and comm-time accounting). */
   readonly communicators?: readonly Communicator[];
   /** Frees every device tensor the strategy holds. */
