@@ -9,6 +9,7 @@ const SUITES: Record<string, () => Promise<{ main(argv: string[]): Promise<void>
   kernels: () => import('./kernels.js'),
   'train-step': () => import('./train-step.js'),
   trainer: () => import('./trainer.js'),
+  sync: () => import('./sync.js'),
 };
 
 async function run(): Promise<number> {

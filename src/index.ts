@@ -21,3 +21,4 @@ export * from './train/index.js';
 export * from './actors/index.js';
 export * from './grpo/index.js';
 export * from './rollout/index.js';
+export * from './sync/index.js';

@@ -180,6 +180,28 @@ export class RolloutEngine {
     for (const k of p.spec.parts) p.filled.add(k);
   }
 
+  /**
+   * Direct runtime-layout write of one parameter by a writer that fills it in place
+   * (weight sync, LoRA adapter sync): `write(dst)` enqueues on the engine's stream writes
+   * covering the whole processed-layout tensor `dst` (possibly in several parts, from
+   * different sources). Allowed on a 'processed' or 'dropped' parameter; no processing
+   * follows. The parameter is 'processed' afterwards.
+   */
+  writeRuntimeDirect(name: string, write: (dst: Tensor, stream: Stream) => void): void {
+    this.enter('writeRuntimeDirect()');
+    const p = this.params.get(name);
+    if (p.state !== 'dropped' && p.state !== 'processed') {
+      throw new WeightLayoutError(
+        `writeRuntimeDirect(${name}): a direct write is in the processed layout but the parameter is '${p.state}'. HINT: ${p.state === 'preprocessed' ? 'finish the reload with processWeightsAfterLoading() first.' : 'call wake() first.'}`,
+        { parameter: name, expected: 'processed', actual: p.state },
+      );
+    }
+    this.params.ensureAllocated(p);
+    write(p.view('processed'), this.stream);
+    p.state = 'processed';
+    for (const k of p.spec.parts) p.filled.add(k);
+  }
+
   /** Checksums of the runtime parameters' local bytes (see runtimeChecksum). */
   checksums(): ReturnType<RuntimeParams['checksums']> {
     this.enter('checksums()', true);

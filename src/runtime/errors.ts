@@ -126,6 +126,15 @@ export class WeightLayoutError extends AscentError {
 }
 
 /**
+ * A weight sync (trainer → rollout engine) whose verification failed: runtime checksums
+ * or probe log-probs of the engine differ from the trainer's. The details name the worst
+ * tensor or probe position and the difference found.
+ */
+export class WeightSyncError extends AscentError {
+  override readonly code = 'ASCENT_WEIGHT_SYNC';
+}
+
+/**
  * An error raised in another thread whose class is not known here. Keeps the
  * original class name in `remoteName` and the original code in `code`.
  */
@@ -165,6 +174,7 @@ for (const cls of [
   P2PDeadlockError,
   CheckpointFormatError,
   WeightLayoutError,
+  WeightSyncError,
 ]) {
   registerErrorClass(cls);
 }

@@ -32,7 +32,12 @@ export interface Bucket {
 const ALIGN = 64;
 const align = (x: number) => Math.ceil(x / ALIGN) * ALIGN;
 
-export function planBuckets(items: readonly BucketItem[], bucketBytes: number): Bucket[] {
+/**
+ * `keepWhole`: a tensor that fits in one bucket never straddles two (a new bucket starts
+ * instead), so only tensors larger than a bucket are ever split (the receiver then never
+ * needs an assembly buffer for them).
+ */
+export function planBuckets(items: readonly BucketItem[], bucketBytes: number, opts: { keepWhole?: boolean } = {}): Bucket[] {
   if (!Number.isSafeInteger(bucketBytes) || bucketBytes < ALIGN) {
     throw new InvalidArgumentError(`Weight-sync bucket size must be an integer of at least ${ALIGN} bytes but is ${bucketBytes}.`, { bucketBytes });
   }
@@ -45,6 +50,7 @@ export function planBuckets(items: readonly BucketItem[], bucketBytes: number): 
   for (const item of items) {
     if (!Number.isSafeInteger(item.bytes) || item.bytes < 0) throw new InvalidArgumentError(`Tensor ${item.name} has an invalid size ${item.bytes}.`);
     let done = 0;
+    if (opts.keepWhole && item.bytes <= bucketBytes && align(cur.bytes) + item.bytes > bucketBytes) flush();
     if (item.bytes === 0) {
       cur.segments.push({ name: item.name, tensorOffset: 0, bucketOffset: align(cur.bytes), bytes: 0, last: true });
       continue;

@@ -1,0 +1,88 @@
+/**
+ * One rank of the weight-sync benchmark (run under `launch` by bench/sync.ts):
+ *   launch --nproc 2 dist/bench/sync-rank.js colocate <fsdp2|megatron> <bucketBytes>
+ *   launch --nproc 4 dist/bench/sync-rank.js server megatron <bucketBytes>
+ * Builds the synthetic ~514 MB (fp32) dense model below, the strategy and the engine(s),
+ * measures a STREAM-like device copy on every rank at once (the same run), then times
+ * full syncs (one warm-up, best of 3) and prints `RESULT {json}` per rank.
+ */
+import { ColocateSync, Fsdp2Strategy, MegatronStrategy, RolloutEngine, ServerSync, Tensor, copy, paramSpecs, parseModelConfig, type RankContext, type HostParam, type TrainStrategy } from '../src/index.js';
+
+export const BENCH_CONFIG = {
+  architectures: ['Qwen3ForCausalLM'], model_type: 'qwen3', hidden_size: 1024, intermediate_size: 4096, num_hidden_layers: 4,
+  num_attention_heads: 16, num_key_value_heads: 8, head_dim: 64, hidden_act: 'silu', rms_norm_eps: 1e-6, rope_theta: 10000,
+  max_position_embeddings: 64, vocab_size: 32000, tie_word_embeddings: false, bos_token_id: 1, eos_token_id: 2, pad_token_id: 0,
+};
+
+async function streamCopyGBs(ctx: RankContext, comm: { barrier(s?: unknown): Promise<void> }): Promise<number> {
+  const bytes = 128 * 1024 * 1024;
+  const a = Tensor.zeros(ctx.device, [bytes / 4], 'fp32'), b = Tensor.empty(ctx.device, [bytes / 4], 'fp32');
+  const stream = ctx.device.defaultStream;
+  let best = Infinity;
+  try {
+    for (let rep = 0; rep < 4; rep++) {
+      await comm.barrier(stream);
+      const t0 = performance.now();
+      copy(b, a, { stream });
+      await stream.synchronize();
+      best = Math.min(best, (performance.now() - t0) / 1000);
+    }
+  } finally {
+    a.release();
+    b.release();
+  }
+  return (2 * bytes) / best / 1e9;
+}
+
+export async function main(ctx: RankContext): Promise<void> {
+  const [mode, kind, bucketArg] = ctx.args as [string, string, string];
+  const bucketBytes = Number(bucketArg);
+  const cfg = parseModelConfig(BENCH_CONFIG, 'bench');
+  const params = new Map<string, HostParam>();
+  for (const s of paramSpecs(cfg, { expertLayout: 'fused' })) {
+    const data = new Float32Array(s.shape.reduce((x, y) => x * y, 1));
+    for (let i = 0; i < data.length; i++) data[i] = ((i % 97) - 48) * 1e-3;
+    params.set(s.name, { shape: s.shape, data });
+  }
+  const rankStream = await streamCopyGBs(ctx, ctx.comm as never);
+  let run: () => Promise<{ seconds: number; peakExtraBytes: number; bytes: number }>;
+  let trainer = '', engineTp = 0;
+  const cleanup: Array<() => void> = [];
+  if (mode === 'colocate') {
+    const strategy: TrainStrategy = kind === 'fsdp2' ? await Fsdp2Strategy.create({ comm: ctx.comm, cfg, params }) : await MegatronStrategy.create({ comm: ctx.comm, cfg, params, tp: ctx.worldSize });
+    engineTp = kind === 'fsdp2' ? 1 : ctx.worldSize;
+    const tp = engineTp > 1 ? (await ctx.comm.split(0, ctx.rank))! : undefined;
+    const engine = RolloutEngine.create(cfg, { device: ctx.device, tp, maxBatch: 1, maxSeqLen: 8 });
+    trainer = `${kind} ${strategy.layout}`;
+    const sync = new ColocateSync({ strategy, engine, bucketBytes });
+    run = () => sync.sync();
+    cleanup.push(() => engine.release(), () => strategy.release());
+  } else {
+    const trainerRanks = ctx.worldSize / 2;
+    const isTrainer = ctx.rank < trainerRanks;
+    const group = (await ctx.comm.split(isTrainer ? 0 : 1, ctx.rank))!;
+    const syncComm = (await ctx.comm.split(0, ctx.rank))!;
+    engineTp = ctx.worldSize - trainerRanks;
+    let strategy: TrainStrategy | undefined, engine: RolloutEngine | undefined;
+    if (isTrainer) strategy = await MegatronStrategy.create({ comm: group, cfg, params, tp: trainerRanks });
+    else {
+      engine = RolloutEngine.create(cfg, { device: ctx.device, tp: group, maxBatch: 1, maxSeqLen: 8 });
+      engine.loadWeights(params);
+      engine.processWeightsAfterLoading();
+    }
+    trainer = `megatron tp${trainerRanks}`;
+    const sync = ServerSync.create({ comm: syncComm, role: isTrainer ? 'trainer' : 'engine', trainerRanks, cfg, strategy, engine, bucketBytes });
+    run = () => sync.sync();
+    cleanup.push(() => engine?.release(), () => strategy?.release());
+  }
+  params.clear();
+  await run(); // warm-up
+  let best: { seconds: number; peakExtraBytes: number; bytes: number } | null = null;
+  for (let i = 0; i < 3; i++) {
+    await ctx.comm.barrier();
+    const r = await run();
+    if (!best || r.seconds < best.seconds) best = r;
+  }
+  for (const f of cleanup) f();
+  console.log('RESULT ' + JSON.stringify({ rank: ctx.rank, mode, trainer, engineTp, streamGBs: rankStream, ...best }));
+}

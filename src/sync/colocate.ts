@@ -1,0 +1,112 @@
+/**
+ * ColocateSync: trainer and rollout engine on the same ranks (the strategy's ranks are
+ * the engine world). A full sync turns what each rank's strategy owns into the engine's
+ * processed runtime layout on the device (colocate-sources.ts) — no loader, no
+ * post-load processing — on the engine's stream, after the trainer's stream (event).
+ * An adapter sync (single-device LoRA strategy) sends only the adapters (rollout/lora.ts).
+ * The extra device memory of a sync is measured (device peak minus what was allocated
+ * before) and reported; verification is optional (verify.ts).
+ */
+import { Tensor } from '../runtime/device-index.js';
+import { InvalidArgumentError } from '../runtime/errors.js';
+import { checkOptions } from '../runtime/device.js';
+import { hfDirectWrites } from '../rollout/direct-write.js';
+import type { RolloutEngine } from '../rollout/engine.js';
+import { applyEngineAdapters, markEngineBaseWeights } from '../rollout/lora.js';
+import { hfLoadPlan } from '../rollout/loader.js';
+import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
+import { MegatronStrategy } from '../train/megatron/strategy.js';
+import { SingleDeviceStrategy } from '../train/single.js';
+import type { TrainStrategy } from '../train/strategy.js';
+import { syncFsdp2, syncMegatron, syncSingle, type ColocateOut } from './colocate-sources.js';
+import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport } from './report.js';
+import { checkEngineChecksums, checkVerify, logprobError, probeBatch, trainerLogprobs, worstDiff } from './verify.js';
+
+export class ColocateSync {
+  readonly strategy: TrainStrategy;
+  readonly engine: RolloutEngine;
+  readonly bucketBytes: number;
+
+  constructor(opts: { strategy: TrainStrategy; engine: RolloutEngine; bucketBytes?: number }) {
+    checkOptions(opts, ['strategy', 'engine', 'bucketBytes'], 'new ColocateSync()');
+    if (!opts?.strategy || !opts.engine) throw new InvalidArgumentError('new ColocateSync() requires { strategy, engine }.', { argument: 'strategy' });
+    this.strategy = opts.strategy;
+    this.engine = opts.engine;
+    this.bucketBytes = checkBucketBytes(opts.bucketBytes ?? DEFAULT_BUCKET_BYTES);
+    if (opts.engine.cfg !== opts.strategy.cfg && JSON.stringify(opts.engine.cfg) !== JSON.stringify(opts.strategy.cfg)) {
+      throw new InvalidArgumentError('new ColocateSync(): the strategy and the engine have different model configs.', { argument: 'engine' });
+    }
+  }
+
+  /** Collective over the strategy's ranks. */
+  async sync(opts: SyncOptions = {}): Promise<SyncReport> {
+    checkOptions(opts, ['adapterOnly', 'verify'], 'ColocateSync.sync()');
+    checkVerify(opts.verify);
+    const { engine, strategy } = this;
+    const device = engine.device;
+    const stream = engine.stream;
+    await device.defaultStream.synchronize({ timeoutMs: 300_000 }); // trainer updates are done before the meter starts
+    const meter = new MemoryMeter(device);
+    const t0 = performance.now();
+    let bytes = 0, tensors = 0;
+    const kind = opts.adapterOnly ? 'adapter' : 'full';
+    if (opts.adapterOnly) {
+      if (!(strategy instanceof SingleDeviceStrategy) || !strategy.lora) {
+        throw new InvalidArgumentError(`ColocateSync.sync({ adapterOnly: true }): the ${strategy.kind} strategy has no LoRA adapters. HINT: create the strategy with { lora }, or run a full sync.`, { strategy: strategy.kind });
+      }
+      const { adapters } = strategy.lora;
+      if (adapters.merged) throw new InvalidArgumentError('ColocateSync.sync({ adapterOnly: true }): the adapters are merged into the base weights; a merged sync is a full sync. HINT: sync() without adapterOnly.');
+      const list = adapters.targets.map((t) => ({ base: t.base, a: strategy.store.get(t.a).value, b: strategy.store.get(t.b).value }));
+      applyEngineAdapters(engine, list, adapters.scaling);
+      for (const x of list) bytes += x.a.nbytes + x.b.nbytes;
+      tensors = list.length * 2;
+    } else {
+      const plan = hfLoadPlan(engine.cfg, engine.shard);
+      const out: ColocateOut = {
+        engine, stream, bucketBytes: this.bucketBytes, pending: [],
+        writeHf: (name: string, full: Tensor) => {
+          for (const w of hfDirectWrites(engine.cfg, engine.shard, plan, name)) engine.writeRuntimeDirect(w.param, (dst, st) => w.write(dst, full, st));
+        },
+      };
+      try {
+        if (strategy instanceof SingleDeviceStrategy) tensors = syncSingle(strategy, out);
+        else if (strategy instanceof Fsdp2Strategy) tensors = syncFsdp2(strategy, out);
+        else if (strategy instanceof MegatronStrategy) tensors = syncMegatron(strategy, out);
+        else throw new InvalidArgumentError(`ColocateSync: unsupported strategy kind ${String((strategy as TrainStrategy).kind)}.`);
+      } finally {
+        await Promise.allSettled(out.pending);
+      }
+      await Promise.all(out.pending);
+      markEngineBaseWeights(engine);
+      bytes = paramBytes(engine.cfg);
+    }
+    await stream.synchronize({ timeoutMs: 300_000 });
+    const seconds = (performance.now() - t0) / 1000;
+    const peakExtraBytes = meter.peakExtra();
+    const report = finishReport({ mode: 'colocate', kind, bytes, seconds, peakExtraBytes, tensors });
+    if (opts.verify) report.verified = await this.verify(opts.verify);
+    return report;
+  }
+
+  private async verify(v: NonNullable<SyncOptions['verify']>): Promise<{ checksums: boolean; maxLogprobDiff: number }> {
+    await checkEngineChecksums(this.engine);
+    const batch = probeBatch(v.probe.ids);
+    const mine = await trainerLogprobs(this.strategy, batch, v.probe.temperature);
+    const eng = await this.engine.computeLogprobs(v.probe.ids, { temperature: v.probe.temperature });
+    const w = worstDiff(v.probe.ids, batch.seqLen, mine.values, mine.rows, eng);
+    // Every rank returns (or throws) the same verdict: the max over the strategy's ranks.
+    const comm = this.strategy.communicators?.[0];
+    let global = w.diff;
+    if (comm && comm.size > 1) {
+      const t = Tensor.fromArray(comm.device, Float32Array.from([w.diff]), [1], { stream: comm.device.defaultStream });
+      try {
+        await comm.allReduce(t, t, 'max', comm.device.defaultStream);
+        global = ((await t.toArray({ stream: comm.device.defaultStream })) as Float32Array)[0]!;
+      } finally {
+        t.release();
+      }
+    }
+    if (!(global <= v.tolerance)) throw logprobError(w.diff === global ? w : { diff: global, row: w.row, pos: w.pos }, v.tolerance, v.probe.ids);
+    return { checksums: true, maxLogprobDiff: global };
+  }
+}

@@ -1,0 +1,313 @@
+/**
+ * ServerSync: the rollout engine runs on its own ranks (a standalone server group).
+ * `comm` spans the trainer ranks (group ranks 0..trainerRanks-1) and the engine ranks
+ * (the rest). A full sync:
+ *   1. every rank all-gathers a small header (strategy kind, tp, dp, ep, strategy rank),
+ *      so all ranks compute the same per-trainer-rank bucket plans (server-plan.ts);
+ *   2. rounds of broadcasts: for bucket index b, for each trainer rank r that has a b-th
+ *      bucket, r packs what it owns into a flat bucket and broadcasts it; the engine
+ *      ranks unpack the segments into per-tensor assemblies. Two bucket slots alternate
+ *      (at most two buckets in flight), all on the sync stream of the communicator's
+ *      own device;
+ *   3. on the engine side each completed tensor is converted to HF names on the device
+ *      and handed to the engine's checkpoint loader (engine stream, after an event);
+ *      after the last round processWeightsAfterLoading() runs exactly once.
+ * Verification (optional): trainers compute the probe log-probs and all-reduce them to
+ * every rank; the engine compares with its own and broadcasts the verdict, so trainer
+ * and engine ranks return (or throw) the same.
+ */
+import { copy, Tensor, type Stream } from '../runtime/device-index.js';
+import type { Communicator } from '../runtime/comm.js';
+import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
+import { checkOptions } from '../runtime/device.js';
+import { viewOf } from '../parallel/local-ops.js';
+import type { ModelConfig } from '../model/config.js';
+import { perExpertNames } from '../model/params.js';
+import type { RolloutEngine } from '../rollout/engine.js';
+import { markEngineBaseWeights } from '../rollout/lora.js';
+import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
+import { MegatronStrategy } from '../train/megatron/strategy.js';
+import type { TrainStrategy } from '../train/strategy.js';
+import { planBuckets, type Bucket } from './buckets.js';
+import { hfFromShards } from './megatron-hf.js';
+import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport } from './report.js';
+import { assemblies, checkHeader, expertNames, KIND_CODES, piecesOf, type Assembly, type SourceHeader } from './server-plan.js';
+import { checkEngineChecksums, checkVerify, logprobError, probeBatch, trainerLogprobs, worstDiff } from './verify.js';
+
+export interface ServerSyncOptions {
+  comm: Communicator;
+  role: 'trainer' | 'engine';
+  trainerRanks: number;
+  cfg: ModelConfig;
+  strategy?: TrainStrategy;
+  engine?: RolloutEngine;
+  bucketBytes?: number;
+  /** Deadline of each host wait of the sync, ms (default 300000). */
+  timeoutMs?: number;
+}
+
+const WAIT = { timeoutMs: 300_000 };
+const key = (name: string, part: number) => `${name}#${part}`;
+
+export class ServerSync {
+  /** Times this side ran processWeightsAfterLoading() (engine ranks: once per full sync). */
+  processCount = 0;
+  readonly stream: Stream;
+
+  private constructor(
+    readonly comm: Communicator,
+    readonly role: 'trainer' | 'engine',
+    readonly trainerRanks: number,
+    readonly cfg: ModelConfig,
+    readonly bucketBytes: number,
+    readonly strategy: TrainStrategy | undefined,
+    readonly engine: RolloutEngine | undefined,
+  ) {
+    this.stream = comm.device.newStream();
+  }
+
+  static create(opts: ServerSyncOptions): ServerSync {
+    checkOptions(opts, ['comm', 'role', 'trainerRanks', 'cfg', 'strategy', 'engine', 'bucketBytes', 'timeoutMs'], 'ServerSync.create()');
+    const { comm, role, trainerRanks, cfg } = opts ?? ({} as ServerSyncOptions);
+    if (!comm || !cfg) throw new InvalidArgumentError('ServerSync.create() requires { comm, role, trainerRanks, cfg }.', { argument: 'comm' });
+    if (role !== 'trainer' && role !== 'engine') throw new InvalidArgumentError(`ServerSync.create(): role must be 'trainer' or 'engine' but is ${JSON.stringify(role)}.`, { argument: 'role' });
+    if (!Number.isSafeInteger(trainerRanks) || trainerRanks < 1 || trainerRanks >= comm.size) {
+      throw new InvalidArgumentError(`ServerSync.create(): trainerRanks must be an integer in [1, ${comm.size - 1}] (the communicator has ${comm.size} ranks and needs at least one engine rank) but is ${String(trainerRanks)}.`, { argument: 'trainerRanks' });
+    }
+    const isTrainer = comm.rank < trainerRanks;
+    if (isTrainer !== (role === 'trainer')) {
+      throw new InvalidArgumentError(`ServerSync.create(): group rank ${comm.rank} is ${isTrainer ? 'a trainer' : 'an engine'} rank (trainer ranks are 0..${trainerRanks - 1}) but role is '${role}'.`, { argument: 'role' });
+    }
+    if (role === 'trainer' && !(opts.strategy instanceof Fsdp2Strategy || opts.strategy instanceof MegatronStrategy)) {
+      throw new InvalidArgumentError('ServerSync.create(): a trainer rank needs { strategy } (an fsdp2 or megatron strategy).', { argument: 'strategy' });
+    }
+    if (role === 'engine' && !opts.engine) throw new InvalidArgumentError('ServerSync.create(): an engine rank needs { engine }.', { argument: 'engine' });
+    if (opts.engine && opts.engine.device.ordinal !== comm.device.ordinal) {
+      throw new InvalidArgumentError(`ServerSync.create(): the engine is on device ${opts.engine.device.ordinal} but the communicator on device ${comm.device.ordinal}.`, { argument: 'engine' });
+    }
+    return new ServerSync(comm, role, trainerRanks, cfg, checkBucketBytes(opts.bucketBytes ?? DEFAULT_BUCKET_BYTES), opts.strategy, opts.engine);
+  }
+
+  /** Collective over `comm`. */
+  async sync(opts: SyncOptions = {}): Promise<SyncReport> {
+    checkOptions(opts, ['adapterOnly', 'verify'], 'ServerSync.sync()');
+    checkVerify(opts.verify);
+    if (opts.adapterOnly) {
+      throw new InvalidArgumentError('ServerSync.sync({ adapterOnly: true }) is not supported: the sharded strategies have no LoRA adapters yet. HINT: merge and run a full sync, or use ColocateSync with a LoRA strategy.', { argument: 'adapterOnly' });
+    }
+    const { comm, stream } = this;
+    const device = comm.device;
+    await device.defaultStream.synchronize(WAIT);
+    const meter = new MemoryMeter(device);
+    const t0 = performance.now();
+    const { header, strategyRanks } = await this.exchangeHeader();
+    const plans = strategyRanks.map((sr) => planBuckets(piecesOf(this.cfg, header, sr).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })), this.bucketBytes, { keepWhole: true }));
+    const sources = this.role === 'trainer' ? this.sourceTensors(header) : null;
+    const receiver = this.role === 'engine' ? new Receiver(this.engine!, this.cfg, header, stream) : null;
+    const slots = [0, 1].map(() => Tensor.empty(device, [this.bucketBytes / 4], 'fp32'));
+    const pending: Promise<void>[] = [];
+    let k = 0;
+    try {
+      const rounds = Math.max(...plans.map((p) => p.length));
+      for (let b = 0; b < rounds; b++) {
+        for (let r = 0; r < this.trainerRanks; r++) {
+          const bucket: Bucket | undefined = plans[r]![b];
+          if (!bucket) continue;
+          const slot = viewOf(slots[k++ % 2]!, [bucket.bytes / 4]);
+          if (r === comm.rank) {
+            for (const s of bucket.segments) {
+              if (s.bytes) copy(viewOf(slot, [s.bytes / 4], s.bucketOffset / 4), viewOf(sources!.get(s.name)!, [s.bytes / 4], s.tensorOffset / 4), { stream });
+            }
+          }
+          pending.push(comm.broadcast(slot, slot, r, stream));
+          receiver?.unpack(slot, bucket);
+        }
+      }
+      await Promise.all(pending);
+      if (receiver) {
+        receiver.checkComplete();
+        this.engine!.processWeightsAfterLoading();
+        this.processCount++;
+        markEngineBaseWeights(this.engine!);
+        await this.engine!.stream.synchronize(WAIT);
+      }
+      await stream.synchronize(WAIT);
+    } finally {
+      await Promise.allSettled(pending);
+      for (const s of slots) s.release();
+      receiver?.release();
+    }
+    const seconds = (performance.now() - t0) / 1000;
+    const report = finishReport({ mode: 'server', kind: 'full', bytes: paramBytes(this.cfg), seconds, peakExtraBytes: meter.peakExtra(), tensors: receiver ? receiver.loaded : plans[comm.rank]!.reduce((a, bk) => a + bk.segments.filter((s) => s.last).length, 0) });
+    if (opts.verify) report.verified = await this.verify(opts.verify);
+    return report;
+  }
+
+  /** All-gather of [kind, tp, dp, ep, strategy rank] per rank (engine ranks send zeros). */
+  private async exchangeHeader(): Promise<{ header: SourceHeader; strategyRanks: number[] }> {
+    const { comm, stream } = this;
+    const mine = new Int32Array(5);
+    const s = this.strategy;
+    if (s instanceof Fsdp2Strategy) mine.set([KIND_CODES.fsdp2, 1, s.comm.size, 1, s.comm.rank]);
+    else if (s instanceof MegatronStrategy) {
+      const [d, t] = s.mesh.coordinate as [number, number];
+      mine.set([KIND_CODES.megatron, s.sizes.tp, s.sizes.dp, s.sizes.ep, d * s.sizes.tp + t]);
+    }
+    const send = Tensor.fromArray(comm.device, mine, [5], { stream });
+    const all = Tensor.empty(comm.device, [5 * comm.size], 'int32');
+    try {
+      await comm.allGather(send, all, stream);
+      const h = (await all.toArray({ stream, timeoutMs: WAIT.timeoutMs })) as Int32Array;
+      const kind = h[0] === KIND_CODES.fsdp2 ? 'fsdp2' : h[0] === KIND_CODES.megatron ? 'megatron' : null;
+      if (!kind) throw new InvalidArgumentError(`ServerSync: trainer rank 0 sent an unknown strategy code ${h[0]}.`);
+      const header: SourceHeader = { kind, tp: h[1]!, dp: h[2]!, ep: h[3]! };
+      for (let r = 1; r < this.trainerRanks; r++) {
+        if (h[5 * r] !== h[0] || h[5 * r + 1] !== h[1] || h[5 * r + 2] !== h[2] || h[5 * r + 3] !== h[3]) {
+          throw new InvalidArgumentError(`ServerSync: trainer ranks 0 and ${r} run different strategies or sizes; every trainer rank must pass its shard of the same strategy.`);
+        }
+      }
+      checkHeader(header, this.trainerRanks);
+      return { header, strategyRanks: Array.from({ length: this.trainerRanks }, (_, r) => h[5 * r + 4]!) };
+    } finally {
+      send.release();
+      all.release();
+    }
+  }
+
+  /** This trainer rank's piece tensors by key (flat device tensors it owns). */
+  private sourceTensors(h: SourceHeader): Map<string, Tensor> {
+    const out = new Map<string, Tensor>();
+    const s = this.strategy!;
+    if (s instanceof Fsdp2Strategy) {
+      const shards = s.localShards();
+      for (const u of s.plan.units) for (const p of u.params) out.set(key(p.name, s.comm.rank), viewOf(shards.get(u.key)!.param, [p.chunk], p.offset));
+      return out;
+    }
+    const m = s as MegatronStrategy;
+    const [d, t] = m.mesh.coordinate as [number, number];
+    const E = this.cfg.moe?.numExperts ?? 0;
+    const El = E / h.ep, first = (d % h.ep) * El;
+    const local = m.localTensors('params');
+    for (const [name, x] of local) {
+      const e = /local_experts\.(\d+)\.linear_fc([12])/.exec(name);
+      const flat = x.reshape([x.numel]);
+      if (e) {
+        const layer = Number(/decoder\.layers\.(\d+)\./.exec(name)![1]);
+        out.set(key(expertNames(layer, first + Number(e[1]))[e[2] === '1' ? 'fc1' : 'fc2'], 0), flat);
+      } else {
+        out.set(key(name, t), flat);
+        out.set(key(name, 0), flat);
+      }
+    }
+    return out;
+  }
+
+  private async verify(v: NonNullable<SyncOptions['verify']>): Promise<{ checksums: boolean; maxLogprobDiff: number }> {
+    const { comm, stream } = this;
+    const batch = probeBatch(v.probe.ids);
+    const B = batch.batch, S = batch.seqLen;
+    const buf = new Float32Array(B * S + B);
+    if (this.role === 'trainer') {
+      const mine = await trainerLogprobs(this.strategy!, batch, v.probe.temperature);
+      for (let b = 0; b < B; b++) {
+        if (!mine.rows[b]) continue;
+        buf[B * S + b] = 1;
+        for (let t = 0; t < S; t++) buf[b * S + t] = mine.values[b * S + t]!;
+      }
+    }
+    const t = Tensor.fromArray(comm.device, buf, [buf.length], { stream });
+    const verdict = Tensor.zeros(comm.device, [4], 'fp32', { stream });
+    try {
+      await comm.allReduce(t, t, 'sum', stream);
+      const sum = (await t.toArray({ stream, timeoutMs: WAIT.timeoutMs })) as Float32Array;
+      let checksumsOk = 1;
+      if (this.role === 'engine') {
+        const values = new Float32Array(B * S);
+        for (let b = 0; b < B; b++) for (let x = 0; x < S; x++) values[b * S + x] = sum[b * S + x]! / Math.max(1, sum[B * S + b]!);
+        const rows = Array.from({ length: B }, (_, b) => (sum[B * S + b]! > 0 ? 1 : 0));
+        checksumsOk = await checkEngineChecksums(this.engine!).then(() => 1, () => 0);
+        const eng = await this.engine!.computeLogprobs(v.probe.ids, { temperature: v.probe.temperature });
+        const w = worstDiff(v.probe.ids, S, values, rows, eng);
+        const host = Float32Array.from([w.diff, w.row, w.pos, checksumsOk]);
+        const up = Tensor.fromArray(comm.device, host, [4], { stream });
+        copy(verdict, up, { stream });
+        up.release();
+      }
+      await comm.broadcast(verdict, verdict, this.trainerRanks, stream);
+      const [diff, row, pos, ok] = (await verdict.toArray({ stream, timeoutMs: WAIT.timeoutMs })) as Float32Array as unknown as number[];
+      if (!ok) {
+        if (this.engine) await checkEngineChecksums(this.engine); // throws the engine's own message
+        throw new WeightSyncError('Weight sync verification failed: the engine ranks found a runtime parameter not processed or without bytes after the sync. See the engine ranks\' error for which.', { checksums: false });
+      }
+      if (!(diff! <= v.tolerance)) throw logprobError({ diff: diff!, row: row!, pos: pos! }, v.tolerance, v.probe.ids);
+      return { checksums: true, maxLogprobDiff: diff! };
+    } finally {
+      t.release();
+      verdict.release();
+    }
+  }
+}
+
+/** Engine side: unpacks bucket segments into per-tensor assemblies and loads completed tensors. */
+class Receiver {
+  private readonly plan: Map<string, Assembly>;
+  private readonly open = new Map<string, { t: Tensor; got: number }>();
+  private readonly done = new Set<string>();
+  loaded = 0;
+
+  constructor(
+    private readonly engine: RolloutEngine,
+    private readonly cfg: ModelConfig,
+    private readonly header: SourceHeader,
+    private readonly stream: Stream,
+  ) {
+    this.plan = assemblies(cfg, header);
+  }
+
+  unpack(slot: Tensor, bucket: Bucket): void {
+    for (const s of bucket.segments) {
+      const at = s.name.lastIndexOf('#');
+      const name = s.name.slice(0, at), part = Number(s.name.slice(at + 1));
+      const a = this.plan.get(name)!;
+      let o = this.open.get(name);
+      if (!o) this.open.set(name, (o = { t: Tensor.empty(this.engine.device, [a.parts * a.partNumel], 'fp32'), got: 0 }));
+      if (s.bytes) copy(viewOf(o.t, [s.bytes / 4], part * a.partNumel + s.tensorOffset / 4), viewOf(slot, [s.bytes / 4], s.bucketOffset / 4), { stream: this.stream });
+      o.got += s.bytes;
+      if (o.got === a.parts * a.partNumel * 4) {
+        this.load(a, o.t);
+        this.open.delete(name);
+        this.done.add(name);
+      }
+    }
+  }
+
+  /** Converts a complete tensor to HF names on the device and hands it to the loader (engine stream, after the unpack). */
+  private load(a: Assembly, t: Tensor): void {
+    const es = this.engine.stream;
+    es.waitEvent(this.stream.recordEvent());
+    let scratch: Tensor | null = null;
+    let hf: Array<[string, Tensor]>;
+    if (this.header.kind === 'fsdp2') hf = [[a.name, viewOf(t, a.shape)]];
+    else if (a.spec!.expert !== undefined) {
+      const n = perExpertNames(a.spec!.layer!, a.spec!.expert);
+      const [R, C] = a.shape as [number, number];
+      hf = a.name.endsWith('linear_fc1.weight') ? [[n.gate, viewOf(t, [R / 2, C])], [n.up, viewOf(t, [R / 2, C], (R / 2) * C)]] : [[n.down, viewOf(t, [R, C])]];
+    } else {
+      scratch = a.parts > 1 ? Tensor.empty(this.engine.device, [a.parts * a.partNumel], 'fp32') : null;
+      hf = hfFromShards(this.cfg, a.spec!, t, a.parts, scratch ?? t, es);
+    }
+    this.loaded += this.engine.loadWeights(hf);
+    t.release();
+    scratch?.release();
+  }
+
+  checkComplete(): void {
+    const missing = [...this.plan.keys()].filter((n) => !this.done.has(n));
+    if (missing.length) throw new InvalidArgumentError(`ServerSync: tensors never arrived: ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ` and ${missing.length - 5} more` : ''}.`);
+  }
+
+  release(): void {
+    for (const o of this.open.values()) o.t.release();
+    this.open.clear();
+  }
+}

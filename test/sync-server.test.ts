@@ -1,0 +1,45 @@
+/**
+ * Server-mode weight sync on 4 real ranks (test/fixtures/sync/server.mjs): trainer ranks
+ * 0-1 (megatron tp2, or fsdp2 dp2) broadcast what they own as flat buckets; engine ranks
+ * 2-3 (a tp = 2 server group) reload through the loader and process exactly once. Each
+ * engine rank's checksums equal an engine reloaded from the trainers' gatherState('params')
+ * and its log-probs that engine's; the verification verdict (trainer vs engine log-probs
+ * within 1e-4) is the same on every rank; the trainer ranks' extra memory is at most two
+ * buckets. A bucket smaller than one tensor works.
+ */
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+
+beforeAll(() => ensureParallelBuilt());
+
+describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
+  it.each([
+    ['moe', 'megatron', 1 << 20],
+    ['dense', 'megatron', 4096],
+    ['moe', 'fsdp2', 1 << 20],
+  ] as const)('tiny %s from %s, bucket %i bytes', async (which, kind, bucket) => {
+    const run = await launchFixture(4, 'test/fixtures/sync/server.mjs', [which, kind, String(bucket)]);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.results.map((r) => r.rank)).toEqual([0, 1, 2, 3]);
+    const diffs = new Set<number>();
+    for (const r of run.results as Array<Record<string, any> & { rank: number }>) {
+      expect(r.error, `rank ${r.rank}`).toBeNull();
+      expect(r.report.mode).toBe('server');
+      expect(r.report.kind).toBe('full');
+      expect(r.report.verified.checksums).toBe(true);
+      expect(r.report.verified.maxLogprobDiff).toBeLessThan(1e-4);
+      diffs.add(r.report.verified.maxLogprobDiff);
+      if (r.trainer) {
+        expect(r.processCalls).toBe(0);
+        expect(r.report.peakExtraBytes, `trainer rank ${r.rank}`).toBeLessThanOrEqual(2 * bucket);
+      } else {
+        expect(r.processCalls, `engine rank ${r.rank}: processWeightsAfterLoading calls`).toBe(1);
+        expect(r.syncProcessCount).toBe(1);
+        expect(Object.keys(r.got).length).toBeGreaterThan(0);
+        expect(r.got).toEqual(r.want);
+        expect(r.maxDiff).toBeLessThan(1e-4);
+      }
+    }
+    expect(diffs.size, 'every rank returns the same verdict').toBe(1);
+  }, 60_000);
+});
