@@ -43,6 +43,7 @@ export class TrainerActor {
   readonly config: TrainerConfig;
   #strategy: TrainStrategy | null = null;
   #comm: Communicator | null = null;
+  #ref: TrainStrategy | null = null;
 
   constructor(
     private readonly ctx: RankContext,
@@ -96,22 +97,29 @@ export class TrainerActor {
    * Log-probs of the target tokens of `batch` under the current weights and
    * `temperature` (0 where the target is IGNORE_INDEX), for this rank's data-parallel
    * rows: the controller assembles the global [B·S] array from the ranks' pieces.
-   * Runs a forward and a zero-seeded backward (the strategies have no forward-only
-   * path yet); gradients are zeroed after.
    */
-  async computeLogprobs(batch: TrainBatch, temperature = 1): Promise<{ row0: number; rows: number; logprobs: Float32Array }> {
-    const s = this.strategy;
-    let out: { row0: number; rows: number; logprobs: Float32Array } | null = null;
-    const capture: LossFn = async (tape, logits, rows) => {
-      const tgt = tape.own(Tensor.fromArray(logits.value.device, rows.targets, [rows.targets.length], { stream: tape.stream }));
-      const lp = tokenLogprobs(tape, logits, tgt, temperature);
-      out = { row0: rows.row0, rows: rows.rows, logprobs: (await lp.value.toArray({ stream: tape.stream })) as Float32Array };
-      return { perToken: lp, weights: new Float32Array(lp.value.numel) };
-    };
-    s.zeroGrad();
-    await s.forwardBackward(batch, capture);
-    s.zeroGrad();
-    return out!;
+  computeLogprobs(batch: TrainBatch, temperature = 1): Promise<RowLogprobs> {
+    return logprobsOf(this.strategy, batch, temperature);
+  }
+
+  /** Local setup on a trainer-group communicator the caller already formed (SPMD drivers). */
+  async setupOn(comm: Communicator): Promise<TrainStrategy> {
+    if (this.#strategy) throw new InvalidArgumentError('TrainerActor.setup() was already called on this rank.');
+    this.#comm = comm;
+    this.#strategy = await createStrategy(this.config, { comm, device: this.ctx.device });
+    return this.#strategy;
+  }
+
+  /** A frozen copy of the initial policy for the KL term (collective over the trainer group; built once). */
+  async setupReference(): Promise<void> {
+    if (this.#ref) return;
+    this.#ref = await createStrategy(this.config, { comm: this.#comm!, device: this.ctx.device });
+  }
+
+  /** computeLogprobs() under the frozen reference policy. */
+  computeRefLogprobs(batch: TrainBatch, temperature = 1): Promise<RowLogprobs> {
+    if (!this.#ref) throw new InvalidArgumentError('No reference policy: call setupReference() on every trainer rank first.');
+    return logprobsOf(this.#ref, batch, temperature);
   }
 
   /** Full HF-named state on every rank (tests, weight export). */
@@ -131,7 +139,33 @@ export class TrainerActor {
   shutdown(): void {
     this.#strategy?.release();
     this.#strategy = null;
+    this.#ref?.release();
+    this.#ref = null;
     if (this.#comm && this.#comm !== this.ctx.comm) this.#comm.destroy();
     this.#comm = null;
   }
+}
+
+export interface RowLogprobs {
+  row0: number;
+  rows: number;
+  logprobs: Float32Array;
+}
+
+/**
+ * Target-token log-probs of this rank's dp rows. Runs a forward and a zero-seeded
+ * backward (the strategies have no forward-only path yet); gradients are zeroed after.
+ */
+async function logprobsOf(s: TrainStrategy, batch: TrainBatch, temperature: number): Promise<RowLogprobs> {
+  let out: RowLogprobs | null = null;
+  const capture: LossFn = async (tape, logits, rows) => {
+    const tgt = tape.own(Tensor.fromArray(logits.value.device, rows.targets, [rows.targets.length], { stream: tape.stream }));
+    const lp = tokenLogprobs(tape, logits, tgt, temperature);
+    out = { row0: rows.row0, rows: rows.rows, logprobs: (await lp.value.toArray({ stream: tape.stream })) as Float32Array };
+    return { perToken: lp, weights: new Float32Array(lp.value.numel) };
+  };
+  s.zeroGrad();
+  await s.forwardBackward(batch, capture);
+  s.zeroGrad();
+  return out!;
 }

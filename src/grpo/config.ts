@@ -7,6 +7,7 @@
 import { z } from 'zod';
 import { byteSize, parseConfig } from '../runtime/config.js';
 import { ConfigError } from '../runtime/errors.js';
+import { LoraConfigSchema } from '../model/lora-config.js';
 import { OptimizerConfigSchema } from '../train/config.js';
 
 const posInt = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
@@ -26,6 +27,8 @@ export const GrpoConfigSchema = z
         ranks: posInt('trainer.ranks').optional(),
         tp: posInt('trainer.tp').default(1),
         ep: posInt('trainer.ep').default(1),
+        /** LoRA adapters (only adapters train; syncs after the first send adapters only). */
+        lora: LoraConfigSchema.optional(),
       })
       .strict()
       .default({ strategy: 'fsdp2', tp: 1, ep: 1 }),
@@ -43,6 +46,11 @@ export const GrpoConfigSchema = z
     topK: z.number().int().min(0, 'expected topK >= 0 (0 = off)').default(0),
     topP: z.number().gt(0).max(1, 'expected topP in (0, 1]').default(1),
     optimizer: OptimizerConfigSchema.default({ lr: 2e-3 }),
+    /** Supervised warm-up steps (token-mean cross-entropy on reference answers) before GRPO, as RL pipelines start from an SFT model. */
+    sftWarmup: z
+      .object({ steps: z.number().int().min(0).default(0), batch: posInt('sftWarmup.batch').default(64), lr: z.number().positive().default(5e-3) })
+      .strict()
+      .default({ steps: 0, batch: 64, lr: 5e-3 }),
     clipGradNorm: z.number().positive().nullable().default(1),
     clipLow: z.number().min(0).max(1).default(0.2),
     clipHigh: z.number().min(0).default(0.28),

@@ -5,3 +5,6 @@ export { tokenLogprobs } from './logprob-op.js';
 export { grpoLoss, checkGrpoData, GRPO_STATS, type GrpoBatchData, type GrpoLossOptions } from './loss.js';
 export { GrpoConfigSchema, parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './config.js';
 export { JsonlLog, Progress, summaryTable, stepLine, PHASES, type StepMetrics, type Phase } from './metrics.js';
+export { buildTrainBatch, alignToTargets, assembleRows, type Sequences } from './rollout-batch.js';
+export { runGrpo, type GrpoSummary } from './driver.js';
+export { grpoMain, grpoConfigFromArgs } from './cli.js';

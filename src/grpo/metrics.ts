@@ -78,7 +78,7 @@ export class Progress {
 /** The final summary: mean seconds per phase and share of the step, reward first → last. */
 export function summaryTable(steps: readonly StepMetrics[]): string {
   if (steps.length === 0) return 'no steps ran';
-  const table = new Table({ head: ['phase', 'mean s/step', 'share'] });
+  const table = new Table({ head: ['phase', 'mean s/step', 'share'], style: { head: [], border: [] } });
   const totals = PHASES.map((p) => steps.reduce((s, m) => s + m.seconds[p], 0) / steps.length);
   const all = totals.reduce((a, b) => a + b, 0);
   PHASES.forEach((p, i) => table.push([p, totals[i]!.toFixed(3), `${((100 * totals[i]!) / (all || 1)).toFixed(1)}%`]));

@@ -60,12 +60,15 @@ export function syncFsdp2(s: Fsdp2Strategy, out: ColocateOut): number {
   }
   const byName = new Map<string, { p: FlatParam; shard: Tensor }>();
   const shards = s.localShards();
-  for (const u of plan.units) for (const p of u.params) byName.set(p.name, { p, shard: shards.get(u.key)!.param });
+  // LoRA adapters are not engine weights (an adapter sync sends them); the base goes in full.
+  for (const u of plan.units) for (const p of u.params) if (!isLoraName(p.name)) byName.set(p.name, { p, shard: shards.get(u.key)!.param });
   const buckets = planBuckets([...byName.values()].map(({ p }) => ({ name: p.name, bytes: p.chunk * 4 })), per, { keepWhole: true });
   const { stream, engine } = out;
   const maxFull = Math.max(...[...byName.values()].map(({ p }) => dp * p.chunk));
-  const staging = Tensor.empty(engine.device, [dp * per / 4], 'fp32');
-  const values = Tensor.empty(engine.device, [dp * per / 4], 'fp32');
+  // Staging sized to the largest bucket actually planned (a small model never takes a whole bucket).
+  const used = Math.max(64, ...buckets.map((b) => Math.ceil(b.bytes / 64) * 64));
+  const staging = Tensor.empty(engine.device, [(dp * used) / 4], 'fp32');
+  const values = Tensor.empty(engine.device, [(dp * used) / 4], 'fp32');
   const asm = new Map<string, Tensor>();
   try {
     for (const b of buckets) {
@@ -164,4 +167,9 @@ function writeLocalShard(cfg: ModelConfig, name: string, layer: number, t: Tenso
   else if (name.endsWith('mlp.linear_fc1.weight')) same(`${p}.mlp.gate_up_proj.weight`);
   else if (name.endsWith('mlp.linear_fc2.weight')) same(`${p}.mlp.down_proj.weight`);
   else throw new Error(`colocate sync: no local mapping for ${name}`);
+}
+
+/** PEFT adapter parameter names (`….lora_A.weight`, `….lora_B`). */
+export function isLoraName(name: string): boolean {
+  return /\.lora_[AB](\.|$)/.test(name);
 }

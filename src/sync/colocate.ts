@@ -17,6 +17,7 @@ import { hfLoadPlan } from '../rollout/loader.js';
 import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
 import { MegatronStrategy } from '../train/megatron/strategy.js';
 import { SingleDeviceStrategy } from '../train/single.js';
+import type { LoraAdapters } from '../model/lora.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { syncFsdp2, syncMegatron, syncSingle, type ColocateOut } from './colocate-sources.js';
 import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport } from './report.js';
@@ -51,13 +52,29 @@ export class ColocateSync {
     let bytes = 0, tensors = 0;
     const kind = opts.adapterOnly ? 'adapter' : 'full';
     if (opts.adapterOnly) {
-      if (!(strategy instanceof SingleDeviceStrategy) || !strategy.lora) {
+      const lora = (strategy as { lora?: { adapters: LoraAdapters } }).lora;
+      if (!lora || !strategy.loraState) {
         throw new InvalidArgumentError(`ColocateSync.sync({ adapterOnly: true }): the ${strategy.kind} strategy has no LoRA adapters. HINT: create the strategy with { lora }, or run a full sync.`, { strategy: strategy.kind });
       }
-      const { adapters } = strategy.lora;
+      const { adapters } = lora;
       if (adapters.merged) throw new InvalidArgumentError('ColocateSync.sync({ adapterOnly: true }): the adapters are merged into the base weights; a merged sync is a full sync. HINT: sync() without adapterOnly.');
-      const list = adapters.targets.map((t) => ({ base: t.base, a: strategy.store.get(t.a).value, b: strategy.store.get(t.b).value }));
-      applyEngineAdapters(engine, list, adapters.scaling);
+      // Full adapters by PEFT name (collective for the sharded strategies; small next to the model).
+      const host = await strategy.loraState();
+      const up = (name: string) => {
+        const h = host.get(name);
+        if (!h) throw new InvalidArgumentError(`ColocateSync: the strategy's loraState() has no ${name}.`, { tensor: name });
+        return Tensor.fromArray(device, h.data, h.shape, { stream });
+      };
+      const list = adapters.targets.map((t) => ({ base: t.base, a: up(t.a), b: up(t.b) }));
+      try {
+        applyEngineAdapters(engine, list, adapters.scaling);
+        await stream.synchronize({ timeoutMs: 300_000 });
+      } finally {
+        for (const x of list) {
+          x.a.release();
+          x.b.release();
+        }
+      }
       for (const x of list) bytes += x.a.nbytes + x.b.nbytes;
       tensors = list.length * 2;
     } else {

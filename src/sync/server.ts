@@ -104,7 +104,9 @@ export class ServerSync {
     const plans = strategyRanks.map((sr) => planBuckets(piecesOf(this.cfg, header, sr).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })), this.bucketBytes, { keepWhole: true }));
     const sources = this.role === 'trainer' ? this.sourceTensors(header) : null;
     const receiver = this.role === 'engine' ? new Receiver(this.engine!, this.cfg, header, stream) : null;
-    const slots = [0, 1].map(() => Tensor.empty(device, [this.bucketBytes / 4], 'fp32'));
+    // Two slots, each as large as the largest bucket actually planned (at most bucketBytes).
+    const slotBytes = Math.max(64, ...plans.flat().map((b) => Math.ceil(b.bytes / 64) * 64));
+    const slots = [0, 1].map(() => Tensor.empty(device, [slotBytes / 4], 'fp32'));
     const pending: Promise<void>[] = [];
     let k = 0;
     try {

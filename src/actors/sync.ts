@@ -1,0 +1,59 @@
+/**
+ * The weight-sync-coordinator actor: one per rank (trainer, engine or both), wrapping
+ * the mode's coordinator (src/sync: ColocateSync or ServerSync). `sync()` is
+ * collective over every rank of the run: the controller calls it on all ranks.
+ */
+import type { Communicator } from '../runtime/comm.js';
+import { InvalidArgumentError } from '../runtime/errors.js';
+import type { RankContext } from '../runtime/rank-context.js';
+import type { ModelConfig } from '../model/config.js';
+import type { RolloutEngine } from '../rollout/index.js';
+import type { TrainStrategy } from '../train/strategy.js';
+import { ColocateSync, ServerSync, type SyncReport } from '../sync/index.js';
+import type { GrpoConfig } from '../grpo/config.js';
+
+export interface SyncCallOptions {
+  /** Probe-batch log-prob parity (and per-tensor checksums); false to skip. */
+  verify: false | { probe: { ids: number[][]; temperature: number }; tolerance: number };
+  /** Send only LoRA adapters. */
+  adapterOnly?: boolean;
+}
+
+interface Coordinator {
+  sync(opts?: { adapterOnly?: boolean; verify?: { probe: { ids: number[][]; temperature: number }; tolerance: number } }): Promise<SyncReport>;
+}
+
+export interface WeightSyncSetup {
+  cfg: GrpoConfig;
+  model: ModelConfig;
+  mode: 'server' | 'colocate';
+  roles: { trainerRanks: number[]; isTrainer: boolean; isEngine: boolean };
+  strategy: TrainStrategy | null;
+  engine: RolloutEngine | null;
+  /** Server mode: the dedicated communicator over every rank (trainers first). */
+  syncComm: Communicator | null;
+}
+
+export function makeWeightSync(s: WeightSyncSetup): Coordinator {
+  const bucketBytes = s.cfg.sync.bucketBytes;
+  if (s.mode === 'colocate') {
+    if (!s.strategy || !s.engine) throw new InvalidArgumentError('colocate weight sync needs a trainer strategy and an engine on every rank.');
+    return new ColocateSync({ strategy: s.strategy, engine: s.engine, bucketBytes });
+  }
+  if (!s.syncComm) throw new InvalidArgumentError('server weight sync needs the sync communicator.');
+  return ServerSync.create({
+    comm: s.syncComm, role: s.roles.isTrainer ? 'trainer' : 'engine', trainerRanks: s.roles.trainerRanks.length, cfg: s.model,
+    ...(s.strategy ? { strategy: s.strategy } : {}), ...(s.engine ? { engine: s.engine } : {}), bucketBytes,
+  });
+}
+
+export class SyncActor {
+  constructor(
+    private readonly ctx: RankContext,
+    private readonly coordinator: Coordinator,
+  ) {}
+
+  sync(opts: SyncCallOptions): Promise<SyncReport> {
+    return this.coordinator.sync({ ...(opts.adapterOnly ? { adapterOnly: true } : {}), ...(opts.verify ? { verify: opts.verify } : {}) });
+  }
+}

@@ -1,0 +1,105 @@
+/**
+ * Command-line flags of a GRPO entry (`launch ... examples/grpo.ts [flags]`), parsed
+ * with commander into a config over an optional JSON file (`--config`), then validated
+ * by the zod schema (config.ts). Bad flags are a ConfigError with the usage.
+ */
+import { readFileSync } from 'node:fs';
+import { Command, CommanderError } from 'commander';
+import { ConfigError } from '../runtime/errors.js';
+import type { RankContext } from '../runtime/rank-context.js';
+import type { GrpoConfigInput } from './config.js';
+import { runGrpo, type GrpoSummary } from './driver.js';
+
+const num = (flag: string) => (v: string) => {
+  const x = Number(v);
+  if (v.trim() === '' || !Number.isFinite(x)) throw new ConfigError(`${flag} expects a number but received ${JSON.stringify(v)}.`);
+  return x;
+};
+
+function program(): Command {
+  return new Command('grpo')
+    .option('--config <file>', 'JSON config file (flags override it)')
+    .option('--mode <mode>', 'server (trainer and engine on separate ranks) or colocate')
+    .option('--model <dir>', 'model folder with config.json')
+    .option('--steps <n>', 'GRPO steps', num('--steps'))
+    .option('--seed <n>', 'seed', num('--seed'))
+    .option('--strategy <s>', 'trainer strategy: fsdp2 or megatron')
+    .option('--trainer-ranks <n>', 'trainer ranks in server mode (default half)', num('--trainer-ranks'))
+    .option('--trainer-tp <n>', 'trainer tensor parallel (megatron)', num('--trainer-tp'))
+    .option('--engine-tp <n>', 'engine tensor parallel: 1, 2 or 4', num('--engine-tp'))
+    .option('--prompts <n>', 'prompts per step', num('--prompts'))
+    .option('--generations <n>', 'samples per prompt', num('--generations'))
+    .option('--max-new-tokens <n>', 'tokens generated per sample at most', num('--max-new-tokens'))
+    .option('--temperature <t>', 'sampling temperature', num('--temperature'))
+    .option('--lr <x>', 'learning rate', num('--lr'))
+    .option('--sft-warmup <n>', 'supervised warm-up steps before GRPO', num('--sft-warmup'))
+    .option('--beta <x>', 'KL coefficient to the initial policy (0 = off)', num('--beta'))
+    .option('--bucket <bytes>', 'weight-sync bucket size, e.g. 512MiB')
+    .option('--verify', 'verify every weight sync (checksums + probe log-probs)')
+    .option('--checkpoint-dir <dir>', 'save checkpoints here')
+    .option('--checkpoint-every <n>', 'checkpoint every n steps', num('--checkpoint-every'))
+    .option('--resume', 'resume from the newest checkpoint in --checkpoint-dir')
+    .option('--log <file>', 'JSONL metrics file')
+    .option('--no-progress', 'plain lines instead of the progress bar')
+    .exitOverride()
+    .configureOutput({ writeOut: () => undefined, writeErr: () => undefined });
+}
+
+/** Flags (and --config) → config input over `defaults`. */
+export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<GrpoConfigInput> = {}): GrpoConfigInput {
+  const cmd = program();
+  try {
+    cmd.parse([...args], { from: 'user' });
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      if (e.code === 'commander.helpDisplayed') throw new ConfigError(cmd.helpInformation());
+      throw new ConfigError(`${e.message.replace(/^error: /, '')}\n${cmd.helpInformation()}`);
+    }
+    throw e;
+  }
+  const o = cmd.opts<Record<string, unknown>>();
+  let file: Record<string, unknown> = {};
+  if (typeof o.config === 'string') {
+    try {
+      file = JSON.parse(readFileSync(o.config, 'utf8')) as Record<string, unknown>;
+    } catch (e) {
+      throw new ConfigError(`--config ${o.config}: ${(e as Error).message}`);
+    }
+  }
+  const c: Record<string, unknown> = { ...defaults, ...file };
+  const set = (key: string, v: unknown) => {
+    if (v !== undefined) c[key] = v;
+  };
+  const sub = (key: string, field: string, v: unknown) => {
+    if (v !== undefined) c[key] = { ...((c[key] as object) ?? {}), [field]: v };
+  };
+  set('mode', o.mode);
+  set('model', o.model);
+  set('steps', o.steps);
+  set('seed', o.seed);
+  sub('trainer', 'strategy', o.strategy);
+  sub('trainer', 'ranks', o.trainerRanks);
+  sub('trainer', 'tp', o.trainerTp);
+  sub('engine', 'tp', o.engineTp);
+  set('promptsPerStep', o.prompts);
+  set('numGenerations', o.generations);
+  set('maxNewTokens', o.maxNewTokens);
+  set('temperature', o.temperature);
+  if (o.lr !== undefined) c.optimizer = { ...((c.optimizer as object) ?? {}), lr: o.lr };
+  set('beta', o.beta);
+  sub('sftWarmup', 'steps', o.sftWarmup);
+  sub('sync', 'bucketBytes', o.bucket);
+  if (o.verify) sub('sync', 'verify', true);
+  if (o.checkpointDir !== undefined || o.checkpointEvery !== undefined) {
+    c.checkpoint = { ...((c.checkpoint as object) ?? {}), ...(o.checkpointDir !== undefined ? { dir: o.checkpointDir } : {}), ...(o.checkpointEvery !== undefined ? { every: o.checkpointEvery } : {}) };
+  }
+  if (o.resume) c.resume = true;
+  set('log', o.log);
+  if (o.progress === false) c.progress = false;
+  return c as GrpoConfigInput;
+}
+
+/** Entry for `launch`: flags from ctx.args over `defaults`, then the GRPO loop. */
+export function grpoMain(ctx: RankContext, defaults: Partial<GrpoConfigInput> = {}): Promise<GrpoSummary | null> {
+  return runGrpo(ctx, grpoConfigFromArgs(ctx.args, defaults));
+}

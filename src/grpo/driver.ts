@@ -1,0 +1,290 @@
+/**
+ * The GRPO loop under `launch` (SPMD entry, single controller).
+ *
+ * Every rank forms the groups (one world-wide `comm.split` per group, in the same
+ * order everywhere), builds its local actors — TrainerActor on trainer ranks,
+ * RolloutActor on engine ranks, the weight-sync coordinator on all — and exposes
+ * them. Rank 0 is the controller: per step it
+ *   1. generates numGenerations samples per prompt on the engine replicas (Comlink calls),
+ *   2. scores them with the rule-based reward in a Piscina pool,
+ *   3. computes group-normalised advantages,
+ *   4. recomputes the old-policy (and, with beta > 0, reference) log-probs on the trainer,
+ *   5. takes one GRPO optimizer step (clipped surrogate, optional KL),
+ *   6. syncs the weights to the engines (verified on request),
+ * and logs metrics (JSONL, progress display), checkpoints every k steps, and at the
+ * end tells every rank to finish. Placement: `server` puts trainers on the first
+ * ranks and engines on the rest; `colocate` puts both on every rank, and the engine
+ * sleeps (drops weights and KV cache) while the trainer trains, woken by the sync.
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Communicator } from '../runtime/comm.js';
+import { InvalidArgumentError } from '../runtime/errors.js';
+import type { RankContext } from '../runtime/rank-context.js';
+import { TaskPool } from '../runtime/task-pool.js';
+import { builtFile } from '../runtime/paths.js';
+import type { ActorMesh } from '../runtime/actor-mesh.js';
+import { loadModelConfig } from '../model/config.js';
+import { makeBatch, makeProblem } from '../model/synthetic-task.js';
+import { latestCheckpoint, TRAIN_STATE_FILE } from '../train/checkpoint.js';
+import { modelConfigPath } from '../train/factory.js';
+import { TrainerActor } from '../actors/trainer.js';
+import type { TrainerConfigInput } from '../train/config.js';
+import { RolloutActor } from '../actors/rollout.js';
+import { SyncActor, makeWeightSync } from '../actors/sync.js';
+import { groupAdvantages } from './advantages.js';
+import { parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './config.js';
+import { JsonlLog, Progress, summaryTable, type StepMetrics } from './metrics.js';
+import { alignToTargets, assembleRows, buildTrainBatch } from './rollout-batch.js';
+
+export interface GrpoSummary {
+  steps: StepMetrics[];
+  /** Step the run started from (> 0 after a resume). */
+  startStep: number;
+  seconds: number;
+}
+
+/** Finishing signal the controller sends to every rank. */
+class GrpoControl {
+  readonly done: Promise<void>;
+  #resolve!: () => void;
+  #reject!: (e: Error) => void;
+
+  constructor() {
+    this.done = new Promise((res, rej) => {
+      this.#resolve = res;
+      this.#reject = rej;
+    });
+  }
+
+  finish(): void {
+    this.#resolve();
+  }
+
+  /** The controller failed: rank 0 reports the error; the other ranks stop quietly. */
+  fail(message: string): void {
+    this.failure = message;
+    this.#resolve();
+  }
+
+  failure: string | null = null;
+}
+
+interface Roles {
+  trainerRanks: number[];
+  engineRanks: number[];
+  isTrainer: boolean;
+  isEngine: boolean;
+  replica: number;
+  replicas: number;
+}
+
+function rolesOf(cfg: GrpoConfig, rank: number, world: number): Roles {
+  const all = Array.from({ length: world }, (_, i) => i);
+  const t = cfg.mode === 'colocate' ? world : cfg.trainer.ranks ?? Math.floor(world / 2);
+  const trainerRanks = cfg.mode === 'colocate' ? all : all.slice(0, t);
+  const engineRanks = cfg.mode === 'colocate' ? all : all.slice(t);
+  const e = engineRanks.indexOf(rank);
+  return {
+    trainerRanks,
+    engineRanks,
+    isTrainer: trainerRanks.includes(rank),
+    isEngine: e >= 0,
+    replica: e >= 0 ? Math.floor(e / cfg.engine.tp) : -1,
+    replicas: engineRanks.length / cfg.engine.tp,
+  };
+}
+
+const CALL_MS = 600_000;
+
+export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise<GrpoSummary | null> {
+  const cfg = parseGrpoConfig(input, ctx.worldSize);
+  const model = loadModelConfig(modelConfigPath(cfg.model));
+  const roles = rolesOf(cfg, ctx.rank, ctx.worldSize);
+  const { rank } = ctx;
+
+  // Groups: every rank takes part in every split, in this order.
+  const trainerComm: Communicator | null = cfg.mode === 'colocate' ? ctx.comm : await ctx.comm.split(roles.isTrainer ? 0 : null, rank);
+  const tpComm = cfg.engine.tp === 1 ? null : await ctx.comm.split(roles.isEngine ? roles.replica : null, rank);
+  const syncComm = cfg.mode === 'server' ? await ctx.comm.split(0, rank) : null;
+
+  // Local actors.
+  const perReplica = (cfg.promptsPerStep / roles.replicas) * cfg.numGenerations;
+  const maxPrompt = 3 + 8; // BOS + up to 8 digits + SEP (synthetic task)
+  const trainer = roles.isTrainer
+    ? new TrainerActor(ctx, {
+        strategy: cfg.trainer.strategy, model: cfg.model, init: { seed: cfg.seed }, tp: cfg.trainer.tp, ep: cfg.trainer.ep,
+        optimizer: cfg.optimizer, clipGradNorm: cfg.clipGradNorm, ...(cfg.trainer.lora ? { lora: cfg.trainer.lora } : {}),
+      } as TrainerConfigInput)
+    : null;
+  if (trainer) await trainer.setupOn(trainerComm!);
+  if (trainer && cfg.beta > 0) await trainer.setupReference();
+  const rollout = roles.isEngine ? new RolloutActor(ctx) : null;
+  rollout?.setupOn(model, tpComm, roles.replica, { maxBatch: perReplica, maxSeqLen: maxPrompt + cfg.maxNewTokens + 1 });
+
+  // Resume (trainer ranks, collective over the trainer group) before the first sync.
+  let startStep = 0;
+  if (cfg.resume) {
+    const dir = await latestCheckpoint(cfg.checkpoint!.dir);
+    if (dir) {
+      if (trainer) await trainer.load(dir);
+      startStep = (JSON.parse(await readFile(join(dir, TRAIN_STATE_FILE), 'utf8')) as { step: number }).step;
+    }
+  }
+  const sync = new SyncActor(ctx, makeWeightSync({ cfg, model, mode: cfg.mode, roles, strategy: trainer?.strategy ?? null, engine: rollout?.engine ?? null, syncComm }));
+  const control = new GrpoControl();
+  if (trainer) ctx.actors.expose('trainer', trainer);
+  if (rollout) ctx.actors.expose('rollout', rollout);
+  ctx.actors.expose('sync', sync);
+  ctx.actors.expose('grpo-control', control);
+
+  // First sync: the engines start from the trainer's (initial or resumed) weights;
+  // with LoRA the base goes first, then the (possibly resumed) adapters.
+  await sync.sync({ verify: false });
+  if (cfg.trainer.lora) await sync.sync({ verify: false, adapterOnly: true });
+
+  if (rank !== 0) {
+    const aborted = new Promise<never>((_, rej) => ctx.signal.addEventListener('abort', () => rej(new InvalidArgumentError(`rank ${rank}: stopped while waiting for the GRPO controller (${String(ctx.signal.reason ?? 'abort')}).`)), { once: true }));
+    try {
+      await Promise.race([control.done, aborted]);
+      if (control.failure) ctx.log.info(`stopping: the GRPO controller (rank 0) failed: ${control.failure}`);
+    } finally {
+      trainer?.shutdown();
+      rollout?.shutdown();
+    }
+    return null;
+  }
+  try {
+    return await controller(ctx, cfg, roles, startStep);
+  } catch (e) {
+    const controls = await ctx.actors.mesh<GrpoControl>('grpo-control', undefined, { timeoutMs: CALL_MS });
+    for (const r of controls.ranks) if (r !== 0) controls.ref(r).invoke('fail', [(e as Error).message]).catch(() => undefined);
+    throw e;
+  } finally {
+    trainer?.shutdown();
+    rollout?.shutdown();
+  }
+}
+
+async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, startStep: number): Promise<GrpoSummary> {
+  const opts = { timeoutMs: CALL_MS };
+  const trainers = await ctx.actors.mesh<TrainerActor>('trainer', roles.trainerRanks, opts);
+  const rollouts = await ctx.actors.mesh<RolloutActor>('rollout', roles.engineRanks, opts);
+  const syncs = await ctx.actors.mesh<SyncActor>('sync', undefined, opts);
+  const controls = await ctx.actors.mesh<GrpoControl>('grpo-control', undefined, opts);
+  const pool = new TaskPool({ maxThreads: 1 });
+  const log = cfg.log ? new JsonlLog(cfg.log) : null;
+  const progress = new Progress(cfg.steps, process.stderr, cfg.progress);
+  const metrics: StepMetrics[] = [];
+  const t0 = Date.now();
+  const G = cfg.numGenerations;
+  // A colocated engine sleeps while the trainer trains: level 2 (drop weights) for full
+  // syncs, level 1 (keep base weights on the host) when only LoRA adapters are sent.
+  const adapterOnly = cfg.trainer.lora !== undefined;
+  const sleepLevel = cfg.mode === 'colocate' ? (adapterOnly ? 1 : 2) : null;
+  if (startStep === 0 && cfg.sftWarmup.steps > 0) {
+    const w = cfg.sftWarmup;
+    let first = 0, last = 0;
+    for (let i = 0; i < w.steps; i++) {
+      const b = makeBatch(cfg.seed * 7_919 + i, w.batch, 20);
+      const [r] = await trainers.call('trainStep', { inputIds: b.inputIds, targets: b.targets, batch: w.batch, seqLen: 20 }, { lr: w.lr });
+      if (i === 0) first = r!.loss;
+      last = r!.loss;
+    }
+    await syncs.call('sync', { verify: false });
+    if (cfg.trainer.lora) await syncs.call('sync', { verify: false, adapterOnly: true });
+    ctx.log.info(`SFT warm-up: ${w.steps} steps, loss ${first.toFixed(3)} -> ${last.toFixed(3)}`);
+  }
+  progress.start(startStep);
+  try {
+    for (let step = startStep + 1; step <= cfg.steps; step++) {
+      const seconds = { generate: 0, reward: 0, logprob: 0, train: 0, sync: 0 };
+      let t = performance.now();
+      const lap = (k: keyof typeof seconds) => {
+        const now = performance.now();
+        seconds[k] += (now - t) / 1000;
+        t = now;
+      };
+      // 1. Generate: each replica gets its share of prompts, each repeated G times (group-major).
+      const problems = Array.from({ length: cfg.promptsPerStep }, (_, i) => makeProblem(cfg.seed, step * cfg.promptsPerStep + i));
+      const perReplica = cfg.promptsPerStep / roles.replicas;
+      const replicaPrompts = Array.from({ length: roles.replicas }, (_, r) => problems.slice(r * perReplica, (r + 1) * perReplica).flatMap((p) => Array.from({ length: G }, () => p.prompt)));
+      const outs = await Promise.all(
+        roles.engineRanks.map((er, i) => {
+          const r = Math.floor(i / cfg.engine.tp);
+          return rollouts.ref(er).invoke('generate', [replicaPrompts[r]!, { maxTokens: cfg.maxNewTokens, temperature: cfg.temperature, topK: cfg.topK, topP: cfg.topP, seed: cfg.seed * 1_000_003 + step * 97 + r }], opts);
+        }),
+      );
+      const prompts: number[][] = [];
+      const completions: number[][] = [];
+      const engineLogprobs: number[][] = [];
+      for (let r = 0; r < roles.replicas; r++) {
+        const out = outs[r * cfg.engine.tp]!;
+        prompts.push(...replicaPrompts[r]!);
+        completions.push(...out.tokens);
+        engineLogprobs.push(...out.logprobs);
+      }
+      if (sleepLevel) await rollouts.call('sleep', sleepLevel as 1 | 2);
+      lap('generate');
+      // 2. Rewards in the task pool (one task per replica's samples).
+      const rewardChunks = await Promise.all(
+        Array.from({ length: roles.replicas }, (_, r) => {
+          const lo = r * perReplica * G, hi = (r + 1) * perReplica * G;
+          return pool.run<number[]>({ module: builtFile('grpo/reward-task.js'), export: 'scoreBatch' }, { prompts: prompts.slice(lo, hi), completions: completions.slice(lo, hi) });
+        }),
+      );
+      const rewards = rewardChunks.flat();
+      const adv = groupAdvantages(rewards, { numGenerations: G });
+      lap('reward');
+      // 3. Old-policy (and reference) log-probs from the trainer.
+      const batch = buildTrainBatch({ prompts, completions });
+      const old = assembleRows(batch, await trainers.call('computeLogprobs', batch, cfg.temperature));
+      const ref = cfg.beta > 0 ? assembleRows(batch, await trainers.call('computeRefLogprobs', batch, cfg.temperature)) : undefined;
+      const engineAligned = alignToTargets(batch, prompts, engineLogprobs);
+      lap('logprob');
+      // 4. One optimizer step.
+      const [tr] = await trainers.call('grpoStep', batch, { oldLogprobs: old, advantages: Float32Array.from(adv), ...(ref ? { refLogprobs: ref } : {}) }, {
+        clipLow: cfg.clipLow, clipHigh: cfg.clipHigh, beta: cfg.beta, temperature: cfg.temperature,
+      });
+      lap('train');
+      // 5. Weight sync (wakes a sleeping colocated engine first).
+      if (sleepLevel) await rollouts.call('wake');
+      // Probe rows: one per trainer data-parallel rank (the strategies split batches evenly).
+      const probeRows = roles.trainerRanks.length / cfg.trainer.tp;
+      const probe = cfg.sync.verify ? { ids: prompts.slice(0, probeRows).map((p, i) => [...p, ...completions[i]!]), temperature: cfg.temperature } : undefined;
+      const [rep] = await syncs.call('sync', { verify: probe ? { probe, tolerance: cfg.sync.tolerance } : false, adapterOnly });
+      lap('sync');
+      // Metrics.
+      const tokens = tr!.stats?.tokens ?? 0;
+      let diff = 0, entropy = 0;
+      for (let i = 0; i < batch.targets.length; i++) {
+        if (batch.targets[i] === -100) continue;
+        diff += Math.abs(engineAligned[i]! - old[i]!);
+        entropy -= engineAligned[i]!;
+      }
+      const mean = rewards.reduce((a, b) => a + b, 0) / rewards.length;
+      const std = Math.sqrt(rewards.reduce((a, b) => a + (b - mean) ** 2, 0) / rewards.length);
+      const m: StepMetrics = {
+        step, rewardMean: mean, rewardStd: std,
+        kl: tokens ? (tr!.stats!.kl ?? 0) / tokens : 0,
+        clipFraction: tokens ? (tr!.stats!.clipped ?? 0) / tokens : 0,
+        entropy: tokens ? entropy / tokens : 0,
+        loss: tr!.loss, gradNorm: tr!.gradNorm, responseTokens: tokens, seconds,
+        syncBytes: rep!.bytes, syncGBs: rep!.GBs,
+      };
+      metrics.push(m);
+      log?.write({ ...m, engineTrainerLogprobDiff: tokens ? diff / tokens : 0, syncPeakExtraBytes: rep!.peakExtraBytes, verified: rep!.verified ?? null, time: new Date().toISOString() });
+      progress.update(m, (line) => ctx.log.info(line));
+      if (cfg.checkpoint && step % cfg.checkpoint.every === 0) await trainers.call('save', cfg.checkpoint.dir, step, { rewardMean: mean });
+    }
+  } finally {
+    progress.stop();
+    await pool.close();
+  }
+  const summary = { steps: metrics, startStep, seconds: (Date.now() - t0) / 1000 };
+  ctx.log.info(`\n${summaryTable(metrics)}\n(${summary.seconds.toFixed(1)} s, ${cfg.mode} mode, ${roles.trainerRanks.length} trainer / ${roles.engineRanks.length} engine ranks)`);
+  for (const r of controls.ranks) if (r !== 0) await controls.ref(r).invoke('finish', [], opts);
+  return summary;
+}
+
+export type { ActorMesh };

@@ -1,0 +1,78 @@
+/**
+ * The GRPO scenario matrix (issue #6) end to end under `launch`: trainer strategy →
+ * weight sync → engine, full and LoRA, dense and MoE, colocate and server, each for a
+ * few GRPO steps with verification on: after every sync the coordinator compares
+ * per-tensor checksums and the log-probs of a probe batch computed by the trainer and
+ * by the engine, and fails the run when they disagree (so a finished run with
+ * verified syncs is the assertion). Also: checkpoint + resume continues the same run.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+
+let dir: string;
+beforeAll(() => {
+  ensureParallelBuilt();
+  dir = mkdtempSync(join(tmpdir(), 'ascent-grpo-'));
+}, 120_000);
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const LORA_DENSE = { rank: 4, alpha: 8, targetModules: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] };
+const LORA_MOE = { rank: 4, alpha: 8, targetModules: ['q', 'v', 'o'], targetParameters: ['mlp.experts.gate_up_proj', 'mlp.experts.down_proj'] };
+
+const SCENARIOS = [
+  { name: 'colocate dense megatron -> engine, full', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'dense', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } } },
+  { name: 'colocate dense megatron -> engine, LoRA', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'dense', trainer: { strategy: 'megatron', tp: 2, lora: LORA_DENSE }, engine: { tp: 1 } } },
+  { name: 'colocate MoE megatron -> engine (processed layout), full', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } } },
+  { name: 'colocate MoE megatron -> engine, LoRA', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'megatron', tp: 2, lora: LORA_MOE }, engine: { tp: 2 } } },
+  { name: 'colocate MoE fsdp2 (fused experts) -> engine, full', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'fsdp2' }, engine: { tp: 1 } } },
+  { name: 'colocate MoE fsdp2 -> engine TP=4, LoRA, 5 steps', nproc: 4, steps: 5, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'fsdp2', lora: LORA_MOE }, engine: { tp: 4 } } },
+  { name: 'server MoE megatron -> standalone server (broadcast, full reload, post-load)', nproc: 4, steps: 2, cfg: { mode: 'server', model: 'moe', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } } },
+] as const;
+
+describe('GRPO scenario matrix (launch, verified syncs)', () => {
+  for (const s of SCENARIOS) {
+    it(s.name, async () => {
+      const log = join(dir, `${s.name.replace(/\W+/g, '-')}.jsonl`);
+      const cfg = { ...s.cfg, steps: s.steps, promptsPerStep: 4, numGenerations: 4, maxNewTokens: 8, seed: 3, log, progress: false, sync: { verify: true, tolerance: 1e-3, bucketBytes: 65536 } };
+      const r = await launchFixture(s.nproc, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+      expect(r.stderr, r.stdout.slice(-3000)).toBe('');
+      expect(r.code).toBe(0);
+      const res = r.results[0] as unknown as { steps: number; log: Array<{ step: number; verified: { checksums: boolean; maxLogprobDiff: number } | null; syncBytes: number; rewardMean: number }> };
+      expect(res.steps).toBe(s.steps);
+      expect(res.log.map((l) => l.step)).toEqual(Array.from({ length: s.steps }, (_, i) => i + 1));
+      for (const l of res.log) {
+        expect(l.verified, `step ${l.step}`).not.toBeNull();
+        expect(l.verified!.checksums).toBe(true);
+        expect(l.verified!.maxLogprobDiff).toBeLessThan(1e-3);
+        expect(l.syncBytes).toBeGreaterThan(0);
+        expect(Number.isFinite(l.rewardMean)).toBe(true);
+      }
+    }, 180_000);
+  }
+});
+
+describe('GRPO checkpoint and resume', () => {
+  it('a run stopped after step 2 and resumed gives the same steps 3-4 as an uninterrupted run', async () => {
+    const base = { mode: 'server', model: 'dense', trainer: { strategy: 'fsdp2' }, promptsPerStep: 4, numGenerations: 4, maxNewTokens: 8, seed: 5, progress: false };
+    const straight = join(dir, 'straight.jsonl');
+    const a = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify({ ...base, steps: 4, log: straight })], {}, 170_000);
+    expect(a.code, a.stderr).toBe(0);
+    const ck = join(dir, 'ckpt');
+    const resumed = join(dir, 'resumed.jsonl');
+    const b1 = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify({ ...base, steps: 2, log: resumed, checkpoint: { dir: ck, every: 1 } })], {}, 170_000);
+    expect(b1.code, b1.stderr).toBe(0);
+    const b2 = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify({ ...base, steps: 4, log: resumed, checkpoint: { dir: ck, every: 1 }, resume: true })], {}, 170_000);
+    expect(b2.code, b2.stderr).toBe(0);
+    const ra = a.results[0] as unknown as { log: Array<{ step: number; rewardMean: number; loss: number }> };
+    const rb = b2.results[0] as unknown as { startStep: number; log: Array<{ step: number; rewardMean: number; loss: number }> };
+    expect(rb.startStep).toBe(2);
+    expect(rb.log.map((l) => l.step)).toEqual([1, 2, 3, 4]);
+    for (let i = 0; i < 4; i++) {
+      expect(rb.log[i]!.rewardMean, `step ${i + 1}`).toBe(ra.log[i]!.rewardMean);
+      expect(rb.log[i]!.loss).toBeCloseTo(ra.log[i]!.loss, 6);
+    }
+  }, 300_000);
+});
