@@ -1,19 +1,27 @@
 /**
  * Ascent GRPO quickstart: RL post-training of a tiny Qwen3-style model on the shipped
- * synthetic task (reverse a string of digits; reward = fraction of digits right, 1 for
- * an exact answer), with trainer, rollout-worker and weight-sync actors.
+ * synthetic task (reverse a string of digits; the rule-based reward gives partial
+ * credit per correct digit and 1 for an exact answer), with per-rank trainer,
+ * rollout-worker and weight-sync actors driven by rank 0.
  *
- *   npx launch --nproc 16 examples/grpo.ts                     # 8 trainer + 8 engine ranks (server mode)
- *   npx launch --nproc 16 examples/grpo.ts --mode colocate     # trainer and engine on all 16 ranks
- *   npx launch --nproc 16 examples/grpo.ts --config my.json --steps 40 --log runs/grpo.jsonl
+ *   npx launch --nproc 16 examples/grpo.ts                   # 8 trainer (fsdp2) + 8 engine ranks, server mode
+ *   npx launch --nproc 16 examples/grpo.ts --mode colocate   # trainer and engine on all 16 ranks
+ *   npx launch --nproc 16 examples/grpo.ts --help            # every flag; --config file.json for a JSON config
  *
- * Flags override the JSON config; `--help` lists them. The model starts from a short
- * supervised warm-up checkpoint? No: from seeded random weights of tiny-dense, so the
- * reward starts near the random-guess level and rises as GRPO trains.
+ * As RL pipelines do, the policy starts from a short supervised warm-up (30 steps of
+ * cross-entropy on reference answers), then GRPO takes over: 16 prompts x 8 samples
+ * per step, group-normalised advantages, clipped surrogate, a weight sync to the
+ * engines after every step. Seeded: the same flags give the same run.
  */
 import { fileURLToPath } from 'node:url';
 import { grpoMain, type RankContext } from 'ascent';
 
 export async function main(ctx: RankContext): Promise<void> {
-  await grpoMain(ctx, { model: fileURLToPath(new URL('./models/tiny-dense', import.meta.url)) });
+  await grpoMain(ctx, {
+    model: fileURLToPath(new URL('./models/tiny-dense', import.meta.url)),
+    steps: 80,
+    seed: 0,
+    optimizer: { lr: 4e-3 },
+    sftWarmup: { steps: 30, batch: 64, lr: 5e-3 },
+  });
 }

@@ -76,3 +76,25 @@ describe('GRPO checkpoint and resume', () => {
     }
   }, 300_000);
 });
+
+describe('GRPO options and the quickstart entry', () => {
+  it('beta > 0: KL to the reference (the policy after the warm-up) is 0 at step 1 and positive once the policy moved', async () => {
+    const log = join(dir, 'kl.jsonl');
+    const cfg = { mode: 'server', model: 'dense', trainer: { strategy: 'fsdp2' }, steps: 2, promptsPerStep: 2, numGenerations: 8, maxNewTokens: 8, beta: 0.1, optimizer: { lr: 1e-2 }, sftWarmup: { steps: 10, batch: 16 }, log, progress: false };
+    const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+    expect(r.code, r.stderr).toBe(0);
+    const steps = (r.results[0] as unknown as { log: Array<{ kl: number }> }).log;
+    expect(steps[0]!.kl).toBeLessThan(1e-6);
+    expect(steps[1]!.kl).toBeGreaterThan(1e-6);
+  }, 180_000);
+
+  it('examples/grpo.ts runs as the README shows (short run), and bad flags are clear errors', async () => {
+    const ok = await launchFixture(4, 'examples/grpo.ts', ['--steps', '2', '--sft-warmup', '2', '--prompts', '2', '--generations', '2', '--no-progress'], {}, 170_000);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stdout).toMatch(/step 2\/2 reward/);
+    expect(ok.stdout).toMatch(/phase[\s\S]*generate[\s\S]*sync[\s\S]*total/);
+    const bad = await launchFixture(2, 'examples/grpo.ts', ['--engine-tp', '3'], {}, 60_000);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/engine\.tp: expected engine\.tp to be 1, 2 or 4/);
+  }, 240_000);
+});

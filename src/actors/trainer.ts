@@ -110,10 +110,16 @@ export class TrainerActor {
     return this.#strategy;
   }
 
-  /** A frozen copy of the initial policy for the KL term (collective over the trainer group; built once). */
+  /**
+   * Freezes a copy of the CURRENT policy as the reference for the KL term (collective
+   * over the trainer group). Called when RL starts, i.e. after any supervised warm-up,
+   * so the reference is the SFT model as in RLHF pipelines.
+   */
   async setupReference(): Promise<void> {
-    if (this.#ref) return;
+    const params = await this.strategy.gatherState('params');
+    this.#ref?.release();
     this.#ref = await createStrategy(this.config, { comm: this.#comm!, device: this.ctx.device });
+    await this.#ref.loadState({ params });
   }
 
   /** computeLogprobs() under the frozen reference policy. */

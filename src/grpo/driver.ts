@@ -118,7 +118,6 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
       } as TrainerConfigInput)
     : null;
   if (trainer) await trainer.setupOn(trainerComm!);
-  if (trainer && cfg.beta > 0) await trainer.setupReference();
   const rollout = roles.isEngine ? new RolloutActor(ctx) : null;
   rollout?.setupOn(model, tpComm, roles.replica, { maxBatch: perReplica, maxSeqLen: maxPrompt + cfg.maxNewTokens + 1 });
 
@@ -195,6 +194,8 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     if (cfg.trainer.lora) await syncs.call('sync', { verify: false, adapterOnly: true });
     ctx.log.info(`SFT warm-up: ${w.steps} steps, loss ${first.toFixed(3)} -> ${last.toFixed(3)}`);
   }
+  // The KL reference: the policy as RL starts (after the warm-up; on resume, the resumed policy).
+  if (cfg.beta > 0) await trainers.call('setupReference');
   progress.start(startStep);
   try {
     for (let step = startStep + 1; step <= cfg.steps; step++) {
