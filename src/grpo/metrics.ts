@@ -83,8 +83,12 @@ export function summaryTable(steps: readonly StepMetrics[]): string {
   const all = totals.reduce((a, b) => a + b, 0);
   PHASES.forEach((p, i) => table.push([p, totals[i]!.toFixed(3), `${((100 * totals[i]!) / (all || 1)).toFixed(1)}%`]));
   table.push(['total', all.toFixed(3), '100%']);
-  const first = steps[0]!, last = steps[steps.length - 1]!;
+  // Each step draws new prompts, so single steps are noisy: compare the means of the first and last tenth.
+  const k = Math.max(1, Math.floor(steps.length / 10));
+  const head = steps.slice(0, k), tail = steps.slice(-k);
+  const avg = (xs: readonly StepMetrics[]) => xs.reduce((s, m) => s + m.rewardMean, 0) / xs.length;
+  const range = (xs: readonly StepMetrics[]) => (xs.length === 1 ? `step ${xs[0]!.step}` : `steps ${xs[0]!.step}-${xs[xs.length - 1]!.step}`);
   const sync = steps.filter((m) => m.syncBytes > 0);
   const gbs = sync.length ? sync.reduce((s, m) => s + m.syncGBs, 0) / sync.length : 0;
-  return `${table.toString()}\nreward ${fmt(first.rewardMean)} (step ${first.step}) -> ${fmt(last.rewardMean)} (step ${last.step}); weight sync ${fmt(gbs, 2)} GB/s mean`;
+  return `${table.toString()}\nmean reward ${fmt(avg(head))} (${range(head)}) -> ${fmt(avg(tail))} (${range(tail)}); weight sync ${fmt(gbs, 2)} GB/s mean`;
 }
