@@ -131,7 +131,8 @@ export function splitQkv(cfg: ModelConfig, qkv: Float32Array): { q: Float32Array
   return { q, k, v };
 }
 
-function concat(...parts: Float32Array[]): Float32Array {
+/** The arrays one after another in one new array. */
+export function concat(...parts: Float32Array[]): Float32Array {
   const out = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
   let o = 0;
   for (const p of parts) {

@@ -17,7 +17,7 @@
 import { fill, Tensor, type Device, type Stream } from '../../runtime/device-index.js';
 import { Var } from '../../model/autograd.js';
 import type { HostParam } from '../../model/param-store.js';
-import { expertNames, type MegatronSpec } from './bridge.js';
+import { concat, expertNames, type MegatronSpec } from './bridge.js';
 import type { LoraShardSpec } from './lora-shards.js';
 import { splitViews } from './views.js';
 
@@ -75,12 +75,5 @@ export class GradBuckets {
 
 /** The host data of this rank's stacked experts: global experts [first, first + El) of one layer, from full Megatron tensors. */
 export function stackExperts(full: ReadonlyMap<string, HostParam>, layer: number, fc: 'fc1' | 'fc2', first: number, El: number): Float32Array {
-  const parts = Array.from({ length: El }, (_, e) => full.get(expertNames(layer, first + e)[fc])!.data);
-  const out = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
-  let o = 0;
-  for (const p of parts) {
-    out.set(p, o);
-    o += p.length;
-  }
-  return out;
+  return concat(...Array.from({ length: El }, (_, e) => full.get(expertNames(layer, first + e)[fc])!.data));
 }
