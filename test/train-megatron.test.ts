@@ -32,6 +32,8 @@ function check(run: LaunchRun, nproc: number, layout: string, tp: number): void 
   }
   for (const r of run.results as Array<Record<string, any>>) {
     expect(r.loss).toBe(r0.loss);
+    expect(Math.abs((r.forwardLoss as number) - (r.loss as number)) / Math.abs(r.loss as number)).toBeLessThan(1e-6);
+    expect(r.forwardKeptGrads).toBe(true);
     expect(r.norm).toBe(r0.norm);
     expect(r.loadStateExact, `rank ${r.rank} loadState`).toBe(true);
     // TP-replicated gradients (norms, embedding, router, experts) are bit-identical on every TP rank.

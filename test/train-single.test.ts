@@ -49,6 +49,23 @@ describe.each(['dense', 'moe'] as const)('single-device strategy, tiny %s', (whi
     }
   });
 
+  it('forward (eval mode) gives the forwardBackward loss and leaves the gradients alone', async () => {
+    const s = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 8));
+    try {
+      const b = makeBatch(21, 4, 24);
+      s.zeroGrad();
+      const fb = await s.forwardBackward(b);
+      const g1 = await s.gatherState('grads');
+      const f = await s.forward(b);
+      expect(f.loss).toBe(fb.loss);
+      expect(f.tokens).toBe(fb.tokens);
+      const g2 = await s.gatherState('grads');
+      for (const [n, p] of g1) expect(Buffer.from(g2.get(n)!.data.buffer).equals(Buffer.from(p.data.buffer)), n).toBe(true);
+    } finally {
+      s.release();
+    }
+  });
+
   it('gatherState / loadState round-trip parameters and AdamW state exactly', async () => {
     const a = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 3));
     const b = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 99));

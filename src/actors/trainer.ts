@@ -158,10 +158,7 @@ export interface RowLogprobs {
   logprobs: Float32Array;
 }
 
-/**
- * Target-token log-probs of this rank's dp rows. Runs a forward and a zero-seeded
- * backward (the strategies have no forward-only path yet); gradients are zeroed after.
- */
+/** Target-token log-probs of this rank's dp rows (an eval-mode forward: no dropout, gradients untouched). */
 async function logprobsOf(s: TrainStrategy, batch: TrainBatch, temperature: number): Promise<RowLogprobs> {
   let out: RowLogprobs | null = null;
   const capture: LossFn = async (tape, logits, rows) => {
@@ -170,8 +167,6 @@ async function logprobsOf(s: TrainStrategy, batch: TrainBatch, temperature: numb
     out = { row0: rows.row0, rows: rows.rows, logprobs: (await lp.value.toArray({ stream: tape.stream })) as Float32Array };
     return { perToken: lp, weights: new Float32Array(lp.value.numel) };
   };
-  s.zeroGrad();
-  await s.forwardBackward(batch, capture);
-  s.zeroGrad();
+  await s.forward(batch, capture);
   return out!;
 }

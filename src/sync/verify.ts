@@ -2,8 +2,8 @@
  * Verification of a weight sync: (1) per-tensor checksums of the engine — every runtime
  * parameter is 'processed' and has a checksum (no parameter was left unwritten,
  * half-processed or dropped); (2) log-prob parity on a probe batch — the trainer's
- * forward (strategy.forwardBackward with a LossFn that captures the token log-probs
- * under zero weights, gradients zeroed after, as TrainerActor.computeLogprobs does) and
+ * eval-mode forward (strategy.forward with a LossFn that captures the token log-probs
+ * with no backward, as TrainerActor.computeLogprobs does) and
  * the engine's computeLogprobs agree within `tolerance` at every position. A layout bug
  * (e.g. one transposed expert weight) changes the engine's logits, so (2) catches what a
  * byte count cannot.
@@ -55,9 +55,7 @@ export async function trainerLogprobs(s: TrainStrategy, batch: TrainBatch, tempe
     rows.fill(1, local.row0, local.row0 + local.rows);
     return { perToken: lp, weights: new Float32Array(lp.value.numel) };
   };
-  s.zeroGrad();
-  await s.forwardBackward(batch, capture);
-  s.zeroGrad();
+  await s.forward(batch, capture);
   return { values, rows };
 }
 

@@ -70,11 +70,20 @@ export class SingleDeviceStrategy implements TrainStrategy {
     return this.device.defaultStream;
   }
 
-  async forwardBackward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
+  forwardBackward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
+    return this.pass(batch, loss, true);
+  }
+
+  /** Eval-mode forward and loss (no dropout, no backward, gradients untouched). */
+  forward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
+    return this.pass(batch, loss, false);
+  }
+
+  private async pass(batch: TrainBatch, loss: LossFn, backward: boolean): Promise<StepLoss> {
     const rows = localRows(batch, 1, 0);
     const { stream, device } = this;
     const tape = new Tape({ stream, impl: patchImpl });
-    if (this.lora) this.lora.hooks.dropoutSeed = loraStepSeed(this.lora.adapters.config.seed, this.store.stepCount, this.micro++);
+    if (this.lora) this.lora.hooks.dropoutSeed = backward ? loraStepSeed(this.lora.adapters.config.seed, this.store.stepCount, this.micro++) : null;
     try {
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream);
       tape.own(b.ids);
@@ -82,7 +91,7 @@ export class SingleDeviceStrategy implements TrainStrategy {
       const logits = this.model.forward(tape, b);
       const terms = await loss(tape, logits, rows, batch);
       const { perToken, weights } = terms;
-      tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
+      if (backward) tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
       const value = terms.value ?? weightedSum((await perToken.value.toArray({ stream })) as Float32Array, weights);
       return { loss: value, tokens: weightedTokens(weights), ...(terms.stats ? { stats: { ...terms.stats } } : {}) };
     } finally {

@@ -96,6 +96,8 @@ export interface TrainStrategy {
    * resolves. `loss` defaults to token-mean cross-entropy over the global batch.
    */
   forwardBackward(batch: TrainBatch, loss?: LossFn): Promise<StepLoss>;
+  /** Eval-mode forward and loss over this rank's rows: no dropout, no backward, gradients untouched. */
+  forward(batch: TrainBatch, loss?: LossFn): Promise<StepLoss>;
   /** Zeroes every gradient. */
   zeroGrad(): void;
   /** The global L2 norm of the gradients; scales them to `maxNorm` when it is larger. */

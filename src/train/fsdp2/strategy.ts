@@ -192,17 +192,28 @@ export class Fsdp2Strategy implements TrainStrategy {
     return this.run;
   }
 
-  async forwardBackward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
-    this.checkLive('forwardBackward');
-    if (this.run) throw new InvalidArgumentError('Fsdp2Strategy.forwardBackward(): a step is already running; await it first.');
+  forwardBackward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
+    return this.pass(batch, loss, true);
+  }
+
+  /** Eval-mode forward and loss (no dropout, no backward, gradients untouched). */
+  forward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
+    return this.pass(batch, loss, false);
+  }
+
+  private async pass(batch: TrainBatch, loss: LossFn, backward: boolean): Promise<StepLoss> {
+    const what = backward ? 'forwardBackward' : 'forward';
+    this.checkLive(what);
+    if (this.run) throw new InvalidArgumentError(`Fsdp2Strategy.${what}(): a step is already running; await it first.`);
     const rows = localRows(batch, this.comm.size, this.comm.rank);
     const { stream, device } = this;
     const pool = new SlotPool(device, this.plan.maxGatheredNumel);
     const run = new StepSource(this.cfg, this.plan, this.units, this.comm, pool, stream, this.reshardAfterForward);
     const tape = new Tape({ stream, impl: patchImpl });
     this.run = run;
-    this.gradsLive = true;
-    if (this.lora) {
+    if (backward) this.gradsLive = true;
+    if (this.lora && !backward) this.lora.hooks.dropoutSeed = null;
+    if (this.lora && backward) {
       this.lora.hooks.dropoutSeed = loraStepSeed(this.lora.adapters.config.seed, this.step, this.micro++);
       this.lora.hooks.dropoutWindow = { row0: rows.row0 * rows.seqLen, total: batch.batch * batch.seqLen };
     }
@@ -213,8 +224,10 @@ export class Fsdp2Strategy implements TrainStrategy {
       const logits = this.model.forward(tape, b);
       const terms = await loss(tape, logits, rows, batch);
       const { perToken, weights } = terms;
-      tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
-      run.finish();
+      if (backward) {
+        tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
+        run.finish();
+      }
       const value = terms.value ?? weightedSum((await perToken.value.toArray({ stream })) as Float32Array, weights);
       const statKeys = Object.keys(terms.stats ?? {});
       const sums = await this.allReduceHost([value, weightedTokens(weights), ...statKeys.map((k) => terms.stats![k]!)]);

@@ -192,25 +192,35 @@ export class MegatronStrategy implements TrainStrategy {
     return out;
   }
 
-  async forwardBackward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
+  forwardBackward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
+    return this.pass(batch, loss, true);
+  }
+
+  /** Eval-mode forward and loss (no dropout, no backward, gradients untouched). */
+  forward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
+    return this.pass(batch, loss, false);
+  }
+
+  private async pass(batch: TrainBatch, loss: LossFn, backward: boolean): Promise<StepLoss> {
     const rows = localRows(batch, this.sizes.dp, this.dpRank);
     const { stream } = this;
     const device = this.mesh.device;
     const tape = new Tape({ stream, impl: patchImpl });
     if (this.lora) {
-      this.lora.hook.window = { seed: loraStepSeed(this.lora.adapters.config.seed, this.step, this.micro++), row0: rows.row0 * rows.seqLen, total: batch.batch * batch.seqLen };
+      const seed = backward ? loraStepSeed(this.lora.adapters.config.seed, this.step, this.micro++) : null;
+      this.lora.hook.window = { seed, row0: rows.row0 * rows.seqLen, total: batch.batch * batch.seqLen };
     }
     try {
-      this.grads.zeroStep(stream);
+      if (backward) this.grads.zeroStep(stream);
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream);
       tape.own(b.ids);
       tape.own(b.positions);
       const logits = await this.model.forward(tape, b);
       const terms = await loss(tape, logits, rows, batch);
       const { perToken, weights } = terms;
-      tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
+      if (backward) tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
       // One all-reduce per gradient bucket, then accumulate.
-      for (const [group, comm] of [['dense', this.mesh.comm('dp')], ['expert', this.edpComm], ['partial', this.mesh.parent]] as const) {
+      for (const [group, comm] of backward ? ([['dense', this.mesh.comm('dp')], ['expert', this.edpComm], ['partial', this.mesh.parent]] as const) : []) {
         const step = this.grads.step.get(group);
         if (!step) continue;
         if (comm.size > 1) this.pending.track(comm.allReduce(step, step, 'sum', stream));
