@@ -43,3 +43,19 @@ describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
     expect(diffs.size, 'every rank returns the same verdict').toBe(1);
   }, 60_000);
 });
+
+describe('server-mode LoRA adapter sync', () => {
+  it('adapters alone make the engine agree with a LoRA trainer (which a base-only sync does not); no post-load processing', async () => {
+    const r = await launchFixture(4, 'test/fixtures/sync/server-lora.mjs', []);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    for (const x of r.results as Array<Record<string, any>>) {
+      expect(x.baseOnly, `rank ${x.rank}`).toBe('ASCENT_WEIGHT_SYNC');
+      expect(x.kind).toBe('adapter');
+      expect(x.verified.maxLogprobDiff).toBeLessThan(1e-4);
+      expect(x.bytes).toBeGreaterThan(0);
+      expect(x.bytes).toBeLessThan(200_000);
+      expect(x.processCalls).toBe(0);
+    }
+  }, 120_000);
+});

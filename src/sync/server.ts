@@ -24,6 +24,7 @@ import { viewOf } from '../parallel/local-ops.js';
 import type { ModelConfig } from '../model/config.js';
 import { perExpertNames } from '../model/params.js';
 import type { RolloutEngine } from '../rollout/engine.js';
+import { serverAdapterSync } from './server-lora.js';
 import { markEngineBaseWeights } from '../rollout/lora.js';
 import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
 import { MegatronStrategy } from '../train/megatron/strategy.js';
@@ -93,7 +94,12 @@ export class ServerSync {
     checkOptions(opts, ['adapterOnly', 'verify'], 'ServerSync.sync()');
     checkVerify(opts.verify);
     if (opts.adapterOnly) {
-      throw new InvalidArgumentError('ServerSync.sync({ adapterOnly: true }) is not supported: the sharded strategies have no LoRA adapters yet. HINT: merge and run a full sync, or use ColocateSync with a LoRA strategy.', { argument: 'adapterOnly' });
+      const t0 = performance.now();
+      const meter = new MemoryMeter(this.comm.device);
+      const { bytes, tensors } = await serverAdapterSync({ comm: this.comm, stream: this.stream, ...(this.strategy ? { strategy: this.strategy } : {}), ...(this.engine ? { engine: this.engine } : {}) });
+      const report = finishReport({ mode: 'server', kind: 'adapter', bytes, seconds: (performance.now() - t0) / 1000, peakExtraBytes: meter.peakExtra(), tensors });
+      if (opts.verify) report.verified = await this.verify(opts.verify);
+      return report;
     }
     const { comm, stream } = this;
     const device = comm.device;
