@@ -19,7 +19,7 @@
  *   allToAll       2·P·N     every rank reads N from its peers and writes N
  * streamCopyGBs itself counts read + write bytes, as STREAM's Copy does.
  */
-import { availableParallelism } from 'node:os';
+import { availableParallelism, loadavg } from 'node:os';
 import { Command, Option } from 'commander';
 import { World, type DType, type ReduceOp } from '../src/index.js';
 import { counts, type BenchOp, type CollectivesBench } from './collectives-actor.js';
@@ -151,7 +151,11 @@ export async function runCollectivesBench(argv: string[]) {
         );
       }
     }
-    return { suite: 'collectives', date: new Date().toISOString(), baselines: { streamCopyGBs: round(streamCopyGBs, 3), streamThreads: cores }, rows };
+    // Load average (1, 5, 15 min) at the end of the run: the machine is shared, and the
+    // efficiency of memory-bound rows moves with what else runs.
+    const load = loadavg().map((l) => round(l, 2));
+    console.log(`load average: ${load.join(', ')}`);
+    return { suite: 'collectives', date: new Date().toISOString(), baselines: { streamCopyGBs: round(streamCopyGBs, 3), streamThreads: cores }, loadAvg: load, rows };
   } finally {
     await world.shutdown();
   }
