@@ -9,11 +9,12 @@ namespace ascent {
 namespace comm {
 namespace {
 
-// Elements per block (32 KiB of fp32 accumulator, L1/L2-resident). Each pass reads
-// a run of this many elements from each of 4 inputs: shorter runs over 16 inputs
-// (2048 elements, 8 KiB) read memory ~10-15% slower (measured 64 MiB x 16
-// reduceScatter, 2 threads: 78 -> 67 ms; the acc round trips stay in cache).
-constexpr uint64_t kBlock = 8192;
+// Accumulator bytes per block (L2-resident: 512 KiB L2 per core here); each pass
+// reads a run of kBlockBytes / sizeof(A) elements from each of its inputs. Measured
+// on the 64 MiB x 16 reduceScatter kernel alone (2 threads, buffers 16 GiB apart as
+// the device pools are): 32 KiB blocks 41.7 ms, 128 KiB 37-40 ms, 16 KiB 47-53 ms
+// (noisy shared machine; longer runs per input help the hardware prefetcher).
+constexpr uint64_t kBlockBytes = 128 * 1024;
 
 // Inputs folded per pass over the accumulator.
 constexpr int kGroup = 4;
@@ -135,6 +136,7 @@ void ReduceT(uint8_t* const* outs, int nouts, bool streaming, const uint8_t* con
   using T = typename Ty::T;
   using A = typename Ty::A;
   constexpr int L = Ty::kLine;
+  constexpr uint64_t kBlock = kBlockBytes / sizeof(A);
   // One output: the last pass stores straight into it (streaming when asked and
   // aligned). Several: the block is staged once and copied into each output as one
   // run (a line at a time into P outputs would thrash the write-combining buffers).
