@@ -10,6 +10,8 @@ export type BenchOp = 'allReduce' | 'allGather' | 'reduceScatter' | 'broadcast' 
 export interface CaseResult {
   /** Completion time (ms since the epoch, native clock) of each timed op on this rank, in order. */
   endsMs: number[];
+  /** When this rank's stream thread picked up each timed op (native clock). */
+  startsMs: number[];
   wrong: number;
 }
 
@@ -71,12 +73,13 @@ export class CollectivesBench {
       await Promise.all(Array.from({ length: iters }, run));
       const mine = comm.flightRecord().ranks[rank]!.entries.filter((e) => e.id >= firstId && e.id < firstId + iters);
       const endsMs = mine.map((e) => e.endedAtMs!);
+      const startsMs = mine.map((e) => e.startedAtMs!);
       // Correctness on a fresh run (#wrong, nccl-tests style).
       refill();
       await run();
       const got = await recv.toArray({ stream });
       const wrong = countWrong(op, redop, dtype, got, p, c);
-      return { endsMs, wrong };
+      return { endsMs, startsMs, wrong };
     } finally {
       send.release();
       recv.release();

@@ -18,8 +18,12 @@
  *   broadcast      2·(P-1)·N every non-root reads N and writes N
  *   allToAll       2·P·N     every rank reads N from its peers and writes N
  * streamCopyGBs itself counts read + write bytes, as STREAM's Copy does.
+ *
+ * Where a cycle goes (measurement detail, not part of efficiency): arriveUs = p50 of
+ * (the last rank picks up op i) - (op i-1 done), the ranks' hand-over from one op to the
+ * next; moveUs = p50 of (op i done) - (the last rank picks it up), the data movement.
  */
-import { availableParallelism } from 'node:os';
+import { availableParallelism, loadavg } from 'node:os';
 import { Command, Option } from 'commander';
 import { World, type DType, type ReduceOp } from '../src/index.js';
 import { counts, type BenchOp, type CollectivesBench } from './collectives-actor.js';
@@ -65,6 +69,8 @@ export interface CollRow {
   busbwGBs: number;
   wrong: number;
   efficiency: number;
+  arriveUs: number;
+  moveUs: number;
 }
 
 function parse(argv: string[]) {
@@ -130,6 +136,9 @@ export async function runCollectivesBench(argv: string[]) {
         const done = Array.from({ length: iters }, (_, i) => Math.max(...results.map((r) => r.endsMs[i]!)));
         const cycleUs = done.slice(1).map((t, i) => (t - done[i]!) * 1000).sort((a, b) => a - b);
         const timeUs = percentile(cycleUs, 50);
+        const lastStart = Array.from({ length: iters }, (_, i) => Math.max(...results.map((r) => r.startsMs[i]!)));
+        const arriveUs = percentile(lastStart.slice(1).map((t, i) => (t - done[i]!) * 1000).sort((a, b) => a - b), 50);
+        const moveUs = percentile(done.slice(1).map((t, i) => (t - lastStart[i + 1]!) * 1000).sort((a, b) => a - b), 50);
         const algbw = size / (timeUs * 1e3);
         rows.push({
           op,
@@ -144,21 +153,27 @@ export async function runCollectivesBench(argv: string[]) {
           busbwGBs: round(algbw * busFactor(op, p), 3),
           wrong: results.reduce((a, r) => a + r.wrong, 0),
           efficiency: round(trafficBytes(op, size, p) / (timeUs * 1e3) / streamCopyGBs, 3),
+          arriveUs: round(arriveUs, 1),
+          moveUs: round(moveUs, 1),
         });
         const last = rows[rows.length - 1]!;
         console.log(
-          `${op.padEnd(14)}${String(last.bytes).padStart(12)}${String(last.count).padStart(11)}  ${opts.dtype.padEnd(6)}${String(last.redop).padEnd(5)}${String(last.root).padStart(4)}${last.timeUs.toFixed(1).padStart(11)}${last.algbwGBs.toFixed(2).padStart(8)}${last.busbwGBs.toFixed(2).padStart(8)}${String(last.wrong).padStart(7)}${last.efficiency.toFixed(2).padStart(7)}`,
+          `${op.padEnd(14)}${String(last.bytes).padStart(12)}${String(last.count).padStart(11)}  ${opts.dtype.padEnd(6)}${String(last.redop).padEnd(5)}${String(last.root).padStart(4)}${last.timeUs.toFixed(1).padStart(11)}${last.algbwGBs.toFixed(2).padStart(8)}${last.busbwGBs.toFixed(2).padStart(8)}${String(last.wrong).padStart(7)}${last.efficiency.toFixed(2).padStart(7)}${last.arriveUs.toFixed(1).padStart(11)}${last.moveUs.toFixed(1).padStart(11)}`,
         );
       }
     }
-    return { suite: 'collectives', date: new Date().toISOString(), baselines: { streamCopyGBs: round(streamCopyGBs, 3), streamThreads: cores }, rows };
+    // Load average (1, 5, 15 min) at the end of the run: the machine is shared, and the
+    // efficiency of memory-bound rows moves with what else runs.
+    const load = loadavg().map((l) => round(l, 2));
+    console.log(`load average: ${load.join(', ')}`);
+    return { suite: 'collectives', date: new Date().toISOString(), baselines: { streamCopyGBs: round(streamCopyGBs, 3), streamThreads: cores }, loadAvg: load, rows };
   } finally {
     await world.shutdown();
   }
 }
 
 export async function main(argv: string[]): Promise<void> {
-  console.log(`${'op'.padEnd(14)}${'size(B)'.padStart(12)}${'count'.padStart(11)}  ${'type'.padEnd(6)}${'redop'.padEnd(5)}${'root'.padStart(4)}${'time(us)'.padStart(11)}${'algbw'.padStart(8)}${'busbw'.padStart(8)}${'#wrong'.padStart(7)}${'eff'.padStart(7)}`);
+  console.log(`${'op'.padEnd(14)}${'size(B)'.padStart(12)}${'count'.padStart(11)}  ${'type'.padEnd(6)}${'redop'.padEnd(5)}${'root'.padStart(4)}${'time(us)'.padStart(11)}${'algbw'.padStart(8)}${'busbw'.padStart(8)}${'#wrong'.padStart(7)}${'eff'.padStart(7)}${'arrive(us)'.padStart(11)}${'move(us)'.padStart(11)}`);
   const result = await runCollectivesBench(argv);
   console.log(`wrote ${writeResults('collectives', result)}`);
 }

@@ -46,6 +46,24 @@ function cases(P: number): Case[] {
     out.push({ op: 'allReduce', dtype, count: LARGE, inPlace: true, red });
   }
   out.push({ op: 'reduceScatter', dtype: 'fp32', count: Math.ceil(LARGE / P), inPlace: true, red: 'sum' });
+  // Large reduce-scatter (native/comm/reduce.cc works in whole cache lines plus a
+  // ragged end): every dtype and reduce op on few ranks, two on many; odd counts so the
+  // movers' parts cut outputs at unaligned offsets.
+  const largeRs: Array<[string, string, boolean]> =
+    P >= 8
+      ? [['bf16', 'avg', false], ['int64', 'prod', true]]
+      : [['fp32', 'avg', false], ['bf16', 'max', true], ['fp16', 'sum', false], ['int32', 'prod', false], ['int64', 'min', true]];
+  for (const [dtype, red, inPlace] of largeRs) {
+    out.push({ op: 'reduceScatter', dtype, count: Math.ceil(LARGE / P) + (inPlace ? 1 : 3), inPlace, red });
+  }
+  // Above the 1 MiB streaming-store threshold (copy.h): odd and aligned counts, in place
+  // and not (few ranks: the JS reference builds every rank's input on every rank).
+  const big = Math.ceil((1 << 18) / P);
+  if (P === 2) {
+    out.push({ op: 'reduceScatter', dtype: 'fp32', count: big + 5, inPlace: false, red: 'sum' });
+    out.push({ op: 'reduceScatter', dtype: 'fp32', count: big + 16, inPlace: true, red: 'max' });
+  }
+  if (P === 3) out.push({ op: 'reduceScatter', dtype: 'bf16', count: 2 * big + 1, inPlace: false, red: 'avg' });
   out.push({ op: 'allGather', dtype: 'fp32', count: Math.ceil(LARGE / P) + 1, inPlace: false });
   // Large copies, in place: movers write into every rank's output (native/comm/collectives.cc).
   out.push({ op: 'allGather', dtype: 'fp32', count: Math.ceil(LARGE / P) + 1, inPlace: true });

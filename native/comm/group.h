@@ -82,6 +82,10 @@ class CommGroup {
   int spin() const { return spin_; }
   // Ranks 0..movers()-1 move the data of every large collective (collectives.cc).
   int movers() const { return movers_; }
+  // The next unclaimed chunk of the current large collective: movers take chunks
+  // from it; the last rank to arrive at the op's arrival barrier resets it (every
+  // mover left the previous op's departure barrier by then).
+  std::atomic<uint64_t>& next_chunk() { return next_chunk_; }
   Slot& slot(int r) { return *slots_[r]; }
   P2PState& p2p() { return *p2p_; }
 
@@ -153,6 +157,7 @@ class CommGroup {
 
   std::atomic<uint32_t> count_{0};
   std::atomic<uint32_t> gen_{0};
+  std::atomic<uint64_t> next_chunk_{0};
 
   std::atomic<bool> aborted_{false};
   std::mutex abort_mu_;

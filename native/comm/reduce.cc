@@ -9,11 +9,15 @@ namespace ascent {
 namespace comm {
 namespace {
 
-// Elements per block (32 KiB of fp32 accumulator, L1/L2-resident). Each pass reads
-// a run of this many elements from each of 4 inputs: shorter runs over 16 inputs
-// (2048 elements, 8 KiB) read memory ~10-15% slower (measured 64 MiB x 16
-// reduceScatter, 2 threads: 78 -> 67 ms; the acc round trips stay in cache).
-constexpr uint64_t kBlock = 8192;
+// Accumulator bytes per block (L2-resident: 512 KiB L2 per core here); each pass
+// reads a run of kBlockBytes / sizeof(A) elements from each of its inputs. Measured
+// on the 64 MiB x 16 reduceScatter kernel alone (2 threads, buffers 16 GiB apart as
+// the device pools are): 32 KiB blocks 41.7 ms, 128 KiB 37-40 ms, 16 KiB 47-53 ms
+// (noisy shared machine; longer runs per input help the hardware prefetcher).
+constexpr uint64_t kBlockBytes = 128 * 1024;
+
+// Inputs folded per pass over the accumulator.
+constexpr int kGroup = 4;
 
 template <typename A, RedOp R>
 inline A Combine(A a, A b) {
@@ -47,57 +51,132 @@ inline A Widen(typename DT<D>::T v) {
   }
 }
 
+template <DType D>
+struct Types {
+  using T = typename DT<D>::T;
+  static constexpr bool kFloat = D == DType::kF32 || D == DType::kBF16 || D == DType::kF16;
+  using A = std::conditional_t<kFloat, float, T>;
+  // Elements of T in one 64-byte cache line: the unit every pass works in.
+  static constexpr int kLine = 64 / sizeof(T);
+};
+
+// The last step of an element: avg's division, then the store conversion.
+template <DType D, RedOp R>
+inline typename Types<D>::T Finish(typename Types<D>::A a, int divisor) {
+  using Ty = Types<D>;
+  if constexpr (R == RedOp::kAvg) {
+    if constexpr (Ty::kFloat) {
+      a = a / static_cast<float>(divisor);
+    } else {
+      a = a / static_cast<typename Ty::A>(divisor);
+    }
+  }
+  if constexpr (Ty::kFloat && D != DType::kF32) {
+    return DT<D>::Store(a);
+  } else {
+    return a;
+  }
+}
+
+// One 64-byte line of T into dst: streaming stores when `nt` (dst 16-byte aligned).
+inline void StoreLine(uint8_t* dst, const uint8_t* line, bool nt) {
+#if defined(__x86_64__)
+  if (nt) {
+    const __m128i* s = reinterpret_cast<const __m128i*>(line);
+    __m128i* o = reinterpret_cast<__m128i*>(dst);
+    _mm_stream_si128(o, _mm_load_si128(s));
+    _mm_stream_si128(o + 1, _mm_load_si128(s + 1));
+    _mm_stream_si128(o + 2, _mm_load_si128(s + 2));
+    _mm_stream_si128(o + 3, _mm_load_si128(s + 3));
+    return;
+  }
+#endif
+  std::memcpy(dst, line, 64);
+}
+
+// One pass over `m` elements (a multiple of kLine) folding inputs s[0..NI) into the
+// accumulator. kInit: s[0] starts the fold (first pass) instead of `acc`. `dst`
+// null: the result goes back to `acc`; else it is finished and stored there (last
+// pass). Works a whole cache line of every input at a time: with P inputs at the
+// same offsets of buffers a power of two apart (device pools), interleaving narrow
+// loads from all of them made the lines evict each other in L1 (AMD's linear-address
+// way predictor), and each line came from L2 several times.
+template <DType D, RedOp R, int NI, bool kInit>
+void Pass(typename Types<D>::A* acc, const typename Types<D>::T* const* s, uint64_t m, uint8_t* dst, bool nt,
+          int divisor) {
+  using Ty = Types<D>;
+  using A = typename Ty::A;
+  using T = typename Ty::T;
+  constexpr int L = Ty::kLine;
+  for (uint64_t i = 0; i < m; i += L) {
+    A v[L];
+    if constexpr (kInit) {
+      for (int j = 0; j < L; ++j) v[j] = Widen<D, A>(s[0][i + j]);
+    } else {
+      for (int j = 0; j < L; ++j) v[j] = acc[i + j];
+    }
+    for (int g = kInit ? 1 : 0; g < NI; ++g) {
+      const T* src = s[g] + i;
+      for (int j = 0; j < L; ++j) v[j] = Combine<A, R>(v[j], Widen<D, A>(src[j]));
+    }
+    if (dst == nullptr) {
+      for (int j = 0; j < L; ++j) acc[i + j] = v[j];
+    } else {
+      alignas(64) T line[L];
+      for (int j = 0; j < L; ++j) line[j] = Finish<D, R>(v[j], divisor);
+      StoreLine(dst + i * sizeof(T), reinterpret_cast<const uint8_t*>(line), nt);
+    }
+  }
+}
+
 template <DType D, RedOp R>
 void ReduceT(uint8_t* const* outs, int nouts, bool streaming, const uint8_t* const* in_b, int n, uint64_t count,
              int divisor) {
-  using T = typename DT<D>::T;
-  constexpr bool kFloat = D == DType::kF32 || D == DType::kBF16 || D == DType::kF16;
-  using A = std::conditional_t<kFloat, float, T>;
-  const bool direct = nouts == 1 && !streaming;
-  T* out = reinterpret_cast<T*>(outs[0]);
-  A acc[kBlock];
-  T staged[kBlock];
+  using Ty = Types<D>;
+  using T = typename Ty::T;
+  using A = typename Ty::A;
+  constexpr int L = Ty::kLine;
+  constexpr uint64_t kBlock = kBlockBytes / sizeof(A);
+  // One output: the last pass stores straight into it (streaming when asked and
+  // aligned). Several: the block is staged once and copied into each output as one
+  // run (a line at a time into P outputs would thrash the write-combining buffers).
+  const bool direct = nouts == 1 && (!streaming || (reinterpret_cast<uintptr_t>(outs[0]) & 15) == 0);
+  alignas(64) A acc[kBlock];
+  alignas(64) T staged[kBlock];
+  const T* s[kGroup];
   for (uint64_t base = 0; base < count; base += kBlock) {
     const uint64_t m = count - base < kBlock ? count - base : kBlock;
-    const T* first = reinterpret_cast<const T*>(in_b[0]) + base;
-    for (uint64_t i = 0; i < m; ++i) acc[i] = Widen<D, A>(first[i]);
-    // Four inputs per pass over the accumulator (same fold order, a quarter of the
-    // accumulator traffic); then the remainder one by one.
-    int k = 1;
-    for (; k + 4 <= n; k += 4) {
-      const T* s0 = reinterpret_cast<const T*>(in_b[k]) + base;
-      const T* s1 = reinterpret_cast<const T*>(in_b[k + 1]) + base;
-      const T* s2 = reinterpret_cast<const T*>(in_b[k + 2]) + base;
-      const T* s3 = reinterpret_cast<const T*>(in_b[k + 3]) + base;
-      for (uint64_t i = 0; i < m; ++i) {
-        A a = acc[i];
-        a = Combine<A, R>(a, Widen<D, A>(s0[i]));
-        a = Combine<A, R>(a, Widen<D, A>(s1[i]));
-        a = Combine<A, R>(a, Widen<D, A>(s2[i]));
-        a = Combine<A, R>(a, Widen<D, A>(s3[i]));
-        acc[i] = a;
+    const uint64_t lines = m / L * L;  // elements in whole lines; the rest below
+    uint8_t* dst = direct ? outs[0] + base * sizeof(T) : reinterpret_cast<uint8_t*>(staged);
+    const bool nt = direct && streaming;
+    auto at = [&](int k) { return reinterpret_cast<const T*>(in_b[k]) + base; };
+    if (lines > 0) {
+      // Folds in rank order: [0..3] then [4..7] ... (the remainder one by one).
+      int k = 0;
+      while (k < n) {
+        const int g = n - k >= kGroup ? kGroup : 1;
+        uint8_t* to = k + g == n ? dst : nullptr;
+        for (int j = 0; j < g; ++j) s[j] = at(k + j);
+        if (g == kGroup) {
+          if (k == 0) {
+            Pass<D, R, kGroup, true>(acc, s, lines, to, nt, divisor);
+          } else {
+            Pass<D, R, kGroup, false>(acc, s, lines, to, nt, divisor);
+          }
+        } else if (k == 0) {
+          Pass<D, R, 1, true>(acc, s, lines, to, nt, divisor);
+        } else {
+          Pass<D, R, 1, false>(acc, s, lines, to, nt, divisor);
+        }
+        k += g;
       }
     }
-    for (; k < n; ++k) {
-      const T* src = reinterpret_cast<const T*>(in_b[k]) + base;
-      for (uint64_t i = 0; i < m; ++i) acc[i] = Combine<A, R>(acc[i], Widen<D, A>(src[i]));
-    }
-    if constexpr (R == RedOp::kAvg) {
-      if constexpr (kFloat) {
-        const float d = static_cast<float>(divisor);
-        for (uint64_t i = 0; i < m; ++i) acc[i] = acc[i] / d;
-      } else {
-        const A d = static_cast<A>(divisor);
-        for (uint64_t i = 0; i < m; ++i) acc[i] = acc[i] / d;
-      }
-    }
-    // Store: straight into the one output, or once into `staged` and from there
-    // into every output (streaming stores for large outputs, see copy.h).
-    T* dst = direct ? out + base : staged;
-    if constexpr (kFloat && D != DType::kF32) {
-      for (uint64_t i = 0; i < m; ++i) dst[i] = DT<D>::Store(acc[i]);
-    } else {
-      for (uint64_t i = 0; i < m; ++i) dst[i] = acc[i];
+    // The ragged end (< one line): element by element, same fold order.
+    T* tail = reinterpret_cast<T*>(dst) + lines;
+    for (uint64_t i = lines; i < m; ++i) {
+      A a = Widen<D, A>(at(0)[i]);
+      for (int k = 1; k < n; ++k) a = Combine<A, R>(a, Widen<D, A>(at(k)[i]));
+      tail[i - lines] = Finish<D, R>(a, divisor);
     }
     if (!direct) {
       const uint64_t off = base * sizeof(T), bytes = m * sizeof(T);

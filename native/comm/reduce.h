@@ -3,7 +3,8 @@
 // same range computes bit-identical results. Floats accumulate in fp32 (bf16/fp16
 // are widened once and rounded once at the end); integers wrap like C unsigned
 // arithmetic; avg divides the sum by `divisor` (integers truncate toward zero).
-// `out` may alias any input: each block is fully accumulated before it is stored.
+// `out` may alias an input at the same offsets (in place): every element is read
+// from every input before it is stored (not an input at another offset).
 #pragma once
 
 #include <cstddef>
