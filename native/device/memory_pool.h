@@ -66,6 +66,7 @@ class MemoryPool {
   mutable std::mutex mu_;
   uint8_t* base_ = nullptr;
   uint64_t capacity_ = 0;
+  uint64_t skew_ = 0;  // bytes between the mapping's start and base_ (see Map)
   std::map<uint64_t, uint64_t> free_by_offset_;      // offset -> size
   std::multimap<uint64_t, uint64_t> free_by_size_;   // size -> offset
   std::unordered_map<uint64_t, uint64_t> used_;      // offset -> size
