@@ -27,7 +27,7 @@ import type { ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { forward, type ForwardContext } from './forward.js';
 import { KvCache } from './kv-cache.js';
-import { hfLoadPlan, hfNameOfPart, loadOne, type HfEntry, type WeightSource } from './loader.js';
+import { hfLoadPlan, hfNameOfPart, loadOne, loadRange, markLoaded, type HfEntry, type WeightSource } from './loader.js';
 import { checkWriteShape, runtimeParamSpecs, RuntimeParams, type LayoutState, type WriteLayout } from './runtime-params.js';
 import { checkSequences, logprobTemperature, resolveSampling, type SamplingParams } from './sampling-params.js';
 import { sleepParams, wakeParams, type SleepLevel } from './sleep.js';
@@ -135,6 +135,32 @@ export class RolloutEngine {
       n++;
     }
     return n;
+  }
+
+  /**
+   * Full reload, step 1 streamed: elements [from, from + piece.numel) of the full HF tensor
+   * `name` (a contiguous fp32 device piece, e.g. a segment of a received bucket) are
+   * sliced for this TP rank straight into the preprocessed layout, with no temporaries.
+   * Call loadWeightDone(name) once every element of the tensor was passed.
+   */
+  loadWeightRange(name: string, piece: Tensor, from: number): void {
+    this.enter('loadWeightRange()');
+    loadRange(this.params, name, this.entryOf(name), piece, from, this.stream);
+  }
+
+  /** Streaming reload: every element of `name` was passed to loadWeightRange(); its parts count as loaded. */
+  loadWeightDone(name: string): void {
+    this.enter('loadWeightDone()');
+    markLoaded(this.params, this.entryOf(name));
+  }
+
+  /** The loader plan entry of HF tensor `name` on this rank (its full shape and writes). */
+  entryOf(name: string): HfEntry {
+    const entry = this.plan.get(name);
+    if (!entry) {
+      throw new InvalidArgumentError(`Unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.cfg.modelType} config. HINT: pass HF names (q_proj/k_proj/v_proj, gate_proj/up_proj/down_proj, mlp.experts.{e}.* or mlp.experts.gate_up_proj/down_proj).`, { tensor: name });
+    }
+    return entry;
   }
 
   /** Full reload, step 2: exactly once, after every tensor was loaded. */
