@@ -4,8 +4,8 @@
  * 2-3 (a tp = 2 server group) reload through the loader and process exactly once. Each
  * engine rank's checksums equal an engine reloaded from the trainers' gatherState('params')
  * and its log-probs that engine's; the verification verdict (trainer vs engine log-probs
- * within 1e-4) is the same on every rank; the trainer ranks' extra memory is at most two
- * buckets. A bucket smaller than one tensor works.
+ * within 1e-4) is the same on every rank; the extra memory of trainer AND engine ranks is
+ * at most two buckets (engine ranks stream received buckets into their parameters). A bucket smaller than one tensor works.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
@@ -34,6 +34,9 @@ describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
         expect(r.report.peakExtraBytes, `trainer rank ${r.rank}`).toBeLessThanOrEqual(2 * bucket);
       } else {
         expect(r.processCalls, `engine rank ${r.rank}: processWeightsAfterLoading calls`).toBe(1);
+        // Received buckets stream straight into the engine's parameters: two slots at most.
+        expect(r.report.peakExtraBytes, `engine rank ${r.rank}`).toBeGreaterThan(0);
+        expect(r.report.peakExtraBytes, `engine rank ${r.rank}`).toBeLessThanOrEqual(2 * bucket);
         expect(r.syncProcessCount).toBe(1);
         expect(Object.keys(r.got).length).toBeGreaterThan(0);
         expect(r.got).toEqual(r.want);

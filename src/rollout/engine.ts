@@ -27,11 +27,12 @@ import type { ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { forward, type ForwardContext } from './forward.js';
 import { KvCache } from './kv-cache.js';
-import { hfLoadPlan, hfNameOfPart, loadOne, loadRange, markLoaded, type HfEntry, type WeightSource } from './loader.js';
+import { hfLoadPlan, hfNameOfPart, loadLocal, loadOne, loadRange, markLoaded, markLocalLoaded, type HfEntry, type WeightSource } from './loader.js';
 import { checkWriteShape, runtimeParamSpecs, RuntimeParams, type LayoutState, type WriteLayout } from './runtime-params.js';
 import { checkSequences, logprobTemperature, resolveSampling, type SamplingParams } from './sampling-params.js';
 import { sleepParams, wakeParams, type SleepLevel } from './sleep.js';
 import { tpShard, type TpShard } from './tp-shard.js';
+import type { SliceGeometry } from './slice-range.js';
 
 export interface RolloutEngineOptions {
   device: Device;
@@ -152,6 +153,23 @@ export class RolloutEngine {
   loadWeightDone(name: string): void {
     this.enter('loadWeightDone()');
     markLoaded(this.params, this.entryOf(name));
+  }
+
+  /**
+   * Streaming reload of a source that is already this rank's shard (e.g. a Megatron TP
+   * shard when trainer tp == engine tp): elements [from, from + piece.numel) of it,
+   * written into runtime parameter `param` (preprocessed layout) by the slice writes
+   * `geometry`. Call loadLocalDone(param) once the whole shard was passed.
+   */
+  loadLocalRange(param: string, piece: Tensor, from: number, geometry: readonly SliceGeometry[]): void {
+    this.enter('loadLocalRange()');
+    loadLocal(this.params, param, piece, from, geometry, this.stream);
+  }
+
+  /** Streaming reload: every part of runtime parameter `param` was written by loadLocalRange(). */
+  loadLocalDone(param: string): void {
+    this.enter('loadLocalDone()');
+    markLocalLoaded(this.params, param);
   }
 
   /** The loader plan entry of HF tensor `name` on this rank (its full shape and writes). */

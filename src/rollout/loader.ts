@@ -18,7 +18,7 @@ import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import { fusedExpertNames, perExpertNames, type HostTensor } from '../model/params.js';
 import type { RuntimeParam, RuntimeParams } from './runtime-params.js';
 import type { TpShard } from './tp-shard.js';
-import { writeSliceRange } from './slice-range.js';
+import { writeSliceRange, type SliceGeometry } from './slice-range.js';
 
 /** What loadWeights accepts per HF name: a device tensor, a safetensors-style host tensor, or fp32 host data. */
 export type WeightSource = Tensor | HostTensor | { shape: readonly number[]; data: Float32Array };
@@ -199,4 +199,28 @@ export function markLoaded(params: RuntimeParams, entry: HfEntry): void {
     startReload(p);
     for (const k of w.parts) p.filled.add(k);
   }
+}
+
+/** Streaming reload from a source that is already this rank's local shard: slice writes `geometry` into `param` (preprocessed). */
+export function loadLocal(params: RuntimeParams, param: string, piece: Tensor, from: number, geometry: readonly SliceGeometry[], stream: Stream): void {
+  const p = params.get(param);
+  piece.checkLive(param);
+  if (piece.dtype !== 'fp32' || piece.device.ordinal !== params.device.ordinal) {
+    throw new InvalidArgumentError(`loadLocalRange(): a piece for ${param} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`, { parameter: param });
+  }
+  const dst = params.ensureAllocated(p);
+  for (const g of geometry) {
+    if (g.dstOffset + (numel(g.view) / g.view[g.dim]!) * g.len > dst.numel) {
+      throw new InvalidArgumentError(`loadLocalRange(): a write of ${g.len} rows at element ${g.dstOffset} does not fit ${param} (${dst.numel} elements on this rank).`, { parameter: param });
+    }
+    writeSliceRange(dst, piece, from, g, stream);
+  }
+  startReload(p);
+}
+
+/** Streaming reload: every part of `param` was written by loadLocal(). */
+export function markLocalLoaded(params: RuntimeParams, param: string): void {
+  const p = params.get(param);
+  startReload(p);
+  for (const k of p.spec.parts) p.filled.add(k);
 }

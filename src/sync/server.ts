@@ -29,7 +29,7 @@ import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
 import { MegatronStrategy } from '../train/megatron/strategy.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { planBuckets, type Bucket } from './buckets.js';
-import { hfFromShards } from './megatron-hf.js';
+import { hfFromShards, hfNameOfReplicated, localShardWrites } from './megatron-hf.js';
 import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport } from './report.js';
 import { assemblies, checkHeader, expertNames, KIND_CODES, piecesOf, type Assembly, type SourceHeader } from './server-plan.js';
 import { checkEngineChecksums, checkVerify, logprobError, probeBatch, trainerLogprobs, worstDiff } from './verify.js';
@@ -63,7 +63,25 @@ export class ServerSync {
     readonly strategy: TrainStrategy | undefined,
     readonly engine: RolloutEngine | undefined,
   ) {
-    this.stream = comm.device.newStream();
+    // Engine ranks receive and load on the engine's own stream (FIFO: a slot is refilled
+    // only after the loads that read it); trainer ranks on a stream of their own.
+    this.stream = engine ? engine.stream : comm.device.newStream();
+  }
+
+  /**
+   * One communicator per trainer rank r: r and the engine ranks (r is its rank 0), so a
+   * bucket goes only to the ranks that load it, not to the other trainer ranks. Made at
+   * the first sync (collective over `comm`, the same splits in the same order everywhere).
+   */
+  private fanout: Array<Communicator | null> | null = null;
+
+  private async fanoutComms(): Promise<Array<Communicator | null>> {
+    if (this.fanout) return this.fanout;
+    const { comm, trainerRanks } = this;
+    const out: Array<Communicator | null> = [];
+    if (trainerRanks === 1) out.push(comm);
+    else for (let r = 0; r < trainerRanks; r++) out.push(await comm.split(comm.rank === r || comm.rank >= trainerRanks ? 0 : null, comm.rank));
+    return (this.fanout = out);
   }
 
   static create(opts: ServerSyncOptions): ServerSync {
@@ -103,10 +121,13 @@ export class ServerSync {
     const { header, strategyRanks } = await this.exchangeHeader();
     const plans = strategyRanks.map((sr) => planBuckets(piecesOf(this.cfg, header, sr).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })), this.bucketBytes, { keepWhole: true }));
     const sources = this.role === 'trainer' ? this.sourceTensors(header) : null;
+    const fanout = await this.fanoutComms();
     const receiver = this.role === 'engine' ? new Receiver(this.engine!, this.cfg, header, stream) : null;
-    // Two slots, each as large as the largest bucket actually planned (at most bucketBytes).
+    // Engine ranks: two slots, each as large as the largest bucket actually planned (at most
+    // bucketBytes). Trainer ranks need none: a root broadcasts each segment in place from
+    // the parameter it owns (the broadcast never writes the root's buffer).
     const slotBytes = Math.max(64, ...plans.flat().map((b) => Math.ceil(b.bytes / 64) * 64));
-    const slots = [0, 1].map(() => Tensor.empty(device, [slotBytes / 4], 'fp32'));
+    const slots = receiver ? [0, 1].map(() => Tensor.empty(device, [slotBytes / 4], 'fp32')) : [];
     const pending: Promise<void>[] = [];
     let k = 0;
     try {
@@ -115,17 +136,20 @@ export class ServerSync {
         for (let r = 0; r < this.trainerRanks; r++) {
           const bucket: Bucket | undefined = plans[r]![b];
           if (!bucket) continue;
-          const slot = viewOf(slots[k++ % 2]!, [bucket.bytes / 4]);
-          if (r === comm.rank) {
-            for (const s of bucket.segments) {
-              if (s.bytes) copy(viewOf(slot, [s.bytes / 4], s.bucketOffset / 4), viewOf(sources!.get(s.name)!, [s.bytes / 4], s.tensorOffset / 4), { stream });
-            }
+          const c = fanout[r];
+          if (!c) continue; // another trainer rank's bucket
+          const slot = receiver ? viewOf(slots[k++ % 2]!, [bucket.bytes / 4]) : null;
+          for (const seg of bucket.segments) {
+            if (!seg.bytes) continue;
+            const buf = slot ? viewOf(slot, [seg.bytes / 4], seg.bucketOffset / 4) : viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4);
+            pending.push(c.broadcast(buf, buf, 0, stream));
           }
-          pending.push(comm.broadcast(slot, slot, r, stream));
-          receiver?.unpack(slot, bucket);
+          if (receiver) receiver.unpack(slot!, bucket);
         }
       }
       await Promise.all(pending);
+      for (const s of slots) s.release();
+      slots.length = 0;
       if (receiver) {
         receiver.checkComplete();
         this.engine!.processWeightsAfterLoading();
@@ -250,11 +274,20 @@ export class ServerSync {
   }
 }
 
-/** Engine side: unpacks bucket segments into per-tensor assemblies and loads completed tensors. */
+/**
+ * Engine side: streams each received segment straight into the engine's preprocessed
+ * parameters (no per-tensor temporaries): fsdp2 chunks and whole Megatron tensors
+ * (replicated, experts) are flat ranges of HF tensors (engine.loadWeightRange); Megatron
+ * TP shards go to the engine rank of the same tp rank as its local shard
+ * (engine.loadLocalRange) when trainer tp == engine tp. Only with a different tp are
+ * TP-split tensors assembled whole on the device and re-cut (hfFromShards + loadWeights).
+ */
 class Receiver {
   private readonly plan: Map<string, Assembly>;
-  private readonly open = new Map<string, { t: Tensor; got: number }>();
+  private readonly got = new Map<string, number>();
+  private readonly open = new Map<string, Tensor>();
   private readonly done = new Set<string>();
+  private readonly sameTp: boolean;
   loaded = 0;
 
   constructor(
@@ -264,6 +297,7 @@ class Receiver {
     private readonly stream: Stream,
   ) {
     this.plan = assemblies(cfg, header);
+    this.sameTp = header.kind === 'megatron' && header.tp === engine.shard.tpSize;
   }
 
   unpack(slot: Tensor, bucket: Bucket): void {
@@ -271,36 +305,66 @@ class Receiver {
       const at = s.name.lastIndexOf('#');
       const name = s.name.slice(0, at), part = Number(s.name.slice(at + 1));
       const a = this.plan.get(name)!;
-      let o = this.open.get(name);
-      if (!o) this.open.set(name, (o = { t: Tensor.empty(this.engine.device, [a.parts * a.partNumel], 'fp32'), got: 0 }));
-      if (s.bytes) copy(viewOf(o.t, [s.bytes / 4], part * a.partNumel + s.tensorOffset / 4), viewOf(slot, [s.bytes / 4], s.bucketOffset / 4), { stream: this.stream });
-      o.got += s.bytes;
-      if (o.got === a.parts * a.partNumel * 4) {
-        this.load(a, o.t);
-        this.open.delete(name);
-        this.done.add(name);
-      }
+      const piece = viewOf(slot, [s.bytes / 4], s.bucketOffset / 4);
+      if (s.bytes) this.write(a, part, piece, s.tensorOffset / 4);
+      const got = (this.got.get(name) ?? 0) + s.bytes;
+      this.got.set(name, got);
+      if (got === a.parts * a.partNumel * 4) this.finish(a);
     }
   }
 
-  /** Converts a complete tensor to HF names on the device and hands it to the loader (engine stream, after the unpack). */
-  private load(a: Assembly, t: Tensor): void {
-    const es = this.engine.stream;
-    es.waitEvent(this.stream.recordEvent());
-    let scratch: Tensor | null = null;
-    let hf: Array<[string, Tensor]>;
-    if (this.header.kind === 'fsdp2') hf = [[a.name, viewOf(t, a.shape)]];
-    else if (a.spec!.expert !== undefined) {
-      const n = perExpertNames(a.spec!.layer!, a.spec!.expert);
-      const [R, C] = a.shape as [number, number];
-      hf = a.name.endsWith('linear_fc1.weight') ? [[n.gate, viewOf(t, [R / 2, C])], [n.up, viewOf(t, [R / 2, C], (R / 2) * C)]] : [[n.down, viewOf(t, [R, C])]];
-    } else {
-      scratch = a.parts > 1 ? Tensor.empty(this.engine.device, [a.parts * a.partNumel], 'fp32') : null;
-      hf = hfFromShards(this.cfg, a.spec!, t, a.parts, scratch ?? t, es);
+  /** Elements [off, off + piece.numel) of part `part` of `a`. */
+  private write(a: Assembly, part: number, piece: Tensor, off: number): void {
+    const { engine } = this;
+    if (this.header.kind === 'fsdp2') {
+      // Chunk `part` of the padded full tensor: elements part·partNumel + off… (padding dropped).
+      const from = part * a.partNumel + off, m = Math.min(piece.numel, numelOf(a.shape) - from);
+      if (m > 0) engine.loadWeightRange(a.name, viewOf(piece, [m]), from);
+      return;
     }
-    this.loaded += this.engine.loadWeights(hf);
-    t.release();
-    scratch?.release();
+    const spec = a.spec!;
+    if (spec.expert !== undefined || spec.tp === 'replicated') {
+      for (const [hf, lo, hi] of this.wholeNames(spec)) {
+        const from = Math.max(lo, off), to = Math.min(hi, off + piece.numel);
+        if (to > from) engine.loadWeightRange(hf, viewOf(piece, [to - from], from - off), from - lo);
+      }
+      return;
+    }
+    if (this.sameTp) {
+      if (part !== engine.shard.tpRank) return; // the other engine rank's shard
+      const w = localShardWrites(this.cfg, spec, engine.shard);
+      engine.loadLocalRange(w.param, piece, off, w.geometry);
+      return;
+    }
+    let t = this.open.get(a.name);
+    if (!t) this.open.set(a.name, (t = Tensor.empty(engine.device, [a.parts * a.partNumel], 'fp32')));
+    copy(viewOf(t, [piece.numel], part * a.partNumel + off), piece, { stream: this.stream });
+  }
+
+  /** HF tensors a whole (replicated or expert) Megatron tensor holds, as [name, first, end) flat element ranges of it. */
+  private wholeNames(spec: NonNullable<Assembly['spec']>): Array<[string, number, number]> {
+    const N = numelOf(spec.shape);
+    if (spec.expert === undefined) return [[hfNameOfReplicated(spec), 0, N]];
+    const n = perExpertNames(spec.layer!, spec.expert);
+    return spec.name.endsWith('linear_fc1.weight') ? [[n.gate, 0, N / 2], [n.up, N / 2, N]] : [[n.down, 0, N]];
+  }
+
+  /** Every byte of `a` arrived: mark it loaded (or, assembled, re-cut and load it). */
+  private finish(a: Assembly): void {
+    const { engine } = this;
+    this.done.add(a.name);
+    if (this.header.kind === 'fsdp2') engine.loadWeightDone(a.name);
+    else if (a.spec!.expert !== undefined || a.spec!.tp === 'replicated') for (const [hf] of this.wholeNames(a.spec!)) engine.loadWeightDone(hf);
+    else if (this.sameTp) engine.loadLocalDone(localShardWrites(this.cfg, a.spec!, engine.shard).param);
+    else {
+      const t = this.open.get(a.name)!;
+      this.open.delete(a.name);
+      const scratch = Tensor.empty(engine.device, [a.parts * a.partNumel], 'fp32');
+      engine.loadWeights(hfFromShards(this.cfg, a.spec!, t, a.parts, scratch, this.stream));
+      t.release();
+      scratch.release();
+    }
+    this.loaded++;
   }
 
   checkComplete(): void {
@@ -309,7 +373,11 @@ class Receiver {
   }
 
   release(): void {
-    for (const o of this.open.values()) o.t.release();
+    for (const t of this.open.values()) t.release();
     this.open.clear();
   }
+}
+
+function numelOf(s: readonly number[]): number {
+  return s.reduce((a, b) => a * b, 1);
 }
