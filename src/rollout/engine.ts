@@ -27,7 +27,7 @@ import type { ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { forward, type ForwardContext } from './forward.js';
 import { KvCache } from './kv-cache.js';
-import { hfLoadPlan, hfNameOfPart, loadLocal, loadOne, loadRange, markLoaded, markLocalLoaded, type HfEntry, type WeightSource } from './loader.js';
+import { hfLoadPlan, hfNameOfPart, loadLocal, loadOne, loadRange, markLoaded, markLocalLoaded, rangeTarget, type HfEntry, type WeightSource } from './loader.js';
 import { checkWriteShape, runtimeParamSpecs, RuntimeParams, type LayoutState, type WriteLayout } from './runtime-params.js';
 import { checkSequences, logprobTemperature, resolveSampling, type SamplingParams } from './sampling-params.js';
 import { sleepParams, wakeParams, type SleepLevel } from './sleep.js';
@@ -170,6 +170,19 @@ export class RolloutEngine {
   loadLocalDone(param: string): void {
     this.enter('loadLocalDone()');
     markLocalLoaded(this.params, param);
+  }
+
+  /**
+   * Streaming reload, zero copy: the region of this rank's preprocessed parameter that
+   * elements [from, from + count) of HF tensor `name` (or, with `local`, of a local shard
+   * written into runtime parameter `local.param` by `local.geometry`) go to, when it is one
+   * contiguous region; else null (use loadWeightRange / loadLocalRange). The caller fills
+   * the returned view on this engine's stream, then calls loadWeightDone / loadLocalDone.
+   */
+  reloadTarget(name: string, from: number, count: number, local?: { param: string; geometry: readonly SliceGeometry[] }): Tensor | null {
+    this.enter('reloadTarget()');
+    const writes = local ? local.geometry.map((g) => ({ ...g, param: local.param })) : this.entryOf(name).writes;
+    return rangeTarget(this.params, writes, from, count);
   }
 
   /** The loader plan entry of HF tensor `name` on this rank (its full shape and writes). */

@@ -18,7 +18,7 @@ import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import { fusedExpertNames, perExpertNames, type HostTensor } from '../model/params.js';
 import type { RuntimeParam, RuntimeParams } from './runtime-params.js';
 import type { TpShard } from './tp-shard.js';
-import { writeSliceRange, type SliceGeometry } from './slice-range.js';
+import { contiguousTarget, writeSliceRange, type SliceGeometry } from './slice-range.js';
 
 /** What loadWeights accepts per HF name: a device tensor, a safetensors-style host tensor, or fp32 host data. */
 export type WeightSource = Tensor | HostTensor | { shape: readonly number[]; data: Float32Array };
@@ -223,4 +223,23 @@ export function markLocalLoaded(params: RuntimeParams, param: string): void {
   const p = params.get(param);
   startReload(p);
   for (const k of p.spec.parts) p.filled.add(k);
+}
+
+/**
+ * Streaming reload, zero copy: the view of the preprocessed parameter that elements
+ * [from, from + count) of the source go to on this rank, when they form one contiguous
+ * region of one parameter (`writes`: the source's slice writes, each with its parameter);
+ * else null. The caller fills the view itself (e.g. as a broadcast's receive buffer) and
+ * later calls markLoaded / markLocalLoaded as for loadRange.
+ */
+export function rangeTarget(params: RuntimeParams, writes: ReadonlyArray<SliceGeometry & { param: string }>, from: number, count: number): Tensor | null {
+  if (writes.length !== 1) return null;
+  const w = writes[0]!;
+  const at = contiguousTarget(w, from, count);
+  if (at === null) return null;
+  const p = params.get(w.param);
+  const dst = params.ensureAllocated(p);
+  if (at + count > dst.numel) return null;
+  startReload(p);
+  return new Tensor(dst.device, dst.buffer, 'fp32', [count], undefined, dst.byteOffset + at * 4);
 }

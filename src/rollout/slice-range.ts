@@ -68,3 +68,20 @@ export function writeSliceRange(dst: Tensor, piece: Tensor, from: number, w: Sli
   }
   return written;
 }
+
+/**
+ * When source elements [from, from + count) land in ONE contiguous region of the
+ * destination under slice write `w` (whole rows, or inside one row's run), the element
+ * offset of that region in the parameter; else null. Lets a receiver have the bytes
+ * delivered straight into the parameter instead of into a staging buffer.
+ */
+export function contiguousTarget(w: SliceGeometry, from: number, count: number): number | null {
+  const inner = numel(w.view.slice(w.dim + 1));
+  const outer = numel(w.view.slice(0, w.dim));
+  const V = w.view[w.dim]! * inner, L = w.len * inner, s0 = w.start * inner;
+  if (count <= 0 || from < 0 || from + count > outer * V) return null;
+  if (V === L) return w.dstOffset + from;
+  const o = Math.floor(from / V);
+  if (from < o * V + s0 || from + count > o * V + s0 + L) return null;
+  return w.dstOffset + o * L + (from - o * V - s0);
+}

@@ -28,7 +28,7 @@ import { markEngineBaseWeights } from '../rollout/lora.js';
 import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
 import { MegatronStrategy } from '../train/megatron/strategy.js';
 import type { TrainStrategy } from '../train/strategy.js';
-import { planBuckets, type Bucket } from './buckets.js';
+import { planBuckets, type Bucket, type Segment } from './buckets.js';
 import { hfFromShards, hfNameOfReplicated, localShardWrites } from './megatron-hf.js';
 import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport } from './report.js';
 import { assemblies, checkHeader, expertNames, KIND_CODES, piecesOf, type Assembly, type SourceHeader } from './server-plan.js';
@@ -140,11 +140,13 @@ export class ServerSync {
           if (!c) continue; // another trainer rank's bucket
           const slot = receiver ? viewOf(slots[k++ % 2]!, [bucket.bytes / 4]) : null;
           for (const seg of bucket.segments) {
-            if (!seg.bytes) continue;
-            const buf = slot ? viewOf(slot, [seg.bytes / 4], seg.bucketOffset / 4) : viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4);
-            pending.push(c.broadcast(buf, buf, 0, stream));
+            const rx = receiver?.begin(seg, slot!);
+            if (seg.bytes) {
+              const buf = rx ? rx.buf : viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4);
+              pending.push(c.broadcast(buf, buf, 0, stream));
+            }
+            rx?.end();
           }
-          if (receiver) receiver.unpack(slot!, bucket);
         }
       }
       await Promise.all(pending);
@@ -275,8 +277,11 @@ export class ServerSync {
 }
 
 /**
- * Engine side: streams each received segment straight into the engine's preprocessed
- * parameters (no per-tensor temporaries): fsdp2 chunks and whole Megatron tensors
+ * Engine side: each received segment goes straight into the engine's preprocessed
+ * parameters (no per-tensor temporaries). Where its bytes are one contiguous region of a
+ * parameter on this rank (whole tensors like the embedding, rows of a TP slice, a local
+ * shard) the broadcast delivers it there directly; otherwise it lands in a slot and is
+ * sliced from there: fsdp2 chunks and whole Megatron tensors
  * (replicated, experts) are flat ranges of HF tensors (engine.loadWeightRange); Megatron
  * TP shards go to the engine rank of the same tp rank as its local shard
  * (engine.loadLocalRange) when trainer tp == engine tp. Only with a different tp are
@@ -300,17 +305,44 @@ class Receiver {
     this.sameTp = header.kind === 'megatron' && header.tp === engine.shard.tpSize;
   }
 
-  unpack(slot: Tensor, bucket: Bucket): void {
-    for (const s of bucket.segments) {
-      const at = s.name.lastIndexOf('#');
-      const name = s.name.slice(0, at), part = Number(s.name.slice(at + 1));
-      const a = this.plan.get(name)!;
-      const piece = viewOf(slot, [s.bytes / 4], s.bucketOffset / 4);
-      if (s.bytes) this.write(a, part, piece, s.tensorOffset / 4);
-      const got = (this.got.get(name) ?? 0) + s.bytes;
-      this.got.set(name, got);
-      if (got === a.parts * a.partNumel * 4) this.finish(a);
+  /**
+   * A segment about to be received: where the broadcast should deliver it — straight into
+   * the engine parameter when its bytes form one contiguous region there (no copy at all),
+   * else its place in the slot — and `end()`, to call after the broadcast is enqueued,
+   * which slices a slot piece into the parameters and completes the tensor when it is.
+   */
+  begin(s: Segment, slot: Tensor): { buf: Tensor; end(): void } {
+    const at = s.name.lastIndexOf('#');
+    const name = s.name.slice(0, at), part = Number(s.name.slice(at + 1));
+    const a = this.plan.get(name)!;
+    const n = s.bytes / 4, off = s.tensorOffset / 4;
+    const piece = viewOf(slot, [n], s.bucketOffset / 4);
+    const direct = n ? this.target(a, part, off, n) : null;
+    return {
+      buf: direct ?? piece,
+      end: () => {
+        if (n && !direct) this.write(a, part, piece, off);
+        const got = (this.got.get(name) ?? 0) + s.bytes;
+        this.got.set(name, got);
+        if (got === a.parts * a.partNumel * 4) this.finish(a);
+      },
+    };
+  }
+
+  /** The engine-parameter region elements [off, off + n) of part `part` of `a` go to, when contiguous (else null). */
+  private target(a: Assembly, part: number, off: number, n: number): Tensor | null {
+    const { engine } = this;
+    if (this.header.kind === 'fsdp2') {
+      const from = part * a.partNumel + off;
+      return from + n <= numelOf(a.shape) ? engine.reloadTarget(a.name, from, n) : null; // padding is not delivered into the engine
     }
+    const spec = a.spec!;
+    if (spec.expert !== undefined || spec.tp === 'replicated') {
+      const hit = this.wholeNames(spec).find(([, lo, hi]) => off >= lo && off + n <= hi);
+      return hit ? engine.reloadTarget(hit[0], off - hit[1], n) : null;
+    }
+    if (this.sameTp && part === engine.shard.tpRank) return engine.reloadTarget(spec.name, off, n, localShardWrites(this.cfg, spec, engine.shard));
+    return null;
   }
 
   /** Elements [off, off + piece.numel) of part `part` of `a`. */
