@@ -123,11 +123,13 @@ export class ServerSync {
     const sources = this.role === 'trainer' ? this.sourceTensors(header) : null;
     const fanout = await this.fanoutComms();
     const receiver = this.role === 'engine' ? new Receiver(this.engine!, this.cfg, header, stream) : null;
-    // Engine ranks: two slots, each as large as the largest bucket actually planned (at most
-    // bucketBytes). Trainer ranks need none: a root broadcasts each segment in place from
-    // the parameter it owns (the broadcast never writes the root's buffer).
-    const slotBytes = Math.max(64, ...plans.flat().map((b) => Math.ceil(b.bytes / 64) * 64));
-    const slots = receiver ? [0, 1].map(() => Tensor.empty(device, [slotBytes / 4], 'fp32')) : [];
+    // Engine ranks: where each segment is received — straight into a parameter, or packed
+    // into a slot (two slots alternate, each as large as the most any bucket puts there, at
+    // most one bucket). Trainer ranks need none: a root broadcasts each segment in place
+    // from the parameter it owns (the broadcast never writes the root's buffer).
+    const routes = receiver ? plans.map((pl, r) => (fanout[r] ? pl.map((b) => receiver.route(b)) : [])) : null;
+    const slotElems = routes ? Math.max(16, ...routes.flat().map((x) => x.elems)) : 0;
+    const slots = receiver ? [0, 1].map(() => Tensor.empty(device, [slotElems], 'fp32')) : [];
     const pending: Promise<void>[] = [];
     let k = 0;
     try {
@@ -138,15 +140,16 @@ export class ServerSync {
           if (!bucket) continue;
           const c = fanout[r];
           if (!c) continue; // another trainer rank's bucket
-          const slot = receiver ? viewOf(slots[k++ % 2]!, [bucket.bytes / 4]) : null;
-          for (const seg of bucket.segments) {
-            const rx = receiver?.begin(seg, slot!);
+          const slot = receiver ? slots[k++ % 2]! : null;
+          const route = routes?.[r]![b];
+          bucket.segments.forEach((seg, i) => {
+            const rx = receiver?.begin(seg, route!.direct[i] ?? viewOf(slot!, [seg.bytes / 4], route!.offsets[i]), !!route!.direct[i]);
             if (seg.bytes) {
               const buf = rx ? rx.buf : viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4);
               pending.push(c.broadcast(buf, buf, 0, stream));
             }
             rx?.end();
-          }
+          });
         }
       }
       await Promise.all(pending);
@@ -306,24 +309,42 @@ class Receiver {
   }
 
   /**
-   * A segment about to be received: where the broadcast should deliver it — straight into
-   * the engine parameter when its bytes form one contiguous region there (no copy at all),
-   * else its place in the slot — and `end()`, to call after the broadcast is enqueued,
-   * which slices a slot piece into the parameters and completes the tensor when it is.
+   * Where each segment of `bucket` is received: straight into the engine parameter when its
+   * bytes form one contiguous region there (no copy at all), else at an element offset of
+   * the slot (those pieces packed, 64-byte aligned; `elems` in all).
    */
-  begin(s: Segment, slot: Tensor): { buf: Tensor; end(): void } {
+  route(bucket: Bucket): { direct: Array<Tensor | null>; offsets: number[]; elems: number } {
+    const direct: Array<Tensor | null> = [], offsets: number[] = [];
+    let at = 0;
+    for (const s of bucket.segments) {
+      const { a, part } = this.parse(s);
+      const n = s.bytes / 4;
+      const d = n ? this.target(a, part, s.tensorOffset / 4, n) : null;
+      direct.push(d);
+      offsets.push(at);
+      if (n && !d) at += Math.ceil(n / 16) * 16;
+    }
+    return { direct, offsets, elems: at };
+  }
+
+  private parse(s: Segment): { a: Assembly; part: number } {
     const at = s.name.lastIndexOf('#');
-    const name = s.name.slice(0, at), part = Number(s.name.slice(at + 1));
-    const a = this.plan.get(name)!;
-    const n = s.bytes / 4, off = s.tensorOffset / 4;
-    const piece = viewOf(slot, [n], s.bucketOffset / 4);
-    const direct = n ? this.target(a, part, off, n) : null;
+    return { a: this.plan.get(s.name.slice(0, at))!, part: Number(s.name.slice(at + 1)) };
+  }
+
+  /**
+   * A segment about to be received into `buf` (from route()); `end()`, called after the
+   * broadcast is enqueued, slices a slot piece into the parameters (`direct`: nothing to
+   * do) and completes the tensor when every byte of it arrived.
+   */
+  begin(s: Segment, buf: Tensor, direct: boolean): { buf: Tensor; end(): void } {
+    const { a, part } = this.parse(s);
     return {
-      buf: direct ?? piece,
+      buf,
       end: () => {
-        if (n && !direct) this.write(a, part, piece, off);
-        const got = (this.got.get(name) ?? 0) + s.bytes;
-        this.got.set(name, got);
+        if (s.bytes && !direct) this.write(a, part, buf, s.tensorOffset / 4);
+        const got = (this.got.get(a.name) ?? 0) + s.bytes;
+        this.got.set(a.name, got);
         if (got === a.parts * a.partNumel * 4) this.finish(a);
       },
     };
