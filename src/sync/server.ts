@@ -288,12 +288,17 @@ export class ServerSync {
  * (replicated, experts) are flat ranges of HF tensors (engine.loadWeightRange); Megatron
  * TP shards go to the engine rank of the same tp rank as its local shard
  * (engine.loadLocalRange) when trainer tp == engine tp. Only with a different tp are
- * TP-split tensors assembled whole on the device and re-cut (hfFromShards + loadWeights).
+ * TP-split tensors re-cut on the device (hfFromShards into one reused scratch, then
+ * loadWeights) — from the slot when a tensor arrives in one piece, else after assembling
+ * it whole (a buffer per tensor until its last piece arrives).
  */
 class Receiver {
   private readonly plan: Map<string, Assembly>;
   private readonly got = new Map<string, number>();
+  /** Trainer tp != engine tp: TP-split tensors being assembled, or received whole in one slot piece. */
   private readonly open = new Map<string, Tensor>();
+  private readonly whole = new Map<string, Tensor>();
+  private scratch: Tensor | null = null;
   private readonly done = new Set<string>();
   private readonly sameTp: boolean;
   loaded = 0;
@@ -389,6 +394,10 @@ class Receiver {
       engine.loadLocalRange(w.param, piece, off, w.geometry);
       return;
     }
+    if (piece.numel === a.parts * a.partNumel) {
+      this.whole.set(a.name, piece); // the whole tensor in one slot piece: re-cut from there
+      return;
+    }
     let t = this.open.get(a.name);
     if (!t) this.open.set(a.name, (t = Tensor.empty(engine.device, [a.parts * a.partNumel], 'fp32')));
     copy(viewOf(t, [piece.numel], part * a.partNumel + off), piece, { stream: this.stream });
@@ -410,12 +419,13 @@ class Receiver {
     else if (a.spec!.expert !== undefined || a.spec!.tp === 'replicated') for (const [hf] of this.wholeNames(a.spec!)) engine.loadWeightDone(hf);
     else if (this.sameTp) engine.loadLocalDone(localShardWrites(this.cfg, a.spec!, engine.shard).param);
     else {
-      const t = this.open.get(a.name)!;
+      const t = this.whole.get(a.name) ?? this.open.get(a.name)!;
+      const owned = !this.whole.delete(a.name);
       this.open.delete(a.name);
-      const scratch = Tensor.empty(engine.device, [a.parts * a.partNumel], 'fp32');
-      engine.loadWeights(hfFromShards(this.cfg, a.spec!, t, a.parts, scratch, this.stream));
-      t.release();
-      scratch.release();
+      // One scratch (the largest TP-split tensor) for every re-cut, reused in stream order.
+      this.scratch ??= Tensor.empty(engine.device, [Math.max(...[...this.plan.values()].filter((x) => x.spec?.tp !== 'replicated' && x.spec?.expert === undefined).map((x) => x.parts * x.partNumel))], 'fp32');
+      engine.loadWeights(hfFromShards(this.cfg, a.spec!, t, a.parts, this.scratch, this.stream));
+      if (owned) t.release();
     }
     this.loaded++;
   }
@@ -428,6 +438,9 @@ class Receiver {
   release(): void {
     for (const t of this.open.values()) t.release();
     this.open.clear();
+    this.whole.clear();
+    this.scratch?.release();
+    this.scratch = null;
   }
 }
 
