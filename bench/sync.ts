@@ -1,7 +1,7 @@
 /**
  * Weight-sync benchmark: `npm run bench -- sync [--bucket-bytes N] [--repeat R]` writes
  * bench/results/sync.json with rows { mode, trainer, engineTp, model, paramBytes,
- * trafficBytes, seconds, GBs, efficiency, peakExtraBytes, ... } for the synthetic ~514 MB
+ * engineBytes, trafficBytes, seconds, GBs, efficiency, peakExtraBytes, ... } for the synthetic ~514 MB
  * dense model of bench/sync-rank.ts (fp32), in three setups run under `launch` on real
  * ranks: colocate fsdp2 dp2 → engine tp 1 (so 2 engine replicas, one per rank), colocate
  * megatron tp2 → engine tp 2 (1 replica), server megatron tp2 → 2 engine ranks (tp 2, 1
@@ -13,20 +13,24 @@
  *
  * efficiency = trafficBytes / seconds / streamCopyGBs, where streamCopyGBs is the
  * STREAM-like copy bandwidth measured in the same run (all ranks copying at once; the sum
- * of their read+write GB/s, capped by the slowest) and trafficBytes is the same model for
- * every row — the memory traffic a sync cannot avoid:
- *   2 · paramBytes · replicas   every byte of every engine replica (engine ranks / engine
- *                               tp) written once into the engine and read once from the
- *                               trainer's memory; a replica is a whole model, so dp2 → tp1
- *                               (two engines) must move the model twice, tp2 → tp2 once;
+ * of their read+write GB/s, capped by the slowest; each rank's best before or after the
+ * syncs) and trafficBytes is one model for every row — the memory traffic a sync cannot
+ * avoid:
+ *   2 · engineBytes             every byte the engine ranks hold (their runtime
+ *                               parameters, summed over engine ranks) written once into
+ *                               the engine and read once from the trainer's memory. For
+ *                               dp2 → tp1 that is two whole models (two engines); for a
+ *                               tp2 engine it is the model once plus what the engine keeps
+ *                               whole on every TP rank (embedding, lm_head, norms) — those
+ *                               bytes must be written on each rank whatever the sync does;
  * + paramBytes · engineRanks    server only: the broadcast delivers every bucket to every
  *                               engine rank (the mode's protocol: buckets over a sync
  *                               communicator to a standalone server group).
- * It is deliberately a lower bound: tensors an engine replicates over its TP ranks (the
- * embedding, lm_head and norms live whole on each) and collective overheads are not
- * counted, so a real implementation moves at least this much. Counting only 2 · paramBytes
- * for every row (the earlier model) understated the two-replica colocate row and the
- * server row by half, since they must move the model to two engines.
+ * Collective overheads, staging copies and discarded bytes (a TP shard broadcast to the
+ * engine rank that does not keep it) are not counted: they are what an implementation
+ * should avoid. Each row also reports efficiency2P, the same run under the earlier model
+ * (2 · paramBytes for every row), which counts one model per row: it ignores the second
+ * engine of dp2 → tp1, the engine's replicated tensors and the server's broadcast.
  *
  * peakExtraBytes: the largest over the ranks of device peak minus what was allocated when
  * the sync started.
@@ -75,11 +79,15 @@ export async function main(argv: string[]): Promise<void> {
       const streamGBs = Math.min(...res.map((r) => r.streamGBs)) * res.length;
       const engineRanks = args[0] === 'server' ? nproc / 2 : nproc;
       const replicas = engineRanks / res[0]!.engineTp;
-      const trafficBytes = 2 * bytes * replicas + (args[0] === 'server' ? bytes * engineRanks : 0);
+      const engineBytes = res.reduce((a, r) => a + r.engineBytes, 0);
+      const broadcastBytes = args[0] === 'server' ? bytes * engineRanks : 0;
+      const trafficBytes = 2 * engineBytes + broadcastBytes;
       const GBs = bytes / seconds / 1e9;
       const efficiency = round(trafficBytes / seconds / 1e9 / streamGBs, 3);
+      // The same run under the older, smaller model (2 · paramBytes for every row), for comparison.
+      const efficiency2P = round((2 * bytes) / seconds / 1e9 / streamGBs, 3);
       effs.push(efficiency);
-      const row = { mode: res[0]!.mode, trainer: res[0]!.trainer, engineTp: res[0]!.engineTp, engineRanks, replicas, model, paramBytes: bytes, trafficBytes, seconds: round(seconds, 4), GBs: round(GBs, 3), efficiency, peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)), bucketBytes: bucket, streamCopyGBs: round(streamGBs, 2), loadAvg1: load1 };
+      const row = { mode: res[0]!.mode, trainer: res[0]!.trainer, engineTp: res[0]!.engineTp, engineRanks, replicas, model, paramBytes: bytes, engineBytes, trafficBytes, seconds: round(seconds, 4), GBs: round(GBs, 3), efficiency, efficiency2P, peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)), bucketBytes: bucket, streamCopyGBs: round(streamGBs, 2), loadAvg1: load1 };
       console.log(JSON.stringify(row));
       rows.push(row);
     }
@@ -88,5 +96,5 @@ export async function main(argv: string[]): Promise<void> {
     console.log('SUMMARY ' + JSON.stringify(sum));
     summary.push(sum);
   }
-  writeResults('sync', { trafficModel: '2 * paramBytes * replicas + (server) paramBytes * engineRanks; efficiency = trafficBytes / seconds / streamCopyGBs', rows, summary });
+  writeResults('sync', { trafficModel: '2 * engineBytes (every engine rank\'s parameter bytes written once and read once) + (server) paramBytes * engineRanks (the broadcast to each engine rank); efficiency = trafficBytes / seconds / streamCopyGBs', rows, summary });
 }
