@@ -5,13 +5,16 @@
  *   1. every rank all-gathers a small header (strategy kind, tp, dp, ep, strategy rank),
  *      so all ranks compute the same per-trainer-rank bucket plans (server-plan.ts);
  *   2. rounds of broadcasts: for bucket index b, for each trainer rank r that has a b-th
- *      bucket, r packs what it owns into a flat bucket and broadcasts it; the engine
- *      ranks unpack the segments into per-tensor assemblies. Two bucket slots alternate
- *      (at most two buckets in flight), all on the sync stream of the communicator's
- *      own device;
- *   3. on the engine side each completed tensor is converted to HF names on the device
- *      and handed to the engine's checkpoint loader (engine stream, after an event);
- *      after the last round processWeightsAfterLoading() runs exactly once.
+ *      bucket, each segment of it is broadcast by r in place from the parameter it owns
+ *      (no packing copy) over a communicator of r and the engine ranks only (made at the
+ *      first sync; other trainer ranks never receive it). The bucket plan groups the
+ *      segments; at most two buckets are in flight;
+ *   3. engine ranks receive on the engine's stream: a segment that is one contiguous
+ *      region of a preprocessed parameter on this rank is delivered straight into it;
+ *      the rest lands in two alternating slots (sized to what goes through them) and is
+ *      sliced into the parameters from there (Receiver). Nothing is assembled whole unless
+ *      trainer tp != engine tp. After the last round the slots are freed and
+ *      processWeightsAfterLoading() runs exactly once.
  * Verification (optional): trainers compute the probe log-probs and all-reduce them to
  * every rank; the engine compares with its own and broadcasts the verdict, so trainer
  * and engine ranks return (or throw) the same.
@@ -74,6 +77,12 @@ export class ServerSync {
    * the first sync (collective over `comm`, the same splits in the same order everywhere).
    */
   private fanout: Array<Communicator | null> | null = null;
+
+  /** Destroys the per-trainer-rank communicators this sync made (local; `comm` stays the caller's). */
+  release(): void {
+    for (const c of this.fanout ?? []) if (c && c !== this.comm) c.destroy();
+    this.fanout = null;
+  }
 
   private async fanoutComms(): Promise<Array<Communicator | null>> {
     if (this.fanout) return this.fanout;
