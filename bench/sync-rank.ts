@@ -3,8 +3,9 @@
  *   launch --nproc 2 dist/bench/sync-rank.js colocate <fsdp2|megatron> <bucketBytes>
  *   launch --nproc 4 dist/bench/sync-rank.js server megatron <bucketBytes>
  * Builds the synthetic ~514 MB (fp32) dense model below, the strategy and the engine(s),
- * measures a STREAM-like device copy on every rank at once (the same run), then times
- * full syncs (one warm-up, best of 3) and prints `RESULT {json}` per rank.
+ * measures a STREAM-like device copy on every rank at once (the same run; best of 6,
+ * before and again after the syncs, the higher counts), times full syncs (one warm-up,
+ * best of 3) and prints `RESULT {json}` per rank, with the bytes its engine holds.
  */
 import { ColocateSync, Fsdp2Strategy, MegatronStrategy, RolloutEngine, ServerSync, Tensor, copy, paramSpecs, parseModelConfig, type RankContext, type HostParam, type TrainStrategy } from '../src/index.js';
 
@@ -20,7 +21,7 @@ async function streamCopyGBs(ctx: RankContext, comm: { barrier(s?: unknown): Pro
   const stream = ctx.device.defaultStream;
   let best = Infinity;
   try {
-    for (let rep = 0; rep < 4; rep++) {
+    for (let rep = 0; rep < 6; rep++) {
       await comm.barrier(stream);
       const t0 = performance.now();
       copy(b, a, { stream });
@@ -48,12 +49,14 @@ export async function main(ctx: RankContext): Promise<void> {
   let run: () => Promise<{ seconds: number; peakExtraBytes: number; bytes: number }>;
   let trainer = '', engineTp = 0;
   const cleanup: Array<() => void> = [];
+  let engineOf: RolloutEngine | undefined;
   if (mode === 'colocate') {
     const strategy: TrainStrategy = kind === 'fsdp2' ? await Fsdp2Strategy.create({ comm: ctx.comm, cfg, params }) : await MegatronStrategy.create({ comm: ctx.comm, cfg, params, tp: ctx.worldSize });
     engineTp = kind === 'fsdp2' ? 1 : ctx.worldSize;
     const tp = engineTp > 1 ? (await ctx.comm.split(0, ctx.rank))! : undefined;
     const engine = RolloutEngine.create(cfg, { device: ctx.device, tp, maxBatch: 1, maxSeqLen: 8 });
     trainer = `${kind} ${strategy.layout}`;
+    engineOf = engine;
     const sync = new ColocateSync({ strategy, engine, bucketBytes });
     run = () => sync.sync();
     cleanup.push(() => engine.release(), () => strategy.release());
@@ -71,6 +74,7 @@ export async function main(ctx: RankContext): Promise<void> {
       engine.processWeightsAfterLoading();
     }
     trainer = `megatron tp${trainerRanks}`;
+    engineOf = engine;
     const sync = ServerSync.create({ comm: syncComm, role: isTrainer ? 'trainer' : 'engine', trainerRanks, cfg, strategy, engine, bucketBytes });
     run = () => sync.sync();
     cleanup.push(() => engine?.release(), () => strategy?.release());
@@ -83,6 +87,11 @@ export async function main(ctx: RankContext): Promise<void> {
     const r = await run();
     if (!best || r.seconds < best.seconds) best = r;
   }
+  // Bytes of runtime parameters this rank's engine holds (what a sync must write here).
+  const engineBytes = engineOf?.params.deviceBytes() ?? 0;
+  // The copy bandwidth again after the syncs; the better of the two counts (conservative:
+  // a higher bandwidth makes the efficiency lower).
+  const streamAfter = await streamCopyGBs(ctx, ctx.comm as never);
   for (const f of cleanup) f();
-  console.log('RESULT ' + JSON.stringify({ rank: ctx.rank, mode, trainer, engineTp, streamGBs: rankStream, ...best }));
+  console.log('RESULT ' + JSON.stringify({ rank: ctx.rank, mode, trainer, engineTp, engineBytes, streamGBs: Math.max(rankStream, streamAfter), streamBefore: rankStream, streamAfter, ...best }));
 }

@@ -1,21 +1,44 @@
 /**
- * Weight-sync benchmark: `npm run bench -- sync [--bucket-bytes N]` writes
+ * Weight-sync benchmark: `npm run bench -- sync [--bucket-bytes N] [--repeat R]` writes
  * bench/results/sync.json with rows { mode, trainer, engineTp, model, paramBytes,
- * seconds, GBs, efficiency, peakExtraBytes } for the synthetic ~514 MB dense model of
- * bench/sync-rank.ts (fp32), in three setups run under `launch` on real ranks:
- * colocate fsdp2 dp2 → engine tp 1, colocate megatron tp2 → engine tp 2, server
- * megatron tp2 → 2 engine ranks (tp 2).
+ * engineBytes, trafficBytes, seconds, GBs, efficiency, peakExtraBytes, ... } for the synthetic ~514 MB
+ * dense model of bench/sync-rank.ts (fp32), in three setups run under `launch` on real
+ * ranks: colocate fsdp2 dp2 → engine tp 1 (so 2 engine replicas, one per rank), colocate
+ * megatron tp2 → engine tp 2 (1 replica), server megatron tp2 → 2 engine ranks (tp 2, 1
+ * replica). With --repeat R every setup runs R times (each a fresh launch); every run is a
+ * row (with the 1-minute load average when it started) and a summary per setup gives the
+ * min / median / max efficiency — the machine is shared, so one number is not enough.
  *
  * seconds: the slowest rank's best-of-3 sync time. GBs = paramBytes / seconds.
- * efficiency = (2 · paramBytes: every parameter byte read once from the trainer and
- * written once into the engine, the minimum traffic of a sync) / seconds / the
+ *
+ * efficiency = trafficBytes / seconds / streamCopyGBs, where streamCopyGBs is the
  * STREAM-like copy bandwidth measured in the same run (all ranks copying at once; the sum
- * of their read+write GB/s, capped by the slowest). peakExtraBytes: the largest over the
- * ranks of device peak minus what was allocated when the sync started.
+ * of their read+write GB/s, capped by the slowest; each rank's best before or after the
+ * syncs) and trafficBytes is one model for every row — the memory traffic a sync cannot
+ * avoid:
+ *   2 · engineBytes             every byte the engine ranks hold (their runtime
+ *                               parameters, summed over engine ranks) written once into
+ *                               the engine and read once from the trainer's memory. For
+ *                               dp2 → tp1 that is two whole models (two engines); for a
+ *                               tp2 engine it is the model once plus what the engine keeps
+ *                               whole on every TP rank (embedding, lm_head, norms) — those
+ *                               bytes must be written on each rank whatever the sync does;
+ * + paramBytes · engineRanks    server only: the broadcast delivers every bucket to every
+ *                               engine rank (the mode's protocol: buckets over a sync
+ *                               communicator to a standalone server group).
+ * Collective overheads, staging copies and discarded bytes (a TP shard broadcast to the
+ * engine rank that does not keep it) are not counted: they are what an implementation
+ * should avoid. Each row also reports efficiency2P, the same run under the earlier model
+ * (2 · paramBytes for every row), which counts one model per row: it ignores the second
+ * engine of dp2 → tp1, the engine's replicated tensors and the server's broadcast.
+ *
+ * peakExtraBytes: the largest over the ranks of device peak minus what was allocated when
+ * the sync started.
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
+import { loadavg } from 'node:os';
 import { paramBytes, parseModelConfig } from '../src/index.js';
 import { BENCH_CONFIG } from './sync-rank.js';
 import { round, writeResults } from './stats.js';
@@ -39,18 +62,39 @@ export async function main(argv: string[]): Promise<void> {
   const i = argv.indexOf('--bucket-bytes');
   const bucket = i >= 0 ? Number(argv[i + 1]) : 512 * 1024 * 1024;
   if (!Number.isSafeInteger(bucket) || bucket < 64 || bucket % 64) throw new Error(`Expected --bucket-bytes to be a multiple of 64 but received ${argv[i + 1]}`);
+  const j = argv.indexOf('--repeat');
+  const repeat = j >= 0 ? Number(argv[j + 1]) : 1;
+  if (!Number.isSafeInteger(repeat) || repeat < 1 || repeat > 20) throw new Error(`Expected --repeat to be an integer in [1, 20] but received ${argv[j + 1]}`);
   const cfg = parseModelConfig(BENCH_CONFIG, 'bench');
   const bytes = paramBytes(cfg);
   const model = `dense h${cfg.hiddenSize} L${cfg.numLayers} V${cfg.vocabSize} fp32`;
   const rows = [];
+  const summary = [];
   for (const [nproc, args] of [[2, ['colocate', 'fsdp2']], [2, ['colocate', 'megatron']], [4, ['server', 'megatron']]] as const) {
-    const res = await launchRanks(nproc, [...args, String(bucket)]);
-    const seconds = Math.max(...res.map((r) => r.seconds));
-    const streamGBs = Math.min(...res.map((r) => r.streamGBs)) * res.length;
-    const GBs = bytes / seconds / 1e9;
-    const row = { mode: res[0]!.mode, trainer: res[0]!.trainer, engineTp: res[0]!.engineTp, model, paramBytes: bytes, seconds: round(seconds, 4), GBs: round(GBs, 3), efficiency: round((2 * bytes) / seconds / 1e9 / streamGBs, 3), peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)), bucketBytes: bucket, streamCopyGBs: round(streamGBs, 2) };
-    console.log(JSON.stringify(row));
-    rows.push(row);
+    const effs: number[] = [];
+    for (let rep = 0; rep < repeat; rep++) {
+      const load1 = round(loadavg()[0]!, 2);
+      const res = await launchRanks(nproc, [...args, String(bucket)]);
+      const seconds = Math.max(...res.map((r) => r.seconds));
+      const streamGBs = Math.min(...res.map((r) => r.streamGBs)) * res.length;
+      const engineRanks = args[0] === 'server' ? nproc / 2 : nproc;
+      const replicas = engineRanks / res[0]!.engineTp;
+      const engineBytes = res.reduce((a, r) => a + r.engineBytes, 0);
+      const broadcastBytes = args[0] === 'server' ? bytes * engineRanks : 0;
+      const trafficBytes = 2 * engineBytes + broadcastBytes;
+      const GBs = bytes / seconds / 1e9;
+      const efficiency = round(trafficBytes / seconds / 1e9 / streamGBs, 3);
+      // The same run under the older, smaller model (2 · paramBytes for every row), for comparison.
+      const efficiency2P = round((2 * bytes) / seconds / 1e9 / streamGBs, 3);
+      effs.push(efficiency);
+      const row = { mode: res[0]!.mode, trainer: res[0]!.trainer, engineTp: res[0]!.engineTp, engineRanks, replicas, model, paramBytes: bytes, engineBytes, trafficBytes, seconds: round(seconds, 4), GBs: round(GBs, 3), efficiency, efficiency2P, peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)), bucketBytes: bucket, streamCopyGBs: round(streamGBs, 2), loadAvg1: load1 };
+      console.log(JSON.stringify(row));
+      rows.push(row);
+    }
+    const sorted = [...effs].sort((x, y) => x - y);
+    const sum = { mode: args[0], trainer: rows[rows.length - 1]!.trainer, runs: repeat, efficiencyMin: sorted[0], efficiencyMedian: sorted[Math.floor((sorted.length - 1) / 2)], efficiencyMax: sorted[sorted.length - 1] };
+    console.log('SUMMARY ' + JSON.stringify(sum));
+    summary.push(sum);
   }
-  writeResults('sync', rows);
+  writeResults('sync', { trafficModel: '2 * engineBytes (every engine rank\'s parameter bytes written once and read once) + (server) paramBytes * engineRanks (the broadcast to each engine rank); efficiency = trafficBytes / seconds / streamCopyGBs', rows, summary });
 }

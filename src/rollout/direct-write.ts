@@ -19,7 +19,7 @@ import type { Stream, Tensor } from '../runtime/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { stridedRead, viewOf } from '../parallel/local-ops.js';
 import type { ModelConfig } from '../model/config.js';
-import type { HfEntry } from './loader.js';
+import type { HfEntry, SliceWrite } from './loader.js';
 import type { TpShard } from './tp-shard.js';
 
 export interface DirectWrite {
@@ -27,6 +27,12 @@ export interface DirectWrite {
   param: string;
   /** Enqueues the write of `src` (the full source tensor) into `dst` (the parameter's local processed tensor). */
   write(dst: Tensor, src: Tensor, stream: Stream): void;
+  /**
+   * Set when the processed layout of the written region equals the loader's slice (every
+   * parameter but the experts): the slice geometry, so a source that arrives in pieces can
+   * be written piece by piece (slice-range.ts writeSliceRange) without assembling it.
+   */
+  range?: SliceWrite;
 }
 
 const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
@@ -65,6 +71,7 @@ export function hfDirectWrites(cfg: ModelConfig, shard: TpShard, plan: ReadonlyM
   }
   return entry.writes.map((w) => ({
     param: w.param,
+    range: w,
     write: (dst, src, stream) => {
       checkSrc(name, src, entry.shape);
       const outer = numel(w.view.slice(0, w.dim));

@@ -27,11 +27,12 @@ import type { ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { forward, type ForwardContext } from './forward.js';
 import { KvCache } from './kv-cache.js';
-import { hfLoadPlan, hfNameOfPart, loadOne, type HfEntry, type WeightSource } from './loader.js';
+import { hfLoadPlan, hfNameOfPart, loadLocal, loadOne, loadRange, markLoaded, markLocalLoaded, rangeTarget, type HfEntry, type WeightSource } from './loader.js';
 import { checkWriteShape, runtimeParamSpecs, RuntimeParams, type LayoutState, type WriteLayout } from './runtime-params.js';
 import { checkSequences, logprobTemperature, resolveSampling, type SamplingParams } from './sampling-params.js';
 import { sleepParams, wakeParams, type SleepLevel } from './sleep.js';
 import { tpShard, type TpShard } from './tp-shard.js';
+import type { SliceGeometry } from './slice-range.js';
 
 export interface RolloutEngineOptions {
   device: Device;
@@ -135,6 +136,62 @@ export class RolloutEngine {
       n++;
     }
     return n;
+  }
+
+  /**
+   * Full reload, step 1 streamed: elements [from, from + piece.numel) of the full HF tensor
+   * `name` (a contiguous fp32 device piece, e.g. a segment of a received bucket) are
+   * sliced for this TP rank straight into the preprocessed layout, with no temporaries.
+   * Call loadWeightDone(name) once every element of the tensor was passed.
+   */
+  loadWeightRange(name: string, piece: Tensor, from: number): void {
+    this.enter('loadWeightRange()');
+    loadRange(this.params, name, this.entryOf(name), piece, from, this.stream);
+  }
+
+  /** Streaming reload: every element of `name` was passed to loadWeightRange(); its parts count as loaded. */
+  loadWeightDone(name: string): void {
+    this.enter('loadWeightDone()');
+    markLoaded(this.params, this.entryOf(name));
+  }
+
+  /**
+   * Streaming reload of a source that is already this rank's shard (e.g. a Megatron TP
+   * shard when trainer tp == engine tp): elements [from, from + piece.numel) of it,
+   * written into runtime parameter `param` (preprocessed layout) by the slice writes
+   * `geometry`. Call loadLocalDone(param) once the whole shard was passed.
+   */
+  loadLocalRange(param: string, piece: Tensor, from: number, geometry: readonly SliceGeometry[]): void {
+    this.enter('loadLocalRange()');
+    loadLocal(this.params, param, piece, from, geometry, this.stream);
+  }
+
+  /** Streaming reload: every part of runtime parameter `param` was written by loadLocalRange(). */
+  loadLocalDone(param: string): void {
+    this.enter('loadLocalDone()');
+    markLocalLoaded(this.params, param);
+  }
+
+  /**
+   * Streaming reload, zero copy: the region of this rank's preprocessed parameter that
+   * elements [from, from + count) of HF tensor `name` (or, with `local`, of a local shard
+   * written into runtime parameter `local.param` by `local.geometry`) go to, when it is one
+   * contiguous region; else null (use loadWeightRange / loadLocalRange). The caller fills
+   * the returned view on this engine's stream, then calls loadWeightDone / loadLocalDone.
+   */
+  reloadTarget(name: string, from: number, count: number, local?: { param: string; geometry: readonly SliceGeometry[] }): Tensor | null {
+    this.enter('reloadTarget()');
+    const writes = local ? local.geometry.map((g) => ({ ...g, param: local.param })) : this.entryOf(name).writes;
+    return rangeTarget(this.params, writes, from, count);
+  }
+
+  /** The loader plan entry of HF tensor `name` on this rank (its full shape and writes). */
+  entryOf(name: string): HfEntry {
+    const entry = this.plan.get(name);
+    if (!entry) {
+      throw new InvalidArgumentError(`Unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.cfg.modelType} config. HINT: pass HF names (q_proj/k_proj/v_proj, gate_proj/up_proj/down_proj, mlp.experts.{e}.* or mlp.experts.gate_up_proj/down_proj).`, { tensor: name });
+    }
+    return entry;
   }
 
   /** Full reload, step 2: exactly once, after every tensor was loaded. */

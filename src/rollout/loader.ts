@@ -11,13 +11,14 @@
  * preprocessed w13_weight [E, 2·Im_tp, H]; down_proj [E, H, I] sliced on dim 2 is w2_weight.
  */
 import { Tensor, type Stream } from '../runtime/device-index.js';
-import { copy, permute } from '../runtime/ops.js';
+import { copy } from '../runtime/ops.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/dtype.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import { fusedExpertNames, perExpertNames, type HostTensor } from '../model/params.js';
 import type { RuntimeParam, RuntimeParams } from './runtime-params.js';
 import type { TpShard } from './tp-shard.js';
+import { contiguousTarget, writeSliceRange, type SliceGeometry } from './slice-range.js';
 
 /** What loadWeights accepts per HF name: a device tensor, a safetensors-style host tensor, or fp32 host data. */
 export type WeightSource = Tensor | HostTensor | { shape: readonly number[]; data: Float32Array };
@@ -127,25 +128,6 @@ function sliceHost(data: Float32Array, view: number[], dim: number, start: numbe
   return out;
 }
 
-/** Slice of a device tensor as a contiguous tensor; `owned` says whether the caller must release it. */
-function sliceDevice(src: Tensor, view: number[], dim: number, start: number, len: number, stream: Stream): { t: Tensor; owned: boolean } {
-  const v = src.reshape(view);
-  const inner = numel(view.slice(dim + 1));
-  const outShape = view.map((d, i) => (i === dim ? len : d));
-  if (numel(view.slice(0, dim)) === 1) {
-    return { t: new Tensor(v.device, v.buffer, v.dtype, outShape, undefined, v.byteOffset + start * inner * 4), owned: false };
-  }
-  // Bring `dim` to the front, keep rows [start, start+len), put it back.
-  const order = [dim, ...view.map((_, i) => i).filter((i) => i !== dim)];
-  const front = permute(v, order, { stream });
-  const rest = order.slice(1).map((i) => view[i]!);
-  const rows = new Tensor(front.device, front.buffer, 'fp32', [len, ...rest], undefined, front.byteOffset + start * numel(rest) * 4);
-  const back = order.map((_, i) => order.indexOf(i));
-  const t = permute(rows, back, { stream });
-  front.release();
-  return { t, owned: true };
-}
-
 /** Checks `src` against the HF shape and writes its slices into the (preprocessed) parameters. */
 export function loadOne(params: RuntimeParams, name: string, entry: HfEntry, src: WeightSource, stream: Stream): void {
   const host = hostFloats(name, src);
@@ -172,15 +154,92 @@ export function loadOne(params: RuntimeParams, name: string, entry: HfEntry, src
       copy(dst, tmp, { stream });
       tmp.release();
     } else {
-      const s = sliceDevice(src as Tensor, w.view, w.dim, w.start, w.len, stream);
-      copy(dst, s.t.reshape([n]), { stream });
-      if (s.owned) s.t.release();
+      // Straight from the device source into the parameter: one strided read, no temporaries.
+      writeSliceRange(dstTensor, src as Tensor, 0, w, stream);
     }
-    if (p.state !== 'preprocessed') {
-      // First write of a reload: the parameter's old contents no longer count.
-      p.state = 'preprocessed';
-      p.filled.clear();
-    }
+    startReload(p);
     for (const k of w.parts) p.filled.add(k);
   }
+}
+
+/** First write of a reload: the parameter's old contents no longer count. */
+function startReload(p: RuntimeParam): void {
+  if (p.state !== 'preprocessed') {
+    p.state = 'preprocessed';
+    p.filled.clear();
+  }
+}
+
+/**
+ * Streaming reload: writes the flat element range [from, from + piece.numel) of the full
+ * HF tensor `name` (a contiguous fp32 device piece) into the preprocessed parameters —
+ * the part of each of the entry's writes that lies in the range (slice-range.ts). Marks
+ * no part filled: call markLoaded() once every element of the tensor has been written.
+ */
+export function loadRange(params: RuntimeParams, name: string, entry: HfEntry, piece: Tensor, from: number, stream: Stream): void {
+  piece.checkLive(name);
+  const total = numel(entry.shape);
+  if (piece.dtype !== 'fp32' || piece.device.ordinal !== params.device.ordinal) {
+    throw new InvalidArgumentError(`loadRange(): a piece of ${name} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`, { tensor: name });
+  }
+  if (!Number.isSafeInteger(from) || from < 0 || from + piece.numel > total) {
+    throw new InvalidArgumentError(`loadRange(): elements [${from}, ${from + piece.numel}) are outside ${name}, which has ${total} ([${entry.shape.join(', ')}]).`, { tensor: name });
+  }
+  for (const w of entry.writes) {
+    const p = params.get(w.param);
+    writeSliceRange(params.ensureAllocated(p), piece, from, w, stream);
+    startReload(p);
+  }
+}
+
+/** Streaming reload: every element of the HF tensor of `entry` was written by loadRange(); its parts count as filled. */
+export function markLoaded(params: RuntimeParams, entry: HfEntry): void {
+  for (const w of entry.writes) {
+    const p = params.get(w.param);
+    startReload(p);
+    for (const k of w.parts) p.filled.add(k);
+  }
+}
+
+/** Streaming reload from a source that is already this rank's local shard: slice writes `geometry` into `param` (preprocessed). */
+export function loadLocal(params: RuntimeParams, param: string, piece: Tensor, from: number, geometry: readonly SliceGeometry[], stream: Stream): void {
+  const p = params.get(param);
+  piece.checkLive(param);
+  if (piece.dtype !== 'fp32' || piece.device.ordinal !== params.device.ordinal) {
+    throw new InvalidArgumentError(`loadLocalRange(): a piece for ${param} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`, { parameter: param });
+  }
+  const dst = params.ensureAllocated(p);
+  for (const g of geometry) {
+    if (g.dstOffset + (numel(g.view) / g.view[g.dim]!) * g.len > dst.numel) {
+      throw new InvalidArgumentError(`loadLocalRange(): a write of ${g.len} rows at element ${g.dstOffset} does not fit ${param} (${dst.numel} elements on this rank).`, { parameter: param });
+    }
+    writeSliceRange(dst, piece, from, g, stream);
+  }
+  startReload(p);
+}
+
+/** Streaming reload: every part of `param` was written by loadLocal(). */
+export function markLocalLoaded(params: RuntimeParams, param: string): void {
+  const p = params.get(param);
+  startReload(p);
+  for (const k of p.spec.parts) p.filled.add(k);
+}
+
+/**
+ * Streaming reload, zero copy: the view of the preprocessed parameter that elements
+ * [from, from + count) of the source go to on this rank, when they form one contiguous
+ * region of one parameter (`writes`: the source's slice writes, each with its parameter);
+ * else null. The caller fills the view itself (e.g. as a broadcast's receive buffer) and
+ * later calls markLoaded / markLocalLoaded as for loadRange.
+ */
+export function rangeTarget(params: RuntimeParams, writes: ReadonlyArray<SliceGeometry & { param: string }>, from: number, count: number): Tensor | null {
+  if (writes.length !== 1) return null;
+  const w = writes[0]!;
+  const at = contiguousTarget(w, from, count);
+  if (at === null) return null;
+  const p = params.get(w.param);
+  const dst = params.ensureAllocated(p);
+  if (at + count > dst.numel) return null;
+  startReload(p);
+  return new Tensor(dst.device, dst.buffer, 'fp32', [count], undefined, dst.byteOffset + at * 4);
 }

@@ -19,7 +19,7 @@
  */
 import { createHash } from 'node:crypto';
 import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
-import { permute } from '../runtime/ops.js';
+import { stridedRead } from '../parallel/local-ops.js';
 import { InvalidArgumentError, WeightLayoutError } from '../runtime/errors.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import type { TpShard } from './tp-shard.js';
@@ -177,13 +177,26 @@ export class RuntimeParams {
         );
       }
     }
-    for (const p of this.params.values()) {
-      if (p.spec.swapOnProcess) {
-        const swapped = permute(p.view('preprocessed'), [0, 2, 1], { stream });
-        p.tensor!.release();
-        p.tensor = swapped.reshape(p.spec.preShape);
+    // The swap is out of place; one spare buffer per distinct size rotates through the
+    // parameters (a swapped parameter's old buffer becomes the spare the next one of its
+    // size is written into, in stream order), so processing needs one extra buffer per
+    // size (one layer's w13 and w2) instead of a second copy of every expert weight.
+    const spare = new Map<number, Tensor>();
+    try {
+      for (const p of this.params.values()) {
+        if (p.spec.swapOnProcess) {
+          const [E, A, B] = p.spec.preShape as [number, number, number];
+          const n = E * A * B;
+          const out = spare.get(n) ?? Tensor.empty(this.device, p.spec.preShape, 'fp32');
+          spare.delete(n);
+          stridedRead(out.reshape([n]), p.tensor!.reshape([n]), [E, B, A], [A * B, 1, B], 0, stream);
+          spare.set(n, p.tensor!);
+          p.tensor = out.reshape(p.spec.preShape);
+        }
+        p.state = 'processed';
       }
-      p.state = 'processed';
+    } finally {
+      for (const t of spare.values()) t.release(); // freed once the enqueued reads of it are done
     }
   }
 

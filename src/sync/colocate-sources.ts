@@ -5,12 +5,14 @@
  * (the engine's stream), so buffers are reused in stream order without host waits.
  *
  * - single: every HF tensor of the store, written directly.
- * - fsdp2: flat shards all-gathered bucket by bucket. A bucket holds `per` bytes of
- *   every rank (planBuckets over the parameters' padded chunks, per = bucketBytes / dp),
- *   so the gathered staging is one bucket; a strided read puts each parameter that fits
- *   whole into the second bucket-sized buffer as its padded full tensor (param-major),
- *   which is written to the engine. A parameter split over buckets (larger than a
- *   bucket) is assembled in a buffer of its own size, freed once written.
+ * - fsdp2: each parameter's dim-0 chunks are all-gathered in pieces of at most
+ *   bucketBytes / dp per rank (the same schedule on every rank). When the full tensor is
+ *   one contiguous region of an engine parameter (tp 1, no padding), the all-gather
+ *   writes straight into the engine: one read and one write of every byte, no staging.
+ *   Otherwise pieces land in one bucket of staging and are sliced into the engine
+ *   (slice-range.ts) piece by piece; a transposing write (fused experts) needs the
+ *   padded full tensor, assembled in the staging (or, larger than a bucket, in a buffer
+ *   of its own size, freed once written).
  * - megatron (ep = 1): with engine tp == trainer tp and the same tp rank, TP shards go
  *   straight to the engine's shards (qkv de-interleaved per query group, fc1 = gate ‖ up
  *   already); otherwise each TP-split tensor is all-gathered over tp and re-cut.
@@ -21,13 +23,13 @@ import { stridedRead, viewOf } from '../parallel/local-ops.js';
 import type { ModelConfig } from '../model/config.js';
 import { paramSpecs } from '../model/params.js';
 import type { RolloutEngine } from '../rollout/engine.js';
-import { expertDirectWrite } from '../rollout/direct-write.js';
+import { expertDirectWrite, type DirectWrite } from '../rollout/direct-write.js';
+import { writeSliceRange } from '../rollout/slice-range.js';
 import type { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
 import type { FlatParam } from '../train/fsdp2/layout.js';
 import type { MegatronStrategy } from '../train/megatron/strategy.js';
 import { megatronSpecs } from '../train/megatron/bridge.js';
 import type { SingleDeviceStrategy } from '../train/single.js';
-import { planBuckets } from './buckets.js';
 import { hfFromShards, hfNameOfReplicated } from './megatron-hf.js';
 
 export interface ColocateOut {
@@ -36,6 +38,8 @@ export interface ColocateOut {
   bucketBytes: number;
   /** Writes the full HF tensor `name` into the engine (direct, processed layout). */
   writeHf(name: string, full: Tensor): void;
+  /** The engine's direct writes of the HF tensor `name` on this rank. */
+  directWrites(name: string): DirectWrite[];
   /** Collective completions to await at the end. */
   pending: Promise<void>[];
 }
@@ -54,57 +58,78 @@ export function syncSingle(s: SingleDeviceStrategy, out: ColocateOut): number {
 export function syncFsdp2(s: Fsdp2Strategy, out: ColocateOut): number {
   const { comm, plan } = s;
   const dp = comm.size;
-  const per = Math.floor(out.bucketBytes / dp / 64) * 64;
-  if (per < 64) {
+  // Elements each rank contributes to one all-gather (64-byte aligned): dp of them make a bucket.
+  const per = Math.floor(out.bucketBytes / dp / 64) * 16;
+  if (per < 16) {
     throw new InvalidArgumentError(`Weight sync: a bucket of ${out.bucketBytes} bytes over ${dp} fsdp2 ranks leaves less than 64 bytes per rank. HINT: use bucketBytes >= ${64 * dp}.`, { bucketBytes: out.bucketBytes });
   }
-  const byName = new Map<string, { p: FlatParam; shard: Tensor }>();
   const shards = s.localShards();
+  const list: Array<{ p: FlatParam; shard: Tensor }> = [];
   // LoRA adapters are not engine weights (an adapter sync sends them); the base goes in full.
-  for (const u of plan.units) for (const p of u.params) if (!isLoraName(p.name)) byName.set(p.name, { p, shard: shards.get(u.key)!.param });
-  const buckets = planBuckets([...byName.values()].map(({ p }) => ({ name: p.name, bytes: p.chunk * 4 })), per, { keepWhole: true });
+  for (const u of plan.units) for (const p of u.params) if (!isLoraName(p.name)) list.push({ p, shard: shards.get(u.key)!.param });
   const { stream, engine } = out;
-  const maxFull = Math.max(...[...byName.values()].map(({ p }) => dp * p.chunk));
-  // Staging sized to the largest bucket actually planned (a small model never takes a whole bucket).
-  const used = Math.max(64, ...buckets.map((b) => Math.ceil(b.bytes / 64) * 64));
-  const staging = Tensor.empty(engine.device, [(dp * used) / 4], 'fp32');
-  const values = Tensor.empty(engine.device, [(dp * used) / 4], 'fp32');
-  const asm = new Map<string, Tensor>();
+  const gathers = (chunk: number) => Math.max(1, Math.ceil(chunk / per));
+  // Staging: one bucket at most (dp pieces of `per`), only as large as a piece actually needs.
+  let staging: Tensor | null = null;
+  const stage = (n: number) => viewOf((staging ??= Tensor.empty(engine.device, [dp * Math.min(per, Math.max(1, ...list.map(({ p }) => p.chunk)))], 'fp32')), [dp * n]);
   try {
-    for (const b of buckets) {
-      const c = b.bytes / 4; // elements each rank contributes to this bucket
-      for (const seg of b.segments) {
-        const { p, shard } = byName.get(seg.name)!;
-        if (seg.bytes) copy(viewOf(staging, [seg.bytes / 4], comm.rank * c + seg.bucketOffset / 4), viewOf(shard, [seg.bytes / 4], p.offset + seg.tensorOffset / 4), { stream });
+    for (const { p, shard } of list) {
+      const total = numel(p.shape), pad = dp * p.chunk;
+      const writes = out.directWrites(p.name);
+      // The collective schedule (one all-gather per piece of `per` elements of the chunk)
+      // depends only on the trainer's layout, so every rank issues the same collectives
+      // whatever its engine shard needs.
+      if (gathers(p.chunk) === 1 && pad === total && writes.length === 1 && isWhole(writes[0]!)) {
+        // The full tensor is one contiguous region of the engine parameter: gather straight into it.
+        const w = writes[0]!;
+        engine.writeRuntimeDirect(w.param, (dst, st) => {
+          out.pending.push(comm.allGather(viewOf(shard, [p.chunk], p.offset), viewOf(dst.reshape([dst.numel]), [pad], w.range!.dstOffset), st));
+        });
+        continue;
       }
-      out.pending.push(comm.allGather(viewOf(staging, [c], comm.rank * c), viewOf(staging, [dp * c]), stream));
-      let at = 0;
-      for (const seg of b.segments) {
-        const { p } = byName.get(seg.name)!;
-        if (seg.tensorOffset === 0 && seg.last) {
-          // Padded full tensor = chunk of every rank: a [dp, chunk] read with row stride c.
-          stridedRead(viewOf(values, [dp * p.chunk], at), staging, [dp, p.chunk], [c, 1], seg.bucketOffset / 4, stream);
-          out.writeHf(p.name, viewOf(values, p.shape, at));
-          at += dp * p.chunk;
-          continue;
+      if (writes.every((w) => w.range)) {
+        // Stream pieces: rank q's piece [off, off + n) of its chunk is elements q·chunk + off… of the full tensor.
+        for (let off = 0; off < p.chunk || off === 0; off += per) {
+          const n = Math.min(per, p.chunk - off);
+          const buf = stage(n);
+          out.pending.push(comm.allGather(viewOf(shard, [n], p.offset + off), buf, stream));
+          for (let q = 0; q < dp; q++) {
+            const from = q * p.chunk + off, m = Math.max(0, Math.min(n, total - from));
+            if (!m) continue;
+            for (const w of writes) engine.writeRuntimeDirect(w.param, (dst, st) => writeSliceRange(dst, viewOf(buf, [m], q * n), from, w.range!, st));
+          }
+          if (n === 0) break;
         }
-        // Segments come in order, so at most one split parameter is open at a time: one
-        // assembly buffer (the largest padded full tensor) is reused in stream order.
-        let a = asm.get('');
-        if (!a) asm.set('', (a = Tensor.empty(engine.device, [maxFull], 'fp32')));
-        const n = seg.bytes / 4;
-        for (let q = 0; q < dp && n; q++) copy(viewOf(a, [n], q * p.chunk + seg.tensorOffset / 4), viewOf(staging, [n], q * c + seg.bucketOffset / 4), { stream });
-        if (seg.last) {
-          out.writeHf(p.name, viewOf(a, p.shape));
+        continue;
+      }
+      // A transposing write (fused experts): the padded full tensor is assembled first —
+      // in the staging itself when it is one piece, else in a buffer of its own size.
+      let full: Tensor;
+      let asm: Tensor | null = null;
+      if (gathers(p.chunk) === 1) {
+        full = stage(p.chunk);
+        out.pending.push(comm.allGather(viewOf(shard, [p.chunk], p.offset), full, stream));
+      } else {
+        full = asm = Tensor.empty(engine.device, [pad], 'fp32');
+        for (let off = 0; off < p.chunk; off += per) {
+          const n = Math.min(per, p.chunk - off);
+          const buf = stage(n);
+          out.pending.push(comm.allGather(viewOf(shard, [n], p.offset + off), buf, stream));
+          for (let q = 0; q < dp; q++) copy(viewOf(asm, [n], q * p.chunk + off), viewOf(buf, [n], q * n), { stream });
         }
       }
+      for (const w of writes) engine.writeRuntimeDirect(w.param, (dst, st) => w.write(dst, viewOf(full, p.shape), st));
+      asm?.release(); // freed once the enqueued work that reads it is done
     }
   } finally {
-    staging.release();
-    values.release();
-    for (const a of asm.values()) a.release();
+    (staging as Tensor | null)?.release();
   }
-  return byName.size;
+  return list.length;
+}
+
+/** The write copies the whole source tensor, in order, to one contiguous region. */
+function isWhole(w: DirectWrite): boolean {
+  return !!w.range && w.range.start === 0 && w.range.len === w.range.view[w.range.dim];
 }
 
 export function syncMegatron(s: MegatronStrategy, out: ColocateOut): number {

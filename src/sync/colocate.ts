@@ -81,6 +81,7 @@ export class ColocateSync {
       const plan = hfLoadPlan(engine.cfg, engine.shard);
       const out: ColocateOut = {
         engine, stream, bucketBytes: this.bucketBytes, pending: [],
+        directWrites: (name: string) => hfDirectWrites(engine.cfg, engine.shard, plan, name),
         writeHf: (name: string, full: Tensor) => {
           for (const w of hfDirectWrites(engine.cfg, engine.shard, plan, name)) engine.writeRuntimeDirect(w.param, (dst, st) => w.write(dst, full, st));
         },

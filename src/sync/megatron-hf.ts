@@ -16,6 +16,8 @@ import type { Stream, Tensor } from '../runtime/device-index.js';
 import { stridedRead, viewOf } from '../parallel/local-ops.js';
 import type { ModelConfig } from '../model/config.js';
 import type { MegatronSpec } from '../train/megatron/bridge.js';
+import type { TpShard } from '../rollout/tp-shard.js';
+import type { SliceGeometry } from '../rollout/slice-range.js';
 
 /** The HF name of a replicated (non-expert) Megatron tensor. */
 export function hfNameOfReplicated(spec: MegatronSpec): string {
@@ -69,4 +71,35 @@ export function hfFromShards(cfg: ModelConfig, spec: MegatronSpec, shards: Tenso
   }
   if (spec.tp === 'column') throw new Error(`megatron-hf: unexpected column tensor ${spec.name}`);
   return [[hfNameOfReplicated(spec), viewOf(shards, spec.shape)]];
+}
+
+/**
+ * Trainer tp == engine tp: the engine runtime parameter that Megatron TP shard `spec`
+ * (of the same tp rank) fills, and the slice writes from the flat shard into it (the
+ * preprocessed layout, equal to the processed one for these dense tensors):
+ * linear_qkv [groups·(g+2)·D, H] is de-interleaved per query group into q ‖ k ‖ v,
+ * linear_proj / linear_fc1 (gate_t ‖ up_t) / linear_fc2 are the engine's local tensor as is.
+ */
+export function localShardWrites(cfg: ModelConfig, spec: MegatronSpec, shard: TpShard): { param: string; geometry: SliceGeometry[] } {
+  const p = `model.layers.${spec.layer}`;
+  const n = (spec.shape[0]! * spec.shape[1]!) / shard.tpSize;
+  const whole = (param: string) => ({ param, geometry: [{ view: [n], dim: 0, start: 0, len: n, dstOffset: 0 }] });
+  if (spec.name.endsWith('linear_qkv.weight')) {
+    const { hiddenSize: H, headDim: D, numHeads: nH, numKvHeads: nKV } = cfg;
+    const g = nH / nKV, groups = shard.kvHeadsLocal;
+    const row = (g + 2) * D * H, view = [groups, row];
+    const hl = groups * g * D * H, kvl = groups * D * H;
+    return {
+      param: `${p}.self_attn.qkv_proj.weight`,
+      geometry: [
+        { view, dim: 1, start: 0, len: g * D * H, dstOffset: 0 },
+        { view, dim: 1, start: g * D * H, len: D * H, dstOffset: hl },
+        { view, dim: 1, start: (g + 1) * D * H, len: D * H, dstOffset: hl + kvl },
+      ],
+    };
+  }
+  if (spec.name.endsWith('linear_proj.weight')) return whole(`${p}.self_attn.o_proj.weight`);
+  if (spec.name.endsWith('mlp.linear_fc1.weight')) return whole(`${p}.mlp.gate_up_proj.weight`);
+  if (spec.name.endsWith('mlp.linear_fc2.weight')) return whole(`${p}.mlp.down_proj.weight`);
+  throw new Error(`megatron-hf: no local mapping for ${spec.name}`);
 }

@@ -5,13 +5,16 @@
  *   1. every rank all-gathers a small header (strategy kind, tp, dp, ep, strategy rank),
  *      so all ranks compute the same per-trainer-rank bucket plans (server-plan.ts);
  *   2. rounds of broadcasts: for bucket index b, for each trainer rank r that has a b-th
- *      bucket, r packs what it owns into a flat bucket and broadcasts it; the engine
- *      ranks unpack the segments into per-tensor assemblies. Two bucket slots alternate
- *      (at most two buckets in flight), all on the sync stream of the communicator's
- *      own device;
- *   3. on the engine side each completed tensor is converted to HF names on the device
- *      and handed to the engine's checkpoint loader (engine stream, after an event);
- *      after the last round processWeightsAfterLoading() runs exactly once.
+ *      bucket, each segment of it is broadcast by r in place from the parameter it owns
+ *      (no packing copy) over a communicator of r and the engine ranks only (made at the
+ *      first sync; other trainer ranks never receive it). The bucket plan groups the
+ *      segments; at most two buckets are in flight;
+ *   3. engine ranks receive on the engine's stream: a segment that is one contiguous
+ *      region of a preprocessed parameter on this rank is delivered straight into it;
+ *      the rest lands in two alternating slots (sized to what goes through them) and is
+ *      sliced into the parameters from there (Receiver). Nothing is assembled whole unless
+ *      trainer tp != engine tp. After the last round the slots are freed and
+ *      processWeightsAfterLoading() runs exactly once.
  * Verification (optional): trainers compute the probe log-probs and all-reduce them to
  * every rank; the engine compares with its own and broadcasts the verdict, so trainer
  * and engine ranks return (or throw) the same.
@@ -22,7 +25,6 @@ import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device.js';
 import { viewOf } from '../parallel/local-ops.js';
 import type { ModelConfig } from '../model/config.js';
-import { perExpertNames } from '../model/params.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { serverAdapterSync } from './server-lora.js';
 import { markEngineBaseWeights } from '../rollout/lora.js';
@@ -30,9 +32,9 @@ import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
 import { MegatronStrategy } from '../train/megatron/strategy.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { planBuckets, type Bucket } from './buckets.js';
-import { hfFromShards } from './megatron-hf.js';
 import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport } from './report.js';
-import { assemblies, checkHeader, expertNames, KIND_CODES, piecesOf, type Assembly, type SourceHeader } from './server-plan.js';
+import { checkHeader, expertNames, KIND_CODES, piecesOf, type SourceHeader } from './server-plan.js';
+import { Receiver } from './server-receiver.js';
 import { checkEngineChecksums, checkVerify, logprobError, probeBatch, trainerLogprobs, worstDiff } from './verify.js';
 
 export interface ServerSyncOptions {
@@ -64,7 +66,31 @@ export class ServerSync {
     readonly strategy: TrainStrategy | undefined,
     readonly engine: RolloutEngine | undefined,
   ) {
-    this.stream = comm.device.newStream();
+    // Engine ranks receive and load on the engine's own stream (FIFO: a slot is refilled
+    // only after the loads that read it); trainer ranks on a stream of their own.
+    this.stream = engine ? engine.stream : comm.device.newStream();
+  }
+
+  /**
+   * One communicator per trainer rank r: r and the engine ranks (r is its rank 0), so a
+   * bucket goes only to the ranks that load it, not to the other trainer ranks. Made at
+   * the first sync (collective over `comm`, the same splits in the same order everywhere).
+   */
+  private fanout: Array<Communicator | null> | null = null;
+
+  /** Destroys the per-trainer-rank communicators this sync made (local; `comm` stays the caller's). */
+  release(): void {
+    for (const c of this.fanout ?? []) if (c && c !== this.comm) c.destroy();
+    this.fanout = null;
+  }
+
+  private async fanoutComms(): Promise<Array<Communicator | null>> {
+    if (this.fanout) return this.fanout;
+    const { comm, trainerRanks } = this;
+    const out: Array<Communicator | null> = [];
+    if (trainerRanks === 1) out.push(comm);
+    else for (let r = 0; r < trainerRanks; r++) out.push(await comm.split(comm.rank === r || comm.rank >= trainerRanks ? 0 : null, comm.rank));
+    return (this.fanout = out);
   }
 
   static create(opts: ServerSyncOptions): ServerSync {
@@ -109,10 +135,15 @@ export class ServerSync {
     const { header, strategyRanks } = await this.exchangeHeader();
     const plans = strategyRanks.map((sr) => planBuckets(piecesOf(this.cfg, header, sr).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })), this.bucketBytes, { keepWhole: true }));
     const sources = this.role === 'trainer' ? this.sourceTensors(header) : null;
+    const fanout = await this.fanoutComms();
     const receiver = this.role === 'engine' ? new Receiver(this.engine!, this.cfg, header, stream) : null;
-    // Two slots, each as large as the largest bucket actually planned (at most bucketBytes).
-    const slotBytes = Math.max(64, ...plans.flat().map((b) => Math.ceil(b.bytes / 64) * 64));
-    const slots = [0, 1].map(() => Tensor.empty(device, [slotBytes / 4], 'fp32'));
+    // Engine ranks: where each segment is received — straight into a parameter, or packed
+    // into a slot (two slots alternate, each as large as the most any bucket puts there, at
+    // most one bucket). Trainer ranks need none: a root broadcasts each segment in place
+    // from the parameter it owns (the broadcast never writes the root's buffer).
+    const routes = receiver ? plans.map((pl, r) => (fanout[r] ? pl.map((b) => receiver.route(b)) : [])) : null;
+    const slotElems = routes ? Math.max(16, ...routes.flat().map((x) => x.elems)) : 0;
+    const slots = receiver ? [0, 1].map(() => Tensor.empty(device, [slotElems], 'fp32')) : [];
     const pending: Promise<void>[] = [];
     let k = 0;
     try {
@@ -121,17 +152,23 @@ export class ServerSync {
         for (let r = 0; r < this.trainerRanks; r++) {
           const bucket: Bucket | undefined = plans[r]![b];
           if (!bucket) continue;
-          const slot = viewOf(slots[k++ % 2]!, [bucket.bytes / 4]);
-          if (r === comm.rank) {
-            for (const s of bucket.segments) {
-              if (s.bytes) copy(viewOf(slot, [s.bytes / 4], s.bucketOffset / 4), viewOf(sources!.get(s.name)!, [s.bytes / 4], s.tensorOffset / 4), { stream });
+          const c = fanout[r];
+          if (!c) continue; // another trainer rank's bucket
+          const slot = receiver ? slots[k++ % 2]! : null;
+          const route = routes?.[r]![b];
+          bucket.segments.forEach((seg, i) => {
+            const rx = receiver?.begin(seg, route!.direct[i] ?? viewOf(slot!, [seg.bytes / 4], route!.offsets[i]), !!route!.direct[i]);
+            if (seg.bytes) {
+              const buf = rx ? rx.buf : viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4);
+              pending.push(c.broadcast(buf, buf, 0, stream));
             }
-          }
-          pending.push(comm.broadcast(slot, slot, r, stream));
-          receiver?.unpack(slot, bucket);
+            rx?.end();
+          });
         }
       }
       await Promise.all(pending);
+      for (const s of slots) s.release();
+      slots.length = 0;
       if (receiver) {
         receiver.checkComplete();
         this.engine!.processWeightsAfterLoading();
@@ -253,69 +290,5 @@ export class ServerSync {
       t.release();
       verdict.release();
     }
-  }
-}
-
-/** Engine side: unpacks bucket segments into per-tensor assemblies and loads completed tensors. */
-class Receiver {
-  private readonly plan: Map<string, Assembly>;
-  private readonly open = new Map<string, { t: Tensor; got: number }>();
-  private readonly done = new Set<string>();
-  loaded = 0;
-
-  constructor(
-    private readonly engine: RolloutEngine,
-    private readonly cfg: ModelConfig,
-    private readonly header: SourceHeader,
-    private readonly stream: Stream,
-  ) {
-    this.plan = assemblies(cfg, header);
-  }
-
-  unpack(slot: Tensor, bucket: Bucket): void {
-    for (const s of bucket.segments) {
-      const at = s.name.lastIndexOf('#');
-      const name = s.name.slice(0, at), part = Number(s.name.slice(at + 1));
-      const a = this.plan.get(name)!;
-      let o = this.open.get(name);
-      if (!o) this.open.set(name, (o = { t: Tensor.empty(this.engine.device, [a.parts * a.partNumel], 'fp32'), got: 0 }));
-      if (s.bytes) copy(viewOf(o.t, [s.bytes / 4], part * a.partNumel + s.tensorOffset / 4), viewOf(slot, [s.bytes / 4], s.bucketOffset / 4), { stream: this.stream });
-      o.got += s.bytes;
-      if (o.got === a.parts * a.partNumel * 4) {
-        this.load(a, o.t);
-        this.open.delete(name);
-        this.done.add(name);
-      }
-    }
-  }
-
-  /** Converts a complete tensor to HF names on the device and hands it to the loader (engine stream, after the unpack). */
-  private load(a: Assembly, t: Tensor): void {
-    const es = this.engine.stream;
-    es.waitEvent(this.stream.recordEvent());
-    let scratch: Tensor | null = null;
-    let hf: Array<[string, Tensor]>;
-    if (this.header.kind === 'fsdp2') hf = [[a.name, viewOf(t, a.shape)]];
-    else if (a.spec!.expert !== undefined) {
-      const n = perExpertNames(a.spec!.layer!, a.spec!.expert);
-      const [R, C] = a.shape as [number, number];
-      hf = a.name.endsWith('linear_fc1.weight') ? [[n.gate, viewOf(t, [R / 2, C])], [n.up, viewOf(t, [R / 2, C], (R / 2) * C)]] : [[n.down, viewOf(t, [R, C])]];
-    } else {
-      scratch = a.parts > 1 ? Tensor.empty(this.engine.device, [a.parts * a.partNumel], 'fp32') : null;
-      hf = hfFromShards(this.cfg, a.spec!, t, a.parts, scratch ?? t, es);
-    }
-    this.loaded += this.engine.loadWeights(hf);
-    t.release();
-    scratch?.release();
-  }
-
-  checkComplete(): void {
-    const missing = [...this.plan.keys()].filter((n) => !this.done.has(n));
-    if (missing.length) throw new InvalidArgumentError(`ServerSync: tensors never arrived: ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ` and ${missing.length - 5} more` : ''}.`);
-  }
-
-  release(): void {
-    for (const o of this.open.values()) o.t.release();
-    this.open.clear();
   }
 }
