@@ -20,6 +20,7 @@ export interface SyncCallOptions {
 }
 
 interface Coordinator {
+  release?(): void;
   sync(opts?: { adapterOnly?: boolean; verify?: { probe: { ids: number[][]; temperature: number }; tolerance: number } }): Promise<SyncReport>;
 }
 
@@ -52,6 +53,11 @@ export class SyncActor {
     private readonly ctx: RankContext,
     private readonly coordinator: Coordinator,
   ) {}
+
+  /** Frees the coordinator's communicators and buffers (local; every rank calls it when the run ends). */
+  release(): void {
+    this.coordinator.release?.();
+  }
 
   sync(opts: SyncCallOptions): Promise<SyncReport> {
     return this.coordinator.sync({ ...(opts.adapterOnly ? { adapterOnly: true } : {}), ...(opts.verify ? { verify: opts.verify } : {}) });

@@ -148,6 +148,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
       await Promise.race([control.done, aborted]);
       if (control.failure) ctx.log.info(`stopping: the GRPO controller (rank 0) failed: ${control.failure}`);
     } finally {
+      sync.release();
       trainer?.shutdown();
       rollout?.shutdown();
     }
@@ -160,6 +161,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
     for (const r of controls.ranks) if (r !== 0) controls.ref(r).invoke('fail', [(e as Error).message]).catch(() => undefined);
     throw e;
   } finally {
+    sync.release();
     trainer?.shutdown();
     rollout?.shutdown();
   }
