@@ -131,16 +131,19 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
     }
   }
   const sync = new SyncActor(ctx, makeWeightSync({ cfg, model, mode: cfg.mode, roles, strategy: trainer?.strategy ?? null, engine: rollout?.engine ?? null, syncComm }));
+  // First sync: the engines start from the trainer's (initial or resumed) weights;
+  // with LoRA the base goes first, then the (possibly resumed) adapters.
+  await sync.sync({ verify: false });
+  if (cfg.trainer.lora) await sync.sync({ verify: false, adapterOnly: true });
+
+  // Expose the actors only now: the controller must not reach an engine whose first
+  // sync has not finished on its own rank (a colocated megatron sync has no collective
+  // that would hold rank 0 back until every rank wrote its weights).
   const control = new GrpoControl();
   if (trainer) ctx.actors.expose('trainer', trainer);
   if (rollout) ctx.actors.expose('rollout', rollout);
   ctx.actors.expose('sync', sync);
   ctx.actors.expose('grpo-control', control);
-
-  // First sync: the engines start from the trainer's (initial or resumed) weights;
-  // with LoRA the base goes first, then the (possibly resumed) adapters.
-  await sync.sync({ verify: false });
-  if (cfg.trainer.lora) await sync.sync({ verify: false, adapterOnly: true });
 
   if (rank !== 0) {
     const aborted = new Promise<never>((_, rej) => ctx.signal.addEventListener('abort', () => rej(new InvalidArgumentError(`rank ${rank}: stopped while waiting for the GRPO controller (${String(ctx.signal.reason ?? 'abort')}).`)), { once: true }));
