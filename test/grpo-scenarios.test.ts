@@ -94,6 +94,9 @@ describe('GRPO options and the quickstart entry', () => {
     expect(ok.code, ok.stderr).toBe(0);
     expect(ok.stdout).toMatch(/step 2\/2 reward/);
     expect(ok.stdout).toMatch(/phase[\s\S]*generate[\s\S]*sync[\s\S]*total/);
+    const help = await launchFixture(2, 'examples/grpo.ts', ['--help'], {}, 60_000);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/Usage: grpo[\s\S]*--engine-tp <n>/);
     const bad = await launchFixture(2, 'examples/grpo.ts', ['--engine-tp', '3'], {}, 60_000);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/engine\.tp: expected engine\.tp to be 1, 2 or 4/);

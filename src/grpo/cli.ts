@@ -41,8 +41,15 @@ function program(): Command {
     .option('--resume', 'resume from the newest checkpoint in --checkpoint-dir')
     .option('--log <file>', 'JSONL metrics file')
     .option('--no-progress', 'plain lines instead of the progress bar')
+    .helpOption(false)
+    .option('-h, --help', 'print this help and exit')
     .exitOverride()
     .configureOutput({ writeOut: () => undefined, writeErr: () => undefined });
+}
+
+/** The flags' usage text. */
+export function grpoUsage(): string {
+  return program().helpInformation();
 }
 
 /** Flags (and --config) → config input over `defaults`. */
@@ -99,7 +106,11 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
   return c as GrpoConfigInput;
 }
 
-/** Entry for `launch`: flags from ctx.args over `defaults`, then the GRPO loop. */
-export function grpoMain(ctx: RankContext, defaults: Partial<GrpoConfigInput> = {}): Promise<GrpoSummary | null> {
+/** Entry for `launch`: flags from ctx.args over `defaults`, then the GRPO loop (`--help`: rank 0 prints the usage, every rank exits 0). */
+export async function grpoMain(ctx: RankContext, defaults: Partial<GrpoConfigInput> = {}): Promise<GrpoSummary | null> {
+  if (ctx.args.includes('--help') || ctx.args.includes('-h')) {
+    ctx.log.leader(grpoUsage());
+    return null;
+  }
   return runGrpo(ctx, grpoConfigFromArgs(ctx.args, defaults));
 }
