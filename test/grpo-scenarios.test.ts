@@ -56,8 +56,8 @@ describe('GRPO scenario matrix (launch, verified syncs)', () => {
 });
 
 describe('GRPO checkpoint and resume', () => {
-  it('a run stopped after step 2 and resumed gives the same steps 3-4 as an uninterrupted run', async () => {
-    const base = { mode: 'server', model: 'dense', trainer: { strategy: 'fsdp2' }, promptsPerStep: 4, numGenerations: 4, maxNewTokens: 8, seed: 5, progress: false };
+  it('a run stopped after step 2 and resumed gives the same steps 3-4 (rewards, loss, KL to the same reference) as an uninterrupted run', async () => {
+    const base = { mode: 'server', model: 'dense', trainer: { strategy: 'fsdp2' }, promptsPerStep: 4, numGenerations: 4, maxNewTokens: 8, seed: 5, progress: false, beta: 0.1, optimizer: { lr: 1e-2 }, sftWarmup: { steps: 5, batch: 16 } };
     const straight = join(dir, 'straight.jsonl');
     const a = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify({ ...base, steps: 4, log: straight })], {}, 170_000);
     expect(a.code, a.stderr).toBe(0);
@@ -67,14 +67,16 @@ describe('GRPO checkpoint and resume', () => {
     expect(b1.code, b1.stderr).toBe(0);
     const b2 = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify({ ...base, steps: 4, log: resumed, checkpoint: { dir: ck, every: 1 }, resume: true })], {}, 170_000);
     expect(b2.code, b2.stderr).toBe(0);
-    const ra = a.results[0] as unknown as { log: Array<{ step: number; rewardMean: number; loss: number }> };
-    const rb = b2.results[0] as unknown as { startStep: number; log: Array<{ step: number; rewardMean: number; loss: number }> };
+    const ra = a.results[0] as unknown as { log: Array<{ step: number; rewardMean: number; loss: number; kl: number }> };
+    const rb = b2.results[0] as unknown as { startStep: number; log: Array<{ step: number; rewardMean: number; loss: number; kl: number }> };
     expect(rb.startStep).toBe(2);
     expect(rb.log.map((l) => l.step)).toEqual([1, 2, 3, 4]);
     for (let i = 0; i < 4; i++) {
       expect(rb.log[i]!.rewardMean, `step ${i + 1}`).toBe(ra.log[i]!.rewardMean);
       expect(rb.log[i]!.loss).toBeCloseTo(ra.log[i]!.loss, 6);
+      expect(rb.log[i]!.kl, `kl at step ${i + 1}`).toBeCloseTo(ra.log[i]!.kl, 9);
     }
+    expect(ra.log[3]!.kl).toBeGreaterThan(0);
   }, 300_000);
 });
 

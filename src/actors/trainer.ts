@@ -20,7 +20,7 @@ import { Tensor } from '../runtime/device-index.js';
 import type { HostParam } from '../model/param-store.js';
 import { grpoLoss, type GrpoBatchData, type GrpoLossOptions } from '../grpo/loss.js';
 import { tokenLogprobs } from '../grpo/logprob-op.js';
-import { loadCheckpoint, saveCheckpoint } from '../train/checkpoint.js';
+import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../train/checkpoint.js';
 import { parseTrainerConfig, type TrainerConfig, type TrainerConfigInput } from '../train/config.js';
 import { commMillis } from '../train/comm-time.js';
 import { createStrategy } from '../train/factory.js';
@@ -120,6 +120,26 @@ export class TrainerActor {
     this.#ref?.release();
     this.#ref = await createStrategy(this.config, { comm: this.#comm!, device: this.ctx.device });
     await this.#ref.loadState({ params });
+  }
+
+  /**
+   * Saves the frozen reference under `root` once (a resumed run must keep the KL
+   * reference it started with, not take the resumed policy); returns whether it wrote.
+   */
+  async saveReference(root: string): Promise<boolean> {
+    if (!this.#ref) throw new InvalidArgumentError('No reference policy to save: call setupReference() first.');
+    if (await latestCheckpoint(root)) return false;
+    await saveCheckpoint(this.#ref, { root, step: 0, comm: this.#comm! });
+    return true;
+  }
+
+  /** Restores the frozen reference saved by saveReference(); false when there is none. */
+  async loadReference(root: string): Promise<boolean> {
+    if (!(await latestCheckpoint(root))) return false;
+    this.#ref?.release();
+    this.#ref = await createStrategy(this.config, { comm: this.#comm!, device: this.ctx.device });
+    await loadCheckpoint(this.#ref, { path: root, comm: this.#comm! });
+    return true;
   }
 
   /** computeLogprobs() under the frozen reference policy. */

@@ -200,7 +200,12 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     ctx.log.info(`SFT warm-up: ${w.steps} steps, loss ${first.toFixed(3)} -> ${last.toFixed(3)}`);
   }
   // The KL reference: the policy as RL starts (after the warm-up; on resume, the resumed policy).
-  if (cfg.beta > 0) await trainers.call('setupReference');
+  // A resumed run restores the reference it started with (saved beside the checkpoints).
+  const refDir = cfg.checkpoint ? join(cfg.checkpoint.dir, 'reference') : null;
+  if (cfg.beta > 0) {
+    const restored = startStep > 0 && refDir ? (await trainers.call('loadReference', refDir))[0] : false;
+    if (!restored) await trainers.call('setupReference');
+  }
   progress.start(startStep);
   try {
     for (let step = startStep + 1; step <= cfg.steps; step++) {
@@ -281,7 +286,10 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       metrics.push(m);
       log?.write({ ...m, engineTrainerLogprobDiff: tokens ? diff / tokens : 0, syncPeakExtraBytes: rep!.peakExtraBytes, verified: rep!.verified ?? null, time: new Date().toISOString() });
       progress.update(m, (line) => ctx.log.info(line));
-      if (cfg.checkpoint && step % cfg.checkpoint.every === 0) await trainers.call('save', cfg.checkpoint.dir, step, { rewardMean: mean });
+      if (cfg.checkpoint && step % cfg.checkpoint.every === 0) {
+        if (cfg.beta > 0) await trainers.call('saveReference', refDir!);
+        await trainers.call('save', cfg.checkpoint.dir, step, { rewardMean: mean });
+      }
     }
   } finally {
     progress.stop();
