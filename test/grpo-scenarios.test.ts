@@ -26,7 +26,7 @@ const SCENARIOS = [
   { name: 'colocate dense megatron -> engine, full', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'dense', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } } },
   { name: 'colocate dense megatron -> engine, LoRA', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'dense', trainer: { strategy: 'megatron', tp: 2, lora: LORA_DENSE }, engine: { tp: 1 } } },
   { name: 'colocate MoE megatron -> engine (processed layout), full', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } } },
-  { name: 'colocate MoE megatron -> engine, LoRA', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'megatron', tp: 2, lora: LORA_MOE }, engine: { tp: 2 } } },
+  { name: 'colocate MoE megatron -> engine, LoRA', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'megatron', tp: 1, ep: 2, lora: LORA_MOE }, engine: { tp: 2 } } },
   { name: 'colocate MoE fsdp2 (fused experts) -> engine, full', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'fsdp2' }, engine: { tp: 1 } } },
   { name: 'colocate MoE fsdp2 -> engine TP=4, LoRA, 5 steps', nproc: 4, steps: 5, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'fsdp2', lora: LORA_MOE }, engine: { tp: 4 } } },
   { name: 'server MoE megatron -> standalone server (broadcast, full reload, post-load)', nproc: 4, steps: 2, cfg: { mode: 'server', model: 'moe', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } } },

@@ -41,7 +41,7 @@ describe('colocated sync on 2 ranks', () => {
       for (const c of r.results as CaseResult[]) {
         if (c.bug) continue;
         const tag = `${which} ${c.strategy}→tp${c.engineTp} bucket ${c.bucketBytes} rank ${r.rank}`;
-        seen.add(`${c.strategy}:${c.engineTp}:${c.bucketBytes}`);
+        seen.add(`${c.strategy}${(c as CaseResult & { ep?: number }).ep ? `-ep${(c as CaseResult & { ep?: number }).ep}` : ''}:${c.engineTp}:${c.bucketBytes}`);
         expect(c.error, tag).toBeNull();
         expect(Object.keys(c.got).length, tag).toBeGreaterThan(0);
         expect(c.got, tag).toEqual(c.want);
@@ -56,7 +56,9 @@ describe('colocated sync on 2 ranks', () => {
         if (c.bucketBytes < c.largest) expect(c.bucketBytes).toBe(4096); // the small-bucket case ran
       }
     }
-    expect(seen).toEqual(new Set(['fsdp2:1:4194304', 'fsdp2:2:1048576', 'fsdp2:2:4096', 'megatron:2:1048576', 'megatron:1:1048576']));
+    const cases = ['fsdp2:1:4194304', 'fsdp2:2:1048576', 'fsdp2:2:4096', 'megatron:2:1048576', 'megatron:1:1048576'];
+    if (which === 'moe') cases.push('megatron-ep2:2:1048576', 'megatron-ep2:1:1048576');
+    expect(seen).toEqual(new Set(cases));
   });
 
   it('tiny moe: a transposed expert weight is caught by the log-prob verification (WeightSyncError on every rank)', () => {

@@ -135,10 +135,12 @@ function isWhole(w: DirectWrite): boolean {
 export function syncMegatron(s: MegatronStrategy, out: ColocateOut): number {
   const { cfg } = s;
   const { engine, stream } = out;
-  if (s.sizes.ep > 1) {
-    throw new InvalidArgumentError(`Weight sync (colocate): megatron with ep=${s.sizes.ep} is not supported yet (experts would need a gather over ep). HINT: use ep=1 for colocated sync, or server mode.`, { ep: s.sizes.ep });
-  }
   const tp = s.sizes.tp;
+  // Expert parallel: this rank holds experts [epRank·El, (epRank+1)·El) under local indices;
+  // local expert j of every ep rank arrives with one all-gather over the ep group.
+  const ep = s.sizes.ep;
+  const El = cfg.moe ? cfg.moe.numExperts / ep : 0;
+  let epStaging: Tensor | null = null;
   const tpComm = s.mesh.comm('tp');
   const fast = engine.shard.tpSize === tp && engine.shard.tpRank === tpComm.rank;
   const local = s.localTensors('params');
@@ -150,7 +152,17 @@ export function syncMegatron(s: MegatronStrategy, out: ColocateOut): number {
     for (const spec of specs) {
       const t = local.get(spec.name)!;
       n++;
-      if (spec.expert !== undefined) {
+      if (spec.expert !== undefined && ep > 1) {
+        if (spec.expert >= El) continue; // covered by the gather of local index expert % El
+        const fc = spec.name.endsWith('linear_fc1.weight') ? 'fc1' : 'fc2';
+        const all = viewOf((epStaging ??= Tensor.empty(engine.device, [ep * t.numel], 'fp32')), [ep * t.numel]);
+        out.pending.push(s.expertComm.allGather(t.reshape([t.numel]), all, stream));
+        for (let q = 0; q < ep; q++) {
+          const w = expertDirectWrite(cfg, engine.shard, spec.layer!, q * El + spec.expert, fc);
+          const piece = viewOf(all, t.shape, q * t.numel);
+          engine.writeRuntimeDirect(w.param, (dst, st) => w.write(dst, piece, st));
+        }
+      } else if (spec.expert !== undefined) {
         const w = expertDirectWrite(cfg, engine.shard, spec.layer!, spec.expert, spec.name.endsWith('linear_fc1.weight') ? 'fc1' : 'fc2');
         engine.writeRuntimeDirect(w.param, (dst, st) => w.write(dst, t, st));
       } else if (spec.tp === 'replicated') out.writeHf(hfNameOfReplicated(spec), t);
@@ -166,6 +178,7 @@ export function syncMegatron(s: MegatronStrategy, out: ColocateOut): number {
   } finally {
     staging?.release();
     scratch?.release();
+    epStaging?.release();
   }
   return n;
 }

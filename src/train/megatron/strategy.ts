@@ -78,6 +78,11 @@ export class MegatronStrategy implements TrainStrategy {
   readonly layout: string;
   readonly ranks: number;
 
+  /** The expert-parallel group (rank r holds global experts [r·E/ep, (r+1)·E/ep)); for weight sync. */
+  get expertComm(): Communicator {
+    return this.epComm;
+  }
+
   get communicators(): readonly Communicator[] {
     return [this.mesh.parent, this.mesh.comm('dp'), this.mesh.comm('tp'), this.epComm, this.edpComm];
   }
