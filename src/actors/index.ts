@@ -6,7 +6,7 @@ import type { ActorSpec } from '../runtime/config.js';
 import { builtFile } from '../runtime/paths.js';
 import type { TrainerConfigInput } from '../train/config.js';
 
-export { TrainerActor, type TrainStepResult, type RowLogprobs } from './trainer.js';
+export { TrainerActor, type TrainStepResult } from './trainer.js';
 export { RolloutActor, type RolloutActorOptions } from './rollout.js';
 export { SyncActor, makeWeightSync, type SyncCallOptions, type WeightSyncSetup } from './sync.js';
 

@@ -16,10 +16,9 @@
 import type { Communicator } from '../runtime/comm.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/rank-context.js';
-import { Tensor } from '../runtime/device-index.js';
 import type { HostParam } from '../model/param-store.js';
 import { grpoLoss, type GrpoBatchData, type GrpoLossOptions } from '../grpo/loss.js';
-import { tokenLogprobs } from '../grpo/logprob-op.js';
+import { rowLogprobs, type RowLogprobs } from '../grpo/logprob-op.js';
 import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../train/checkpoint.js';
 import { parseTrainerConfig, type TrainerConfig, type TrainerConfigInput } from '../train/config.js';
 import { commMillis } from '../train/comm-time.js';
@@ -99,7 +98,7 @@ export class TrainerActor {
    * rows: the controller assembles the global [B·S] array from the ranks' pieces.
    */
   computeLogprobs(batch: TrainBatch, temperature = 1): Promise<RowLogprobs> {
-    return logprobsOf(this.strategy, batch, temperature);
+    return rowLogprobs(this.strategy, batch, temperature);
   }
 
   /** Local setup on a trainer-group communicator the caller already formed (SPMD drivers). */
@@ -145,7 +144,7 @@ export class TrainerActor {
   /** computeLogprobs() under the frozen reference policy. */
   computeRefLogprobs(batch: TrainBatch, temperature = 1): Promise<RowLogprobs> {
     if (!this.#ref) throw new InvalidArgumentError('No reference policy: call setupReference() on every trainer rank first.');
-    return logprobsOf(this.#ref, batch, temperature);
+    return rowLogprobs(this.#ref, batch, temperature);
   }
 
   /** Full HF-named state on every rank (tests, weight export). */
@@ -170,23 +169,4 @@ export class TrainerActor {
     if (this.#comm && this.#comm !== this.ctx.comm) this.#comm.destroy();
     this.#comm = null;
   }
-}
-
-export interface RowLogprobs {
-  row0: number;
-  rows: number;
-  logprobs: Float32Array;
-}
-
-/** Target-token log-probs of this rank's dp rows (an eval-mode forward: no dropout, gradients untouched). */
-async function logprobsOf(s: TrainStrategy, batch: TrainBatch, temperature: number): Promise<RowLogprobs> {
-  let out: RowLogprobs | null = null;
-  const capture: LossFn = async (tape, logits, rows) => {
-    const tgt = tape.own(Tensor.fromArray(logits.value.device, rows.targets, [rows.targets.length], { stream: tape.stream }));
-    const lp = tokenLogprobs(tape, logits, tgt, temperature);
-    out = { row0: rows.row0, rows: rows.rows, logprobs: (await lp.value.toArray({ stream: tape.stream })) as Float32Array };
-    return { perToken: lp, weights: new Float32Array(lp.value.numel) };
-  };
-  await s.forward(batch, capture);
-  return out!;
 }

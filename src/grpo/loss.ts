@@ -10,11 +10,10 @@
  * objective with respect to each log-prob becomes the backward seed. One host read of
  * T floats per micro-batch; the gradient is exact (not an approximation).
  */
-import { Tensor } from '../runtime/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { IGNORE_INDEX } from '../model/synthetic-task.js';
 import type { LossFn, TrainBatch } from '../train/strategy.js';
-import { tokenLogprobs } from './logprob-op.js';
+import { targetLogprobs } from './logprob-op.js';
 import { tokenTerms, type TokenTermOptions } from './token-terms.js';
 
 export interface GrpoBatchData {
@@ -46,11 +45,8 @@ export function checkGrpoData(batch: TrainBatch, data: GrpoBatchData, opts: Grpo
 export function grpoLoss(data: GrpoBatchData, opts: GrpoLossOptions): LossFn {
   return async (tape, logits, rows, global) => {
     checkGrpoData(global, data, opts);
-    const device = logits.value.device;
-    const stream = tape.stream;
-    const tgt = tape.own(Tensor.fromArray(device, rows.targets, [rows.targets.length], { stream }));
-    const logp = tokenLogprobs(tape, logits, tgt, opts.temperature);
-    const host = (await logp.value.toArray({ stream })) as Float32Array;
+    const logp = targetLogprobs(tape, logits, rows.targets, opts.temperature);
+    const host = (await logp.value.toArray({ stream: tape.stream })) as Float32Array;
     let total = 0;
     for (const t of global.targets) if (t !== IGNORE_INDEX) total++;
     const weights = new Float32Array(host.length);

@@ -2,18 +2,16 @@
  * Verification of a weight sync: (1) per-tensor checksums of the engine — every runtime
  * parameter is 'processed' and has a checksum (no parameter was left unwritten,
  * half-processed or dropped); (2) log-prob parity on a probe batch — the trainer's
- * eval-mode forward (strategy.forward with a LossFn that captures the token log-probs
- * with no backward, as TrainerActor.computeLogprobs does) and
- * the engine's computeLogprobs agree within `tolerance` at every position. A layout bug
+ * eval-mode forward (rowLogprobs, the pass TrainerActor.computeLogprobs runs) and the
+ * engine's computeLogprobs agree within `tolerance` at every position. A layout bug
  * (e.g. one transposed expert weight) changes the engine's logits, so (2) catches what a
  * byte count cannot.
  */
-import { Tensor } from '../runtime/device-index.js';
 import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { IGNORE_INDEX } from '../model/kernels/index.js';
-import { tokenLogprobs } from '../grpo/logprob-op.js';
+import { rowLogprobs } from '../grpo/logprob-op.js';
 import type { RolloutEngine } from '../rollout/engine.js';
-import type { LossFn, TrainBatch, TrainStrategy } from '../train/strategy.js';
+import type { TrainBatch, TrainStrategy } from '../train/strategy.js';
 
 export interface VerifyOptions {
   probe: { ids: number[][]; temperature: number };
@@ -46,16 +44,10 @@ export function probeBatch(ids: number[][]): TrainBatch {
  * data-parallel share).
  */
 export async function trainerLogprobs(s: TrainStrategy, batch: TrainBatch, temperature: number): Promise<{ values: Float32Array; rows: Uint8Array }> {
+  const mine = await rowLogprobs(s, batch, temperature);
   const values = new Float32Array(batch.batch * batch.seqLen);
-  const rows = new Uint8Array(batch.batch);
-  const capture: LossFn = async (tape, logits, local) => {
-    const tgt = tape.own(Tensor.fromArray(logits.value.device, local.targets, [local.targets.length], { stream: tape.stream }));
-    const lp = tokenLogprobs(tape, logits, tgt, temperature);
-    values.set((await lp.value.toArray({ stream: tape.stream })) as Float32Array, local.row0 * batch.seqLen);
-    rows.fill(1, local.row0, local.row0 + local.rows);
-    return { perToken: lp, weights: new Float32Array(lp.value.numel) };
-  };
-  await s.forward(batch, capture);
+  values.set(mine.logprobs, mine.row0 * batch.seqLen);
+  const rows = new Uint8Array(batch.batch).fill(1, mine.row0, mine.row0 + mine.rows);
   return { values, rows };
 }
 
