@@ -5,13 +5,15 @@
  * megatron tp2 with `lora` in the trainer config trains 2 steps like the single-device
  * LoRA strategy and changes only the adapters.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { World } from '../src/runtime/world.js';
 import { Device } from '../src/runtime/device.js';
-import { loadModelConfig } from '../src/model/config.js';
+import { loadModelConfig, toHFConfig } from '../src/model/config.js';
+import { writeCheckpoint } from '../src/model/checkpoint.js';
+import { detectExpertLayout, initParams, toHostTensors } from '../src/model/params.js';
 import { initialParams } from '../src/model/sft.js';
 import { makeBatch } from '../src/model/synthetic-task.js';
 import { SingleDeviceStrategy } from '../src/train/single.js';
@@ -58,6 +60,28 @@ describe('trainer actor (one rank)', () => {
       } finally {
         ref.release();
       }
+    } finally {
+      await world.shutdown();
+    }
+  });
+
+  it("init: 'checkpoint' loads the HF weights beside config.json (per-expert layout converted to fused)", async () => {
+    const cfg = loadModelConfig(join(model, 'config.json'));
+    const folder = join(dir, 'hf-model');
+    mkdirSync(folder, { recursive: true });
+    writeFileSync(join(folder, 'config.json'), JSON.stringify(toHFConfig(cfg)));
+    const perExpert = initParams(cfg, 9, { expertLayout: 'per-expert' });
+    const sources = [...toHostTensors(perExpert)].map(([name, t]) => ({ name, ...t }));
+    await writeCheckpoint(folder, sources, { maxShardBytes: 256 * 1024 });
+    expect(detectExpertLayout(perExpert.keys(), cfg)).toBe('per-expert');
+    const world = await World.create({ size: 1, deviceMemory: '64MiB', taskPool: false });
+    try {
+      const trainers = await world.spawn<TrainerActor>(trainerActorSpec({ strategy: 'single', model: folder, init: 'checkpoint' }));
+      await trainers.call('setup');
+      const [got] = await trainers.call('gatherState', 'params');
+      const want = initialParams(cfg, 9);
+      expect([...got!.keys()].sort()).toEqual([...want.keys()].sort());
+      for (const [n, p] of want) expect(Buffer.from(got!.get(n)!.data.buffer).equals(Buffer.from(p.data.buffer)), n).toBe(true);
     } finally {
       await world.shutdown();
     }

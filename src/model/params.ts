@@ -243,8 +243,26 @@ export function initParams(cfg: ModelConfig, seed: number, opts: { expertLayout?
 }
 
 /** F32 host tensors viewing the same memory as `params` (no copy). */
-export function toHostTensors(params: ReadonlyMap<string, { shape: number[]; data: Float32Array }>): Map<string, HostTensor> {
-  return new Map([...params].map(([n, p]) => [n, { dtype: 'F32' as const, shape: p.shape, data: new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength) }]));
+/** The inverse of toHostTensors for F32 tensors (copied into aligned Float32Arrays). */
+export function fromHostTensors(tensors: ReadonlyMap<string, HostTensor>): Map<string, { shape: number[]; data: Float32Array }> {
+  return new Map(
+    [...tensors].map(([n, t]) => {
+      if (t.dtype !== 'F32') throw new CheckpointFormatError(`${n} is ${t.dtype}; expected F32.`, { tensor: n });
+      const data = new Float32Array(t.data.byteLength / 4);
+      new Uint8Array(data.buffer).set(t.data);
+      return [n, { shape: [...t.shape], data }];
+    }),
+  );
+}
+
+/** Full HF-named fp32 parameters in the fused expert layout (converted when they are per-expert). */
+export function toFusedParams(params: ReadonlyMap<string, { shape: readonly number[]; data: Float32Array }>, cfg: ModelConfig): Map<string, { shape: number[]; data: Float32Array }> {
+  if (!cfg.moe || detectExpertLayout(params.keys(), cfg) !== 'per-expert') return new Map([...params].map(([n, p]) => [n, { shape: [...p.shape], data: p.data }]));
+  return fromHostTensors(convertExpertLayout(toHostTensors(params), cfg, 'fused'));
+}
+
+export function toHostTensors(params: ReadonlyMap<string, { shape: readonly number[]; data: Float32Array }>): Map<string, HostTensor> {
+  return new Map([...params].map(([n, p]) => [n, { dtype: 'F32' as const, shape: [...p.shape], data: new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength) }]));
 }
 
 /**

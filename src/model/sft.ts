@@ -9,18 +9,13 @@ import { Tape } from './autograd.js';
 import type { ModelConfig } from './config.js';
 import * as F from './functional.js';
 import { ParamStore, type AdamWHyper, type HostParam } from './param-store.js';
-import { convertExpertLayout, initParams, toHostTensors } from './params.js';
+import { initParams, toFusedParams } from './params.js';
 import { Qwen3Model, uploadBatch } from './qwen3.js';
 import { makeBatch } from './synthetic-task.js';
 
 /** Seeded initial parameters in the fused expert layout, as fp32 host arrays. */
 export function initialParams(cfg: ModelConfig, seed: number): Map<string, HostParam> {
-  const perExpert = initParams(cfg, seed);
-  if (!cfg.moe) return perExpert;
-  const fused = convertExpertLayout(toHostTensors(perExpert), cfg, 'fused');
-  return new Map(
-    [...fused].map(([name, t]) => [name, { shape: t.shape, data: new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength)) }]),
-  );
+  return toFusedParams(initParams(cfg, seed), cfg);
 }
 
 export interface StepResult {

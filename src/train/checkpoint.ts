@@ -185,15 +185,16 @@ export interface LoadedCheckpoint {
   state: TrainerStateFile;
 }
 
-async function readHost(dir: string, prefix = ''): Promise<Map<string, HostParam>> {
+/** Every tensor of an F32 checkpoint (single file or sharded) as host fp32 arrays by name. */
+export async function readF32Checkpoint(dir: string): Promise<Map<string, HostParam>> {
   const ckpt = await Checkpoint.open(dir);
   const out = new Map<string, HostParam>();
   try {
     for await (const [info, bytes] of ckpt) {
-      if (info.dtype !== 'F32') throw new CheckpointFormatError(`${info.file}: ${info.name} is ${info.dtype}; training checkpoints hold F32.`, { file: info.file, tensor: info.name });
-      const copy = new Float32Array(bytes.byteLength / 4);
-      new Uint8Array(copy.buffer).set(bytes);
-      out.set(info.name.slice(prefix.length), { shape: [...info.shape], data: copy });
+      if (info.dtype !== 'F32') throw new CheckpointFormatError(`${info.file}: ${info.name} is ${info.dtype}; training loads F32 checkpoints.`, { file: info.file, tensor: info.name });
+      const data = new Float32Array(bytes.byteLength / 4);
+      new Uint8Array(data.buffer).set(bytes);
+      out.set(info.name, { shape: [...info.shape], data });
     }
   } finally {
     await ckpt.close();
@@ -238,8 +239,8 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
   const cfg = parseModelConfig(JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')), join(dir, 'config.json'));
   const diff = sameModel(cfg, strategy.cfg);
   if (diff) throw new CheckpointFormatError(`${dir} holds another model: ${diff}.`, { file: dir });
-  const params = await readHost(dir);
-  const opt = await readHost(join(dir, 'optimizer'));
+  const params = await readF32Checkpoint(dir);
+  const opt = await readF32Checkpoint(join(dir, 'optimizer'));
   const expAvg = new Map<string, HostParam>();
   const expAvgSq = new Map<string, HostParam>();
   for (const [name, p] of opt) {

@@ -8,10 +8,10 @@ import { dirname, join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
 import type { Device } from '../runtime/device-index.js';
 import { ConfigError } from '../runtime/errors.js';
-import { Checkpoint } from '../model/checkpoint.js';
 import { loadModelConfig, type ModelConfig } from '../model/config.js';
 import type { HostParam } from '../model/param-store.js';
-import { convertExpertLayout, detectExpertLayout } from '../model/params.js';
+import { toFusedParams } from '../model/params.js';
+import { readF32Checkpoint } from './checkpoint.js';
 import { initialParams } from '../model/sft.js';
 import type { TrainerConfig } from './config.js';
 import { Fsdp2Strategy } from './fsdp2/strategy.js';
@@ -26,18 +26,7 @@ export function modelConfigPath(model: string): string {
 
 /** Full HF-named fp32 host weights (fused experts) from the checkpoint beside config.json. */
 export async function readHfWeights(cfg: ModelConfig, model: string): Promise<Map<string, HostParam>> {
-  const ckpt = await Checkpoint.open(dirname(modelConfigPath(model)));
-  const raw = new Map<string, { dtype: 'F32'; shape: number[]; data: Uint8Array }>();
-  try {
-    for await (const [info, bytes] of ckpt) {
-      if (info.dtype !== 'F32') throw new ConfigError(`${info.file}: ${info.name} is ${info.dtype}; the trainer loads F32 checkpoints.`, { tensor: info.name });
-      raw.set(info.name, { dtype: 'F32', shape: [...info.shape], data: bytes.slice() });
-    }
-  } finally {
-    await ckpt.close();
-  }
-  const fused = detectExpertLayout(raw.keys(), cfg) === 'per-expert' ? convertExpertLayout(raw, cfg, 'fused') : raw;
-  return new Map([...fused].map(([n, t]) => [n, { shape: t.shape, data: new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength)) }]));
+  return toFusedParams(await readF32Checkpoint(dirname(modelConfigPath(model))), cfg);
 }
 
 export interface StrategyContext {
