@@ -23,7 +23,6 @@ import { InvalidArgumentError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/rank-context.js';
 import { TaskPool } from '../runtime/task-pool.js';
 import { builtFile } from '../runtime/paths.js';
-import type { ActorMesh } from '../runtime/actor-mesh.js';
 import { loadModelConfig } from '../model/config.js';
 import { makeBatch, makeProblem } from '../model/synthetic-task.js';
 import { latestCheckpoint, TRAIN_STATE_FILE } from '../train/checkpoint.js';
@@ -48,12 +47,10 @@ export interface GrpoSummary {
 class GrpoControl {
   readonly done: Promise<void>;
   #resolve!: () => void;
-  #reject!: (e: Error) => void;
 
   constructor() {
-    this.done = new Promise((res, rej) => {
+    this.done = new Promise((res) => {
       this.#resolve = res;
-      this.#reject = rej;
     });
   }
 
@@ -301,4 +298,3 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
   return summary;
 }
 
-export type { ActorMesh };

@@ -22,12 +22,12 @@
 import { mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
-import { Tensor } from '../runtime/device-index.js';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { Checkpoint, writeCheckpoint } from '../model/checkpoint.js';
 import { parseModelConfig, toHFConfig, type ModelConfig } from '../model/config.js';
 import type { HostParam } from '../model/param-store.js';
 import { atomicWrite, type TensorSource } from '../model/safetensors.js';
+import { anyRank } from './any-rank.js';
 import type { FullState, TrainStrategy } from './strategy.js';
 
 export const TRAIN_STATE_FILE = 'trainer_state.json';
@@ -72,22 +72,9 @@ function hostSources(state: Map<string, HostParam>, prefix = ''): TensorSource[]
 
 /** Agrees on success across ranks: throws on every rank when any rank failed. */
 async function agree(comm: Communicator | undefined, local: Error | null, what: string): Promise<void> {
-  if (!comm || comm.size === 1) {
-    if (local) throw local;
-    return;
-  }
-  const device = comm.device;
-  const flag = Tensor.fromArray(device, new Int32Array([local ? 1 : 0]), [1], { dtype: 'int32' });
-  const out = Tensor.empty(device, [1], 'int32');
-  try {
-    await comm.allReduce(flag, out, 'max');
-    const failed = ((await out.toArray()) as Int32Array)[0]!;
-    if (local) throw local;
-    if (failed) throw new CheckpointFormatError(`${what} failed on another rank (see that rank's error); nothing was changed here.`, { what });
-  } finally {
-    flag.release();
-    out.release();
-  }
+  const failed = comm ? await anyRank(comm, local !== null) : local !== null;
+  if (local) throw local;
+  if (failed) throw new CheckpointFormatError(`${what} failed on another rank (see that rank's error); nothing was changed here.`, { what });
 }
 
 /** Saves `strategy` under `root/step-NNNNNN` atomically and points `latest` at it. Returns the step folder. */

@@ -32,6 +32,7 @@ import type { LoraConfigInput } from '../../model/lora-config.js';
 import type { DeviceMesh } from '../../parallel/device-mesh.js';
 import { viewOf } from '../../parallel/local-ops.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
+import { anyRank } from '../any-rank.js';
 import { crossEntropyLoss, localRows, weightedSum, weightedTokens } from '../rows.js';
 import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
 import { hostFromGathered, paramProblems, planLayout, shardFromHost, throwProblems, type FlatLayout, type FlatUnit } from './layout.js';
@@ -373,18 +374,7 @@ export class Fsdp2Strategy implements TrainStrategy {
   }
 }
 
-/**
- * Every rank learns whether any rank rejected its input (one int32 all-reduce max), so
- * a bad input on one rank makes all ranks throw instead of leaving the others waiting.
- */
+/** Throws on every rank when any rank rejected its input (see any-rank.ts). */
 async function agree(comm: Communicator, bad: boolean, fn: string, what: string): Promise<void> {
-  const stream = comm.device.defaultStream;
-  const t = Tensor.fromArray(comm.device, Int32Array.from([bad ? 1 : 0]), [1], { stream });
-  try {
-    await comm.allReduce(t, t, 'max', stream);
-    const any = ((await t.toArray({ stream })) as Int32Array)[0] === 1;
-    if (any && !bad) throw new InvalidArgumentError(`${fn}: another rank rejected ${what}; every rank must pass the same, valid input. See that rank's error.`);
-  } finally {
-    t.release();
-  }
+  if ((await anyRank(comm, bad)) && !bad) throw new InvalidArgumentError(`${fn}: another rank rejected ${what}; every rank must pass the same, valid input. See that rank's error.`);
 }
