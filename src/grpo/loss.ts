@@ -12,6 +12,7 @@
  */
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { IGNORE_INDEX } from '../model/synthetic-task.js';
+import { targetTokens } from '../train/rows.js';
 import type { LossFn, TrainBatch } from '../train/strategy.js';
 import { targetLogprobs } from './logprob-op.js';
 import { tokenTerms, type TokenTermOptions } from './token-terms.js';
@@ -47,8 +48,7 @@ export function grpoLoss(data: GrpoBatchData, opts: GrpoLossOptions): LossFn {
     checkGrpoData(global, data, opts);
     const logp = targetLogprobs(tape, logits, rows.targets, opts.temperature);
     const host = (await logp.value.toArray({ stream: tape.stream })) as Float32Array;
-    let total = 0;
-    for (const t of global.targets) if (t !== IGNORE_INDEX) total++;
+    const total = targetTokens(global);
     const weights = new Float32Array(host.length);
     const base = rows.row0 * rows.seqLen;
     let value = 0, tokens = 0, clipped = 0, kl = 0, ratio = 0, logpSum = 0;

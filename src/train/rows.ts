@@ -6,7 +6,8 @@ import { Tensor } from '../runtime/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import * as F from '../model/functional.js';
 import { IGNORE_INDEX } from '../model/synthetic-task.js';
-import type { LocalRows, LossFn, TrainBatch } from './strategy.js';
+import type { Stream } from '../runtime/device-index.js';
+import type { LocalRows, LossFn, LossTerms, StepLoss, TrainBatch } from './strategy.js';
 
 /** Checks a global batch's shapes (every strategy calls this first). */
 export function checkBatch(b: TrainBatch): void {
@@ -64,4 +65,18 @@ export function weightedTokens(weights: Float32Array): number {
   let n = 0;
   for (const w of weights) if (w !== 0) n++;
   return n;
+}
+
+/**
+ * The StepLoss of a loss's terms: this rank's objective share (`terms.value`, else
+ * Σ weights·perToken read from the device), weighted tokens and stats, summed over the
+ * data-parallel ranks by `sum` (one all-reduce of the packed vector; omit on one rank).
+ */
+export async function stepLoss(terms: LossTerms, stream: Stream, sum?: (local: Float32Array) => Promise<Float32Array>): Promise<StepLoss> {
+  const value = terms.value ?? weightedSum((await terms.perToken.value.toArray({ stream })) as Float32Array, terms.weights);
+  const keys = Object.keys(terms.stats ?? {});
+  const local = [value, weightedTokens(terms.weights), ...keys.map((k) => terms.stats![k]!)];
+  const g: ArrayLike<number> = sum ? await sum(Float32Array.from(local)) : local;
+  const stats = keys.length ? Object.fromEntries(keys.map((k, i) => [k, g[2 + i]!])) : undefined;
+  return { loss: g[0]!, tokens: Math.round(g[1]!), ...(stats ? { stats } : {}) };
 }

@@ -13,7 +13,7 @@ import { Qwen3Model, uploadBatch } from '../model/qwen3.js';
 import { LoraAdapters, loraStepSeed, type LoraHooks } from '../model/lora.js';
 import type { LoraConfigInput } from '../model/lora-config.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from './grad-norm.js';
-import { crossEntropyLoss, localRows, weightedSum, weightedTokens } from './rows.js';
+import { crossEntropyLoss, localRows, stepLoss } from './rows.js';
 import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from './strategy.js';
 
 /** LoRA on the single-device path: only the adapters train; base weights stay frozen. */
@@ -92,8 +92,7 @@ export class SingleDeviceStrategy implements TrainStrategy {
       const terms = await loss(tape, logits, rows, batch);
       const { perToken, weights } = terms;
       if (backward) tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
-      const value = terms.value ?? weightedSum((await perToken.value.toArray({ stream })) as Float32Array, weights);
-      return { loss: value, tokens: weightedTokens(weights), ...(terms.stats ? { stats: { ...terms.stats } } : {}) };
+      return await stepLoss(terms, stream);
     } finally {
       tape.release();
     }

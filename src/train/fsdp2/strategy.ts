@@ -33,7 +33,7 @@ import type { DeviceMesh } from '../../parallel/device-mesh.js';
 import { viewOf } from '../../parallel/local-ops.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
 import { anyRank } from '../any-rank.js';
-import { crossEntropyLoss, localRows, weightedSum, weightedTokens } from '../rows.js';
+import { crossEntropyLoss, localRows, stepLoss } from '../rows.js';
 import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
 import { hostFromGathered, paramProblems, planLayout, shardFromHost, throwProblems, type FlatLayout, type FlatUnit } from './layout.js';
 import { SlotPool } from './slot-pool.js';
@@ -229,11 +229,7 @@ export class Fsdp2Strategy implements TrainStrategy {
         tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
         run.finish();
       }
-      const value = terms.value ?? weightedSum((await perToken.value.toArray({ stream })) as Float32Array, weights);
-      const statKeys = Object.keys(terms.stats ?? {});
-      const sums = await this.allReduceHost([value, weightedTokens(weights), ...statKeys.map((k) => terms.stats![k]!)]);
-      const stats = statKeys.length ? Object.fromEntries(statKeys.map((k, i) => [k, sums[2 + i]!])) : undefined;
-      return { loss: sums[0]!, tokens: Math.round(sums[1]!), ...(stats ? { stats } : {}) };
+      return await stepLoss(terms, stream, (local) => this.allReduceHost(local));
     } finally {
       this.run = null;
       run.dispose();
@@ -358,9 +354,9 @@ export class Fsdp2Strategy implements TrainStrategy {
     for (const t of this.units.values()) for (const x of [t.param, t.grad, t.m, t.v]) x?.release();
   }
 
-  private async allReduceHost(values: number[]): Promise<Float32Array> {
+  private async allReduceHost(values: Float32Array): Promise<Float32Array> {
     const { stream } = this;
-    const t = Tensor.fromArray(this.device, Float32Array.from(values), [values.length], { stream });
+    const t = Tensor.fromArray(this.device, values, [values.length], { stream });
     try {
       await this.comm.allReduce(t, t, 'sum', stream);
       return (await t.toArray({ stream })) as Float32Array;

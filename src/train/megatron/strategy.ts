@@ -37,7 +37,7 @@ import * as K from '../../model/kernels/index.js';
 import type { AdamWHyper, HostParam } from '../../model/param-store.js';
 import { uploadBatch } from '../../model/qwen3.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
-import { crossEntropyLoss, localRows, weightedSum, weightedTokens } from '../rows.js';
+import { crossEntropyLoss, localRows, stepLoss } from '../rows.js';
 import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
 import { expertNames, hfToMegatron, megatronSpecs, megatronToHf, tpGather, tpLocalShape, tpSlice } from './bridge.js';
 import { PendingComms } from './comm-ops.js';
@@ -231,19 +231,15 @@ export class MegatronStrategy implements TrainStrategy {
         if (comm.size > 1) this.pending.track(comm.allReduce(step, step, 'sum', stream));
         axpy(this.grads.acc.get(group)!, 1, step, { stream });
       }
-      const value = terms.value ?? weightedSum((await perToken.value.toArray({ stream })) as Float32Array, weights);
-      const statKeys = Object.keys(terms.stats ?? {});
-      const local = new Float32Array([value, weightedTokens(weights), ...statKeys.map((k) => terms.stats![k]!)]);
-      let global: Float32Array = local;
+      // Summed over dp only: TP ranks hold the same rows.
       const dp = this.mesh.comm('dp');
-      if (dp.size > 1) {
+      const result = await stepLoss(terms, stream, dp.size > 1 ? async (local) => {
         const t = tape.own(Tensor.fromArray(device, local, [local.length], { stream }));
         this.pending.track(dp.allReduce(t, t, 'sum', stream));
-        global = (await t.toArray({ stream })) as Float32Array;
-      }
+        return (await t.toArray({ stream })) as Float32Array;
+      } : undefined);
       await this.pending.settle();
-      const stats = statKeys.length ? Object.fromEntries(statKeys.map((k, i) => [k, global[2 + i]!])) : undefined;
-      return { loss: global[0]!, tokens: Math.round(global[1]!), ...(stats ? { stats } : {}) };
+      return result;
     } finally {
       await this.pending.settle().catch(() => undefined);
       tape.release();
