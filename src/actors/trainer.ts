@@ -59,9 +59,8 @@ export class TrainerActor {
     const ranks = this.ranks ?? Array.from({ length: ctx.worldSize }, (_, i) => i);
     const comm = ranks.length === ctx.worldSize ? ctx.comm : await ctx.comm.split(ranks.includes(ctx.rank) ? 0 : null, ranks.indexOf(ctx.rank));
     if (!comm) throw new InvalidArgumentError(`TrainerActor on rank ${ctx.rank}: this rank is not in the trainer ranks [${ranks.join(', ')}].`);
-    this.#comm = comm;
-    this.#strategy = await createStrategy(this.config, { comm, device: ctx.device });
-    return { rank: ctx.rank, groupRank: comm.rank, layout: this.#strategy.layout };
+    const strategy = await this.setupOn(comm);
+    return { rank: ctx.rank, groupRank: comm.rank, layout: strategy.layout };
   }
 
   get strategy(): TrainStrategy {
