@@ -34,7 +34,12 @@ export function counts(op: BenchOp, bytes: number, elem: number, p: number): { s
 export class CollectivesBench {
   constructor(private readonly ctx: RankContext) {}
 
-  async runCase(op: BenchOp, dtype: DType, bytes: number, iters: number, warmup: number, redop: ReduceOp): Promise<CaseResult> {
+  /**
+   * Runs one size of one op. In place as nccl-tests does it: allReduce, broadcast and
+   * allToAll with send === recv; allGather sends this rank's chunk of recv; reduceScatter
+   * receives into this rank's chunk of send.
+   */
+  async runCase(op: BenchOp, dtype: DType, bytes: number, iters: number, warmup: number, redop: ReduceOp, inPlace = false): Promise<CaseResult> {
     const { comm, device, rank } = this.ctx;
     const p = comm.size;
     const elem = dtype === 'int64' ? 8 : dtype === 'fp32' || dtype === 'int32' ? 4 : 2;
@@ -43,12 +48,11 @@ export class CollectivesBench {
     // Inputs are small integers so every result is exact in every dtype: rank+1 (sum 136 on
     // 16 ranks), and for prod 2 on ranks 0-1 and 1 elsewhere (product 4).
     const value = redop === 'prod' ? (rank < 2 ? 2 : 1) : rank + 1;
-    const send = Tensor.empty(device, [c.send], dtype);
-    const recv = Tensor.empty(device, [c.recv], dtype);
+    const { send, recv, owned } = buffers(device, op, dtype, c, rank, elem, inPlace);
     try {
       const refill = () => {
+        if (!inPlace || op === 'allGather') fill(recv, 0, { stream });
         fill(send, value, { stream });
-        fill(recv, 0, { stream });
       };
       const run = (): Promise<void> => {
         switch (op) {
@@ -81,8 +85,7 @@ export class CollectivesBench {
       const wrong = countWrong(op, redop, dtype, got, p, c);
       return { endsMs, startsMs, wrong };
     } finally {
-      send.release();
-      recv.release();
+      for (const t of owned) t.release();
     }
   }
 
@@ -119,6 +122,26 @@ export class CollectivesBench {
     this.copyBufs.b.release();
     this.copyBufs.stream.destroy();
     this.copyBufs = undefined;
+  }
+}
+
+/** Send and recv tensors of one case; in place they share one buffer (views at nccl-tests' offsets). */
+function buffers(device: RankContext['device'], op: BenchOp, dtype: DType, c: { send: number; recv: number }, rank: number, elem: number, inPlace: boolean): { send: Tensor; recv: Tensor; owned: Tensor[] } {
+  if (!inPlace) {
+    const send = Tensor.empty(device, [c.send], dtype);
+    const recv = Tensor.empty(device, [c.recv], dtype);
+    return { send, recv, owned: [send, recv] };
+  }
+  const whole = Tensor.empty(device, [Math.max(c.send, c.recv)], dtype);
+  // A view shares the buffer: releasing `whole` releases the views too.
+  const view = (numel: number, offsetElems: number) => new Tensor(device, whole.buffer, dtype, [numel], undefined, whole.byteOffset + offsetElems * elem);
+  switch (op) {
+    case 'allGather':
+      return { send: view(c.send, rank * c.send), recv: whole, owned: [whole] };
+    case 'reduceScatter':
+      return { send: whole, recv: view(c.recv, rank * c.recv), owned: [whole] };
+    default:
+      return { send: whole, recv: whole, owned: [whole] };
   }
 }
 

@@ -1,8 +1,9 @@
 /**
  * `npm run bench -- collectives [--ranks N] [--op OP] [--dtype T] [--redop R] [--min-bytes B] [--max-bytes B]`
  *
- * nccl-tests-style rows for every op from 1 KiB to 256 MiB (x4 steps) on N in-process
- * ranks, beside a STREAM-like copy bandwidth measured in the same run with as many
+ * nccl-tests output (same header lines, columns and footer; bench/nccl-format.ts) for
+ * every op from 1 KiB to 256 MiB (x4 steps) on N in-process ranks, out of place and in
+ * place, beside a STREAM-like copy bandwidth measured in the same run with as many
  * threads as cores. Ops are enqueued back to back and waited for once (as nccl-tests
  * does); time is the p50 of the per-op cycle: when the slowest rank finished op i minus
  * when it finished op i-1, from the native flight recorder's clock. Then algbw = size /
@@ -23,11 +24,14 @@
  * (the last rank picks up op i) - (op i-1 done), the ranks' hand-over from one op to the
  * next; moveUs = p50 of (op i done) - (the last rank picks it up), the data movement.
  */
-import { availableParallelism, loadavg } from 'node:os';
+import { availableParallelism, hostname, loadavg } from 'node:os';
 import { Command, Option } from 'commander';
 import { World, type DType, type ReduceOp } from '../src/index.js';
 import { counts, type BenchOp, type CollectivesBench } from './collectives-actor.js';
+import { BenchUsageError } from './args.js';
+import { NCCL_TYPE_NAME, ncclFooterLines, ncclHeaderLines, ncclRedopRoot, ncclRow, type NcclResult } from './nccl-format.js';
 import { percentile, round, writeResults } from './stats.js';
+import { formatTable } from './table.js';
 
 const OPS: BenchOp[] = ['allReduce', 'allGather', 'reduceScatter', 'broadcast', 'allToAll'];
 const REDUCING = new Set<BenchOp>(['allReduce', 'reduceScatter']);
@@ -58,12 +62,17 @@ export function busFactor(op: BenchOp, p: number): number {
 
 export interface CollRow {
   op: BenchOp;
+  /** nccl-tests' in-place variant (send and recv share one buffer). */
+  inPlace: boolean;
   dtype: DType;
-  redop: ReduceOp | '';
-  root: number | '';
+  /** As nccl-tests prints it: the reduce op, or `none`. */
+  redop: string;
+  /** As nccl-tests prints it: the root, or -1. */
+  root: number;
   ranks: number;
   bytes: number;
   count: number;
+  iters: number;
   timeUs: number;
   algbwGBs: number;
   busbwGBs: number;
@@ -72,6 +81,23 @@ export interface CollRow {
   arriveUs: number;
   moveUs: number;
 }
+
+export const USAGE = `Usage: npm run bench -- collectives [flags]
+
+nccl-tests output (columns size count type redop root, then time algbw busbw #wrong out of
+place and in place) for every op on N in-process ranks, beside a STREAM-like copy measured in
+the same run. Results: bench/results/collectives-<date>.json (and collectives-latest.json).
+
+Flags:
+  --ranks <n>        ranks (default 16)
+  --op <op>          one op: ${OPS.join(', ')} (default: all)
+  --dtype <t>        fp32, bf16, fp16, int32, int64 (default fp32)
+  --redop <r>        sum, prod, max, min, avg (default sum)
+  --min-bytes <b>    smallest size in bytes (default 1024)
+  --max-bytes <b>    largest size in bytes (default 268435456)
+  --step <k>         size multiplier between rows (default 4)
+  -h, --help         print this help and exit
+`;
 
 function parse(argv: string[]) {
   const prog = new Command('bench collectives')
@@ -82,14 +108,15 @@ function parse(argv: string[]) {
     .addOption(new Option('--min-bytes <b>', 'smallest size').default(String(1024)))
     .addOption(new Option('--max-bytes <b>', 'largest size').default(String(256 * 1024 * 1024)))
     .addOption(new Option('--step <k>', 'size multiplier between rows').default('4'))
-    .exitOverride();
+    .exitOverride()
+    .configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
   prog.parse(argv, { from: 'user' });
   const o = prog.opts();
   const int = (name: string, v: string, min: number) => {
-    if (!/^\d+$/.test(v) || Number(v) < min) throw new Error(`Expected an integer >= ${min} for --${name} but received ${JSON.stringify(v)}`);
+    if (!/^\d+$/.test(v) || Number(v) < min) throw new BenchUsageError(`Expected an integer >= ${min} for --${name} but received ${JSON.stringify(v)}`);
     return Number(v);
   };
-  return {
+  const opts = {
     ranks: int('ranks', o.ranks, 1),
     ops: o.op ? [o.op as BenchOp] : OPS,
     dtype: o.dtype as DType,
@@ -98,9 +125,13 @@ function parse(argv: string[]) {
     maxBytes: int('max-bytes', o.maxBytes, 1),
     step: int('step', o.step, 2),
   };
+  if (opts.minBytes > opts.maxBytes) throw new BenchUsageError(`--min-bytes ${opts.minBytes} is larger than --max-bytes ${opts.maxBytes}; give a smallest size <= the largest.`);
+  return opts;
 }
 
-export async function runCollectivesBench(argv: string[]) {
+const WARMUP = 10;
+
+export async function runCollectivesBench(argv: string[], print: (line: string) => void = (l) => console.log(l)) {
   const opts = parse(argv);
   const p = opts.ranks;
   const world = await World.create({ size: p, taskPool: false });
@@ -120,60 +151,68 @@ export async function runCollectivesBench(argv: string[]) {
     }
     await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyDone')));
     const streamCopyGBs = (cores * 2 * copyBytes) / best / 1e9;
-    console.log(`STREAM-like copy: ${round(streamCopyGBs)} GB/s (read+write, ${cores} threads x ${copyBytes >> 20} MiB)`);
+    print(`# STREAM-like copy: ${round(streamCopyGBs)} GB/s (read+write, ${cores} threads x ${copyBytes >> 20} MiB)`);
 
     const rows: CollRow[] = [];
     const elem = opts.dtype === 'int64' ? 8 : opts.dtype === 'fp32' || opts.dtype === 'int32' ? 4 : 2;
+    const sizes: number[] = [];
+    for (let bytes = opts.minBytes; bytes <= opts.maxBytes; bytes *= opts.step) sizes.push(bytes);
     for (const op of opts.ops) {
-      for (let bytes = opts.minBytes; bytes <= opts.maxBytes; bytes *= opts.step) {
+      // Aim at ~0.3 s of work per row, 6..200 iterations.
+      const plan = sizes.map((bytes) => {
         const c = counts(op, bytes, elem, p);
         const size = Math.max(c.send, c.recv) * elem;
-        // Aim at ~0.3 s of work per row, 5..200 iterations.
         const estUs = 30 + trafficBytes(op, size, p) / (streamCopyGBs * 1e3) / 0.3;
-        const iters = Math.max(6, Math.min(200, Math.round(3e5 / estUs)));
-        const results = await mesh.call('runCase', op, opts.dtype, bytes, iters, Math.min(10, iters), opts.redop);
-        // Op i is done when the slowest rank finished it; its time is the gap to op i-1 (the cycle time).
-        const done = Array.from({ length: iters }, (_, i) => Math.max(...results.map((r) => r.endsMs[i]!)));
-        const cycleUs = done.slice(1).map((t, i) => (t - done[i]!) * 1000).sort((a, b) => a - b);
-        const timeUs = percentile(cycleUs, 50);
-        const lastStart = Array.from({ length: iters }, (_, i) => Math.max(...results.map((r) => r.startsMs[i]!)));
-        const arriveUs = percentile(lastStart.slice(1).map((t, i) => (t - done[i]!) * 1000).sort((a, b) => a - b), 50);
-        const moveUs = percentile(done.slice(1).map((t, i) => (t - lastStart[i + 1]!) * 1000).sort((a, b) => a - b), 50);
-        const algbw = size / (timeUs * 1e3);
-        rows.push({
-          op,
-          dtype: opts.dtype,
-          redop: REDUCING.has(op) ? opts.redop : '',
-          root: op === 'broadcast' ? 0 : '',
-          ranks: p,
-          bytes: size,
-          count: size / elem,
-          timeUs: round(timeUs, 1),
-          algbwGBs: round(algbw, 3),
-          busbwGBs: round(algbw * busFactor(op, p), 3),
-          wrong: results.reduce((a, r) => a + r.wrong, 0),
-          efficiency: round(trafficBytes(op, size, p) / (timeUs * 1e3) / streamCopyGBs, 3),
-          arriveUs: round(arriveUs, 1),
-          moveUs: round(moveUs, 1),
-        });
-        const last = rows[rows.length - 1]!;
-        console.log(
-          `${op.padEnd(14)}${String(last.bytes).padStart(12)}${String(last.count).padStart(11)}  ${opts.dtype.padEnd(6)}${String(last.redop).padEnd(5)}${String(last.root).padStart(4)}${last.timeUs.toFixed(1).padStart(11)}${last.algbwGBs.toFixed(2).padStart(8)}${last.busbwGBs.toFixed(2).padStart(8)}${String(last.wrong).padStart(7)}${last.efficiency.toFixed(2).padStart(7)}${last.arriveUs.toFixed(1).padStart(11)}${last.moveUs.toFixed(1).padStart(11)}`,
-        );
+        return { bytes, size, count: size / elem, iters: Math.max(6, Math.min(200, Math.round(3e5 / estUs))) };
+      });
+      const { redop, root } = ncclRedopRoot(op, opts.redop);
+      const header = ncclHeaderLines({ op, ranks: p, minBytes: opts.minBytes, maxBytes: opts.maxBytes, stepFactor: opts.step, warmupIters: WARMUP, iters: Math.min(...plan.map((x) => x.iters)), pid: process.pid, host: hostname(), device: 'Ascent simulated NPU' });
+      // nccl-tests prints one iteration count; here it adapts per size (printed: the smallest).
+      for (const line of header.slice(0, 2)) print(line);
+      print(`# Ascent: iterations per size adapt to ~0.3 s of work (${plan.map((x) => x.iters).join(', ')}); time = p50 of the per-op cycle`);
+      for (const line of header.slice(2)) print(line);
+      const printed: NcclResult[] = [];
+      for (const { bytes, size, count, iters } of plan) {
+        const pair: CollRow[] = [];
+        for (const inPlace of [false, true]) {
+          const results = await mesh.call('runCase', op, opts.dtype, bytes, iters, Math.min(WARMUP, iters), opts.redop, inPlace);
+          // Op i is done when the slowest rank finished it; its time is the gap to op i-1 (the cycle time).
+          const done = Array.from({ length: iters }, (_, i) => Math.max(...results.map((r) => r.endsMs[i]!)));
+          const cycleUs = done.slice(1).map((t, i) => (t - done[i]!) * 1000).sort((a, b) => a - b);
+          const timeUs = percentile(cycleUs, 50);
+          const lastStart = Array.from({ length: iters }, (_, i) => Math.max(...results.map((r) => r.startsMs[i]!)));
+          const arriveUs = percentile(lastStart.slice(1).map((t, i) => (t - done[i]!) * 1000).sort((a, b) => a - b), 50);
+          const moveUs = percentile(done.slice(1).map((t, i) => (t - lastStart[i + 1]!) * 1000).sort((a, b) => a - b), 50);
+          const algbw = size / (timeUs * 1e3);
+          pair.push({
+            op, inPlace, dtype: opts.dtype, redop, root, ranks: p, bytes: size, count, iters,
+            timeUs: round(timeUs, 2),
+            algbwGBs: round(algbw, 3),
+            busbwGBs: round(algbw * busFactor(op, p), 3),
+            wrong: results.reduce((a, r) => a + r.wrong, 0),
+            efficiency: round(trafficBytes(op, size, p) / (timeUs * 1e3) / streamCopyGBs, 3),
+            arriveUs: round(arriveUs, 1),
+            moveUs: round(moveUs, 1),
+          });
+        }
+        rows.push(...pair);
+        printed.push(...pair);
+        print(ncclRow(size, count, NCCL_TYPE_NAME[opts.dtype], redop, root, pair[0]!, pair[1]!));
       }
+      for (const line of ncclFooterLines(op, printed)) print(line);
     }
     // Load average (1, 5, 15 min) at the end of the run: the machine is shared, and the
     // efficiency of memory-bound rows moves with what else runs.
     const load = loadavg().map((l) => round(l, 2));
-    console.log(`load average: ${load.join(', ')}`);
-    return { suite: 'collectives', date: new Date().toISOString(), baselines: { streamCopyGBs: round(streamCopyGBs, 3), streamThreads: cores }, loadAvg: load, rows };
+    return { suite: 'collectives', date: new Date().toISOString(), baselines: { streamCopyGBs: round(streamCopyGBs, 3), streamThreads: cores }, loadAvgEnd: load, rows };
   } finally {
     await world.shutdown();
   }
 }
 
 export async function main(argv: string[]): Promise<void> {
-  console.log(`${'op'.padEnd(14)}${'size(B)'.padStart(12)}${'count'.padStart(11)}  ${'type'.padEnd(6)}${'redop'.padEnd(5)}${'root'.padStart(4)}${'time(us)'.padStart(11)}${'algbw'.padStart(8)}${'busbw'.padStart(8)}${'#wrong'.padStart(7)}${'eff'.padStart(7)}${'arrive(us)'.padStart(11)}${'move(us)'.padStart(11)}`);
   const result = await runCollectivesBench(argv);
+  // Ascent's own columns, beside nccl-tests': efficiency against the STREAM-like copy and where a cycle goes.
+  console.log(formatTable(result.rows.map((r) => ({ op: r.op, place: r.inPlace ? 'in' : 'out', 'size(B)': r.bytes, 'busbw(GB/s)': r.busbwGBs, efficiency: r.efficiency, 'arrive(us)': r.arriveUs, 'move(us)': r.moveUs }))));
   console.log(`wrote ${writeResults('collectives', result)}`);
 }

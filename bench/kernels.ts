@@ -12,7 +12,16 @@
  */
 import { Device, loadNative, matmul, Tensor, type DType, type Stream } from '../src/index.js';
 import * as K from '../src/model/kernels/index.js';
+import { checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
+import { printTable } from './table.js';
+
+export const USAGE = `Usage: npm run bench -- kernels
+
+Matmul GFLOP/s (fast, reference, single-thread OpenBLAS when libopenblas is installed) for
+n = 64..1024 in fp32 and bf16, causal GQA attention and the MoE grouped matmul. No flags
+(-h, --help: this help). Results: bench/results/kernels-<date>.json (and kernels-latest.json).
+`;
 
 type Impl = 'fast' | 'reference';
 
@@ -127,12 +136,13 @@ export async function runKernelsBench() {
   };
 }
 
-export async function main(): Promise<void> {
+export async function main(argv: string[]): Promise<void> {
+  checkFlags('kernels', argv);
   const r = await runKernelsBench();
   if (!r.baselines.openblas) console.log('OpenBLAS not found: the OpenBLAS column is empty (apt-get install libopenblas0-serial to compare).');
   else console.log(`OpenBLAS baseline: ${r.baselines.openblas.library} (${r.baselines.openblas.config}), 1 thread`);
-  console.table(r.rows.filter((x) => x.kernel === 'matmul'));
-  console.table(r.rows.filter((x) => x.kernel === 'attention'));
-  console.table(r.rows.filter((x) => x.kernel !== 'matmul' && x.kernel !== 'attention'));
+  printTable(r.rows.filter((x) => x.kernel === 'matmul'));
+  printTable(r.rows.filter((x) => x.kernel === 'attention'));
+  printTable(r.rows.filter((x) => x.kernel !== 'matmul' && x.kernel !== 'attention'));
   console.log(`wrote ${writeResults('kernels', r)}`);
 }

@@ -10,7 +10,17 @@
  */
 import { Device, Tensor, type KernelImpl } from '../src/runtime/device-index.js';
 import * as K from '../src/model/kernels/index.js';
+import { checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
+import { printTable } from './table.js';
+
+export const USAGE = `Usage: npm run bench -- model-kernels [--quick]
+
+Fast vs reference time of every model kernel on one stream (single-thread speedup).
+  --quick      half-size shapes
+  -h, --help   print this help and exit
+Results: bench/results/model-kernels-<date>.json (and model-kernels-latest.json).
+`;
 
 function rnd(n: number, seed: number, scale = 1): Float32Array {
   let x = seed >>> 0 || 1;
@@ -39,7 +49,7 @@ async function time(d: Device, run: () => Tensor[] | void, budgetMs: number): Pr
 }
 
 export async function main(argv: string[]): Promise<void> {
-  const quick = argv.includes('--quick');
+  const quick = checkFlags('model-kernels', argv, { boolean: ['--quick'] }).has('--quick');
   const d = Device.get(0);
   const f = (n: number[], seed: number, scale = 1): Tensor => Tensor.fromArray(d, rnd(n.reduce((a, b) => a * b, 1), seed, scale), n);
   const s = quick ? 0.5 : 1;
@@ -89,13 +99,14 @@ export async function main(argv: string[]): Promise<void> {
   // What every row pays besides its kernel: allocating outputs and one enqueue +
   // synchronize round trip to the stream thread.
   const roundTripMs = await time(d, () => [Tensor.empty(d, [T, H])], 300);
-  process.stdout.write(`${'(round trip: alloc + synchronize, no kernel)'.padEnd(52)} ${roundTripMs.toFixed(2).padStart(14)} ms\n`);
+  console.log(`round trip (alloc + synchronize, no kernel): ${roundTripMs.toFixed(2)} ms`);
   const rows: { kernel: string; fastMs: number; referenceMs: number; speedup: number }[] = [];
   for (const [name, run] of cases) {
     const fastMs = await time(d, () => run('fast'), 300);
     const referenceMs = await time(d, () => run('reference'), 300);
     rows.push({ kernel: name, fastMs: round(fastMs, 3), referenceMs: round(referenceMs, 3), speedup: round(referenceMs / fastMs, 1) });
-    process.stdout.write(`${name.padEnd(52)} fast ${fastMs.toFixed(2).padStart(9)} ms   reference ${referenceMs.toFixed(2).padStart(9)} ms   x${(referenceMs / fastMs).toFixed(1)}\n`);
+    process.stderr.write(`${name}: done\n`);
   }
-  process.stdout.write(`results: ${writeResults('model-kernels', { quick, roundTripMs: round(roundTripMs, 3), rows })}\n`);
+  printTable(rows);
+  console.log(`wrote ${writeResults('model-kernels', { quick, roundTripMs: round(roundTripMs, 3), rows })}`);
 }

@@ -8,7 +8,16 @@ import { MessageChannel } from 'node:worker_threads';
 import * as Comlink from 'comlink';
 import { World } from '../src/index.js';
 import type { RpcBench } from './rpc-actor.js';
+import { checkFlags } from './args.js';
 import { percentile, round, writeResults } from './stats.js';
+import { printTable } from './table.js';
+
+export const USAGE = `Usage: npm run bench -- rpc
+
+Latency of one request/reply to a rank worker: raw postMessage, raw Comlink and an Ascent
+actor call, on the same worker, interleaved in rounds. No flags (-h, --help: this help).
+Results: bench/results/rpc-<date>.json (and rpc-latest.json).
+`;
 
 type Mechanism = 'postMessage' | 'comlink' | 'actor';
 
@@ -89,10 +98,10 @@ export async function runRpcBench(opts: { rounds?: number; callsPerRound?: numbe
   }
 }
 
-export async function main(): Promise<void> {
+export async function main(argv: string[]): Promise<void> {
+  checkFlags('rpc', argv);
   const result = await runRpcBench();
-  console.table(result.rows);
-  console.table(result.ratios);
-  const path = writeResults('rpc', result);
-  console.log(`wrote ${path}`);
+  printTable(result.rows);
+  printTable(Object.entries(result.ratios).map(([ratio, value]) => ({ ratio, value })));
+  console.log(`wrote ${writeResults('rpc', result)}`);
 }

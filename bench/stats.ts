@@ -1,7 +1,5 @@
-/** Small statistics and result-file helpers shared by the benchmark suites. */
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { PACKAGE_ROOT } from '../src/runtime/paths.js';
+/** Small statistics helpers shared by the benchmark suites, and the result writer. */
+import { saveResults } from './results.js';
 
 export function percentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
@@ -9,14 +7,13 @@ export function percentile(sorted: readonly number[], p: number): number {
   return sorted[idx]!;
 }
 
-export const RESULTS_DIR = join(PACKAGE_ROOT, 'bench', 'results');
-
-/** Writes `bench/results/<name>.json` and returns its path. */
-export function writeResults(name: string, data: unknown): string {
-  mkdirSync(RESULTS_DIR, { recursive: true });
-  const path = join(RESULTS_DIR, `${name}.json`);
-  writeFileSync(path, `${JSON.stringify(data, null, 2)}\n`);
-  return path;
+/**
+ * Writes a suite's results to a new `bench/results/<name>-<date>.json` with the run's
+ * metadata (and a copy at `<name>-latest.json`); returns what was written, for the log line.
+ */
+export function writeResults(name: string, data: object): string {
+  const w = saveResults(name, data as Record<string, unknown>);
+  return `${w.path} (and ${w.latest})`;
 }
 
 export function round(x: number, digits = 2): number {

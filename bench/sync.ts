@@ -41,7 +41,21 @@ import { join } from 'node:path';
 import { loadavg } from 'node:os';
 import { paramBytes, parseModelConfig } from '../src/index.js';
 import { BENCH_CONFIG } from './sync-rank.js';
+import { BenchUsageError, checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
+import { printTable } from './table.js';
+
+export const USAGE = `Usage: npm run bench -- sync [flags]
+
+Weight sync of a ~514 MB model, colocate and server, under launch on real ranks, beside a
+STREAM-like copy measured in the same run.
+Results: bench/results/sync-<date>.json (and sync-latest.json).
+
+Flags:
+  --bucket-bytes <n>   bucket size in bytes, a multiple of 64 (default 536870912)
+  --repeat <r>         runs per setup, 1..20 (default 1)
+  -h, --help           print this help and exit
+`;
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -59,12 +73,11 @@ function launchRanks(nproc: number, args: string[]): Promise<Array<Record<string
 }
 
 export async function main(argv: string[]): Promise<void> {
-  const i = argv.indexOf('--bucket-bytes');
-  const bucket = i >= 0 ? Number(argv[i + 1]) : 512 * 1024 * 1024;
-  if (!Number.isSafeInteger(bucket) || bucket < 64 || bucket % 64) throw new Error(`Expected --bucket-bytes to be a multiple of 64 but received ${argv[i + 1]}`);
-  const j = argv.indexOf('--repeat');
-  const repeat = j >= 0 ? Number(argv[j + 1]) : 1;
-  if (!Number.isSafeInteger(repeat) || repeat < 1 || repeat > 20) throw new Error(`Expected --repeat to be an integer in [1, 20] but received ${argv[j + 1]}`);
+  const flags = checkFlags('sync', argv, { valued: ['--bucket-bytes', '--repeat'] });
+  const bucket = Number(flags.get('--bucket-bytes') ?? 512 * 1024 * 1024);
+  if (!Number.isSafeInteger(bucket) || bucket < 64 || bucket % 64) throw new BenchUsageError(`Expected --bucket-bytes to be a multiple of 64 but received ${flags.get('--bucket-bytes')}`);
+  const repeat = Number(flags.get('--repeat') ?? 1);
+  if (!Number.isSafeInteger(repeat) || repeat < 1 || repeat > 20) throw new BenchUsageError(`Expected --repeat to be an integer in [1, 20] but received ${flags.get('--repeat')}`);
   const cfg = parseModelConfig(BENCH_CONFIG, 'bench');
   const bytes = paramBytes(cfg);
   const model = `dense h${cfg.hiddenSize} L${cfg.numLayers} V${cfg.vocabSize} fp32`;
@@ -88,13 +101,15 @@ export async function main(argv: string[]): Promise<void> {
       const efficiency2P = round((2 * bytes) / seconds / 1e9 / streamGBs, 3);
       effs.push(efficiency);
       const row = { mode: res[0]!.mode, trainer: res[0]!.trainer, engineTp: res[0]!.engineTp, engineRanks, replicas, model, paramBytes: bytes, engineBytes, trafficBytes, seconds: round(seconds, 4), GBs: round(GBs, 3), efficiency, efficiency2P, peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)), bucketBytes: bucket, streamCopyGBs: round(streamGBs, 2), loadAvg1: load1 };
-      console.log(JSON.stringify(row));
+      process.stderr.write(`${row.mode} ${row.trainer} -> engine tp${row.engineTp}: ${row.seconds} s, efficiency ${row.efficiency}\n`);
       rows.push(row);
     }
     const sorted = [...effs].sort((x, y) => x - y);
     const sum = { mode: args[0], trainer: rows[rows.length - 1]!.trainer, runs: repeat, efficiencyMin: sorted[0], efficiencyMedian: sorted[Math.floor((sorted.length - 1) / 2)], efficiencyMax: sorted[sorted.length - 1] };
-    console.log('SUMMARY ' + JSON.stringify(sum));
+
     summary.push(sum);
   }
-  writeResults('sync', { trafficModel: '2 * engineBytes (every engine rank\'s parameter bytes written once and read once) + (server) paramBytes * engineRanks (the broadcast to each engine rank); efficiency = trafficBytes / seconds / streamCopyGBs', rows, summary });
+  printTable(rows.map((r) => ({ mode: r.mode, trainer: r.trainer, engineTp: r.engineTp, replicas: r.replicas, seconds: r.seconds, GBs: r.GBs, efficiency: r.efficiency, efficiency2P: r.efficiency2P, peakExtraBytes: r.peakExtraBytes, streamCopyGBs: r.streamCopyGBs, loadAvg1: r.loadAvg1 })));
+  printTable(summary);
+  console.log(`wrote ${writeResults('sync', { trafficModel: '2 * engineBytes (every engine rank\'s parameter bytes written once and read once) + (server) paramBytes * engineRanks (the broadcast to each engine rank); efficiency = trafficBytes / seconds / streamCopyGBs', rows, summary })}`);
 }

@@ -8,7 +8,16 @@
 import { fileURLToPath } from 'node:url';
 import { Device, loadModelConfig } from '../src/index.js';
 import { SupervisedTrainer } from '../src/model/sft.js';
+import { checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
+import { printTable } from './table.js';
+
+export const USAGE = `Usage: npm run bench -- train-step
+
+One forward+backward+AdamW step of the tiny dense and MoE models on one device: ms/step,
+tokens/s, host syncs per step. No flags (-h, --help: this help).
+Results: bench/results/train-step-<date>.json (and train-step-latest.json).
+`;
 
 const BATCH = 64;
 const SEQ = 32;
@@ -34,8 +43,9 @@ export async function runTrainStepBench(steps = 20) {
   return { suite: 'train-step', date: new Date().toISOString(), config: { hidden: 128, layers: 2, heads: 4, kvHeads: 2, vocab: 64, seq: SEQ, batch: BATCH }, rows };
 }
 
-export async function main(): Promise<void> {
+export async function main(argv: string[]): Promise<void> {
+  checkFlags('train-step', argv);
   const r = await runTrainStepBench();
-  console.table(r.rows);
+  printTable(r.rows);
   console.log(`wrote ${writeResults('train-step', r)}`);
 }

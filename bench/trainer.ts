@@ -13,7 +13,22 @@
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { World, syntheticTask, trainerActorSpec, type TrainerActor, type TrainerConfigInput } from '../src/index.js';
+import { BenchUsageError } from './args.js';
 import { round, writeResults } from './stats.js';
+import { printTable } from './table.js';
+
+export const USAGE = `Usage: npm run bench -- trainer [flags]
+
+One training step of the tiny models under every strategy and layout on 1, 4, 8 and 16
+ranks: ms/step, comm share, step-1 loss (must agree across layouts; exit 1 if not).
+Results: bench/results/trainer-<date>.json (and trainer-latest.json).
+
+Flags:
+  --steps <n>       timed steps per row (default 5)
+  --models <list>   dense,moe (default both)
+  --ranks <list>    rank counts out of 1,4,8,16 (default all)
+  -h, --help        print this help and exit
+`;
 
 const BATCH = 64;
 const SEQ = 32;
@@ -92,15 +107,16 @@ export async function main(argv: string[]): Promise<void> {
     .option('--steps <n>', 'timed steps per row', (v) => Number(v), 5)
     .option('--models <list>', 'dense,moe', 'dense,moe')
     .option('--ranks <list>', 'rank counts', '1,4,8,16')
-    .exitOverride();
+    .exitOverride()
+    .configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
   cmd.parse(argv, { from: 'user' });
   const o = cmd.opts<{ steps: number; models: string; ranks: string }>();
   const models = o.models.split(',') as Array<'dense' | 'moe'>;
-  for (const m of models) if (m !== 'dense' && m !== 'moe') throw new Error(`bench trainer: unknown model ${JSON.stringify(m)}; expected dense and/or moe.`);
+  for (const m of models) if (m !== 'dense' && m !== 'moe') throw new BenchUsageError(`bench trainer: unknown model ${JSON.stringify(m)}; expected dense and/or moe.`);
   const ranks = o.ranks.split(',').map(Number);
-  for (const n of ranks) if (![1, 4, 8, 16].includes(n)) throw new Error(`bench trainer: --ranks takes 1, 4, 8 and 16 (got ${n}).`);
+  for (const n of ranks) if (![1, 4, 8, 16].includes(n)) throw new BenchUsageError(`bench trainer: --ranks takes 1, 4, 8 and 16 (got ${n}).`);
   const r = await runTrainerBench({ steps: o.steps, models, ranks });
-  console.table(r.rows);
+  printTable(r.rows);
   console.log(`wrote ${writeResults('trainer', r)}`);
   if (r.lossMismatches.length) {
     console.error(`step-1 losses differ across layouts:\n  ${r.lossMismatches.join('\n  ')}`);
