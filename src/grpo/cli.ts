@@ -39,7 +39,8 @@ function program(): Command {
     .option('--checkpoint-dir <dir>', 'save checkpoints here')
     .option('--checkpoint-every <n>', 'checkpoint every n steps', num('--checkpoint-every'))
     .option('--resume', 'resume from the newest checkpoint in --checkpoint-dir')
-    .option('--log <file>', 'JSONL metrics file')
+    .option('--log <file>', 'JSONL run log (header line, then one line per step)')
+    .option('--log-overwrite', 'replace an existing --log file (a new run refuses one; --resume appends)')
     .option('--no-progress', 'plain lines instead of the progress bar')
     .helpOption(false)
     .option('-h, --help', 'print this help and exit')
@@ -102,6 +103,7 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
   }
   if (o.resume) c.resume = true;
   set('log', o.log);
+  if (o.logOverwrite) c.logOverwrite = true;
   if (o.progress === false) c.progress = false;
   return c as GrpoConfigInput;
 }

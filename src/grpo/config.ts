@@ -72,8 +72,10 @@ export const GrpoConfigSchema = z
       .optional(),
     /** Resume from the newest checkpoint in checkpoint.dir. */
     resume: z.boolean().default(false),
-    /** JSONL metrics file (one line per step). */
+    /** JSONL run log: a header line (run id, config, versions, commit), then one line per step. */
     log: z.string().min(1).optional(),
+    /** Replace an existing run log (a new run refuses one that holds records; a resumed run appends). */
+    logOverwrite: z.boolean().default(false),
     progress: z.boolean().default(true),
   })
   .strict();

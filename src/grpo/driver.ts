@@ -33,7 +33,9 @@ import { RolloutActor } from '../actors/rollout.js';
 import { SyncActor, makeWeightSync } from '../actors/sync.js';
 import { groupAdvantages } from './advantages.js';
 import { parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './config.js';
-import { JsonlLog, Progress, summaryTable, type StepMetrics } from './metrics.js';
+import { lengthStats, Progress, summaryTable, type StepMetrics } from './metrics.js';
+import { checkRunLogTarget, RunLog, runLogMode } from './run-log.js';
+import { REWARD_FUNCTION } from './reward-task.js';
 import { alignToTargets, assembleRows, buildTrainBatch } from './rollout-batch.js';
 
 export interface GrpoSummary {
@@ -99,6 +101,8 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   const model = loadModelConfig(modelConfigPath(cfg.model));
   const roles = rolesOf(cfg, ctx.rank, ctx.worldSize);
   const { rank } = ctx;
+  // A log the run may not write fails the run now, not after setup.
+  if (rank === 0 && cfg.log) checkRunLogTarget(cfg.log, runLogMode(cfg));
 
   // Groups: every rank takes part in every split, in this order.
   const trainerComm: Communicator | null = cfg.mode === 'colocate' ? ctx.comm : await ctx.comm.split(roles.isTrainer ? 0 : null, rank);
@@ -174,7 +178,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
   const syncs = await ctx.actors.mesh<SyncActor>('sync', undefined, opts);
   const controls = await ctx.actors.mesh<GrpoControl>('grpo-control', undefined, opts);
   const pool = new TaskPool({ maxThreads: 1 });
-  const log = cfg.log ? new JsonlLog(cfg.log) : null;
+  const log = cfg.log ? RunLog.open(cfg.log, { mode: runLogMode(cfg), config: cfg, startStep }) : null;
   const progress = new Progress(cfg.steps, process.stderr, cfg.progress);
   const metrics: StepMetrics[] = [];
   const t0 = Date.now();
@@ -273,7 +277,8 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       const mean = rewards.reduce((a, b) => a + b, 0) / rewards.length;
       const std = Math.sqrt(rewards.reduce((a, b) => a + (b - mean) ** 2, 0) / rewards.length);
       const m: StepMetrics = {
-        step, rewardMean: mean, rewardStd: std,
+        step, lr: cfg.optimizer.lr, rewardMean: mean, rewardStd: std, rewards: { [REWARD_FUNCTION]: mean },
+        completionLength: lengthStats(completions),
         kl: tokens ? (tr!.stats!.kl ?? 0) / tokens : 0,
         clipFraction: tokens ? (tr!.stats!.clipped ?? 0) / tokens : 0,
         entropy: tokens ? entropy / tokens : 0,
@@ -281,7 +286,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         syncBytes: rep!.bytes, syncGBs: rep!.GBs,
       };
       metrics.push(m);
-      log?.write({ ...m, engineTrainerLogprobDiff: tokens ? diff / tokens : 0, syncPeakExtraBytes: rep!.peakExtraBytes, verified: rep!.verified ?? null, time: new Date().toISOString() });
+      log?.step({ ...m, engineTrainerLogprobDiff: tokens ? diff / tokens : 0, syncPeakExtraBytes: rep!.peakExtraBytes, verified: rep!.verified ?? null, time: new Date().toISOString() });
       progress.update(m, (line) => ctx.log.info(line));
       if (cfg.checkpoint && step % cfg.checkpoint.every === 0) {
         if (cfg.beta > 0) await trainers.call('saveReference', refDir!);

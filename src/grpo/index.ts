@@ -4,7 +4,8 @@ export { tokenTerms, type TokenTermOptions, type TokenTerms } from './token-term
 export { tokenLogprobs, targetLogprobs, rowLogprobs, type RowLogprobs } from './logprob-op.js';
 export { grpoLoss, checkGrpoData, GRPO_STATS, type GrpoBatchData, type GrpoLossOptions } from './loss.js';
 export { GrpoConfigSchema, parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './config.js';
-export { JsonlLog, Progress, summaryTable, stepLine, PHASES, type StepMetrics, type Phase } from './metrics.js';
+export { Progress, summaryTable, stepLine, lengthStats, PHASES, type StepMetrics, type Phase } from './metrics.js';
+export { RunLog, readRunLog, runLogMode, checkRunLogTarget, RUN_LOG_FORMAT, type RunLogHeader, type RunLogRecord, type RunLogMode, type RunLogContents } from './run-log.js';
 export { buildTrainBatch, alignToTargets, assembleRows, type Sequences } from './rollout-batch.js';
 export { runGrpo, type GrpoSummary } from './driver.js';
 export { grpoMain, grpoConfigFromArgs } from './cli.js';

@@ -1,11 +1,9 @@
 /**
- * Per-step GRPO metrics, the JSONL log (one JSON object per line, appended, so a
- * resumed run continues the same file), the live progress display (cli-progress on
- * a terminal; one plain line per step otherwise, e.g. under launch's prefixed
- * output or CI) and the final step-time summary table (cli-table3).
+ * Per-step GRPO metrics (what a step record of the run log holds; run-log.ts writes
+ * it), the live progress display (cli-progress on a terminal; one plain line per step
+ * otherwise, e.g. under launch's prefixed output or CI) and the final step-time
+ * summary table (cli-table3).
  */
-import { appendFileSync, mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
 import { SingleBar } from 'cli-progress';
 import Table from 'cli-table3';
 
@@ -14,8 +12,15 @@ export type Phase = (typeof PHASES)[number];
 
 export interface StepMetrics {
   step: number;
+  /** Learning rate of the step's optimizer update. */
+  lr: number;
+  /** Mean and std of the total reward (the sum over reward functions). */
   rewardMean: number;
   rewardStd: number;
+  /** Mean reward of each reward function by name (one today: the synthetic task's). */
+  rewards: Record<string, number>;
+  /** Completion lengths in tokens over the step's samples. */
+  completionLength: { mean: number; min: number; max: number };
   /** Mean k3 KL to the reference per response token (0 without a reference). */
   kl: number;
   clipFraction: number;
@@ -29,17 +34,14 @@ export interface StepMetrics {
   syncGBs: number;
 }
 
-export class JsonlLog {
-  constructor(readonly path: string) {
-    mkdirSync(dirname(path), { recursive: true });
-  }
-
-  write(record: Record<string, unknown>): void {
-    appendFileSync(this.path, `${JSON.stringify(record)}\n`);
-  }
-}
-
 const fmt = (x: number, d = 3) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
+
+/** Mean, min and max of the completion lengths (0s for none). */
+export function lengthStats(completions: readonly (readonly unknown[])[]): StepMetrics['completionLength'] {
+  if (completions.length === 0) return { mean: 0, min: 0, max: 0 };
+  const lens = completions.map((c) => c.length);
+  return { mean: lens.reduce((a, b) => a + b, 0) / lens.length, min: Math.min(...lens), max: Math.max(...lens) };
+}
 
 /** One line per step for logs. */
 export function stepLine(m: StepMetrics, total: number): string {

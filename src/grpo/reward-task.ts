@@ -5,6 +5,9 @@
  */
 import { rewardBatch } from '../model/synthetic-task.js';
 
+/** The reward function's name in the run log's per-function rewards. */
+export const REWARD_FUNCTION = 'reverse_digits';
+
 export function scoreBatch(arg: { prompts: number[][]; completions: number[][] }): number[] {
   return rewardBatch(arg);
 }
