@@ -1,11 +1,16 @@
 /**
  * `ascent <command>`: tools around a run.
  *   ascent trace <folder|file>   explain flight-recorder dumps of aborted communicators
+ *   ascent inspect <path>        validate a safetensors checkpoint and list its tensors
+ *   ascent plot <files...>       draw run logs and benchmark results to SVG and PNG
+ *   ascent schema <config>       print a config file's JSON Schema
  */
 import { Command, CommanderError } from 'commander';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { explainDump, formatReport, readDumps } from '../runtime/trace-explain.js';
 import { registerInspect } from './inspect.js';
+import { registerPlot } from './plot.js';
+import { registerSchema } from './schema.js';
 
 function buildProgram(out: string[]): Command {
   const program = new Command('ascent').description('Ascent tools').exitOverride().configureOutput({ writeErr: () => {}, writeOut: (s) => process.stdout.write(s) });
@@ -19,6 +24,8 @@ function buildProgram(out: string[]): Command {
       out.push(opts.json ? JSON.stringify(reports, null, 2) : reports.map(formatReport).join('\n\n'));
     });
   registerInspect(program);
+  registerPlot(program);
+  registerSchema(program);
   return program;
 }
 

@@ -74,6 +74,8 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
       throw new ConfigError(`--config ${o.config}: ${(e as Error).message}`);
     }
   }
+  // "$schema" names the file's JSON Schema for editors (`ascent schema grpo`); it is not a setting.
+  delete file.$schema;
   const c: Record<string, unknown> = { ...defaults, ...file };
   const set = (key: string, v: unknown) => {
     if (v !== undefined) c[key] = v;
