@@ -7,9 +7,6 @@ import Table from 'cli-table3';
 
 export type Row = object;
 
-/** No rule between body rows. */
-const COMPACT = { mid: '', 'left-mid': '', 'mid-mid': '', 'right-mid': '' };
-
 function cell(v: unknown): string {
   if (v === null || v === undefined) return '-';
   if (typeof v === 'object') return JSON.stringify(v);
@@ -22,7 +19,7 @@ export function formatTable(rows: readonly Row[], title?: string): string {
   for (const r of rows) for (const k of Object.keys(r as Record<string, unknown>)) if (!keys.includes(k)) keys.push(k);
   const get = (r: Row, k: string) => (r as Record<string, unknown>)[k];
   const numeric = keys.map((k) => rows.every((r) => get(r, k) === null || get(r, k) === undefined || typeof get(r, k) === 'number'));
-  const table = new Table({ head: keys, style: { head: [], border: [] }, chars: COMPACT, colAligns: numeric.map((n) => (n ? 'right' : 'left')) });
+  const table = new Table({ head: keys, style: { head: [], border: [] }, colAligns: numeric.map((n) => (n ? 'right' : 'left')) });
   for (const r of rows) table.push(keys.map((k) => cell(get(r, k))));
   return title ? `${title}\n${table.toString()}` : table.toString();
 }

@@ -3,20 +3,50 @@ import { describe, expect, it } from 'vitest';
 import { busFactor, runCollectivesBench, trafficBytes } from '../dist/bench/collectives.js';
 
 describe('collectives benchmark harness', () => {
-  it('produces nccl-tests rows with #wrong = 0 and consistent bandwidth columns', async () => {
-    const r = await runCollectivesBench(['--ranks', '3', '--min-bytes', '1024', '--max-bytes', '65536', '--step', '64']);
+  it('produces nccl-tests rows (out of place and in place) with #wrong = 0 and consistent bandwidth columns', async () => {
+    const printed: string[] = [];
+    const r = await runCollectivesBench(['--ranks', '3', '--min-bytes', '1024', '--max-bytes', '65536', '--step', '64'], (l) => printed.push(l));
     expect(r.baselines.streamCopyGBs).toBeGreaterThan(0);
     expect(new Set(r.rows.map((x) => x.op))).toEqual(new Set(['allReduce', 'allGather', 'reduceScatter', 'broadcast', 'allToAll']));
+    expect(r.rows).toHaveLength(5 * 2 * 2); // 5 ops x 2 sizes x (out of place, in place)
     for (const row of r.rows) {
-      expect(row.wrong, `${row.op} ${row.bytes}`).toBe(0);
+      expect(row.wrong, `${row.op} ${row.bytes} inPlace=${row.inPlace}`).toBe(0);
       expect(row.timeUs).toBeGreaterThan(0);
       expect(row.busbwGBs).toBeCloseTo(row.algbwGBs * busFactor(row.op, 3), 2);
       expect(row.efficiency).toBeCloseTo(trafficBytes(row.op, row.bytes, 3) / (row.timeUs * 1e3) / r.baselines.streamCopyGBs, 2);
     }
-  }, 120_000);
+
+    // Read the output as a tool reading nccl-tests output does: data rows are the lines not
+    // starting with '#', 13 fields each; the footer gives the errors and the mean busbw.
+    const data = printed.filter((l) => !l.startsWith('#'));
+    expect(data).toHaveLength(5 * 2);
+    const fields = data.map((l) => l.trim().split(/\s+/));
+    for (const f of fields) expect(f).toHaveLength(13);
+    const [ar, ag, rs, bc, a2a] = [0, 2, 4, 6, 8].map((i) => fields[i]!);
+    expect(ar!.slice(2, 5)).toEqual(['float', 'sum', '-1']);
+    expect(ag!.slice(2, 5)).toEqual(['float', 'none', '-1']);
+    expect(rs!.slice(2, 5)).toEqual(['float', 'sum', '-1']);
+    expect(bc!.slice(2, 5)).toEqual(['float', 'none', '0']);
+    expect(a2a!.slice(2, 5)).toEqual(['float', 'none', '-1']);
+    fields.forEach((f, i) => {
+      const out = r.rows[2 * i]!, inp = r.rows[2 * i + 1]!;
+      expect([Number(f[0]), Number(f[1])]).toEqual([out.bytes, out.count]);
+      // Printed with 2 decimals (%6.2f).
+      expect(Math.abs(Number(f[7]) - out.busbwGBs)).toBeLessThanOrEqual(0.0051);
+      expect(Math.abs(Number(f[11]) - inp.busbwGBs)).toBeLessThanOrEqual(0.0051);
+      expect([f[8], f[12]]).toEqual(['0', '0']);
+    });
+    expect(printed.filter((l) => l === '# Out of bounds values : 0 OK')).toHaveLength(5);
+    const avg = printed.filter((l) => l.startsWith('# Avg bus bandwidth    : ')).map((l) => Number(l.split(':')[1]));
+    expect(avg).toHaveLength(5);
+    const arRows = r.rows.filter((x) => x.op === 'allReduce');
+    expect(avg[0]).toBeCloseTo(arRows.reduce((a, x) => a + x.busbwGBs, 0) / arRows.length, 3);
+    expect(printed.filter((l) => /^# {2}Rank {2}\d Group {2}0 Pid +\d+ on +\S+ device {2}\d \[0x00\] /.test(l))).toHaveLength(5 * 3);
+  }, 180_000);
 
   it('rejects bad flags with a clear message', async () => {
     await expect(runCollectivesBench(['--ranks', 'zero'])).rejects.toThrow(/Expected an integer >= 1 for --ranks but received "zero"/);
     await expect(runCollectivesBench(['--op', 'allreduce'])).rejects.toThrow(/allreduce/);
+    await expect(runCollectivesBench(['--min-bytes', '4096', '--max-bytes', '1024'])).rejects.toThrow(/--min-bytes 4096 is larger than --max-bytes 1024/);
   });
 });
