@@ -104,7 +104,10 @@ describe('ascent plot', () => {
     expect(markGroups(svg1, 'symbol').reduce((x, y) => x + y, 0)).toBe(6); // out-of-place rows only
     expect(markGroups(svg1, 'rule').reduce((x, y) => x + y, 0)).toBe(1);
     expect(svg1).toContain('STREAM-like copy: 30.0 GB/s');
-    const [both] = await plot([r1, r2], { out, formats: ['svg', 'png'] });
+    // A copy of an input (collectives-latest.json beside the dated file) is drawn once.
+    const copy = join(dir, 'collectives-latest.json');
+    writeFileSync(copy, readFileSync(r2));
+    const [both] = await plot([r1, r2, copy], { out, formats: ['svg', 'png'] });
     expect(both).toMatchObject({ series: 4, points: 12 });
     const svg2 = readFileSync(join(out, 'collectives-busbw.svg'), 'utf8');
     expect(markGroups(svg2, 'line').reduce((x, y) => x + y, 0)).toBe(4);

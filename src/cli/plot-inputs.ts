@@ -66,9 +66,21 @@ export function readPlotInput(path: string): PlotInput {
   return { kind: 'run', path, label: stem(path), headers: log.headers, steps: log.steps };
 }
 
-/** Reads every input; labels that repeat (same file name in two folders) get a number. */
+/**
+ * Reads every input. A file identical to an earlier input is skipped (`<suite>-*.json`
+ * also matches `<suite>-latest.json`, a copy of the newest run); labels that repeat
+ * (same file name in two folders) get a number.
+ */
 export function readPlotInputs(paths: readonly string[]): PlotInput[] {
-  const inputs = paths.map(readPlotInput);
+  const contents = new Set<string>();
+  const unique = paths.filter((p) => {
+    if (!existsSync(p) || !statSync(p).isFile()) return true; // readPlotInput reports it
+    const text = readFileSync(p, 'utf8');
+    if (contents.has(text)) return false;
+    contents.add(text);
+    return true;
+  });
+  const inputs = unique.map(readPlotInput);
   const seen = new Map<string, number>();
   for (const inp of inputs) {
     const n = (seen.get(inp.label) ?? 0) + 1;
