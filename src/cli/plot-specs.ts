@@ -33,6 +33,8 @@ interface Point {
 
 interface LineOptions {
   logX?: boolean;
+  /** Log y (values over orders of magnitude: reference kernels vs fast ones). */
+  logY?: boolean;
   /** Integer steps on x. */
   stepX?: boolean;
   /** Horizontal reference lines (the STREAM-like copy), one per run. */
@@ -45,7 +47,7 @@ function lineFigure(name: string, title: string, xTitle: string, yTitle: string,
     ...(opts.logX ? { scale: { type: 'log', base: 2 } } : {}),
     ...(opts.stepX ? { axis: { format: 'd', tickMinStep: 1 } } : {}),
   };
-  const y = { field: 'y', type: 'quantitative', title: yTitle };
+  const y = { field: 'y', type: 'quantitative', title: yTitle, ...(opts.logY ? { scale: { type: 'log' } } : {}) };
   const legend = { orient: 'bottom', columns: 2, labelLimit: 400 };
   const dashed = points.some((p) => p.run !== undefined);
   const encoding = {
@@ -154,5 +156,5 @@ export function kernelsFigure(runs: readonly BenchInput[]): Figure {
       add(`OpenBLAS ${String(row.dtype)} (1 thread)`, row.openblasGflops);
     }
   }
-  return lineFigure('matmul', 'Matmul throughput vs n (one thread)', 'n (square n x n x n)', 'GFLOP/s', pts, { logX: true });
+  return lineFigure('matmul', 'Matmul throughput vs n (one thread)', 'n (square n x n x n)', 'GFLOP/s (log scale)', pts, { logX: true, logY: true });
 }
