@@ -1,6 +1,6 @@
 /**
  * Benchmark harness: `npm run bench -- <suite> [suite flags]`.
- * Every suite reports ratios measured in the same run (see DESIGN.md, Performance).
+ * Every suite reports ratios measured in the same run (see the README, Benchmarks).
  */
 const SUITES: Record<string, () => Promise<{ main(argv: string[]): Promise<void> }>> = {
   rpc: () => import('./rpc.js'),
