@@ -10,7 +10,7 @@ mkdir -p "$project" && cd "$project"
 tarball=$(npm pack --silent --ignore-scripts --pack-destination "$project" "$ascent")  # dist/, native sources, bin/
 npm init -y > /dev/null
 npm pkg set type=module     # .ts entries must be ES modules (or name them .mts; .mjs works anywhere)
-npm install --no-audit --no-fund "./$tarball"   # builds the native addon; needs no TypeScript
+npm install --no-audit --no-fund --prefer-offline "./$tarball"   # builds the native addon; needs no TypeScript
 
 cp "$ascent/examples/sum.ts" "$ascent/examples/world.mjs" "$ascent/examples/counter.ts" "$ascent/examples/rewards.mjs" .
 npx --no-install launch --nproc 2 sum.ts   # the launch bin of the installed package
