@@ -4,9 +4,9 @@
  * credit per correct digit and 1 for an exact answer), with per-rank trainer,
  * rollout-worker and weight-sync actors driven by rank 0.
  *
- *   npx launch --nproc 16 examples/grpo.ts                   # 8 trainer (fsdp2) + 8 engine ranks, server mode
- *   npx launch --nproc 16 examples/grpo.ts --mode colocate   # trainer and engine on all 16 ranks
- *   npx launch --nproc 16 examples/grpo.ts --help            # every flag; --config file.json for a JSON config
+ *   npm run grpo                        # 8 trainer (fsdp2) + 8 engine ranks, server mode
+ *   npm run grpo -- --mode colocate     # trainer and engine on all 16 ranks
+ *   npm run grpo -- --help              # every flag; --config file.json for a JSON config
  *
  * As RL pipelines do, the policy starts from a short supervised warm-up (30 steps of
  * cross-entropy on reference answers), then GRPO takes over: 16 prompts x 8 samples

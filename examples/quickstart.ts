@@ -2,7 +2,7 @@
  * Ascent quickstart: data-parallel training of a tiny Qwen3-style model on the
  * shipped synthetic task (reverse a string of digits), one rank per device.
  *
- *   npx launch --nproc 16 examples/quickstart.ts [--steps 100] [--model dense|moe]
+ *   npm run quickstart -- [--steps 100] [--model dense|moe]     (node bin/launch.mjs --nproc 16 examples/quickstart.ts)
  *
  * Every rank starts from the same seeded parameters, computes gradients on its own
  * batch, averages them with an allReduce over the world communicator (ctx.comm),

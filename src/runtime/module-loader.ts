@@ -7,6 +7,7 @@ import { existsSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { InvalidArgumentError } from './errors.js';
+import { assertTsIsEsm } from './ts-module-kind.js';
 
 const TS_EXT = /\.(c|m)?tsx?$/;
 let tsxRegistered: Promise<void> | undefined;
@@ -32,6 +33,7 @@ export function resolveModuleUrl(spec: string | URL, what: string, cwd = process
   if (!existsSync(path)) {
     throw new InvalidArgumentError(`The ${what} ${JSON.stringify(String(spec))} does not exist (looked at ${path}). HINT: paths are relative to the current directory (${cwd}).`, { path });
   }
+  assertTsIsEsm(path, what);
   return pathToFileURL(path).href;
 }
 
