@@ -259,10 +259,12 @@ std::string CommGroup::dump_path() {
 void CommGroup::ThrowAborted(int rank, uint64_t seq, const std::string& what) {
   ErrorInfo c;
   uint64_t cs;
+  std::string dump;
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
     c = cause_;
     cs = cause_seq_;
+    dump = dump_path_;
   }
   if (cs != 0 && cs == seq) throw AscentException(c);
   ErrorInfo e{kCommAborted,
@@ -272,6 +274,7 @@ void CommGroup::ThrowAborted(int rank, uint64_t seq, const std::string& what) {
               {Str("communicator", id_), Num("rank", WorldRank(rank)), Num("seq", seq == kNoSeq ? 0 : static_cast<double>(seq)), Str("op", what),
                Str("causeCode", c.code), Str("causeMessage", c.message)}};
   if (!is_world_) e.details.push_back(Num("localRank", rank));
+  if (!dump.empty()) e.details.push_back(Str("flightRecorder", dump));
   CopyCulprits(c, e);
   throw AscentException(std::move(e));
 }
