@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Communicator } from '../src/runtime/comm-index.js';
 import { explainDump, FlightDumpSchema } from '../src/runtime/trace-explain.js';
 import { ensureBuilt, runRanks, type RankResult } from './helpers/comm-ranks.js';
 
@@ -140,6 +141,24 @@ describe('collective failures name the culprit by world rank', () => {
       expect(e.code).toBe('ASCENT_COMM_ABORTED');
       expect(e.details.culpritWorldRanks).toEqual([3]);
       expect(err(r, 'later').details.culpritWorldRanks).toEqual([3]);
+    }
+  });
+
+  it('Communicator.abortById(id, reason, culpritWorldRanks) hands the culprit to every rank; bad culprits are rejected', async () => {
+    expect(() => Communicator.abortById('0'.repeat(32), 'x', [-1])).toThrow(/expected culpritWorldRanks to be an array of world ranks/);
+    const results = await runRanks(3, { mode: 'scenario', scenario: 'abortById', traceDir }, 50_000, (id) => {
+      const t0 = Date.now();
+      const tryAbort = () => {
+        if (Communicator.abortById(id, "rank 2's worker is gone (test)", [2])) return;
+        if (Date.now() - t0 > 20_000) throw new Error('abortById: the communicator group never appeared within 20 s');
+        setTimeout(tryAbort, 100);
+      };
+      setTimeout(tryAbort, 300);
+    });
+    for (const r of results) {
+      const e = err(r);
+      expect(e.code).toBe('ASCENT_COMM_ABORTED');
+      expect(e.details.culpritWorldRanks).toEqual([2]);
     }
   });
 
