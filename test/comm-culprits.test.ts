@@ -119,6 +119,19 @@ describe('collective failures name the culprit by world rank', () => {
     }
   });
 
+  it('a rank whose stream is still busy is the culprit; the trace says its op was enqueued but never started', async () => {
+    const results = await scenario(3, 'busyStream', { execTimeoutMs: 1000, stallMs: 3000 });
+    for (const r of results) {
+      const e = err(r);
+      expect(e.details.culpritWorldRanks).toEqual([1]);
+      expect(e.message).toContain('missing: rank 1');
+    }
+    const findings = explainDump(dumpAt(results[0]!.dumpPath)).findings;
+    expect(findings.filter((f) => f.kind === 'missed')).toEqual([]);
+    expect(findings).toContainEqual({ kind: 'stuck', text: 'rank 1: allReduce(fp32, count=1, op=sum) (seq 1) was enqueued but never started: its stream was still busy with earlier work.' });
+    expect(findings).toContainEqual({ kind: 'culprit', text: 'root cause: rank 1 (never arrived before the timeout).' });
+  });
+
   it('a rank that never calls split: the split times out under connectTimeoutMs and names it', async () => {
     const results = await scenario(4, 'splitMissing', { execTimeoutMs: 120_000, splitConnectMs: 800 });
     for (const r of results.filter((x) => x.rank !== 2)) {

@@ -178,6 +178,10 @@ void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bo
                          ".\nHINT: the k-th send a->b must match the k-th recv on b from a in dtype and count.",
                      {Num("sender", g.WorldRank(it.peer)), Num("receiver", g.WorldRank(rank)),
                       Num("k", static_cast<double>(it.k))}};
+      if (!g.is_world()) {
+        info.details.push_back(Num("senderLocal", it.peer));
+        info.details.push_back(Num("receiverLocal", rank));
+      }
       // Two sides, no majority: both are suspects.
       g.SetCulprits(info, it.peer < rank ? std::vector<int>{it.peer, rank} : std::vector<int>{rank, it.peer});
       g.Abort(std::move(info), kNoSeq, true);

@@ -159,6 +159,10 @@ export function explainDump(dump: FlightDump, file = ''): TraceReport {
     for (const e of r.entries) {
       if (e.state === 'started' || e.state === 'enqueued') {
         if (e.state === 'started') findings.push({ kind: 'stuck', text: `${who(r.rank)}: ${e.fingerprint}${e.seq !== null ? ` (seq ${e.seq})` : ''} started and never completed.` });
+        // A culprit of a timeout that did enqueue the op: its stream never got to it.
+        else if (e.seq !== null && e.seq === dump.cause.seq && culprits?.includes(worldOf(r.rank))) {
+          findings.push({ kind: 'stuck', text: `${who(r.rank)}: ${e.fingerprint} (seq ${e.seq}) was enqueued but never started: its stream was still busy with earlier work.` });
+        }
       } else if (e.state === 'failed') {
         findings.push({ kind: 'failed', text: `${who(r.rank)}: ${e.fingerprint}${e.seq !== null ? ` (seq ${e.seq})` : ''} failed with ${e.error ?? 'an error'}.` });
       }
