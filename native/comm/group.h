@@ -82,8 +82,8 @@ class CommGroup {
   std::string short_id() const { return id_.substr(0, 8) + "\u2026"; }
   int nranks() const { return nranks_; }
 
-  // --- rank naming: reports always give world ranks, and local ones too on a
-  // sub-communicator (world rank 7 may be local rank 1 of a split).
+  // --- rank naming (rank_names.cc): reports always give world ranks, and local
+  // ones too on a sub-communicator (world rank 7 may be local rank 1 of a split).
   bool is_world() const { return is_world_; }
   int WorldRank(int local) const { return world_ranks_[local]; }
   std::vector<int> WorldRanks(const std::vector<int>& local) const;
