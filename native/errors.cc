@@ -27,7 +27,11 @@ std::string FormatBytes(uint64_t bytes) {
 Napi::Value MakeJsError(Napi::Env env, const ErrorInfo& info) {
   Napi::Object details = Napi::Object::New(env);
   for (const Detail& d : info.details) {
-    if (d.is_num) {
+    if (d.is_list) {
+      Napi::Array a = Napi::Array::New(env, d.list.size());
+      for (size_t i = 0; i < d.list.size(); ++i) a.Set(static_cast<uint32_t>(i), Napi::Number::New(env, d.list[i]));
+      details.Set(d.key, a);
+    } else if (d.is_num) {
       details.Set(d.key, Napi::Number::New(env, d.num));
     } else {
       details.Set(d.key, Napi::String::New(env, d.str));

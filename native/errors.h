@@ -22,20 +22,33 @@ inline constexpr const char* kCollectiveTimeout = "ASCENT_COLLECTIVE_TIMEOUT";
 inline constexpr const char* kCommAborted = "ASCENT_COMM_ABORTED";
 inline constexpr const char* kP2PDeadlock = "ASCENT_P2P_DEADLOCK";
 
+// One `details` entry of a JS error: a number, a string, or (is_list) an array of
+// integers (rank lists such as culpritWorldRanks).
 struct Detail {
   std::string key;
   bool is_num;
   double num;
   std::string str;
+  bool is_list = false;
+  std::vector<int> list;
 };
 
-inline Detail Num(std::string key, double v) { return Detail{std::move(key), true, v, {}}; }
-inline Detail Str(std::string key, std::string v) { return Detail{std::move(key), false, 0, std::move(v)}; }
+inline Detail Num(std::string key, double v) { return Detail{std::move(key), true, v, {}, false, {}}; }
+inline Detail Str(std::string key, std::string v) { return Detail{std::move(key), false, 0, std::move(v), false, {}}; }
+inline Detail Ints(std::string key, std::vector<int> v) { return Detail{std::move(key), false, 0, {}, true, std::move(v)}; }
 
 struct ErrorInfo {
   std::string code;
   std::string message;
   std::vector<Detail> details;
+
+  // The detail `key`, or null.
+  const Detail* Find(const std::string& key) const {
+    for (const Detail& d : details) {
+      if (d.key == key) return &d;
+    }
+    return nullptr;
+  }
 };
 
 class AscentException : public std::exception {

@@ -42,6 +42,9 @@ describe('collective failures', () => {
       expect(e.message).toContain('allReduce(fp32, count=4, op=sum)');
       expect(e.message).toContain('arrived: ranks [0,1,3]');
       expect(e.message).toContain('missing: rank 2');
+      expect(e.details.culpritWorldRanks).toEqual([2]);
+      expect(e.details.missing).toEqual([2]);
+      expect(e.details.arrived).toEqual([0, 1, 3]);
       expect(e.message).toContain('rank 2: last enqueued #1 allReduce, started #1 allReduce, completed #1 allReduce');
       expect(e.message).toMatch(/Flight recorder: .*\.json\nHINT: run `npx ascent trace .*`$/);
       messages.add(e.message);
@@ -60,6 +63,7 @@ describe('collective failures', () => {
     const skipper = err(results[2]!, 'later');
     expect(skipper.code).toBe('ASCENT_COMM_ABORTED');
     expect(skipper.message).toContain('missing: rank 2');
+    expect(skipper.details.culpritWorldRanks).toEqual([2]);
   });
 
   it('two ranks call different ops at the same step: CollectiveMismatchError on every rank naming both', async () => {
@@ -69,6 +73,8 @@ describe('collective failures', () => {
       expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
       expect(e.name).toBe('CollectiveMismatchError');
       expect(e.message).toContain('at seq 1: ranks [0,1,3] called allReduce(fp32, count=1024, op=sum) but rank 2 called broadcast(fp32, count=1024, root=0).');
+      expect(e.details.culpritWorldRanks).toEqual([2]);
+      expect(err(r, 'later').details.culpritWorldRanks).toEqual([2]);
       expect(err(r, 'later').code).toBe('ASCENT_COMM_ABORTED');
       const dump = r.dump as { cause: { message: string }; ranks: Array<{ entries: Array<{ fingerprint: string }> }> };
       expect(dump.ranks[2]!.entries[0]!.fingerprint).toBe('broadcast(fp32, count=1024, root=0)');
@@ -82,6 +88,7 @@ describe('collective failures', () => {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
       expect(e.message).toContain('ranks [0,2,3] called allReduce(fp32, count=1024, op=sum) but rank 1 called allReduce(fp32, count=512, op=sum)');
+      expect(e.details.culpritWorldRanks).toEqual([1]);
     }
   });
 
@@ -90,6 +97,7 @@ describe('collective failures', () => {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
       expect(e.message).toContain('ranks [0,1,2] called broadcast(fp32, count=16, root=0) but rank 3 called broadcast(fp32, count=16, root=1)');
+      expect(e.details.culpritWorldRanks).toEqual([3]);
     }
   });
 
@@ -98,6 +106,7 @@ describe('collective failures', () => {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
       expect(e.message).toContain('rank 1 sends 2 elements to rank 2 (sendCounts[2]) but rank 2 expects 1 from rank 1 (recvCounts[1])');
+      expect(e.details.culpritWorldRanks).toEqual([1, 2]);  // one bad pair: both sides are suspects
     }
   });
 
@@ -108,6 +117,7 @@ describe('collective failures', () => {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COMM_ABORTED');
       expect(e.message).toContain("rank 3's worker exited");
+      expect(e.details.culpritWorldRanks).toEqual([3]);
       expect(err(r, 'later').code).toBe('ASCENT_COMM_ABORTED');
     }
   });
@@ -128,6 +138,7 @@ describe('collective failures', () => {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COMM_ABORTED');
       expect(e.message).toContain("rank 2's worker died (test)");
+      expect(e.details.culpritWorldRanks).toEqual([]);  // abortById without culprits: unknown
     }
     expect(Communicator.abortById('0'.repeat(32), 'nobody')).toBe(false);
   });
@@ -137,6 +148,7 @@ describe('collective failures', () => {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
       expect(e.message).toContain("rank 0's send #1 to rank 1 is fp32 count=3 but rank 1's recv #1 from rank 0 is fp32 count=2");
+      expect(e.details.culpritWorldRanks).toEqual([0, 1]);
     }
   });
 
@@ -193,6 +205,7 @@ describe('collective failures', () => {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COMM_ABORTED');
       expect(e.message).toContain('rank 0 called abort(): test abort');
+      expect(e.details.culpritWorldRanks).toEqual([0]);
     }
   });
 
@@ -206,6 +219,7 @@ describe('collective failures', () => {
       expect(e.message).toContain('only 3 of 4 ranks joined');
       expect(e.message).toContain('joined: ranks [0,1,2]');
       expect(e.message).toContain('missing: rank 3');
+      expect(e.details.culpritWorldRanks).toEqual([3]);
       expect(e.message).toContain('npx ascent trace');
       messages.add(e.message);
     }
@@ -250,6 +264,7 @@ describe('collective failures', () => {
       expect(e.message).toContain('blocked in send #1 to rank 1');
       expect(e.message).toContain('blocked in send #1 to rank 0');
       expect(e.message).toContain('groupStart()');
+      expect(e.details.culpritWorldRanks).toEqual([0, 1]);
     }
   });
 });

@@ -59,42 +59,74 @@ void CheckFingerprints(Ctx& c) {
       it->second.push_back(q);
     }
   }
+  // Groups were made in rank order, so on a tie for the largest the stable sort
+  // keeps the one holding the lowest rank first: that call is the reference, and
+  // every rank outside it is a culprit (with no majority, the lowest rank decides).
   std::stable_sort(groups.begin(), groups.end(),
                    [](auto& a, auto& b) { return a.second.size() > b.second.size(); });
+  std::vector<int> culprits;
+  for (size_t i = 1; i < groups.size(); ++i) culprits.insert(culprits.end(), groups[i].second.begin(), groups[i].second.end());
+  std::sort(culprits.begin(), culprits.end());
+  const bool tie = groups[1].second.size() == groups[0].second.size();
   std::string msg = "Collective mismatch on communicator " + c.g.short_id() + " at seq " + std::to_string(c.d.seq) +
-                    ": " + RanksPhrase(groups[0].second) + " called " + groups[0].first;
+                    ": " + c.g.WhoList(groups[0].second) + " called " + groups[0].first;
   for (size_t i = 1; i < groups.size(); ++i) {
-    msg += std::string(i == 1 ? " but " : ", and ") + RanksPhrase(groups[i].second) + " called " + groups[i].first;
+    msg += std::string(i == 1 ? " but " : ", and ") + c.g.WhoList(groups[i].second) + " called " + groups[i].first;
   }
-  msg += ".\nHINT: every rank must issue the same collectives, with the same dtype, count, reduce op and root, in "
+  msg += ".\n  differs: " + c.g.WhoList(culprits) +
+         (tie ? " (no majority: the call of the lowest rank is taken as the reference)" : " (the majority called " +
+                                                                                             groups[0].first + ")");
+  msg += "\nHINT: every rank must issue the same collectives, with the same dtype, count, reduce op and root, in "
          "the same order on a communicator.";
   ErrorInfo info{kCollectiveMismatch, msg,
                  {Num("seq", static_cast<double>(c.d.seq)), Str("expected", groups[0].first),
-                  Str("expectedRanks", RankList(groups[0].second)), Str("actual", groups[1].first),
-                  Str("actualRanks", RankList(groups[1].second))}};
+                  Str("actual", groups[1].first)}};
+  c.g.AddRanks(info, "expectedRanks", groups[0].second);
+  c.g.AddRanks(info, "actualRanks", groups[1].second);
+  c.g.SetCulprits(info, culprits);
   c.g.Abort(std::move(info), c.d.seq, true);
   c.g.ThrowAborted(c.rank, c.d.seq, c.d.fingerprint);
 }
 
-// allToAllV: rank q's sendCounts[r] must equal rank r's recvCounts[q].
+// allToAllV: rank q's sendCounts[r] must equal rank r's recvCounts[q]. The report
+// names the first pair that disagrees; the culprits are the ranks that take part in
+// the most disagreeing pairs (one bad pair: both of its ranks).
 void CheckAllToAllVCounts(Ctx& c) {
+  std::vector<int> involved(c.P, 0);
+  int bad_q = -1, bad_r = -1;
   for (int q = 0; q < c.P; ++q) {
     for (int r = 0; r < c.P; ++r) {
-      uint64_t s = c.peer(q).send_counts[r], rc = c.peer(r).recv_counts[q];
-      if (s == rc) continue;
-      ErrorInfo info{kCollectiveMismatch,
-                     "Collective mismatch on communicator " + c.g.short_id() + " at seq " + std::to_string(c.d.seq) +
-                         ": allToAllV counts disagree: rank " + std::to_string(q) + " sends " + std::to_string(s) +
-                         " elements to rank " + std::to_string(r) + " (sendCounts[" + std::to_string(r) +
-                         "]) but rank " + std::to_string(r) + " expects " + std::to_string(rc) + " from rank " +
-                         std::to_string(q) + " (recvCounts[" + std::to_string(q) +
-                         "]).\nHINT: rank q's sendCounts[r] must equal rank r's recvCounts[q] for every pair.",
-                     {Num("seq", static_cast<double>(c.d.seq)), Num("sender", q), Num("receiver", r),
-                      Num("sendCount", static_cast<double>(s)), Num("recvCount", static_cast<double>(rc))}};
-      c.g.Abort(std::move(info), c.d.seq, true);
-      c.g.ThrowAborted(c.rank, c.d.seq, c.d.fingerprint);
+      if (c.peer(q).send_counts[r] == c.peer(r).recv_counts[q]) continue;
+      if (bad_q < 0) bad_q = q, bad_r = r;
+      ++involved[q];
+      if (r != q) ++involved[r];
     }
   }
+  if (bad_q < 0) return;
+  const int q = bad_q, r = bad_r;
+  const uint64_t s = c.peer(q).send_counts[r], rc = c.peer(r).recv_counts[q];
+  const int most = *std::max_element(involved.begin(), involved.end());
+  std::vector<int> culprits;
+  for (int x = 0; x < c.P; ++x) {
+    if (involved[x] == most) culprits.push_back(x);
+  }
+  ErrorInfo info{kCollectiveMismatch,
+                 "Collective mismatch on communicator " + c.g.short_id() + " at seq " + std::to_string(c.d.seq) +
+                     ": allToAllV counts disagree: " + c.g.Who(q) + " sends " + std::to_string(s) + " elements to " +
+                     c.g.Who(r) + " (sendCounts[" + std::to_string(r) + "]) but " + c.g.Who(r) + " expects " +
+                     std::to_string(rc) + " from " + c.g.Who(q) + " (recvCounts[" + std::to_string(q) + "])." +
+                     "\n  suspects: " + c.g.WhoList(culprits) +
+                     "\nHINT: rank q's sendCounts[r] must equal rank r's recvCounts[q] for every pair.",
+                 {Num("seq", static_cast<double>(c.d.seq)), Num("sender", c.g.WorldRank(q)),
+                  Num("receiver", c.g.WorldRank(r)), Num("sendCount", static_cast<double>(s)),
+                  Num("recvCount", static_cast<double>(rc))}};
+  if (!c.g.is_world()) {
+    info.details.push_back(Num("senderLocal", q));
+    info.details.push_back(Num("receiverLocal", r));
+  }
+  c.g.SetCulprits(info, culprits);
+  c.g.Abort(std::move(info), c.d.seq, true);
+  c.g.ThrowAborted(c.rank, c.d.seq, c.d.fingerprint);
 }
 
 // ---------------------------------------------------------------- algorithms (step 4-5)
@@ -297,6 +329,7 @@ void Split(Ctx& c, SplitResult* out) {
   out->new_size = static_cast<int>(members.size());
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i].second == c.rank) out->new_rank = static_cast<int>(i);
+    out->member_world_ranks.push_back(c.g.WorldRank(members[i].second));
   }
 }
 
@@ -320,9 +353,9 @@ uint64_t RecvExtent(const Desc& d, int P) {
 }  // namespace
 
 void RunCollective(CommGroup& g, int rank, Desc& d, Clock::time_point deadline, double timeout_ms,
-                   SplitResult* split) {
+                   SplitResult* split, const char* timeout_name) {
   Ctx c{g, rank, g.nranks(), d, DTypeSize(d.dtype), static_cast<int>(d.seq & 1),
-        WaitSite{rank, d.seq, d.fingerprint, "arrival barrier", timeout_ms}, deadline};
+        WaitSite{rank, d.seq, d.fingerprint, "arrival barrier", timeout_ms, timeout_name}, deadline};
   if (g.aborted()) g.ThrowAborted(rank, d.seq, d.fingerprint);
 
   // Step 0: collectives of one rank run in seq order.

@@ -27,10 +27,12 @@ struct SplitResult {
   int color = -1;
   int new_rank = -1;
   int new_size = 0;
+  std::vector<int> member_world_ranks;  // world rank of each new local rank
 };
 
+// `timeout_name`: the setting the deadline came from, for the timeout report.
 void RunCollective(CommGroup& g, int rank, Desc& d, Clock::time_point deadline, double timeout_ms,
-                   SplitResult* split = nullptr);
+                   SplitResult* split = nullptr, const char* timeout_name = "execTimeoutMs / HCCL_EXEC_TIMEOUT");
 
 }  // namespace comm
 }  // namespace ascent

@@ -103,11 +103,12 @@ void AbortAll(CommEnv* ce) {
       device = c->device;
     }
     if (!g || c->destroyed || g->aborted()) continue;
-    g->Abort(ErrorInfo{kCommAborted,
-                       "rank " + std::to_string(rank) + "'s worker exited (device " + std::to_string(device) +
-                           ") while communicator " + g->short_id() + " was live.",
-                       {Num("deadRank", rank), Num("device", device)}},
-             0, g->AnyInFlight());
+    ErrorInfo info{kCommAborted,
+                   g->Who(rank) + "'s worker exited (device " + std::to_string(device) + ") while communicator " +
+                       g->short_id() + " was live.",
+                   {Num("deadRank", g->WorldRank(rank)), Num("device", device)}};
+    g->SetCulprits(info, {rank});  // the rank that left, never the peers it left waiting
+    g->Abort(std::move(info), 0, g->AnyInFlight());
   }
 }
 
@@ -168,6 +169,14 @@ RedOp ArgRedOp(const Napi::CallbackInfo& info, size_t i) {
   uint64_t v = ArgIndex(info, i, "op");
   if (v >= static_cast<uint64_t>(kNumRedOps)) ThrowInvalidArgument("Unknown reduce op code " + std::to_string(v) + ".");
   return static_cast<RedOp>(v);
+}
+
+int ArgIntValue(const Napi::Value& v, const char* name) {
+  double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : 0.5;
+  if (std::floor(d) != d || d < 0 || d > 2147483647.0) {
+    ThrowInvalidArgument(std::string("Expected non-negative integers in ") + name + ".", {Str("argument", name)});
+  }
+  return static_cast<int>(d);
 }
 
 int ArgInt(const Napi::CallbackInfo& info, size_t i, const char* name) {
@@ -323,12 +332,13 @@ void CommWrap::CheckUsable(const char* what) {
   }
   if (c.group->aborted()) {
     ErrorInfo cause = c.group->cause();
-    throw AscentException(ErrorInfo{kCommAborted,
-                                    "Communicator " + c.group->short_id() + " is aborted; rank " +
-                                        std::to_string(c.rank) + "'s " + what + " fails at once. Cause: " +
-                                        cause.message,
-                                    {Str("communicator", c.group->id()), Num("rank", c.rank), Str("op", what),
-                                     Str("causeCode", cause.code), Str("causeMessage", cause.message)}});
+    ErrorInfo e{kCommAborted,
+                "Communicator " + c.group->short_id() + " is aborted; " + c.group->Who(c.rank) + "'s " + what +
+                    " fails at once. Cause: " + cause.message,
+                {Str("communicator", c.group->id()), Num("rank", c.group->WorldRank(c.rank)), Str("op", what),
+                 Str("causeCode", cause.code), Str("causeMessage", cause.message)}};
+    CopyCulprits(cause, e);
+    throw AscentException(std::move(e));
   }
 }
 
@@ -593,8 +603,8 @@ Napi::Value CommWrap::P2P(const Napi::CallbackInfo& info, bool is_send) {
     c.group_keep.push_back(buf.block);
     return Napi::Number::New(info.Env(), 0);
   }
-  std::string desc = std::string(what) + " #" + std::to_string(k) + (is_send ? " to rank " : " from rank ") +
-                     std::to_string(peer);
+  std::string desc = std::string(what) + " #" + std::to_string(k) + (is_send ? " to " : " from ") +
+                     c.group->Who(static_cast<int>(peer));
   std::string fp = std::string(what) + "(" + DTypeName(t) + ", count=" + std::to_string(count) +
                    (is_send ? ", to=" : ", from=") + std::to_string(peer) + ", k=" + std::to_string(k) + ")";
   std::shared_ptr<CommGroup> group = c.group;
@@ -683,7 +693,8 @@ Napi::Value CommWrap::Split(const Napi::CallbackInfo& info) {
     uint64_t seq = c.next_seq++;
     std::shared_ptr<CommGroup> parent = c.group;
     int prank = c.rank;
-    double parent_timeout = c.exec_timeout_ms;
+    // The split is a rendezvous: it waits under the connect timeout (its own
+    // connectTimeoutMs option, else the parent's, else HCCL_CONNECT_TIMEOUT), like init.
     uint64_t fr = parent->slot(prank).recorder.Enqueued(seq, "split", "split()");
     EnvData* data = EnvData::Get(info.Env());
     GetCommEnv(info.Env())->Spawn([=] {
@@ -698,7 +709,8 @@ Napi::Value CommWrap::Split(const Napi::CallbackInfo& info) {
         d.fingerprint = Fingerprint(d);
         SplitResult res;
         try {
-          RunCollective(*parent, prank, d, Deadline(parent_timeout), parent_timeout, &res);
+          RunCollective(*parent, prank, d, Deadline(connect_ms), connect_ms, &res,
+                        "connectTimeoutMs / HCCL_CONNECT_TIMEOUT");
           rec.Ended(fr, true);
         } catch (const AscentException& e) {
           rec.Ended(fr, false, e.info().code);
@@ -707,7 +719,7 @@ Napi::Value CommWrap::Split(const Napi::CallbackInfo& info) {
         if (color >= 0) {
           std::shared_ptr<CommGroup> g =
               GroupTable::Get().Join(ChildId(parent->id(), seq, color), res.new_size, res.new_rank, child->device,
-                                     trace_dir);
+                                     trace_dir, res.member_world_ranks, false);
           {
             std::lock_guard<std::mutex> lock(child->mu);
             child->group = g;
@@ -735,9 +747,10 @@ Napi::Value CommWrap::Abort(const Napi::CallbackInfo& info) {
       g = impl_->group;
     }
     if (!g) return info.Env().Undefined();
-    g->Abort(ErrorInfo{kCommAborted, "rank " + std::to_string(impl_->rank) + " called abort(): " + reason,
-                       {Num("abortedBy", impl_->rank), Str("reason", reason)}},
-             0, g->AnyInFlight());
+    ErrorInfo e{kCommAborted, g->Who(impl_->rank) + " called abort(): " + reason,
+                {Num("abortedBy", g->WorldRank(impl_->rank)), Str("reason", reason)}};
+    g->SetCulprits(e, {impl_->rank});  // the rank that gave up (e.g. its stream failed)
+    g->Abort(std::move(e), 0, g->AnyInFlight());
     return info.Env().Undefined();
   });
 }
@@ -786,9 +799,12 @@ Napi::Value InitRank(const Napi::CallbackInfo& info) {
     std::string trace_dir = comm::ArgString(info, 6, "traceDir");
     uint64_t token = ArgToken(info, 7);
     comm::CommEnv* ce = comm::GetCommEnv(info.Env());
+    // A communicator made by initRank is a world: its ranks are world ranks.
+    std::vector<int> world(nranks);
+    for (size_t r = 0; r < world.size(); ++r) world[r] = static_cast<int>(r);
     std::shared_ptr<comm::CommGroup> g = comm::GroupTable::Get().Join(
         id, static_cast<int>(nranks), static_cast<int>(std::min<uint64_t>(rank, 1u << 30)), static_cast<int>(device),
-        trace_dir);
+        trace_dir, world, true);
     auto impl = std::make_shared<comm::CommImpl>();
     impl->group = g;
     impl->rank = static_cast<int>(rank);
@@ -813,14 +829,22 @@ Napi::Value InitRank(const Napi::CallbackInfo& info) {
   });
 }
 
-// abortById(id, reason) -> whether a live communicator with that id was found.
+// abortById(id, reason, culpritWorldRanks?) -> whether a live communicator with that
+// id was found. The culprits (e.g. the rank whose worker died) default to none.
 Napi::Value AbortById(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&] {
     std::string id = comm::ArgString(info, 0, "id");
     std::string reason = comm::ArgString(info, 1, "reason");
+    std::vector<int> culprits;
+    if (info.Length() > 2 && !info[2].IsUndefined()) {
+      if (!info[2].IsArray()) ThrowInvalidArgument("abortById: expected an array of world ranks for culpritWorldRanks.");
+      Napi::Array a = info[2].As<Napi::Array>();
+      for (uint32_t i = 0; i < a.Length(); ++i) culprits.push_back(comm::ArgIntValue(a.Get(i), "culpritWorldRanks"));
+    }
     std::shared_ptr<comm::CommGroup> g = comm::GroupTable::Get().Find(id);
     if (!g) return Napi::Boolean::New(info.Env(), false);
-    g->Abort(ErrorInfo{kCommAborted, reason, {Str("reason", reason)}}, 0, g->AnyInFlight());
+    g->Abort(ErrorInfo{kCommAborted, reason, {Str("reason", reason), Ints("culpritWorldRanks", culprits)}}, 0,
+             g->AnyInFlight());
     return Napi::Boolean::New(info.Env(), true);
   });
 }

@@ -7,11 +7,14 @@
 // {
 //   "format": "ascent.flight-recorder", "version": 1,
 //   "communicator": "<32 hex id>", "nranks": 4,
+//   "world": true,                   // made by initRank (local ranks are world ranks); false: a split
+
 //   "createdAtMs": 1.7e12,           // group creation, ms since the Unix epoch
 //   "dumpedAtMs": 1.7e12,
-//   "cause": { "code": "ASCENT_COLLECTIVE_TIMEOUT", "message": "...", "seq": 7 | null },
+//   "cause": { "code": "ASCENT_COLLECTIVE_TIMEOUT", "message": "...", "seq": 7 | null,
+//              "culpritWorldRanks": [3] },  // world ranks at fault (timeout: the missing ones)
 //   "ranks": [
-//     { "rank": 0, "device": 0,      // device -1: the rank never joined
+//     { "rank": 0, "worldRank": 0, "device": 0,   // device -1: the rank never joined
 //       "joined": true,
 //       "lastEnqueued":  { "id": 9, "seq": 7 | null, "op": "allReduce", "atMs": ... } | null,
 //       "lastStarted":   { ... } | null,
@@ -101,10 +104,13 @@ std::string CommGroup::DumpJson() {
 }
 
 std::string CommGroup::DumpJsonLocked() {
+  const Detail* c = cause_.Find("culpritWorldRanks");
+  std::string culprits = RankList(c ? c->list : std::vector<int>{});
   std::string o = "{\"format\":\"ascent.flight-recorder\",\"version\":1,\"communicator\":" + Quote(id_) +
-                  ",\"nranks\":" + std::to_string(nranks_) + ",\"createdAtMs\":" + Ms(created_ms_) +
+                  ",\"nranks\":" + std::to_string(nranks_) + ",\"world\":" + (is_world_ ? "true" : "false") +
+                  ",\"createdAtMs\":" + Ms(created_ms_) +
                   ",\"dumpedAtMs\":" + Ms(WallMs()) + ",\"cause\":{\"code\":" + Quote(cause_.code) +
-                  ",\"message\":" + Quote(cause_.message) + ",\"seq\":" + SeqJson(cause_seq_) + "},\"ranks\":[";
+                  ",\"message\":" + Quote(cause_.message) + ",\"seq\":" + SeqJson(cause_seq_) + ",\"culpritWorldRanks\":" + culprits + "},\"ranks\":[";
   for (int r = 0; r < nranks_; ++r) {
     Slot& s = slot(r);
     int device;
@@ -114,7 +120,8 @@ std::string CommGroup::DumpJsonLocked() {
       device = s.device;
       joined = s.joined;
     }
-    o += std::string(r ? "," : "") + "\n{\"rank\":" + std::to_string(r) + ",\"device\":" + std::to_string(device) +
+    o += std::string(r ? "," : "") + "\n{\"rank\":" + std::to_string(r) + ",\"worldRank\":" + std::to_string(WorldRank(r)) +
+         ",\"device\":" + std::to_string(device) +
          ",\"joined\":" + (joined ? "true" : "false") + ",\"lastEnqueued\":" + MarkJson(s.recorder.last_enqueued()) +
          ",\"lastStarted\":" + MarkJson(s.recorder.last_started()) +
          ",\"lastCompleted\":" + MarkJson(s.recorder.last_completed()) + ",\"entries\":[";

@@ -53,17 +53,6 @@ std::string Fingerprint(const Desc& d) {
   }
 }
 
-std::string RankList(const std::vector<int>& ranks) {
-  std::string s = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
-  return s + "]";
-}
-
-std::string RanksPhrase(const std::vector<int>& ranks) {
-  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
-  return "ranks " + RankList(ranks);
-}
-
 // ASCENT_COMM_MOVERS is declared in src/runtime/env.ts. Read here rather than passed
 // from TS: it is process-wide and every rank of a group must agree on it.
 int MoversFor(int nranks) {
@@ -82,12 +71,15 @@ int MoversFor(int nranks) {
   return std::min(movers, nranks);
 }
 
-CommGroup::CommGroup(std::string id, int nranks, std::string trace_dir)
+CommGroup::CommGroup(std::string id, int nranks, std::string trace_dir, std::vector<int> world_ranks, bool is_world)
     : id_(std::move(id)),
       nranks_(nranks),
       spin_(2u * nranks <= std::thread::hardware_concurrency() ? kSpin : 0),
       movers_(MoversFor(nranks)),
-      trace_dir_(std::move(trace_dir)), p2p_(new P2PState(nranks)),
+      trace_dir_(std::move(trace_dir)),
+      world_ranks_(std::move(world_ranks)),
+      is_world_(is_world),
+      p2p_(new P2PState(nranks)),
       small_result_(static_cast<uint8_t*>(std::aligned_alloc(64, kSmallBytes))),
       created_ms_(WallMs()) {
   for (int r = 0; r < nranks; ++r) slots_.emplace_back(new Slot());
@@ -145,7 +137,7 @@ void CommGroup::Barrier(const WaitSite& site, Clock::time_point deadline, const 
   }
   ThrowTimeout(site, arrived, missing,
                "every rank must issue the same collectives in the same order on this communicator; " +
-                   RanksPhrase(missing) + (missing.size() == 1 ? " has" : " have") + " not reached seq " +
+                   WhoList(missing) + (missing.size() == 1 ? " has" : " have") + " not reached seq " +
                    std::to_string(site.seq) + " (see the last ops above).");
 }
 
@@ -189,9 +181,8 @@ ErrorInfo CommGroup::Abort(ErrorInfo info, uint64_t seq, bool dump) {
     if (aborted_.load(std::memory_order_acquire)) return cause_;
     cause_ = std::move(info);
     cause_seq_ = seq;
-    bool named = false;
-    for (const Detail& d : cause_.details) named = named || d.key == "communicator";
-    if (!named) cause_.details.push_back(Str("communicator", id_));
+    if (!cause_.Find("communicator")) cause_.details.push_back(Str("communicator", id_));
+    if (!cause_.Find("culpritWorldRanks")) cause_.details.push_back(Ints("culpritWorldRanks", {}));
     if (dump) {
       std::string path = WriteDump();
       if (!path.empty()) {
@@ -226,18 +217,23 @@ std::string CommGroup::dump_path() {
 void CommGroup::ThrowAborted(int rank, uint64_t seq, const std::string& what) {
   ErrorInfo c;
   uint64_t cs;
+  std::string dump;
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
     c = cause_;
     cs = cause_seq_;
+    dump = dump_path_;
   }
   if (cs != 0 && cs == seq) throw AscentException(c);
   ErrorInfo e{kCommAborted,
-              "Communicator " + short_id() + " was aborted, so rank " + std::to_string(rank) + "'s " + what +
+              "Communicator " + short_id() + " was aborted, so " + Who(rank) + "'s " + what +
                   (seq != 0 && seq != kNoSeq ? " (seq " + std::to_string(seq) + ")" : "") +
                   " cannot run. Cause: " + c.message,
-              {Str("communicator", id_), Num("rank", rank), Num("seq", seq == kNoSeq ? 0 : static_cast<double>(seq)), Str("op", what),
+              {Str("communicator", id_), Num("rank", WorldRank(rank)), Num("seq", seq == kNoSeq ? 0 : static_cast<double>(seq)), Str("op", what),
                Str("causeCode", c.code), Str("causeMessage", c.message)}};
+  if (!is_world_) e.details.push_back(Num("localRank", rank));
+  if (!dump.empty()) e.details.push_back(Str("flightRecorder", dump));
+  CopyCulprits(c, e);
   throw AscentException(std::move(e));
 }
 
@@ -254,7 +250,7 @@ std::string CommGroup::RankLines(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) {
     FlightRecorder& fr = slot(r).recorder;
-    out += "\n  rank " + std::to_string(r) + ": last enqueued " + fr.last_enqueued().Describe() + ", started " +
+    out += "\n  " + Who(r) + ": last enqueued " + fr.last_enqueued().Describe() + ", started " +
            fr.last_started().Describe() + ", completed " + fr.last_completed().Describe();
   }
   return out;
@@ -268,16 +264,20 @@ void CommGroup::ThrowTimeout(const WaitSite& site, const std::vector<int>& arriv
   std::snprintf(ms, sizeof ms, "%.0f", site.timeout_ms);
   std::string msg = "Collective timeout on communicator " + short_id() +
                     (site.seq ? " at seq " + std::to_string(site.seq) : std::string()) + ": " + site.what +
-                    " on rank " + std::to_string(site.rank) + " waited " + ms + " ms in the " + site.phase + ".";
-  if (!arrived.empty()) msg += "\n  arrived: " + RanksPhrase(arrived);
-  if (!missing.empty()) msg += "\n  missing: " + RanksPhrase(missing);
+                    " on " + Who(site.rank) + " waited " + ms + " ms (" + site.timeout_name + ") in the " + site.phase +
+                    ".";
+  if (!arrived.empty()) msg += "\n  arrived: " + WhoList(arrived);
+  if (!missing.empty()) msg += "\n  missing: " + WhoList(missing);
   msg += RankLines(all);
   msg += "\nHINT: " + hint;
-  std::string missing_s = RankList(missing), arrived_s = RankList(arrived);
   ErrorInfo info{kCollectiveTimeout, msg,
                  {Str("communicator", id_), Num("seq", static_cast<double>(site.seq)), Str("op", site.what),
-                  Str("arrived", arrived_s), Str("missing", missing_s), Num("timeoutMs", site.timeout_ms),
-                  Num("rank", site.rank)}};
+                  Num("timeoutMs", site.timeout_ms), Num("rank", WorldRank(site.rank))}};
+  if (!is_world_) info.details.push_back(Num("localRank", site.rank));
+  AddRanks(info, "arrived", arrived);
+  AddRanks(info, "missing", missing);
+  // The ranks that did not arrive are at fault, not the ones that waited for them.
+  SetCulprits(info, missing);
   Abort(std::move(info), site.seq == 0 ? kNoSeq : site.seq, true);
   ThrowAborted(site.rank, site.seq == 0 ? kNoSeq : site.seq, site.what);
 }
@@ -290,7 +290,8 @@ GroupTable& GroupTable::Get() {
 }
 
 std::shared_ptr<CommGroup> GroupTable::Join(const std::string& id, int nranks, int rank, int device,
-                                            const std::string& trace_dir) {
+                                            const std::string& trace_dir, const std::vector<int>& world_ranks,
+                                            bool is_world) {
   std::shared_ptr<CommGroup> g;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -308,7 +309,7 @@ std::shared_ptr<CommGroup> GroupTable::Join(const std::string& id, int nranks, i
                                  id.substr(0, 8) + "\u2026 but received " + std::to_string(rank) + ".",
                              {Num("rank", rank), Num("nranks", nranks)});
       }
-      g = std::make_shared<CommGroup>(id, nranks, trace_dir);
+      g = std::make_shared<CommGroup>(id, nranks, trace_dir, world_ranks, is_world);
       groups_.emplace_back(id, g);
     }
   }
@@ -351,10 +352,11 @@ void CommGroup::AddRank(int rank, int device) {
     }
     if (aborted()) {
       ErrorInfo c = cause();
-      throw AscentException(ErrorInfo{kCommAborted,
-                                      "Communicator " + short_id() + " was aborted before rank " +
-                                          std::to_string(rank) + " joined. Cause: " + c.message,
-                                      {Str("communicator", id_), Num("rank", rank), Str("causeCode", c.code)}});
+      ErrorInfo e{kCommAborted,
+                  "Communicator " + short_id() + " was aborted before " + Who(rank) + " joined. Cause: " + c.message,
+                  {Str("communicator", id_), Num("rank", WorldRank(rank)), Str("causeCode", c.code)}};
+      CopyCulprits(c, e);
+      throw AscentException(std::move(e));
     }
     s.joined = true;
     s.device = device;
@@ -390,16 +392,19 @@ void CommGroup::WaitAllJoined(int rank, Clock::time_point deadline, double timeo
   }
   char ms[32];
   std::snprintf(ms, sizeof ms, "%.0f", timeout_ms);
-  std::string msg = "Communicator init timed out on communicator " + short_id() + ": rank " + std::to_string(rank) +
-                    " waited " + ms + " ms (connectTimeoutMs / HCCL_CONNECT_TIMEOUT) but only " +
-                    std::to_string(joined.size()) + " of " + std::to_string(nranks_) + " ranks joined.\n  joined: " +
-                    RanksPhrase(joined) + "\n  missing: " + RanksPhrase(missing) + "\nHINT: every rank must call " +
-                    "Communicator.initRank() with the same uniqueId and nranks; check that " + RanksPhrase(missing) +
-                    " started and did not fail before init.";
-  Abort(ErrorInfo{kCollectiveTimeout, msg,
-                  {Str("op", "initRank"), Str("joined", RankList(joined)), Str("missing", RankList(missing)),
-                   Num("timeoutMs", timeout_ms), Num("rank", rank)}},
-        kNoSeq, true);
+  std::string msg = "Communicator init timed out on communicator " + short_id() + ": " + Who(rank) + " waited " + ms +
+                    " ms (connectTimeoutMs / HCCL_CONNECT_TIMEOUT) but only " + std::to_string(joined.size()) + " of " +
+                    std::to_string(nranks_) + " ranks joined.\n  joined: " + WhoList(joined) + "\n  missing: " +
+                    WhoList(missing) + "\nHINT: " +
+                    (is_world_ ? "every rank must call Communicator.initRank() with the same uniqueId and nranks; check that " +
+                                     WhoList(missing) + " started and did not fail before init."
+                               : "every member of a split must join the new communicator; check that " + WhoList(missing) +
+                                     " did not fail or exit during the split.");
+  ErrorInfo info{kCollectiveTimeout, msg, {Str("op", "initRank"), Num("timeoutMs", timeout_ms), Num("rank", WorldRank(rank))}};
+  AddRanks(info, "joined", joined);
+  AddRanks(info, "missing", missing);
+  SetCulprits(info, missing);
+  Abort(std::move(info), kNoSeq, true);
   ThrowAborted(rank, kNoSeq, "initRank");
 }
 

@@ -65,18 +65,36 @@ struct WaitSite {
   std::string what;         // "allReduce(fp32, count=4, op=sum)" or "send #2 to rank 1"
   std::string phase;        // "arrival barrier", ...
   double timeout_ms;
+  // Which setting `timeout_ms` came from (split waits under the connect timeout).
+  std::string timeout_name = "execTimeoutMs / HCCL_EXEC_TIMEOUT";
 };
 
 class P2PState;
 
 class CommGroup {
  public:
-  CommGroup(std::string id, int nranks, std::string trace_dir);
+  // `world_ranks[r]`: the world rank of local rank r (from the parent at split; the
+  // identity for a communicator made by initRank, which is a world of its own).
+  CommGroup(std::string id, int nranks, std::string trace_dir, std::vector<int> world_ranks, bool is_world);
   ~CommGroup();
 
   const std::string& id() const { return id_; }
   std::string short_id() const { return id_.substr(0, 8) + "\u2026"; }
   int nranks() const { return nranks_; }
+
+  // --- rank naming (rank_names.cc): reports always give world ranks, and local
+  // ones too on a sub-communicator (world rank 7 may be local rank 1 of a split).
+  bool is_world() const { return is_world_; }
+  int WorldRank(int local) const { return world_ranks_[local]; }
+  std::vector<int> WorldRanks(const std::vector<int>& local) const;
+  // "rank 3" on a world communicator, "world rank 7 (local 1)" on a sub-communicator.
+  std::string Who(int local) const;
+  // "rank 2" / "ranks [0,1,3]", or "world rank 7 (local 1)" / "world ranks [3,7] (local [0,1])".
+  std::string WhoList(const std::vector<int>& local) const;
+  // Adds details `key` (world ranks) and, on a sub-communicator, `key`Local.
+  void AddRanks(ErrorInfo& info, const std::string& key, const std::vector<int>& local) const;
+  // Adds culpritWorldRanks (the world ranks most likely at fault) to `info`.
+  void SetCulprits(ErrorInfo& info, const std::vector<int>& local) const;
   // Pauses a waiter spins before sleeping: kSpin only when every rank's JS thread
   // and stream thread can have a core of their own, else 0.
   int spin() const { return spin_; }
@@ -148,6 +166,8 @@ class CommGroup {
   const int spin_;
   const int movers_;
   const std::string trace_dir_;
+  const std::vector<int> world_ranks_;
+  const bool is_world_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<P2PState> p2p_;
   uint8_t* small_result_;
@@ -171,6 +191,8 @@ class CommGroup {
 std::string RankList(const std::vector<int>& ranks);
 // "rank 2" / "ranks [0, 1, 3]"
 std::string RanksPhrase(const std::vector<int>& ranks);
+// Copies the cause's culpritWorldRanks into `out` (empty when the cause has none).
+void CopyCulprits(const ErrorInfo& cause, ErrorInfo& out);
 
 // The process-global id -> group table (leaked on purpose, like the device
 // registry: worker threads may outlive static destruction).
@@ -178,8 +200,10 @@ class GroupTable {
  public:
   static GroupTable& Get();
   // Finds or creates the group `id`; InvalidArgument when `nranks` disagrees with
-  // an earlier joiner, or `rank` is out of range / already joined.
-  std::shared_ptr<CommGroup> Join(const std::string& id, int nranks, int rank, int device, const std::string& trace_dir);
+  // an earlier joiner, or `rank` is out of range / already joined. `world_ranks`
+  // (size nranks) and `is_world` are taken from the joiner that creates the group.
+  std::shared_ptr<CommGroup> Join(const std::string& id, int nranks, int rank, int device, const std::string& trace_dir,
+                                  const std::vector<int>& world_ranks, bool is_world);
   std::shared_ptr<CommGroup> Find(const std::string& id);
 
  private:

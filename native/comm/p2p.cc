@@ -46,9 +46,9 @@ std::vector<int> P2PState::FindCycle(int rank) {
 
 namespace {
 
-std::string Describe(bool is_send, int peer, uint64_t k) {
-  return is_send ? "send #" + std::to_string(k) + " to rank " + std::to_string(peer)
-                 : "recv #" + std::to_string(k) + " from rank " + std::to_string(peer);
+std::string Describe(const CommGroup& g, bool is_send, int peer, uint64_t k) {
+  return is_send ? "send #" + std::to_string(k) + " to " + g.Who(peer)
+                 : "recv #" + std::to_string(k) + " from " + g.Who(peer);
 }
 
 }  // namespace
@@ -97,8 +97,7 @@ void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bo
           std::string chain;
           for (int x : cycle) {
             const Blocked& b = blocked_[x];
-            chain += "\n  rank " + std::to_string(x) + " is blocked in " +
-                     Describe(b.kind == Blocked::kSend, b.peer, b.k) +
+            chain += "\n  " + g.Who(x) + " is blocked in " + Describe(g, b.kind == Blocked::kSend, b.peer, b.k) +
                      (b.kind == Blocked::kSend ? " (no matching recv posted)" : " (no matching send posted)");
           }
           blocked_[rank] = Blocked{};
@@ -107,11 +106,13 @@ void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bo
           std::vector<int> sorted = cycle;
           std::sort(sorted.begin(), sorted.end());
           ErrorInfo info{kP2PDeadlock,
-                         "P2P deadlock on communicator " + g.short_id() + ": " + RanksPhrase(sorted) +
+                         "P2P deadlock on communicator " + g.short_id() + ": " + g.WhoList(sorted) +
                              " wait for each other in a cycle:" + chain +
                              "\nHINT: wrap the exchange in comm.groupStart() / comm.groupEnd() so every send is "
                              "posted before anything waits, or order send/recv oppositely on the two sides.",
-                         {Str("cycle", RankList(cycle)), Num("rank", rank)}};
+                         {Num("rank", g.WorldRank(rank))}};
+          g.AddRanks(info, "cycle", cycle);
+          g.SetCulprits(info, sorted);  // every rank of the cycle blocks the next one
           g.Abort(std::move(info), kNoSeq, true);
           g.ThrowAborted(rank, kNoSeq, what);
         }
@@ -157,8 +158,7 @@ void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bo
     uint64_t count = 0;
     DType dtype = it.dtype;
     wait(Blocked{Blocked::kRecv, it.peer, it.k},
-         "rank " + std::to_string(it.peer) + " to post send #" + std::to_string(it.k) + " to rank " +
-             std::to_string(rank),
+         g.Who(it.peer) + " to post send #" + std::to_string(it.k) + " to " + g.Who(rank),
          [&] {
            SendPost* p = FindPost(it.peer, rank, it.k);
            if (p == nullptr) return false;
@@ -171,12 +171,19 @@ void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bo
     if (count != it.count || dtype != it.dtype) {
 
       ErrorInfo info{kCollectiveMismatch,
-                     "P2P mismatch on communicator " + g.short_id() + ": rank " + std::to_string(it.peer) + "'s " +
-                         Describe(true, rank, it.k) + " is " + DTypeName(dtype) + " count=" + std::to_string(count) +
-                         " but rank " + std::to_string(rank) + "'s " + Describe(false, it.peer, it.k) + " is " +
+                     "P2P mismatch on communicator " + g.short_id() + ": " + g.Who(it.peer) + "'s " +
+                         Describe(g, true, rank, it.k) + " is " + DTypeName(dtype) + " count=" + std::to_string(count) +
+                         " but " + g.Who(rank) + "'s " + Describe(g, false, it.peer, it.k) + " is " +
                          DTypeName(it.dtype) + " count=" + std::to_string(it.count) +
                          ".\nHINT: the k-th send a->b must match the k-th recv on b from a in dtype and count.",
-                     {Num("sender", it.peer), Num("receiver", rank), Num("k", static_cast<double>(it.k))}};
+                     {Num("sender", g.WorldRank(it.peer)), Num("receiver", g.WorldRank(rank)),
+                      Num("k", static_cast<double>(it.k))}};
+      if (!g.is_world()) {
+        info.details.push_back(Num("senderLocal", it.peer));
+        info.details.push_back(Num("receiverLocal", rank));
+      }
+      // Two sides, no majority: both are suspects.
+      g.SetCulprits(info, it.peer < rank ? std::vector<int>{it.peer, rank} : std::vector<int>{rank, it.peer});
       g.Abort(std::move(info), kNoSeq, true);
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -199,8 +206,7 @@ void P2PState::Run(CommGroup& g, int rank, const std::vector<P2PItem>& items, bo
   for (const P2PItem& it : items) {
     if (!it.is_send) continue;
     wait(Blocked{Blocked::kSend, it.peer, it.k},
-         "rank " + std::to_string(it.peer) + " to post recv #" + std::to_string(it.k) + " from rank " +
-             std::to_string(rank),
+         g.Who(it.peer) + " to post recv #" + std::to_string(it.k) + " from " + g.Who(rank),
          [&] {
            SendPost* p = FindPost(rank, it.peer, it.k);
            if (p != nullptr && (!p->consumed || p->failed)) return false;  // null: consumed and already dropped

@@ -18,6 +18,15 @@
  * communicator for all ranks (later calls: CommAbortedError at once) and writes a
  * flight-recorder JSON (format: native/comm/dump.cc) into the trace directory.
  *
+ * Every CollectiveMismatchError, CollectiveTimeoutError, P2PDeadlockError and
+ * CommAbortedError a communicator raises carries `details.culpritWorldRanks`: the
+ * world ranks most likely at fault (mismatch: the ranks whose call differs from the
+ * majority, on a tie from the lowest rank's; timeout: the ranks that never arrived;
+ * recv without send: the peer; deadlock: the cycle; abort: the rank that died or
+ * called abort(), empty when unknown). Messages and rank-list details give world
+ * ranks, plus local ones on a split communicator (`missing: world rank 3 (local 1)`;
+ * details `missing` / `missingLocal`).
+ *
  * TS validates every argument here with precise messages (synchronously, before
  * any side effect); native re-checks as a safety net.
  */
@@ -39,7 +48,10 @@ const REDUCE_CODE: Readonly<Record<ReduceOp, number>> = { sum: 0, prod: 1, max: 
 export const COMM_DTYPES: readonly DType[] = ['fp32', 'bf16', 'fp16', 'int32', 'int64'];
 
 export interface CommTimeouts {
-  /** Rendezvous deadline (init, split). Default: HCCL_CONNECT_TIMEOUT seconds (120). */
+  /**
+   * Rendezvous deadline (init, and split: the whole split, from its call to the new
+   * communicator being ready). Default: HCCL_CONNECT_TIMEOUT seconds (120).
+   */
   connectTimeoutMs?: number;
   /** Deadline of each collective / P2P wait. Default: HCCL_EXEC_TIMEOUT seconds (1800). */
   execTimeoutMs?: number;
@@ -63,11 +75,14 @@ export interface FlightRecord {
   version: 1;
   communicator: string;
   nranks: number;
+  /** True for a communicator made by initRank; false for a split (see worldRank). */
+  world: boolean;
   createdAtMs: number;
   dumpedAtMs: number;
-  cause: { code: string; message: string; seq: number | null };
+  cause: { code: string; message: string; seq: number | null; culpritWorldRanks: number[] };
   ranks: Array<{
     rank: number;
+    worldRank: number;
     device: number;
     joined: boolean;
     lastEnqueued: FlightMark | null;
@@ -176,11 +191,17 @@ export class Communicator {
 
   /**
    * Aborts communicator `id` for every rank from any thread (the main thread calls
-   * it when a rank's worker dies). Returns false when no live communicator has it.
+   * it when a rank's worker dies). `culpritWorldRanks` (e.g. the dead rank) becomes
+   * `details.culpritWorldRanks` of every error the abort causes; default: none
+   * known. Returns false when no live communicator has it.
    */
-  static abortById(id: string, reason: string): boolean {
+  static abortById(id: string, reason: string, culpritWorldRanks: readonly number[] = []): boolean {
     if (typeof id !== 'string' || typeof reason !== 'string') throw new InvalidArgumentError('Communicator.abortById(id, reason) expects two strings.');
-    return loadNative().commAbortById(id, reason);
+    if (!Array.isArray(culpritWorldRanks) || culpritWorldRanks.some((r) => !Number.isInteger(r) || r < 0)) {
+      throw new InvalidArgumentError(`Communicator.abortById(): expected culpritWorldRanks to be an array of world ranks (non-negative integers) but received ${describe(culpritWorldRanks)}.`, { argument: 'culpritWorldRanks' });
+    }
+    const abortById = loadNative().commAbortById as (id: string, reason: string, culpritWorldRanks: number[]) => boolean;
+    return abortById(id, reason, [...culpritWorldRanks]);
   }
 
   get rank(): number {
@@ -476,7 +497,9 @@ export class Communicator {
   /**
    * MPI_Comm_split, collective over this communicator: ranks passing the same color
    * form a new communicator ordered by key (ties by rank here); color -1 or null
-   * gives null. Settings default to this communicator's.
+   * gives null. Settings default to this communicator's. The split waits for every
+   * rank under `connectTimeoutMs` (HCCL_CONNECT_TIMEOUT), like init; the new
+   * communicator's collectives under `execTimeoutMs`.
    */
   split(color: number | null, key: number = this.rank, options?: SplitOptions): Promise<Communicator | null> {
     checkOptions(options, ['connectTimeoutMs', 'execTimeoutMs', 'traceDir'], 'split()');
