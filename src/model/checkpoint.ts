@@ -7,7 +7,8 @@
  * of every shard is in the weight map under that shard; no tensor name is in two shards;
  * shard file names are plain names inside the checkpoint folder (no path traversal).
  */
-import { readdir, readFile, stat, unlink } from 'node:fs/promises';
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { removeFile } from './file-ops.js';
 import { basename, dirname, join } from 'node:path';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/dtype.js';
@@ -264,7 +265,7 @@ export async function writeCheckpoint(dir: string, tensors: readonly TensorSourc
   const keep = new Set(files);
   for (const name of await readdir(dir)) {
     if (keep.has(name)) continue;
-    if (SHARD_NAME.test(name) || (n === 1 && name === INDEX_FILE) || (n > 1 && name === SINGLE_FILE)) await unlink(join(dir, name));
+    if (SHARD_NAME.test(name) || (n === 1 && name === INDEX_FILE) || (n > 1 && name === SINGLE_FILE)) await removeFile(join(dir, name));
   }
   return { files, totalSize };
 }

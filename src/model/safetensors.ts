@@ -15,12 +15,13 @@
  * - names are unique (duplicate JSON keys are detected, not silently last-wins).
  * So a read never allocates more than the file holds and never reads outside it.
  */
-import { open, rename, unlink, type FileHandle } from 'node:fs/promises';
+import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/dtype.js';
 import type { DType } from '../runtime/dtype.js';
+import { beforeFileOp, createFile, renamePath, syncDir, syncFile } from './file-ops.js';
 import { StrictJsonError, isJsonObject, parseStrictJson, type JsonObject, type JsonValue } from './strict-json.js';
 
 export const SAFETENSORS_DTYPES = ['F32', 'BF16', 'F16', 'I32', 'I64', 'U8', 'I8', 'BOOL'] as const;
@@ -384,16 +385,20 @@ async function writeAll(fh: FileHandle, data: Uint8Array, position: number): Pro
   return data.length;
 }
 
-/** Runs `fill` on a temporary file beside `path`, then fsyncs and renames it over `path`. */
+/**
+ * Runs `fill` on a temporary file beside `path` (`.<name>.tmp-<pid>-<random>`), then fsyncs
+ * and renames it over `path`. Every step goes through the file-ops seam.
+ */
 export async function atomicWrite<R>(path: string, fill: (fh: FileHandle) => Promise<R>): Promise<R> {
-  const tmp = join(dirname(path), `.${basename(path)}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`);
-  const fh = await open(tmp, 'wx');
+  const tmp = join(dirname(path), `${atomicTempPrefix(path)}${process.pid}-${randomBytes(4).toString('hex')}`);
+  const fh = await createFile(tmp);
   let ok = false;
   try {
+    beforeFileOp('write', tmp);
     const result = await fill(fh);
-    await fh.sync();
+    await syncFile(fh, tmp);
     await fh.close();
-    await rename(tmp, path);
+    await renamePath(tmp, path);
     ok = true;
     await syncDir(dirname(path));
     return result;
@@ -405,16 +410,7 @@ export async function atomicWrite<R>(path: string, fill: (fh: FileHandle) => Pro
   }
 }
 
-/** Makes a rename durable; best effort (some filesystems refuse fsync on a directory). */
-async function syncDir(dir: string): Promise<void> {
-  try {
-    const d = await open(dir, 'r');
-    try {
-      await d.sync();
-    } finally {
-      await d.close();
-    }
-  } catch {
-    // Durability only; the rename itself already happened.
-  }
+/** Name prefix of atomicWrite's temporary files for `path` (a crash can leave one behind). */
+export function atomicTempPrefix(path: string): string {
+  return `.${basename(path)}.tmp-`;
 }

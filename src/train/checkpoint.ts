@@ -12,21 +12,28 @@
  *
  * Atomicity: a step is written into a hidden temporary folder beside its final name,
  * fsynced, then renamed into place, and only then is `latest` replaced (itself by
- * temp-file + rename). A crash at any point leaves the previous checkpoint and
- * `latest` intact; leftover temporary folders are removed by the next save.
+ * temp-file + rename). Re-saving an existing step first moves the old copy to
+ * `.old-step-NNNNNN`, which the loader falls back to and the next save restores if the
+ * crash came before the new copy was in place. A crash before any file operation of a
+ * save leaves `latest` naming a complete checkpoint; leftover temporary folders and
+ * `.latest.tmp-*` files are removed by the next save. Every file operation goes through
+ * model/file-ops.ts, which the crash test uses to kill the writer before each one.
  *
  * Collective: every rank of the strategy calls save/load. The state is gathered on
  * every rank (gatherState); rank 0 writes; the outcome is agreed by an all-reduce so
  * a failed write raises on every rank instead of leaving the others waiting.
  */
-import { mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { Checkpoint, writeCheckpoint } from '../model/checkpoint.js';
 import { parseModelConfig, toHFConfig, type ModelConfig } from '../model/config.js';
 import type { HostParam } from '../model/param-store.js';
-import { atomicWrite, type TensorSource } from '../model/safetensors.js';
+import { atomicTempPrefix, atomicWrite, type TensorSource } from '../model/safetensors.js';
+import { isJsonObject, parseStrictJson, type JsonValue } from '../model/strict-json.js';
+import { describe } from '../runtime/dtype.js';
+import { makeDir, removePath, renamePath, syncDir } from '../model/file-ops.js';
 import { anyRank } from './any-rank.js';
 import type { FullState, TrainStrategy } from './strategy.js';
 
@@ -34,6 +41,10 @@ export const TRAIN_STATE_FILE = 'trainer_state.json';
 export const LATEST_FILE = 'latest';
 export const CHECKPOINT_FORMAT = 1;
 const STEP_DIR = /^step-(\d{6,})$/;
+/** Unfinished step folders of a save in progress (or crashed). */
+const TMP_PREFIX = '.tmp-';
+/** The previous copy of a step being re-saved, until the new one is in place. */
+const OLD_PREFIX = '.old-';
 
 export interface SaveOptions {
   /** Folder holding the step folders and `latest`. */
@@ -46,8 +57,6 @@ export interface SaveOptions {
   maxShardBytes?: number;
   /** JSON-serialisable trainer state to restore with the weights (data cursor, seeds, metrics). */
   extra?: Record<string, unknown>;
-  /** @internal Test hook: runs after each file of the step folder is written (throw to simulate a crash). */
-  afterFile?: (file: string) => void | Promise<void>;
 }
 
 export interface TrainerStateFile {
@@ -103,34 +112,57 @@ async function writeStep(
   strategy: TrainStrategy, opts: SaveOptions, final: string, maxShardBytes: number,
   params: Map<string, HostParam>, expAvg: Map<string, HostParam>, expAvgSq: Map<string, HostParam>,
 ): Promise<void> {
-  await mkdir(opts.root, { recursive: true });
-  for (const name of await readdir(opts.root)) if (name.startsWith('.tmp-')) await rm(join(opts.root, name), { recursive: true, force: true });
-  const tmp = join(opts.root, `.tmp-${stepDirName(opts.step)}-${process.pid}-${Date.now()}`);
-  await mkdir(join(tmp, 'optimizer'), { recursive: true });
-  const hook = async (f: string) => opts.afterFile?.(f);
+  const root = opts.root;
+  await makeDir(root);
+  await recoverRoot(root);
+  const name = stepDirName(opts.step);
+  const tmp = join(root, `${TMP_PREFIX}${name}-${process.pid}-${Date.now()}`);
+  await makeDir(join(tmp, 'optimizer'));
   await writeCheckpoint(tmp, hostSources(params), { maxShardBytes, metadata: { format: 'pt' } });
-  await hook('model');
   const optimizer = [...hostSources(expAvg, 'exp_avg.'), ...hostSources(expAvgSq, 'exp_avg_sq.')];
   await writeCheckpoint(join(tmp, 'optimizer'), optimizer, { maxShardBytes, metadata: { format: 'pt' } });
-  await hook('optimizer');
   await writeJson(join(tmp, 'config.json'), toHFConfig(strategy.cfg));
   const state: TrainerStateFile = {
     format: CHECKPOINT_FORMAT, step: opts.step, optimizerSteps: strategy.optimizerSteps,
     strategy: strategy.kind, layout: strategy.layout, extra: opts.extra ?? {},
   };
   await writeJson(join(tmp, TRAIN_STATE_FILE), state);
-  await hook(TRAIN_STATE_FILE);
-  // Replace an existing folder of the same step only once the new one is complete.
-  const old = `${tmp}-old`;
+  await syncDir(tmp);
+  // Re-saving a step that exists (perhaps the one `latest` names): move the complete old copy
+  // aside under a fixed name first. A crash before the new folder is in place leaves `latest`
+  // naming a missing folder, and both the loader and the next save's recovery then use
+  // `.old-<step>` (the only complete copy), so nothing is ever lost or dangling.
+  const old = join(root, `${OLD_PREFIX}${name}`);
   const had = await exists(final);
-  if (had) await rename(final, old);
-  await rename(tmp, final);
-  if (had) await rm(old, { recursive: true, force: true });
-  await hook('rename');
-  await atomicWrite(join(opts.root, LATEST_FILE), async (fh) => {
-    const body = new TextEncoder().encode(`${stepDirName(opts.step)}\n`);
+  if (had) await renamePath(final, old);
+  await renamePath(tmp, final);
+  await syncDir(root);
+  await atomicWrite(join(root, LATEST_FILE), async (fh) => {
+    const body = new TextEncoder().encode(`${name}\n`);
     await fh.write(body, 0, body.length, 0);
   });
+  if (had) await removePath(old);
+}
+
+/**
+ * Repairs what a crashed save left in `root`, before a new save: a `.old-<step>` whose step
+ * folder is missing is the only complete copy of that step and is renamed back; one whose
+ * step folder exists is stale (the new copy was in place) and is removed. Then unfinished
+ * `.tmp-*` step folders and `.latest.tmp-*` files are removed.
+ */
+async function recoverRoot(root: string): Promise<void> {
+  const names = await readdir(root);
+  for (const n of names) {
+    if (!n.startsWith(OLD_PREFIX)) continue;
+    const step = n.slice(OLD_PREFIX.length);
+    if (!STEP_DIR.test(step)) continue;
+    if (await exists(join(root, step))) await removePath(join(root, n));
+    else await renamePath(join(root, n), join(root, step));
+  }
+  const latestTmp = atomicTempPrefix(join(root, LATEST_FILE));
+  for (const n of names) {
+    if (n.startsWith(TMP_PREFIX) || n.startsWith(latestTmp)) await removePath(join(root, n));
+  }
 }
 
 async function writeJson(path: string, value: unknown): Promise<void> {
@@ -158,6 +190,8 @@ export async function latestCheckpoint(root: string): Promise<string | null> {
     return null;
   }
   if (!STEP_DIR.test(name)) throw new CheckpointFormatError(`${join(root, LATEST_FILE)} names ${JSON.stringify(name)}; expected a step folder like step-000010.`, { file: join(root, LATEST_FILE) });
+  // A save that crashed while re-saving this very step left its complete copy under `.old-<step>`.
+  if (!(await exists(join(root, name))) && (await exists(join(root, `${OLD_PREFIX}${name}`)))) return join(root, `${OLD_PREFIX}${name}`);
   return join(root, name);
 }
 
@@ -221,9 +255,8 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
     if (!latest) throw new CheckpointFormatError(`${dir}: neither a step folder (no ${TRAIN_STATE_FILE}) nor a checkpoint root (no ${LATEST_FILE}). HINT: pass the --save folder of a run or one of its step-NNNNNN folders.`, { file: dir });
     dir = latest;
   }
-  const raw = JSON.parse(await readFile(join(dir, TRAIN_STATE_FILE), 'utf8')) as TrainerStateFile;
-  if (raw.format !== CHECKPOINT_FORMAT) throw new CheckpointFormatError(`${join(dir, TRAIN_STATE_FILE)}: format ${raw.format}; this version reads format ${CHECKPOINT_FORMAT}.`, { file: dir });
-  const cfg = parseModelConfig(JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')), join(dir, 'config.json'));
+  const raw = checkTrainerState(await readJsonFile(join(dir, TRAIN_STATE_FILE)), join(dir, TRAIN_STATE_FILE));
+  const cfg = parseModelConfig(await readJsonFile(join(dir, 'config.json')), join(dir, 'config.json'));
   const diff = sameModel(cfg, strategy.cfg);
   if (diff) throw new CheckpointFormatError(`${dir} holds another model: ${diff}.`, { file: dir });
   const params = await readF32Checkpoint(dir);
@@ -236,4 +269,39 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
     else throw new CheckpointFormatError(`${join(dir, 'optimizer')}: unexpected tensor ${name}; expected exp_avg.* and exp_avg_sq.*.`, { file: dir });
   }
   return { dir, state: raw, full: { params, optimizer: { step: raw.optimizerSteps, expAvg, expAvgSq } } };
+}
+
+/** A small JSON file of a checkpoint, parsed strictly (duplicate keys refused, null-prototype objects). */
+async function readJsonFile(path: string): Promise<JsonValue> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new CheckpointFormatError(`${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}). HINT: the step folder is incomplete; load another step.`, { file: path }, { cause: err });
+  }
+  try {
+    return parseStrictJson(text);
+  } catch (err) {
+    throw new CheckpointFormatError(`${path}: not valid JSON (${(err as Error).message}).`, { file: path }, { cause: err });
+  }
+}
+
+function checkTrainerState(raw: JsonValue, file: string): TrainerStateFile {
+  const fail = (msg: string): never => {
+    throw new CheckpointFormatError(`${file}: ${msg}`, { file });
+  };
+  if (!isJsonObject(raw)) return fail(`expected a JSON object but found ${describe(raw)}.`);
+  const own = (k: string): unknown => (Object.hasOwn(raw, k) ? raw[k] : undefined);
+  if (own('format') !== CHECKPOINT_FORMAT) fail(`format ${JSON.stringify(own('format'))}; this version reads format ${CHECKPOINT_FORMAT}.`);
+  for (const k of ['step', 'optimizerSteps']) {
+    const v = own(k);
+    if (!(typeof v === 'number' && Number.isSafeInteger(v) && v >= 0)) fail(`"${k}" is ${describe(v)}; expected a non-negative integer.`);
+  }
+  for (const k of ['strategy', 'layout']) if (typeof own(k) !== 'string') fail(`"${k}" is ${describe(own(k))}; expected a string.`);
+  const extra = own('extra') ?? {};
+  if (!isJsonObject(extra)) fail(`"extra" is ${describe(extra)}; expected an object.`);
+  return {
+    format: CHECKPOINT_FORMAT, step: own('step') as number, optimizerSteps: own('optimizerSteps') as number,
+    strategy: own('strategy') as string, layout: own('layout') as string, extra: { ...(extra as Record<string, unknown>) },
+  };
 }
