@@ -254,7 +254,7 @@ export async function writeCheckpoint(dir: string, tensors: readonly TensorSourc
   const files = n === 1 ? [SINGLE_FILE] : groups.map((_, i) => `model-${pad5(i + 1)}-of-${pad5(n)}.safetensors`);
   for (let i = 0; i < n; i++) await writeSafetensors(join(dir, files[i]), groups[i], { metadata: opts.metadata });
   if (n > 1) {
-    const weightMap: Record<string, string> = {};
+    const weightMap = Object.create(null) as Record<string, string>; // "__proto__" stays a tensor name
     groups.forEach((g, i) => g.forEach((t) => (weightMap[t.name] = files[i])));
     const body = new TextEncoder().encode(`${JSON.stringify({ metadata: { total_size: totalSize }, weight_map: weightMap }, null, 2)}\n`);
     await atomicWrite(join(dir, INDEX_FILE), async (fh) => {

@@ -322,12 +322,13 @@ export function tensorBytes(t: Pick<TensorSource, 'name' | 'dtype' | 'shape'>): 
 
 /** The header bytes (JSON padded with spaces so the data section starts 8-byte aligned) for `tensors` in order. */
 export function buildSafetensorsHeader(tensors: readonly Pick<TensorSource, 'name' | 'dtype' | 'shape'>[], metadata?: Record<string, string>): Uint8Array {
-  const header: Record<string, unknown> = {};
+  // Null prototype: a tensor named "__proto__" is a key like any other, not a prototype change.
+  const header = Object.create(null) as Record<string, unknown>;
   if (metadata && Object.keys(metadata).length) {
     for (const [k, v] of Object.entries(metadata)) {
       if (typeof v !== 'string') throw new InvalidArgumentError(`Expected a string for metadata ${JSON.stringify(k)} but received ${describe(v)}.`, { key: k });
     }
-    header.__metadata__ = metadata;
+    header.__metadata__ = Object.assign(Object.create(null) as Record<string, string>, metadata);
   }
   const names = new Set<string>();
   let offset = 0;

@@ -53,7 +53,11 @@ export function parseStrictJson(text: string, opts: StrictJsonOptions = {}): Jso
   const maxDepth = opts.maxDepth ?? 64;
   let i = 0;
   const path: string[] = [];
-  const where = () => (path.length ? ` (in ${path.map((k) => (k.startsWith('[') ? k : JSON.stringify(k))).join(' → ')})` : '');
+  const where = () => {
+    if (!path.length) return '';
+    const shown = path.map((k) => (k.startsWith('[') ? k : JSON.stringify(k)));
+    return ` (in ${shown.length > 6 ? [...shown.slice(0, 3), '…', ...shown.slice(-2)].join(' → ') : shown.join(' → ')})`;
+  };
   const fail = (msg: string, at = i, duplicateKey?: string): never => {
     throw new StrictJsonError(`${msg} at character ${at}${where()}`, at, [...path], duplicateKey);
   };
