@@ -15,6 +15,7 @@
  * - names are unique (duplicate JSON keys are detected, not silently last-wins).
  * So a read never allocates more than the file holds and never reads outside it.
  */
+import { constants } from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
@@ -218,7 +219,8 @@ export class SafetensorsFile {
   static async open(path: string): Promise<SafetensorsFile> {
     let fh: FileHandle;
     try {
-      fh = await open(path, 'r');
+      // Non-blocking open: a FIFO or device given as a shard is refused below instead of hanging here.
+      fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
     } catch (err) {
       throw new CheckpointFormatError(`${path}: cannot open (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}).`, { file: path }, { cause: err });
     }
