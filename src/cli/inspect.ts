@@ -30,7 +30,7 @@ export async function inspectCheckpoint(path: string, opts: { config?: string } 
     const report: InspectReport = {
       path,
       files: ck.shards.map((s) => relative(folder, s.path) || s.path),
-      metadata: Object.assign({}, ...ck.shards.map((s) => s.metadata)),
+      metadata: Object.assign(Object.create(null) as Record<string, string>, ...ck.shards.map((s) => s.metadata)),
       tensors: tensors.map((t: CheckpointTensor) => ({ name: t.name, dtype: t.dtype, shape: t.shape, bytes: t.end - t.begin, file: relative(folder, t.file) })),
       totalBytes: tensors.reduce((s, t) => s + t.end - t.begin, 0),
       warnings: [...ck.warnings],
