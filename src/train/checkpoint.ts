@@ -10,41 +10,31 @@
  *                trainer_state.json  { format, step, optimizerSteps, strategy, layout, extra }
  *   latest       the name of the newest complete step folder
  *
- * Atomicity: a step is written into a hidden temporary folder beside its final name,
- * fsynced, then renamed into place, and only then is `latest` replaced (itself by
- * temp-file + rename). Re-saving an existing step first moves the old copy to
- * `.old-step-NNNNNN`, which the loader falls back to and the next save restores if the
- * crash came before the new copy was in place. A crash before any file operation of a
- * save leaves `latest` naming a complete checkpoint; leftover temporary folders and
- * `.latest.tmp-*` files are removed by the next save. Every file operation goes through
- * model/file-ops.ts, which the crash test uses to kill the writer before each one.
+ * Atomicity and crash recovery (temporary folder, renames, `latest`, `.old-` copies of a
+ * re-saved step): see checkpoint-dir.ts.
  *
  * Collective: every rank of the strategy calls save/load. The state is gathered on
  * every rank (gatherState); rank 0 writes; the outcome is agreed by an all-reduce so
  * a failed write raises on every rank instead of leaving the others waiting.
  */
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { Checkpoint, writeCheckpoint } from '../model/checkpoint.js';
 import { parseModelConfig, toHFConfig, type ModelConfig } from '../model/config.js';
 import type { HostParam } from '../model/param-store.js';
-import { atomicTempPrefix, atomicWrite, type TensorSource } from '../model/safetensors.js';
+import type { TensorSource } from '../model/safetensors.js';
 import { isJsonObject, parseStrictJson, type JsonValue } from '../model/strict-json.js';
 import { describe } from '../runtime/dtype.js';
-import { makeDir, removePath, renamePath, syncDir } from '../model/file-ops.js';
+import { makeDir } from '../model/file-ops.js';
+import { LATEST_FILE, latestCheckpoint, publishStep, stepDirName, writeJson } from './checkpoint-dir.js';
 import { anyRank } from './any-rank.js';
 import type { FullState, TrainStrategy } from './strategy.js';
 
 export const TRAIN_STATE_FILE = 'trainer_state.json';
-export const LATEST_FILE = 'latest';
 export const CHECKPOINT_FORMAT = 1;
-const STEP_DIR = /^step-(\d{6,})$/;
-/** Unfinished step folders of a save in progress (or crashed). */
-const TMP_PREFIX = '.tmp-';
-/** The previous copy of a step being re-saved, until the new one is in place. */
-const OLD_PREFIX = '.old-';
+export { LATEST_FILE, latestCheckpoint, stepDirName };
 
 export interface SaveOptions {
   /** Folder holding the step folders and `latest`. */
@@ -67,8 +57,6 @@ export interface TrainerStateFile {
   layout: string;
   extra: Record<string, unknown>;
 }
-
-export const stepDirName = (step: number): string => `step-${String(step).padStart(6, '0')}`;
 
 function hostSources(state: Map<string, HostParam>, prefix = ''): TensorSource[] {
   return [...state].map(([name, p]) => ({
@@ -99,7 +87,7 @@ export async function saveCheckpoint(strategy: TrainStrategy, opts: SaveOptions)
   let error: Error | null = null;
   if (rank === 0) {
     try {
-      await writeStep(strategy, opts, final, maxShardBytes, params, expAvg, expAvgSq);
+      await writeStep(strategy, opts, maxShardBytes, params, expAvg, expAvgSq);
     } catch (e) {
       error = e as Error;
     }
@@ -109,90 +97,21 @@ export async function saveCheckpoint(strategy: TrainStrategy, opts: SaveOptions)
 }
 
 async function writeStep(
-  strategy: TrainStrategy, opts: SaveOptions, final: string, maxShardBytes: number,
+  strategy: TrainStrategy, opts: SaveOptions, maxShardBytes: number,
   params: Map<string, HostParam>, expAvg: Map<string, HostParam>, expAvgSq: Map<string, HostParam>,
 ): Promise<void> {
-  const root = opts.root;
-  await makeDir(root);
-  await recoverRoot(root);
-  const name = stepDirName(opts.step);
-  const tmp = join(root, `${TMP_PREFIX}${name}-${process.pid}-${Date.now()}`);
-  await makeDir(join(tmp, 'optimizer'));
-  await writeCheckpoint(tmp, hostSources(params), { maxShardBytes, metadata: { format: 'pt' } });
-  const optimizer = [...hostSources(expAvg, 'exp_avg.'), ...hostSources(expAvgSq, 'exp_avg_sq.')];
-  await writeCheckpoint(join(tmp, 'optimizer'), optimizer, { maxShardBytes, metadata: { format: 'pt' } });
-  await writeJson(join(tmp, 'config.json'), toHFConfig(strategy.cfg));
-  const state: TrainerStateFile = {
-    format: CHECKPOINT_FORMAT, step: opts.step, optimizerSteps: strategy.optimizerSteps,
-    strategy: strategy.kind, layout: strategy.layout, extra: opts.extra ?? {},
-  };
-  await writeJson(join(tmp, TRAIN_STATE_FILE), state);
-  await syncDir(tmp);
-  // Re-saving a step that exists (perhaps the one `latest` names): move the complete old copy
-  // aside under a fixed name first. A crash before the new folder is in place leaves `latest`
-  // naming a missing folder, and both the loader and the next save's recovery then use
-  // `.old-<step>` (the only complete copy), so nothing is ever lost or dangling.
-  const old = join(root, `${OLD_PREFIX}${name}`);
-  const had = await exists(final);
-  if (had) await renamePath(final, old);
-  await renamePath(tmp, final);
-  await syncDir(root);
-  await atomicWrite(join(root, LATEST_FILE), async (fh) => {
-    const body = new TextEncoder().encode(`${name}\n`);
-    await fh.write(body, 0, body.length, 0);
+  await publishStep(opts.root, opts.step, async (tmp) => {
+    await makeDir(join(tmp, 'optimizer'));
+    await writeCheckpoint(tmp, hostSources(params), { maxShardBytes, metadata: { format: 'pt' } });
+    const optimizer = [...hostSources(expAvg, 'exp_avg.'), ...hostSources(expAvgSq, 'exp_avg_sq.')];
+    await writeCheckpoint(join(tmp, 'optimizer'), optimizer, { maxShardBytes, metadata: { format: 'pt' } });
+    await writeJson(join(tmp, 'config.json'), toHFConfig(strategy.cfg));
+    const state: TrainerStateFile = {
+      format: CHECKPOINT_FORMAT, step: opts.step, optimizerSteps: strategy.optimizerSteps,
+      strategy: strategy.kind, layout: strategy.layout, extra: opts.extra ?? {},
+    };
+    await writeJson(join(tmp, TRAIN_STATE_FILE), state);
   });
-  if (had) await removePath(old);
-}
-
-/**
- * Repairs what a crashed save left in `root`, before a new save: a `.old-<step>` whose step
- * folder is missing is the only complete copy of that step and is renamed back; one whose
- * step folder exists is stale (the new copy was in place) and is removed. Then unfinished
- * `.tmp-*` step folders and `.latest.tmp-*` files are removed.
- */
-async function recoverRoot(root: string): Promise<void> {
-  const names = await readdir(root);
-  for (const n of names) {
-    if (!n.startsWith(OLD_PREFIX)) continue;
-    const step = n.slice(OLD_PREFIX.length);
-    if (!STEP_DIR.test(step)) continue;
-    if (await exists(join(root, step))) await removePath(join(root, n));
-    else await renamePath(join(root, n), join(root, step));
-  }
-  const latestTmp = atomicTempPrefix(join(root, LATEST_FILE));
-  for (const n of names) {
-    if (n.startsWith(TMP_PREFIX) || n.startsWith(latestTmp)) await removePath(join(root, n));
-  }
-}
-
-async function writeJson(path: string, value: unknown): Promise<void> {
-  const body = new TextEncoder().encode(`${JSON.stringify(value, null, 2)}\n`);
-  await atomicWrite(path, async (fh) => {
-    await fh.write(body, 0, body.length, 0);
-  });
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await stat(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** The newest complete step folder under `root` (by `latest`), or null when there is none. */
-export async function latestCheckpoint(root: string): Promise<string | null> {
-  let name: string;
-  try {
-    name = (await readFile(join(root, LATEST_FILE), 'utf8')).trim();
-  } catch {
-    return null;
-  }
-  if (!STEP_DIR.test(name)) throw new CheckpointFormatError(`${join(root, LATEST_FILE)} names ${JSON.stringify(name)}; expected a step folder like step-000010.`, { file: join(root, LATEST_FILE) });
-  // A save that crashed while re-saving this very step left its complete copy under `.old-<step>`.
-  if (!(await exists(join(root, name))) && (await exists(join(root, `${OLD_PREFIX}${name}`)))) return join(root, `${OLD_PREFIX}${name}`);
-  return join(root, name);
 }
 
 export interface LoadOptions {
@@ -269,6 +188,15 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
     else throw new CheckpointFormatError(`${join(dir, 'optimizer')}: unexpected tensor ${name}; expected exp_avg.* and exp_avg_sq.*.`, { file: dir });
   }
   return { dir, state: raw, full: { params, optimizer: { step: raw.optimizerSteps, expAvg, expAvgSq } } };
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** A small JSON file of a checkpoint, parsed strictly (duplicate keys refused, null-prototype objects). */
