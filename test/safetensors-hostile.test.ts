@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { CheckpointFormatError } from '../src/runtime/errors.js';
 import { SafetensorsFile, writeSafetensors } from '../src/model/safetensors.js';
 import { Checkpoint, INDEX_FILE, writeCheckpoint } from '../src/model/checkpoint.js';
+import { Prng } from '../src/model/prng.js';
 
 let dir: string;
 let n = 0;
@@ -183,4 +184,45 @@ describe('zero-element tensors', () => {
     expect(f.tensors).toEqual([{ name: 'z', dtype: 'BF16', shape: [2 ** 32, 2 ** 32, 0], begin: 0, end: 0 }]);
     await f.close();
   });
+});
+
+describe('index fuzz', () => {
+  it('2,000 mutated index files: Checkpoint.open succeeds or throws a CheckpointFormatError, nothing else', async () => {
+    const out = mkdtempSync(join(dir, 'index-fuzz-'));
+    await writeCheckpoint(out, ['a', 'b', 'c'].map((name, i) => ({ name, dtype: 'U8' as const, shape: [2], data: new Uint8Array([i, i]) })), { maxShardBytes: 2 });
+    const good = readFileSync(join(out, INDEX_FILE), 'utf8');
+    const rng = new Prng(7);
+    const pieces = ['{', '}', '[', ']', ',', ':', '"__proto__"', '"constructor"', '"toString"', '"weight_map"', '"metadata"', '"a"', '"model-00001-of-00003.safetensors"', '1', '-1', 'null', '"\\u0000"'];
+    let ok = 0;
+    let rejected = 0;
+    for (let i = 0; i < 2000; i++) {
+      let text = good;
+      const r = i % 4;
+      if (r === 0) { // splice random JSON pieces in
+        for (let k = rng.int(1, 3); k > 0; k--) {
+          const at = rng.int(0, text.length);
+          text = text.slice(0, at) + rng.pick(pieces) + text.slice(at + rng.int(0, 2));
+        }
+      } else if (r === 1) { // truncate
+        text = text.slice(0, rng.int(0, text.length - 1));
+      } else if (r === 2) { // a prototype-named or duplicate key in weight_map or metadata
+        const key = rng.pick(['__proto__', 'constructor', 'toString', 'a', 'b', 'total_size']);
+        const where = rng.pick(['"weight_map": {', '"metadata": {']);
+        text = text.replace(where, `${where}${JSON.stringify(key)}: ${rng.pick(['"model-00001-of-00003.safetensors"', '{}', '[]', '2', 'null'])},`);
+      } else { // deep nesting as a value
+        text = text.replace('"total_size": 6', `"total_size": ${'['.repeat(rng.pick([20, 5000]))}${']'.repeat(5000)}`);
+      }
+      writeFileSync(join(out, INDEX_FILE), text);
+      try {
+        await (await Checkpoint.open(out)).close();
+        ok++;
+      } catch (err) {
+        if (!(err instanceof CheckpointFormatError)) throw new Error(`mutant ${i} raised ${(err as Error)?.constructor?.name}: ${(err as Error)?.message}\n${text}`);
+        rejected++;
+      }
+    }
+    expect(ok + rejected).toBe(2000);
+    expect(ok).toBeGreaterThan(0);
+    expect(rejected).toBeGreaterThan(1000);
+  }, 60_000);
 });
