@@ -8,10 +8,10 @@
  * shard file names are plain names inside the checkpoint folder (no path traversal).
  */
 import { readdir, readFile, stat } from 'node:fs/promises';
-import { removeFile } from './file-ops.js';
 import { basename, dirname, join } from 'node:path';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/dtype.js';
+import { removeFile } from './file-ops.js';
 import { isJsonObject, parseStrictJson } from './strict-json.js';
 import { MAX_HEADER_BYTES, SafetensorsFile, asFormatError, atomicWrite, tensorBytes, writeSafetensors, type TensorInfo, type TensorSource } from './safetensors.js';
 
@@ -118,10 +118,9 @@ export class Checkpoint {
     let raw: unknown;
     try {
       // Bounded like a safetensors header: a corrupt or hostile index must not cause a giant read.
-      const { size } = await stat(indexPath);
-      if (size > MAX_HEADER_BYTES) throw new Error(`it is ${size} bytes, more than the ${MAX_HEADER_BYTES}-byte limit`);
       const st = await stat(indexPath);
       if (!st.isFile()) throw new Error(`it is ${st.isDirectory() ? 'a directory' : 'not a regular file'}; expected a JSON file`);
+      if (st.size > MAX_HEADER_BYTES) throw new Error(`it is ${st.size} bytes, more than the ${MAX_HEADER_BYTES}-byte limit`);
       const text = new TextDecoder('utf-8', { fatal: true }).decode(await readFile(indexPath));
       // Strict: a duplicate weight_map entry is refused (JSON.parse would keep the last one silently).
       raw = parseStrictJson(text, { maxDepth: INDEX_MAX_DEPTH });
