@@ -1,7 +1,7 @@
 /** `ascent inspect` as a user runs it: `node bin/ascent.mjs inspect ...` in a child process (uses dist/). */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadModelConfig } from '../src/model/config.js';
@@ -103,5 +103,56 @@ describe('ascent inspect', () => {
     const r = ascent('inspect', folder);
     expect(r.status).toBe(1);
     expect(r.stderr).toMatch(/shard "model-00003-of-00005\.safetensors" is missing/);
+  });
+
+  it('every malformed file or folder: exit 1, nothing on stdout, one line on stderr, no stack trace', async () => {
+    const bad = join(dir, 'malformed');
+    mkdirSync(bad);
+    const file = (name: string, header: string | Buffer, data = Buffer.alloc(0)) => {
+      const json = typeof header === 'string' ? Buffer.from(header) : header;
+      const len = Buffer.alloc(8);
+      len.writeBigUInt64LE(BigInt(json.length));
+      writeFileSync(join(bad, name), Buffer.concat([len, json, data]));
+      return join(bad, name);
+    };
+    const folder = (name: string) => {
+      mkdirSync(join(bad, name));
+      return join(bad, name);
+    };
+    const t = '{"dtype":"F32","shape":[1],"data_offsets":[0,4]}';
+    const cases: Array<[string, RegExp]> = [
+      [file('dup.safetensors', `{"a":${t},"a":${t}}`, Buffer.alloc(8)), /tensor "a": appears twice/],
+      [file('dup-entry.safetensors', '{"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}}', Buffer.alloc(4)), /key "dtype" appears twice/],
+      [file('proto.safetensors', '{"a":{"dtype":"constructor","shape":[1],"data_offsets":[0,4]}}', Buffer.alloc(4)), /dtype is 'constructor'/],
+      [file('meta.safetensors', '{"__metadata__":{"toString":[]}}'), /__metadata__\["toString"\] is an array/],
+      [file('deep.safetensors', `{"a":${'['.repeat(5000)}${']'.repeat(5000)}}`), /nesting deeper than 8 levels/],
+      [file('utf8.safetensors', Buffer.from('{"\xff":1}', 'latin1')), /header is not valid UTF-8/],
+      [file('empty-header.safetensors', ''), /header is not valid JSON: unexpected end of JSON/],
+      [(writeFileSync(join(bad, 'text.safetensors'), 'hello'), join(bad, 'text.safetensors')), /file is 5 bytes/],
+      [folder('empty-folder'), /no model\.safetensors\.index\.json or model\.safetensors in this folder/],
+      [(mkdirSync(join(folder('dir-single'), 'model.safetensors')), join(bad, 'dir-single')), /model\.safetensors: is a directory/],
+      [(mkdirSync(join(folder('dir-index'), 'model.safetensors.index.json')), join(bad, 'dir-index')), /cannot read the shard index \(it is a directory/],
+      [(writeFileSync(join(folder('dup-index'), 'model.safetensors.index.json'), '{"weight_map":{"a":"x.safetensors","a":"y.safetensors"}}'), join(bad, 'dup-index')), /duplicate key "a"/],
+      [(writeFileSync(join(folder('proto-index'), 'model.safetensors.index.json'), '{"weight_map":{"constructor":"model-00001-of-00001.safetensors"}}'), join(bad, 'proto-index')), /shard "model-00001-of-00001\.safetensors" is missing/],
+      [(writeFileSync(join(folder('bad-config'), 'config.json'), '{'), copyFileSync(join(dir, 'dense', 'model.safetensors'), join(bad, 'bad-config', 'model.safetensors')), join(bad, 'bad-config')), /config\.json/],
+      [join(bad, 'missing'), /missing: cannot open \(ENOENT\)/],
+    ];
+    const shardDir = join(bad, 'moe-sharded-copy');
+    cpSync(join(dir, 'moe-sharded'), shardDir, { recursive: true });
+    rmSync(join(shardDir, 'model-00002-of-00005.safetensors'));
+    mkdirSync(join(shardDir, 'model-00002-of-00005.safetensors'));
+    cases.push([shardDir, /model-00002-of-00005\.safetensors: is a directory/]);
+    const fifo = join(bad, 'fifo.safetensors');
+    // A FIFO must not hang the reader (opened non-blocking, then refused).
+    expect(spawnSync('mkfifo', [fifo]).status).toBe(0);
+    cases.push([fifo, /fifo\.safetensors: is not a regular file/]);
+    for (const [path, msg] of cases) {
+      const r = ascent('inspect', path);
+      expect(r.status, `${path}: ${r.stderr}`).toBe(1);
+      expect(r.stdout, path).toBe('');
+      expect(r.stderr, path).toMatch(/^ascent: [^\n]+\n$/);
+      expect(r.stderr, path).toMatch(msg);
+      expect(r.stderr, path).not.toMatch(/\n\s+at /);
+    }
   });
 });

@@ -2,11 +2,12 @@
  * Training checkpoints: save → load into a strategy started from other weights
  * restores parameters and AdamW state exactly (the next step is bit-identical),
  * the trainer state's `extra` comes back, files are HF-format sharded safetensors, a
- * crash at any stage of a save (a real SIGKILL of the saving process) leaves the
- * previous checkpoint and `latest` intact, and bad loads are clear errors.
+ * crash before any file operation of a save (a real SIGKILL of the saving process, for
+ * every operation in turn, also when re-saving the step `latest` names) leaves `latest`
+ * loading a complete checkpoint and the next save cleans up, and bad loads are clear errors.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -23,11 +24,17 @@ const cfgPath = (w: string) => join(ROOT, `examples/models/tiny-${w}/config.json
 const hp = { lr: 1e-2, weightDecay: 0.01 };
 const device = Device.get(0);
 let dir: string;
+/** The crash test runs many saves; on tmpfs their fsyncs are cheap. */
+let fastDir: string;
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'ascent-ckpt-'));
+  fastDir = mkdtempSync(join(existsSync('/dev/shm') ? '/dev/shm' : tmpdir(), 'ascent-ckpt-crash-'));
   ensureParallelBuilt();
 }, 120_000);
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+afterAll(() => {
+  rmSync(dir, { recursive: true, force: true });
+  rmSync(fastDir, { recursive: true, force: true });
+});
 
 async function train(s: SingleDeviceStrategy, steps: number, from: number): Promise<void> {
   for (let i = 0; i < steps; i++) {
@@ -75,33 +82,68 @@ describe.each(['dense', 'moe'] as const)('checkpoint save / load / resume, tiny 
 describe('crash safety and errors', () => {
   const cfg = loadModelConfig(cfgPath('dense'));
 
-  it.each(['model', 'optimizer', 'trainer_state.json', 'rename'])('a SIGKILL after %s leaves the previous checkpoint intact', async (stage) => {
-    const root = join(dir, `crash-${stage.replace(/\W/g, '')}`);
-    const s = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 5));
-    try {
-      const first = await saveCheckpoint(s, { root, step: 1, maxShardBytes: 64 * 1024 });
-      const before = readFileSync(join(first, 'model.safetensors.index.json'), 'utf8');
-      const r = spawnSync(process.execPath, [join(ROOT, 'test/fixtures/train/ckpt-crash.mjs'), root, '2', stage, cfgPath('dense')], { encoding: 'utf8', timeout: 60_000 });
-      expect(r.signal).toBe('SIGKILL');
-      expect(r.stdout).not.toContain('saved');
-      expect(await latestCheckpoint(root)).toBe(first);
-      expect(readFileSync(join(first, 'model.safetensors.index.json'), 'utf8')).toBe(before);
-      const other = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 6));
+  // A real SIGKILL of the saving process just before its k-th file operation, for every k
+  // (model/file-ops.ts is the seam every mutating operation of a save goes through).
+  describe.each([
+    ['re-saving the step `latest` names', 1],
+    ['saving a new step', 2],
+  ] as const)('a crash before any file operation while %s', (_what, newStep) => {
+    it('leaves `latest` loading a complete checkpoint, and the next save cleans up', async () => {
+      const base = join(fastDir, `crash-template-${newStep}`);
+      const seed5 = initialParams(cfg, 5);
+      const seed6 = initialParams(cfg, 6);
+      const saver = SingleDeviceStrategy.create(cfg, device, seed5);
+      const loader = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 7));
       try {
-        await loadCheckpoint(other, { path: root });
-        const p = await other.gatherState('params');
-        const want = initialParams(cfg, 5);
-        for (const [n, v] of want) expect(Buffer.from(p.get(n)!.data.buffer).equals(Buffer.from(v.data.buffer)), n).toBe(true);
+        await saveCheckpoint(saver, { root: base, step: 1 });
+        const child = (root: string, killAt?: number) => spawnSync(
+          process.execPath, [join(ROOT, 'test/fixtures/train/ckpt-crash.mjs'), root, String(newStep), '6', cfgPath('dense')],
+          { encoding: 'utf8', timeout: 60_000, env: { ...process.env, ...(killAt === undefined ? {} : { ASCENT_TEST_KILL_BEFORE_OP: String(killAt) }) } },
+        );
+        // A full save first, to count its operations.
+        const counted = join(fastDir, `crash-count-${newStep}`);
+        cpSync(base, counted, { recursive: true });
+        const full = child(counted);
+        expect(full.status, full.stderr).toBe(0);
+        const total = Number(/saved ops=(\d+)/.exec(full.stdout)?.[1]);
+        expect(total).toBeGreaterThan(20);
+        const leftovers = new Set<string>();
+        const loadedSeeds = new Set<number>();
+        for (let k = 0; k < total; k++) {
+          const root = join(fastDir, `crash-${newStep}-${k}`);
+          cpSync(base, root, { recursive: true });
+          const r = child(root, k);
+          expect(r.signal, `k=${k}: ${r.stderr}`).toBe('SIGKILL');
+          expect(r.stdout).not.toContain('saved');
+          for (const n of readdirSync(root)) if (n.startsWith('.')) leftovers.add(n.replace(/-.*/, ''));
+          // `latest` always names a complete checkpoint: the old weights or the new ones, exactly.
+          const loaded = await loadCheckpoint(loader, { path: root });
+          const got = await loader.gatherState('params');
+          const same = (want: Map<string, { data: Float32Array }>) =>
+            [...want].every(([n, v]) => got.has(n) && Buffer.from(got.get(n)!.data.buffer).equals(Buffer.from(v.data.buffer))) && got.size === want.size;
+          const seed = same(seed5) ? 5 : same(seed6) ? 6 : 0;
+          expect(seed, `k=${k}: latest (${await latestCheckpoint(root)}) loads weights of neither save`).not.toBe(0);
+          expect(loaded.state.step).toBe(seed === 6 ? newStep : 1);
+          loadedSeeds.add(seed);
+          // The next save repairs and cleans up: no temporary or moved-aside copies are left, and
+          // every step folder it keeps is complete.
+          await saveCheckpoint(loader, { root, step: 3 });
+          expect(readdirSync(root).filter((n) => n.startsWith('.')), `k=${k}`).toEqual([]);
+          expect(await latestCheckpoint(root)).toBe(join(root, 'step-000003'));
+          for (const n of readdirSync(root).filter((d) => d.startsWith('step-'))) await loadCheckpoint(loader, { path: join(root, n) });
+          expect(existsSync(join(root, 'step-000001', 'trainer_state.json')), `k=${k}`).toBe(true);
+          rmSync(root, { recursive: true, force: true });
+        }
+        // Both outcomes happened, and the crashes left temporary files behind for the cleanup to face.
+        expect([...loadedSeeds].sort()).toEqual([5, 6]);
+        expect(leftovers.has('.tmp')).toBe(true);
+        expect(leftovers.has('.latest.tmp')).toBe(true);
+        if (newStep === 1) expect(leftovers.has('.old')).toBe(true);
       } finally {
-        other.release();
+        saver.release();
+        loader.release();
       }
-      // The next save clears the crashed save's temporary folder.
-      await saveCheckpoint(s, { root, step: 3, maxShardBytes: 64 * 1024 });
-      expect(readdirSync(root).filter((n) => n.startsWith('.tmp-'))).toEqual([]);
-      expect(await latestCheckpoint(root)).toBe(join(root, 'step-000003'));
-    } finally {
-      s.release();
-    }
+    }, 300_000);
   });
 
   it('loading another model, a missing folder or a non-checkpoint is a clear error', async () => {

@@ -1,13 +1,13 @@
 /**
  * `ascent inspect <file or folder>`: validates a safetensors checkpoint (single file, shard
  * index, or folder) and lists its tensors. When the folder holds a config.json, the tensor
- * names and shapes are also checked against that config. A malformed checkpoint or config
- * exits 1 with the error.
+ * names and shapes are also checked against that config. A malformed checkpoint, folder or
+ * config exits 1 with one line naming what is wrong (never a stack trace, never exit 0).
  */
 import { existsSync, statSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import type { Command } from 'commander';
-import { AscentError, CheckpointFormatError, ConfigError, InvalidArgumentError } from '../runtime/errors.js';
+import { AscentError, InvalidArgumentError } from '../runtime/errors.js';
 import { Checkpoint, type CheckpointTensor } from '../model/checkpoint.js';
 import { loadModelConfig } from '../model/config.js';
 import { checkParamsAgainstConfig } from '../model/params.js';
@@ -30,7 +30,7 @@ export async function inspectCheckpoint(path: string, opts: { config?: string } 
     const report: InspectReport = {
       path,
       files: ck.shards.map((s) => relative(folder, s.path) || s.path),
-      metadata: Object.assign({}, ...ck.shards.map((s) => s.metadata)),
+      metadata: Object.assign(Object.create(null) as Record<string, string>, ...ck.shards.map((s) => s.metadata)),
       tensors: tensors.map((t: CheckpointTensor) => ({ name: t.name, dtype: t.dtype, shape: t.shape, bytes: t.end - t.begin, file: relative(folder, t.file) })),
       totalBytes: tensors.reduce((s, t) => s + t.end - t.begin, 0),
       warnings: [...ck.warnings],
@@ -85,12 +85,22 @@ export function registerInspect(program: Command): void {
       try {
         report = await inspectCheckpoint(path, opts);
       } catch (err) {
-        // The CLI reports argument errors with exit code 1; keep the original code and class in details.
-        if (err instanceof CheckpointFormatError || err instanceof ConfigError) {
-          throw new InvalidArgumentError(err.message, { ...(err as AscentError).details, code: err.code, error: err.name }, { cause: err });
-        }
-        throw err;
+        // Every failure is one line and exit code 1 (the CLI's InvalidArgumentError), never a
+        // stack trace; the original class and code stay in the details.
+        throw oneLineError(err, path);
       }
       process.stdout.write(`${opts.json ? JSON.stringify(report, null, 2) : formatInspectReport(report)}\n`);
     });
+}
+
+/** `err` as an InvalidArgumentError with a one-line message (the CLI prints it and exits 1). */
+function oneLineError(err: unknown, path: string): InvalidArgumentError {
+  const e = err instanceof Error ? err : new Error(String(err));
+  const text = e.message.replace(/\s*\n\s*/g, ' ').trim();
+  if (e instanceof AscentError) {
+    return new InvalidArgumentError(text, { ...e.details, code: e.code, error: e.name }, { cause: err });
+  }
+  // Not one of Ascent's errors (an I/O error the reader did not anticipate): name the path and the system code.
+  const code = (e as NodeJS.ErrnoException).code;
+  return new InvalidArgumentError(`${path}: cannot inspect (${code ? `${code}: ` : ''}${text}).`, { file: path, error: e.name }, { cause: err });
 }

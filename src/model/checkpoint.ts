@@ -7,11 +7,13 @@
  * of every shard is in the weight map under that shard; no tensor name is in two shards;
  * shard file names are plain names inside the checkpoint folder (no path traversal).
  */
-import { readdir, readFile, stat, unlink } from 'node:fs/promises';
+import { readdir, readFile, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/dtype.js';
-import { MAX_HEADER_BYTES, SafetensorsFile, atomicWrite, tensorBytes, writeSafetensors, type TensorInfo, type TensorSource } from './safetensors.js';
+import { removeFile } from './file-ops.js';
+import { isJsonObject, parseStrictJson } from './strict-json.js';
+import { MAX_HEADER_BYTES, SafetensorsFile, asFormatError, atomicWrite, tensorBytes, writeSafetensors, type TensorInfo, type TensorSource } from './safetensors.js';
 
 export const INDEX_FILE = 'model.safetensors.index.json';
 export const SINGLE_FILE = 'model.safetensors';
@@ -28,6 +30,9 @@ export interface CheckpointTensor extends TensorInfo {
   file: string;
 }
 
+/** Deepest JSON nesting an index may have (HF's needs 2). */
+const INDEX_MAX_DEPTH = 16;
+
 const SHARD_NAME = /^model-(\d{5})-of-(\d{5})\.safetensors$/;
 
 /** Validates a decoded index.json. */
@@ -35,26 +40,27 @@ export function parseShardedIndex(raw: unknown, file: string): ShardedIndex {
   const fail = (msg: string, details: Record<string, unknown> = {}): never => {
     throw new CheckpointFormatError(`${file}: ${msg}`, { file, ...details });
   };
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail(`expected a JSON object {metadata, weight_map} but found ${describe(raw)}.`);
-  const obj = raw as Record<string, unknown>;
-  const meta = obj.metadata ?? {};
-  if (typeof meta !== 'object' || meta === null || Array.isArray(meta)) fail(`"metadata" is ${describe(meta)}; expected an object.`);
-  const total = (meta as Record<string, unknown>).total_size;
+  if (!isJsonObject(raw)) return fail(`expected a JSON object {metadata, weight_map} but found ${describe(raw)}.`);
+  // Own-property lookups only: a "__proto__" or "constructor" key is data, never a prototype member.
+  const own = (o: object, k: string): unknown => (Object.hasOwn(o, k) ? (o as Record<string, unknown>)[k] : undefined);
+  const meta = own(raw, 'metadata') ?? {};
+  if (!isJsonObject(meta)) return fail(`"metadata" is ${describe(meta)}; expected an object.`);
+  const total = own(meta, 'total_size');
   if (total !== undefined && !(typeof total === 'number' && Number.isSafeInteger(total) && total >= 0)) {
     fail(`metadata.total_size is ${describe(total)}; expected a non-negative integer.`);
   }
-  const wm = obj.weight_map;
-  if (typeof wm !== 'object' || wm === null || Array.isArray(wm)) {
-    fail(`"weight_map" is ${wm === undefined ? 'missing' : describe(wm)}; expected an object of tensor name → shard file.`);
+  const wm = own(raw, 'weight_map');
+  if (!isJsonObject(wm)) {
+    return fail(`"weight_map" is ${wm === undefined ? 'missing' : describe(wm)}; expected an object of tensor name → shard file.`);
   }
   const weightMap = new Map<string, string>();
-  for (const [name, shard] of Object.entries(wm as Record<string, unknown>)) {
+  for (const [name, shard] of Object.entries(wm)) {
     if (typeof shard !== 'string' || shard === '' || shard !== basename(shard) || shard === '.' || shard === '..') {
       fail(`weight_map[${JSON.stringify(name)}] is ${describe(shard)}; expected a file name inside the checkpoint folder.`, { tensor: name });
     }
     weightMap.set(name, shard as string);
   }
-  return { metadata: { ...(meta as Record<string, unknown>) }, weightMap };
+  return { metadata: Object.assign(Object.create(null) as Record<string, unknown>, meta), weightMap };
 }
 
 /** A read-only view of a checkpoint, single-file or sharded. Close it when done. */
@@ -86,7 +92,12 @@ export class Checkpoint {
       throw new CheckpointFormatError(`${path}: cannot open (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}).`, { file: path }, { cause: err });
     }
     if (st.isDirectory()) {
-      const names = await readdir(path);
+      let names: string[];
+      try {
+        names = await readdir(path);
+      } catch (err) {
+        throw asFormatError(err, path, 'cannot list the folder');
+      }
       if (names.includes(INDEX_FILE)) return Checkpoint.openIndex(join(path, INDEX_FILE), path);
       if (names.includes(SINGLE_FILE)) return Checkpoint.openSingle(join(path, SINGLE_FILE), path);
       const found = names.filter((n) => n.endsWith('.safetensors') || n.endsWith('.json'));
@@ -107,11 +118,15 @@ export class Checkpoint {
     let raw: unknown;
     try {
       // Bounded like a safetensors header: a corrupt or hostile index must not cause a giant read.
-      const size = (await stat(indexPath)).size;
-      if (size > MAX_HEADER_BYTES) throw new Error(`it is ${size} bytes, more than the ${MAX_HEADER_BYTES}-byte limit`);
-      raw = JSON.parse(await readFile(indexPath, 'utf8'));
+      const st = await stat(indexPath);
+      if (!st.isFile()) throw new Error(`it is ${st.isDirectory() ? 'a directory' : 'not a regular file'}; expected a JSON file`);
+      if (st.size > MAX_HEADER_BYTES) throw new Error(`it is ${st.size} bytes, more than the ${MAX_HEADER_BYTES}-byte limit`);
+      const text = new TextDecoder('utf-8', { fatal: true }).decode(await readFile(indexPath));
+      // Strict: a duplicate weight_map entry is refused (JSON.parse would keep the last one silently).
+      raw = parseStrictJson(text, { maxDepth: INDEX_MAX_DEPTH });
     } catch (err) {
-      throw new CheckpointFormatError(`${indexPath}: cannot read the shard index (${(err as Error).message}).`, { file: indexPath }, { cause: err });
+      const why = err instanceof TypeError ? 'it is not valid UTF-8' : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
+      throw new CheckpointFormatError(`${indexPath}: cannot read the shard index (${why}).`, { file: indexPath }, { cause: err });
     }
     const index = parseShardedIndex(raw, indexPath);
     const dir = dirname(indexPath);
@@ -238,7 +253,7 @@ export async function writeCheckpoint(dir: string, tensors: readonly TensorSourc
   const files = n === 1 ? [SINGLE_FILE] : groups.map((_, i) => `model-${pad5(i + 1)}-of-${pad5(n)}.safetensors`);
   for (let i = 0; i < n; i++) await writeSafetensors(join(dir, files[i]), groups[i], { metadata: opts.metadata });
   if (n > 1) {
-    const weightMap: Record<string, string> = {};
+    const weightMap = Object.create(null) as Record<string, string>; // "__proto__" stays a tensor name
     groups.forEach((g, i) => g.forEach((t) => (weightMap[t.name] = files[i])));
     const body = new TextEncoder().encode(`${JSON.stringify({ metadata: { total_size: totalSize }, weight_map: weightMap }, null, 2)}\n`);
     await atomicWrite(join(dir, INDEX_FILE), async (fh) => {
@@ -249,7 +264,7 @@ export async function writeCheckpoint(dir: string, tensors: readonly TensorSourc
   const keep = new Set(files);
   for (const name of await readdir(dir)) {
     if (keep.has(name)) continue;
-    if (SHARD_NAME.test(name) || (n === 1 && name === INDEX_FILE) || (n > 1 && name === SINGLE_FILE)) await unlink(join(dir, name));
+    if (SHARD_NAME.test(name) || (n === 1 && name === INDEX_FILE) || (n > 1 && name === SINGLE_FILE)) await removeFile(join(dir, name));
   }
   return { files, totalSize };
 }

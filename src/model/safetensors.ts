@@ -15,12 +15,15 @@
  * - names are unique (duplicate JSON keys are detected, not silently last-wins).
  * So a read never allocates more than the file holds and never reads outside it.
  */
-import { open, rename, unlink, type FileHandle } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/dtype.js';
 import type { DType } from '../runtime/dtype.js';
+import { beforeFileOp, createFile, renamePath, syncDir, syncFile } from './file-ops.js';
+import { StrictJsonError, isJsonObject, parseStrictJson, type JsonObject, type JsonValue } from './strict-json.js';
 
 export const SAFETENSORS_DTYPES = ['F32', 'BF16', 'F16', 'I32', 'I64', 'U8', 'I8', 'BOOL'] as const;
 export type SafetensorsDType = (typeof SAFETENSORS_DTYPES)[number];
@@ -32,6 +35,9 @@ export const DEVICE_DTYPE: Readonly<Partial<Record<SafetensorsDType, DType>>> = 
 
 /** Headers above this are rejected before they are read (the reference implementation uses the same bound). */
 export const MAX_HEADER_BYTES = 100_000_000;
+
+/** Deepest JSON nesting a header may have (a valid one needs 3: header → entry → shape). */
+const HEADER_MAX_DEPTH = 8;
 
 export function safetensorsDTypeSize(dtype: SafetensorsDType): number {
   return DTYPE_BYTES[dtype];
@@ -56,14 +62,17 @@ export interface ParsedHeader {
   tensors: TensorInfo[];
 }
 
+/** Exact number of elements of a shape of non-negative integers (0 when any dimension is 0). */
+export function numelBig(shape: readonly number[]): bigint {
+  let n = 1n;
+  for (const d of shape) n *= BigInt(d);
+  return n;
+}
+
 /** Number of elements of `shape`, or undefined when it exceeds Number.MAX_SAFE_INTEGER. */
 export function numelOf(shape: readonly number[]): number | undefined {
-  let n = 1;
-  for (const d of shape) {
-    n *= d;
-    if (n > Number.MAX_SAFE_INTEGER) return undefined;
-  }
-  return n;
+  const n = numelBig(shape);
+  return n > BigInt(Number.MAX_SAFE_INTEGER) ? undefined : Number(n);
 }
 
 /**
@@ -75,28 +84,36 @@ export function parseSafetensorsHeader(headerBytes: Uint8Array, dataLength: numb
     throw new CheckpointFormatError(`${file}: ${tensor !== undefined ? `tensor ${JSON.stringify(tensor)}: ` : ''}${msg}`, { file, tensor });
   };
   let text: string;
-  let json: unknown;
   try {
     text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(headerBytes);
-    json = JSON.parse(text);
-  } catch (err) {
-    return fail(`header is not valid UTF-8 JSON (${(err as Error).message}). The file is corrupt or not safetensors.`);
+  } catch {
+    return fail('header is not valid UTF-8. The file is corrupt or not safetensors.');
   }
-  if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+  let json: JsonValue;
+  try {
+    json = parseStrictJson(text, { maxDepth: HEADER_MAX_DEPTH });
+  } catch (err) {
+    // Duplicate keys are refused like the reference implementation does (JSON.parse would keep the last).
+    if (!(err instanceof StrictJsonError)) throw err;
+    const e = err;
+    if (e.duplicateKey !== undefined && e.path.length === 0) fail('appears twice in the header; expected unique tensor names.', e.duplicateKey);
+    if (e.duplicateKey !== undefined && e.path.length === 1) {
+      if (e.path[0] === '__metadata__') fail(`__metadata__ key ${JSON.stringify(e.duplicateKey)} appears twice; expected unique keys.`);
+      fail(`key ${JSON.stringify(e.duplicateKey)} appears twice in the entry; expected dtype, shape and data_offsets once each.`, e.path[0]);
+    }
+    return fail(`header is not valid JSON: ${e.message}. The file is corrupt or not safetensors.`);
+  }
+  if (!isJsonObject(json)) {
     return fail(`header is ${describe(json)}; expected a JSON object of tensor name → {dtype, shape, data_offsets}.`);
   }
-  const dup = firstDuplicateKey(text);
-  if (dup !== undefined) fail('appears twice in the header; expected unique tensor names.', dup);
 
   const metaPairs: Array<[string, string]> = [];
   const tensors: TensorInfo[] = [];
-  for (const [name, entry] of Object.entries(json as Record<string, unknown>)) {
+  for (const [name, entry] of Object.entries(json)) {
     if (name === '__metadata__') {
-      if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
-        fail(`__metadata__ is ${describe(entry)}; expected an object of string values.`);
-      }
-      for (const [k, v] of Object.entries(entry as Record<string, unknown>)) {
-        if (typeof v !== 'string') fail(`__metadata__.${k} is ${describe(v)}; expected a string.`);
+      if (!isJsonObject(entry)) fail(`__metadata__ is ${describe(entry)}; expected an object of string values.`);
+      for (const [k, v] of Object.entries(entry as JsonObject)) {
+        if (typeof v !== 'string') fail(`__metadata__[${JSON.stringify(k)}] is ${describe(v)}; expected a string.`);
         metaPairs.push([k, v as string]);
       }
       continue;
@@ -104,15 +121,14 @@ export function parseSafetensorsHeader(headerBytes: Uint8Array, dataLength: numb
     tensors.push(checkEntry(name, entry, dataLength, fail));
   }
   checkCoverage(tensors, dataLength, fail);
-  // fromEntries defines own properties, so a "__proto__" key stays data.
-  return { metadata: Object.fromEntries(metaPairs), tensors };
+  // fromEntries defines own properties, so a "__proto__" key stays data; the null prototype
+  // keeps "toString" or "constructor" lookups from reaching Object.prototype.
+  return { metadata: Object.assign(Object.create(null) as Record<string, string>, Object.fromEntries(metaPairs)), tensors };
 }
 
-function checkEntry(name: string, entry: unknown, dataLength: number, fail: (msg: string, tensor?: string) => never): TensorInfo {
-  if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
-    return fail(`entry is ${describe(entry)}; expected {dtype, shape, data_offsets}.`, name);
-  }
-  const e = entry as Record<string, unknown>;
+function checkEntry(name: string, entry: JsonValue, dataLength: number, fail: (msg: string, tensor?: string) => never): TensorInfo {
+  if (!isJsonObject(entry)) return fail(`entry is ${describe(entry)}; expected {dtype, shape, data_offsets}.`, name);
+  const e = entry;
   for (const key of Object.keys(e)) {
     if (key !== 'dtype' && key !== 'shape' && key !== 'data_offsets') fail(`unknown key "${key}"; expected only dtype, shape, data_offsets.`, name);
   }
@@ -134,10 +150,10 @@ function checkEntry(name: string, entry: unknown, dataLength: number, fail: (msg
   if (end > dataLength) {
     fail(`data_offsets [${begin}, ${end}] run past the data section (${dataLength} bytes); the file is truncated or the header is wrong.`, name);
   }
-  const numel = numelOf(shape);
-  const size = DTYPE_BYTES[dtype];
-  if (numel === undefined || numel * size !== end - begin) {
-    fail(`data_offsets [${begin}, ${end}] hold ${end - begin} bytes but ${dtype} × [${shape.join(', ')}] needs ${numel === undefined ? 'more than 2^53' : numel * size} bytes.`, name);
+  // Exact (BigInt) size: [2^32, 2^32, 0] is a valid empty tensor, [2^32, 2^32] is too big.
+  const need = numelBig(shape) * BigInt(DTYPE_BYTES[dtype]);
+  if (need !== BigInt(end - begin)) {
+    fail(`data_offsets [${begin}, ${end}] hold ${end - begin} bytes but ${dtype} × [${shape.join(', ')}] needs ${need} bytes.`, name);
   }
   return { name, dtype, shape: [...shape], begin, end };
 }
@@ -159,35 +175,11 @@ function checkCoverage(tensors: TensorInfo[], dataLength: number, fail: (msg: st
   }
 }
 
-/** The first top-level key of a valid JSON object text that occurs twice (JSON.parse keeps the last silently). */
-function firstDuplicateKey(text: string): string | undefined {
-  const seen = new Set<string>();
-  let i = text.indexOf('{') + 1;
-  let depth = 1;
-  while (i < text.length && depth > 0) {
-    const c = text[i];
-    if (c === '"') {
-      const start = i;
-      i++;
-      while (text[i] !== '"') i += text[i] === '\\' ? 2 : 1;
-      i++;
-      if (depth === 1) {
-        // At depth 1 a string is a key iff the next non-space character is ':'.
-        let j = i;
-        while (text[j] === ' ' || text[j] === '\n' || text[j] === '\r' || text[j] === '\t') j++;
-        if (text[j] === ':') {
-          const key = JSON.parse(text.slice(start, i)) as string;
-          if (seen.has(key)) return key;
-          seen.add(key);
-        }
-      }
-      continue;
-    }
-    if (c === '{' || c === '[') depth++;
-    else if (c === '}' || c === ']') depth--;
-    i++;
-  }
-  return undefined;
+/** `err` as a CheckpointFormatError naming `file` (an I/O error such as EIO or EISDIR keeps its code in the message). */
+export function asFormatError(err: unknown, file: string, what: string): CheckpointFormatError {
+  if (err instanceof CheckpointFormatError) return err;
+  const code = (err as NodeJS.ErrnoException)?.code;
+  return new CheckpointFormatError(`${file}: ${what} (${code ?? (err as Error)?.message ?? String(err)}).`, { file }, { cause: err });
 }
 
 /** Reads exactly `length` bytes at `position`, or fails naming the file (it shrank or lied about its size). */
@@ -227,12 +219,17 @@ export class SafetensorsFile {
   static async open(path: string): Promise<SafetensorsFile> {
     let fh: FileHandle;
     try {
-      fh = await open(path, 'r');
+      // Non-blocking open: a FIFO or device given as a shard is refused below instead of hanging here.
+      fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
     } catch (err) {
       throw new CheckpointFormatError(`${path}: cannot open (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}).`, { file: path }, { cause: err });
     }
     try {
-      const size = (await fh.stat()).size;
+      const st = await fh.stat();
+      if (!st.isFile()) {
+        throw new CheckpointFormatError(`${path}: is ${st.isDirectory() ? 'a directory' : 'not a regular file'}; expected a .safetensors file.`, { file: path });
+      }
+      const size = st.size;
       if (size < 8) {
         throw new CheckpointFormatError(`${path}: file is ${size} bytes; a safetensors file starts with an 8-byte header length. The file is truncated or not safetensors.`, { file: path });
       }
@@ -252,8 +249,8 @@ export class SafetensorsFile {
       const parsed = parseSafetensorsHeader(header, size - dataStart, path);
       return new SafetensorsFile(path, fh, size, dataStart, parsed.metadata, parsed.tensors);
     } catch (err) {
-      await fh.close();
-      throw err;
+      await fh.close().catch(() => {});
+      throw asFormatError(err, path, 'cannot read');
     }
   }
 
@@ -274,7 +271,11 @@ export class SafetensorsFile {
     const t = this.info(name);
     if (this.closed) throw new InvalidArgumentError(`${this.path} is closed; cannot read ${JSON.stringify(name)}.`, { file: this.path });
     const buf = new Uint8Array(t.end - t.begin);
-    await readExactly(this.fh, buf, this.dataStart + t.begin, this.path, `tensor ${JSON.stringify(name)}`);
+    try {
+      await readExactly(this.fh, buf, this.dataStart + t.begin, this.path, `tensor ${JSON.stringify(name)}`);
+    } catch (err) {
+      throw asFormatError(err, this.path, `cannot read tensor ${JSON.stringify(name)}`);
+    }
     return buf;
   }
 
@@ -314,21 +315,22 @@ export function tensorBytes(t: Pick<TensorSource, 'name' | 'dtype' | 'shape'>): 
   if (!Array.isArray(t.shape) || !t.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
     throw new InvalidArgumentError(`Expected a list of non-negative integers for the shape of ${JSON.stringify(t.name)} but received ${JSON.stringify(t.shape)}.`, { tensor: t.name });
   }
-  const numel = numelOf(t.shape);
-  if (numel === undefined || numel * DTYPE_BYTES[t.dtype] > Number.MAX_SAFE_INTEGER) {
-    throw new InvalidArgumentError(`Shape [${t.shape.join(', ')}] of ${JSON.stringify(t.name)} is too large.`, { tensor: t.name });
+  const bytes = numelBig(t.shape) * BigInt(DTYPE_BYTES[t.dtype]);
+  if (bytes > BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw new InvalidArgumentError(`Shape [${t.shape.join(', ')}] of ${JSON.stringify(t.name)} is too large (${bytes} bytes).`, { tensor: t.name });
   }
-  return numel * DTYPE_BYTES[t.dtype];
+  return Number(bytes);
 }
 
 /** The header bytes (JSON padded with spaces so the data section starts 8-byte aligned) for `tensors` in order. */
 export function buildSafetensorsHeader(tensors: readonly Pick<TensorSource, 'name' | 'dtype' | 'shape'>[], metadata?: Record<string, string>): Uint8Array {
-  const header: Record<string, unknown> = {};
+  // Null prototype: a tensor named "__proto__" is a key like any other, not a prototype change.
+  const header = Object.create(null) as Record<string, unknown>;
   if (metadata && Object.keys(metadata).length) {
     for (const [k, v] of Object.entries(metadata)) {
       if (typeof v !== 'string') throw new InvalidArgumentError(`Expected a string for metadata ${JSON.stringify(k)} but received ${describe(v)}.`, { key: k });
     }
-    header.__metadata__ = metadata;
+    header.__metadata__ = Object.assign(Object.create(null) as Record<string, string>, metadata);
   }
   const names = new Set<string>();
   let offset = 0;
@@ -386,16 +388,20 @@ async function writeAll(fh: FileHandle, data: Uint8Array, position: number): Pro
   return data.length;
 }
 
-/** Runs `fill` on a temporary file beside `path`, then fsyncs and renames it over `path`. */
+/**
+ * Runs `fill` on a temporary file beside `path` (`.<name>.tmp-<pid>-<random>`), then fsyncs
+ * and renames it over `path`. Every step goes through the file-ops seam.
+ */
 export async function atomicWrite<R>(path: string, fill: (fh: FileHandle) => Promise<R>): Promise<R> {
-  const tmp = join(dirname(path), `.${basename(path)}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`);
-  const fh = await open(tmp, 'wx');
+  const tmp = join(dirname(path), `${atomicTempPrefix(path)}${process.pid}-${randomBytes(4).toString('hex')}`);
+  const fh = await createFile(tmp);
   let ok = false;
   try {
+    beforeFileOp('write', tmp);
     const result = await fill(fh);
-    await fh.sync();
+    await syncFile(fh, tmp);
     await fh.close();
-    await rename(tmp, path);
+    await renamePath(tmp, path);
     ok = true;
     await syncDir(dirname(path));
     return result;
@@ -407,16 +413,7 @@ export async function atomicWrite<R>(path: string, fill: (fh: FileHandle) => Pro
   }
 }
 
-/** Makes a rename durable; best effort (some filesystems refuse fsync on a directory). */
-async function syncDir(dir: string): Promise<void> {
-  try {
-    const d = await open(dir, 'r');
-    try {
-      await d.sync();
-    } finally {
-      await d.close();
-    }
-  } catch {
-    // Durability only; the rename itself already happened.
-  }
+/** Name prefix of atomicWrite's temporary files for `path` (a crash can leave one behind). */
+export function atomicTempPrefix(path: string): string {
+  return `.${basename(path)}.tmp-`;
 }

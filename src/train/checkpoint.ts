@@ -10,30 +10,31 @@
  *                trainer_state.json  { format, step, optimizerSteps, strategy, layout, extra }
  *   latest       the name of the newest complete step folder
  *
- * Atomicity: a step is written into a hidden temporary folder beside its final name,
- * fsynced, then renamed into place, and only then is `latest` replaced (itself by
- * temp-file + rename). A crash at any point leaves the previous checkpoint and
- * `latest` intact; leftover temporary folders are removed by the next save.
+ * Atomicity and crash recovery (temporary folder, renames, `latest`, `.old-` copies of a
+ * re-saved step): see checkpoint-dir.ts.
  *
  * Collective: every rank of the strategy calls save/load. The state is gathered on
  * every rank (gatherState); rank 0 writes; the outcome is agreed by an all-reduce so
  * a failed write raises on every rank instead of leaving the others waiting.
  */
-import { mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { Checkpoint, writeCheckpoint } from '../model/checkpoint.js';
 import { parseModelConfig, toHFConfig, type ModelConfig } from '../model/config.js';
 import type { HostParam } from '../model/param-store.js';
-import { atomicWrite, type TensorSource } from '../model/safetensors.js';
+import type { TensorSource } from '../model/safetensors.js';
+import { isJsonObject, parseStrictJson, type JsonValue } from '../model/strict-json.js';
+import { describe } from '../runtime/dtype.js';
+import { makeDir } from '../model/file-ops.js';
+import { LATEST_FILE, latestCheckpoint, publishStep, stepDirName, writeJson } from './checkpoint-dir.js';
 import { anyRank } from './any-rank.js';
 import type { FullState, TrainStrategy } from './strategy.js';
 
 export const TRAIN_STATE_FILE = 'trainer_state.json';
-export const LATEST_FILE = 'latest';
 export const CHECKPOINT_FORMAT = 1;
-const STEP_DIR = /^step-(\d{6,})$/;
+export { LATEST_FILE, latestCheckpoint, stepDirName };
 
 export interface SaveOptions {
   /** Folder holding the step folders and `latest`. */
@@ -46,8 +47,6 @@ export interface SaveOptions {
   maxShardBytes?: number;
   /** JSON-serialisable trainer state to restore with the weights (data cursor, seeds, metrics). */
   extra?: Record<string, unknown>;
-  /** @internal Test hook: runs after each file of the step folder is written (throw to simulate a crash). */
-  afterFile?: (file: string) => void | Promise<void>;
 }
 
 export interface TrainerStateFile {
@@ -58,8 +57,6 @@ export interface TrainerStateFile {
   layout: string;
   extra: Record<string, unknown>;
 }
-
-export const stepDirName = (step: number): string => `step-${String(step).padStart(6, '0')}`;
 
 function hostSources(state: Map<string, HostParam>, prefix = ''): TensorSource[] {
   return [...state].map(([name, p]) => ({
@@ -90,7 +87,7 @@ export async function saveCheckpoint(strategy: TrainStrategy, opts: SaveOptions)
   let error: Error | null = null;
   if (rank === 0) {
     try {
-      await writeStep(strategy, opts, final, maxShardBytes, params, expAvg, expAvgSq);
+      await writeStep(strategy, opts, maxShardBytes, params, expAvg, expAvgSq);
     } catch (e) {
       error = e as Error;
     }
@@ -100,65 +97,21 @@ export async function saveCheckpoint(strategy: TrainStrategy, opts: SaveOptions)
 }
 
 async function writeStep(
-  strategy: TrainStrategy, opts: SaveOptions, final: string, maxShardBytes: number,
+  strategy: TrainStrategy, opts: SaveOptions, maxShardBytes: number,
   params: Map<string, HostParam>, expAvg: Map<string, HostParam>, expAvgSq: Map<string, HostParam>,
 ): Promise<void> {
-  await mkdir(opts.root, { recursive: true });
-  for (const name of await readdir(opts.root)) if (name.startsWith('.tmp-')) await rm(join(opts.root, name), { recursive: true, force: true });
-  const tmp = join(opts.root, `.tmp-${stepDirName(opts.step)}-${process.pid}-${Date.now()}`);
-  await mkdir(join(tmp, 'optimizer'), { recursive: true });
-  const hook = async (f: string) => opts.afterFile?.(f);
-  await writeCheckpoint(tmp, hostSources(params), { maxShardBytes, metadata: { format: 'pt' } });
-  await hook('model');
-  const optimizer = [...hostSources(expAvg, 'exp_avg.'), ...hostSources(expAvgSq, 'exp_avg_sq.')];
-  await writeCheckpoint(join(tmp, 'optimizer'), optimizer, { maxShardBytes, metadata: { format: 'pt' } });
-  await hook('optimizer');
-  await writeJson(join(tmp, 'config.json'), toHFConfig(strategy.cfg));
-  const state: TrainerStateFile = {
-    format: CHECKPOINT_FORMAT, step: opts.step, optimizerSteps: strategy.optimizerSteps,
-    strategy: strategy.kind, layout: strategy.layout, extra: opts.extra ?? {},
-  };
-  await writeJson(join(tmp, TRAIN_STATE_FILE), state);
-  await hook(TRAIN_STATE_FILE);
-  // Replace an existing folder of the same step only once the new one is complete.
-  const old = `${tmp}-old`;
-  const had = await exists(final);
-  if (had) await rename(final, old);
-  await rename(tmp, final);
-  if (had) await rm(old, { recursive: true, force: true });
-  await hook('rename');
-  await atomicWrite(join(opts.root, LATEST_FILE), async (fh) => {
-    const body = new TextEncoder().encode(`${stepDirName(opts.step)}\n`);
-    await fh.write(body, 0, body.length, 0);
+  await publishStep(opts.root, opts.step, async (tmp) => {
+    await makeDir(join(tmp, 'optimizer'));
+    await writeCheckpoint(tmp, hostSources(params), { maxShardBytes, metadata: { format: 'pt' } });
+    const optimizer = [...hostSources(expAvg, 'exp_avg.'), ...hostSources(expAvgSq, 'exp_avg_sq.')];
+    await writeCheckpoint(join(tmp, 'optimizer'), optimizer, { maxShardBytes, metadata: { format: 'pt' } });
+    await writeJson(join(tmp, 'config.json'), toHFConfig(strategy.cfg));
+    const state: TrainerStateFile = {
+      format: CHECKPOINT_FORMAT, step: opts.step, optimizerSteps: strategy.optimizerSteps,
+      strategy: strategy.kind, layout: strategy.layout, extra: opts.extra ?? {},
+    };
+    await writeJson(join(tmp, TRAIN_STATE_FILE), state);
   });
-}
-
-async function writeJson(path: string, value: unknown): Promise<void> {
-  const body = new TextEncoder().encode(`${JSON.stringify(value, null, 2)}\n`);
-  await atomicWrite(path, async (fh) => {
-    await fh.write(body, 0, body.length, 0);
-  });
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await stat(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** The newest complete step folder under `root` (by `latest`), or null when there is none. */
-export async function latestCheckpoint(root: string): Promise<string | null> {
-  let name: string;
-  try {
-    name = (await readFile(join(root, LATEST_FILE), 'utf8')).trim();
-  } catch {
-    return null;
-  }
-  if (!STEP_DIR.test(name)) throw new CheckpointFormatError(`${join(root, LATEST_FILE)} names ${JSON.stringify(name)}; expected a step folder like step-000010.`, { file: join(root, LATEST_FILE) });
-  return join(root, name);
 }
 
 export interface LoadOptions {
@@ -221,9 +174,8 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
     if (!latest) throw new CheckpointFormatError(`${dir}: neither a step folder (no ${TRAIN_STATE_FILE}) nor a checkpoint root (no ${LATEST_FILE}). HINT: pass the --save folder of a run or one of its step-NNNNNN folders.`, { file: dir });
     dir = latest;
   }
-  const raw = JSON.parse(await readFile(join(dir, TRAIN_STATE_FILE), 'utf8')) as TrainerStateFile;
-  if (raw.format !== CHECKPOINT_FORMAT) throw new CheckpointFormatError(`${join(dir, TRAIN_STATE_FILE)}: format ${raw.format}; this version reads format ${CHECKPOINT_FORMAT}.`, { file: dir });
-  const cfg = parseModelConfig(JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')), join(dir, 'config.json'));
+  const raw = checkTrainerState(await readJsonFile(join(dir, TRAIN_STATE_FILE)), join(dir, TRAIN_STATE_FILE));
+  const cfg = parseModelConfig(await readJsonFile(join(dir, 'config.json')), join(dir, 'config.json'));
   const diff = sameModel(cfg, strategy.cfg);
   if (diff) throw new CheckpointFormatError(`${dir} holds another model: ${diff}.`, { file: dir });
   const params = await readF32Checkpoint(dir);
@@ -236,4 +188,48 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
     else throw new CheckpointFormatError(`${join(dir, 'optimizer')}: unexpected tensor ${name}; expected exp_avg.* and exp_avg_sq.*.`, { file: dir });
   }
   return { dir, state: raw, full: { params, optimizer: { step: raw.optimizerSteps, expAvg, expAvgSq } } };
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A small JSON file of a checkpoint, parsed strictly (duplicate keys refused, null-prototype objects). */
+async function readJsonFile(path: string): Promise<JsonValue> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new CheckpointFormatError(`${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}). HINT: the step folder is incomplete; load another step.`, { file: path }, { cause: err });
+  }
+  try {
+    return parseStrictJson(text);
+  } catch (err) {
+    throw new CheckpointFormatError(`${path}: not valid JSON (${(err as Error).message}).`, { file: path }, { cause: err });
+  }
+}
+
+function checkTrainerState(raw: JsonValue, file: string): TrainerStateFile {
+  const fail = (msg: string): never => {
+    throw new CheckpointFormatError(`${file}: ${msg}`, { file });
+  };
+  if (!isJsonObject(raw)) return fail(`expected a JSON object but found ${describe(raw)}.`);
+  const own = (k: string): unknown => (Object.hasOwn(raw, k) ? raw[k] : undefined);
+  if (own('format') !== CHECKPOINT_FORMAT) fail(`format ${JSON.stringify(own('format'))}; this version reads format ${CHECKPOINT_FORMAT}.`);
+  for (const k of ['step', 'optimizerSteps']) {
+    const v = own(k);
+    if (!(typeof v === 'number' && Number.isSafeInteger(v) && v >= 0)) fail(`"${k}" is ${describe(v)}; expected a non-negative integer.`);
+  }
+  for (const k of ['strategy', 'layout']) if (typeof own(k) !== 'string') fail(`"${k}" is ${describe(own(k))}; expected a string.`);
+  const extra = own('extra') ?? {};
+  if (!isJsonObject(extra)) fail(`"extra" is ${describe(extra)}; expected an object.`);
+  return {
+    format: CHECKPOINT_FORMAT, step: own('step') as number, optimizerSteps: own('optimizerSteps') as number,
+    strategy: own('strategy') as string, layout: own('layout') as string, extra: { ...(extra as Record<string, unknown>) },
+  };
 }
