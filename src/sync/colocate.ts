@@ -13,7 +13,7 @@ import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device.js';
 import { hfDirectWrites } from '../rollout/direct-write.js';
 import type { RolloutEngine } from '../rollout/engine.js';
-import { applyEngineAdapters, markEngineBaseWeights } from '../rollout/lora.js';
+import { applyEngineAdapters, engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
 import { hfLoadPlan } from '../rollout/loader.js';
 import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
 import { MegatronStrategy } from '../train/megatron/strategy.js';
@@ -23,7 +23,7 @@ import type { TrainStrategy } from '../train/strategy.js';
 import { syncFsdp2, syncMegatron, syncSingle, type ColocateOut } from './colocate-sources.js';
 import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport, type Verified } from './report.js';
 import { checkVerify, logprobError, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerify } from './verify.js';
-import { checkFingerprints } from './fingerprint-check.js';
+import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js';
 import { syncFault } from './faults.js';
 
 export class ColocateSync {
@@ -119,10 +119,10 @@ export class ColocateSync {
     const { engine, strategy } = this;
     const comm = strategy.communicators?.[0] ?? null;
     const out: Verified = { checksums: false, fingerprints: 0, fingerprintSeconds: 0, seconds: 0 };
-    if (!adapter) {
-      const f = await checkFingerprints({ cfg: engine.cfg, comm, stream: engine.stream, strategy, engine, engineTp: engine.shard.tpSize, timeoutMs: 300_000 });
-      Object.assign(out, { checksums: true, fingerprints: f.compared, fingerprintSeconds: f.seconds });
-    }
+    const f = adapter
+      ? await checkBaseFingerprints({ cfg: engine.cfg, comm, stream: engine.stream, engine, timeoutMs: 300_000 }, engineBaseCopies(engine))
+      : await checkFingerprints({ cfg: engine.cfg, comm, stream: engine.stream, strategy, engine, engineTp: engine.shard.tpSize, timeoutMs: 300_000 });
+    if (f) Object.assign(out, { checksums: true, fingerprints: f.compared, fingerprintSeconds: f.seconds });
     // An adapter sync: every parameter still 'processed' (agreed over the ranks below).
     const badState = [...engine.params.params.values()].find((p) => p.state !== 'processed' || !p.tensor)?.name ?? null;
     let w = { diff: 0, row: -1, pos: -1 };

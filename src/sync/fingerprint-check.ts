@@ -44,6 +44,9 @@ export interface FingerprintSummary {
 /** Per-rank verdict: [engine, tpRank, code (0 ok, 1 mismatch, 2 layout), index, engine fp, trainer fp, mismatches]. */
 const REC = 7;
 
+/** Fingerprints of each engine's tensors at its last verified full sync (the base of later adapter syncs). */
+const recorded = new WeakMap<RolloutEngine, BigInt64Array>();
+
 export async function checkFingerprints(x: FingerprintCheck): Promise<FingerprintSummary> {
   const t0 = performance.now();
   const { cfg, comm, stream, engine, strategy } = x;
@@ -75,6 +78,7 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
     }
     if (multi) await comm!.allReduce(trainer, trainer, 'sum', stream);
     const rec = new BigInt64Array(REC);
+    let passed: BigInt64Array | null = null;
     if (engine) {
       const k = engine.shard.tpRank;
       rec[0] = 1n;
@@ -93,6 +97,7 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
         });
         const [got, want] = (await Promise.all([mine.toArray(wait), trainer.toArray(wait)])) as [BigInt64Array, BigInt64Array];
         let n = 0;
+        passed = got.slice();
         table.tensors.forEach((_, i) => {
           const w = want[table.slot[k]![i]!]!;
           if (got[i] === w) return;
@@ -101,40 +106,99 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
         rec[6] = BigInt(n);
       }
     }
-    let all: BigInt64Array<ArrayBufferLike> = rec;
-    if (multi) {
-      const send = make(Tensor.fromArray(device, rec, [REC], { stream }));
-      const recv = make(Tensor.empty(device, [REC * comm!.size], 'int64'));
-      await comm!.allGather(send, recv, stream);
-      all = (await recv.toArray(wait)) as BigInt64Array;
-    }
-    const failures: string[] = [];
-    let first: Record<string, unknown> | null = null;
-    let engines = 0;
-    for (let r = 0; r < all.length / REC; r++) {
-      const v = all.subarray(r * REC, (r + 1) * REC);
-      if (v[0] !== 1n) continue;
-      engines++;
-      const code = Number(v[2]), i = Number(v[3]), k = Number(v[1]);
-      if (code === 0) continue;
-      const rankName = multi ? `engine rank ${r} (tp rank ${k})` : `the engine (tp rank ${k})`;
-      if (code === 2) {
-        const param = engine ? [...engine.params.params.keys()][i] : `runtime parameter #${i}`;
-        failures.push(`${rankName}: runtime parameter ${param} is not 'processed' after the sync`);
-        first ??= { engineRank: r, tpRank: k, parameter: param };
-        continue;
-      }
-      const tensor = table.tensors[i]!.name, more = Number(v[6]) - 1;
-      failures.push(`${rankName} holds ${tensor} with fingerprint ${hex(v[4]!)} but the trainer's is ${hex(v[5]!)}${more > 0 ? ` (and ${more} more tensor${more > 1 ? 's' : ''} differ there)` : ''}`);
-      first ??= { tensor, engineRank: r, tpRank: k, engineFingerprint: hex(v[4]!), trainerFingerprint: hex(v[5]!) };
-    }
-    if (failures.length) {
-      throw new WeightSyncError(
-        `Weight sync verification failed: ${failures.join('; ')}. HINT: the sync wrote that tensor in the wrong layout, slice or values (e.g. a transposed expert weight, a wrong TP slice, a skipped tensor); compare the engine with a full reload from strategy.gatherState('params').`,
-        { ...first, failures },
-      );
-    }
+    const engines = await gatherVerdicts(comm, rec, stream, x.timeoutMs, table.tensors.map((t) => t.name), engine, make, 'the trainer\'s');
+    if (engine && passed) recorded.set(engine, passed);
     return { compared: engines * table.tensors.length, seconds: (performance.now() - t0) / 1000 };
+  } finally {
+    for (const t of owned) t.release();
+  }
+}
+
+/** All-gathers every rank's verdict record; throws the same WeightSyncError everywhere when an engine rank failed. Returns the engine ranks counted. */
+async function gatherVerdicts(comm: Communicator | null, rec: BigInt64Array, stream: Stream, timeoutMs: number, names: string[], engine: RolloutEngine | undefined, make: (t: Tensor) => Tensor, reference: string): Promise<number> {
+  const multi = !!comm && comm.size > 1;
+  const device = (engine?.device ?? comm?.device)!;
+  let all: BigInt64Array<ArrayBufferLike> = rec;
+  if (multi) {
+    const send = make(Tensor.fromArray(device, rec, [REC], { stream }));
+    const recv = make(Tensor.empty(device, [REC * comm!.size], 'int64'));
+    await comm!.allGather(send, recv, stream);
+    all = (await recv.toArray({ stream, timeoutMs })) as BigInt64Array;
+  }
+  const failures: string[] = [];
+  let first: Record<string, unknown> | null = null;
+  let engines = 0;
+  for (let r = 0; r < all.length / REC; r++) {
+    const v = all.subarray(r * REC, (r + 1) * REC);
+    if (v[0] !== 1n) continue;
+    engines++;
+    const code = Number(v[2]), i = Number(v[3]), k = Number(v[1]);
+    if (code === 0) continue;
+    const rankName = multi ? `engine rank ${r} (tp rank ${k})` : `the engine (tp rank ${k})`;
+    if (code === 2) {
+      const param = engine ? [...engine.params.params.keys()][i] : `runtime parameter #${i}`;
+      failures.push(`${rankName}: runtime parameter ${param} is not 'processed' after the sync`);
+      first ??= { engineRank: r, tpRank: k, parameter: param };
+      continue;
+    }
+    const tensor = names[i]!, more = Number(v[6]) - 1;
+    failures.push(`${rankName} holds ${tensor} with fingerprint ${hex(v[4]!)} but ${reference} is ${hex(v[5]!)}${more > 0 ? ` (and ${more} more tensor${more > 1 ? 's' : ''} differ there)` : ''}`);
+    first ??= { tensor, engineRank: r, tpRank: k, engineFingerprint: hex(v[4]!), trainerFingerprint: hex(v[5]!) };
+  }
+  if (failures.length) {
+    throw new WeightSyncError(
+      `Weight sync verification failed: ${failures.join('; ')}. HINT: the sync wrote that tensor in the wrong layout, slice or values (e.g. a transposed expert weight, a wrong TP slice, a skipped tensor); compare the engine with a full reload from strategy.gatherState('params').`,
+      { ...first, failures },
+    );
+  }
+  return engines;
+}
+
+/**
+ * After a LoRA adapter sync (whose adapted weights base + scaling·B·A are computed on the
+ * engine, so they have no exact trainer-side counterpart; the probe checks them): every
+ * engine rank's tensors that no adapter touches, and the base copies of those it does,
+ * still have the fingerprints of the last verified full sync (the trainer's base weights
+ * are frozen under LoRA). Collective over `comm`. Returns null when this engine has no
+ * verified full sync to compare with (agreed over the ranks: then nothing is compared).
+ */
+export async function checkBaseFingerprints(x: Omit<FingerprintCheck, 'strategy' | 'engineTp'>, base: ReadonlyMap<string, Tensor> | null): Promise<FingerprintSummary | null> {
+  const t0 = performance.now();
+  const { cfg, comm, stream, engine } = x;
+  const owned: Tensor[] = [];
+  const make = (t: Tensor) => (owned.push(t), t);
+  try {
+    const names = regionTable(cfg, 1).tensors.map((t) => t.name);
+    const want = engine ? recorded.get(engine) : undefined;
+    // Ranks agree whether every engine has a record: [engine without one].
+    let missing = engine && !want ? 1 : 0;
+    if (comm && comm.size > 1) {
+      const t = make(Tensor.fromArray(comm.device, Int32Array.from([missing]), [1], { stream }));
+      await comm.allReduce(t, t, 'max', stream);
+      missing = ((await t.toArray({ stream, timeoutMs: x.timeoutMs })) as Int32Array)[0]!;
+    }
+    if (missing) return null;
+    const rec = new BigInt64Array(REC);
+    if (engine) {
+      rec[0] = 1n;
+      rec[1] = BigInt(engine.shard.tpRank);
+      const mine = make(Tensor.zeros(engine.device, [names.length], 'int64', { stream }));
+      const plan = hfLoadPlan(cfg, engine.shard);
+      names.forEach((name, i) => {
+        const { param, view } = engineView(cfg, engine.shard, plan, name, engine.params, true);
+        const src = base?.get(param.name) ?? param.tensor!;
+        enqueueFingerprint(src.reshape([src.numel]), view, mine, i, stream);
+      });
+      const got = (await mine.toArray({ stream, timeoutMs: x.timeoutMs })) as BigInt64Array;
+      let n = 0;
+      names.forEach((_, i) => {
+        if (got[i] === want![i]) return;
+        if (n++ === 0) rec.set([1n, BigInt(i), got[i]!, want![i]!], 2);
+      });
+      rec[6] = BigInt(n);
+    }
+    const engines = await gatherVerdicts(comm, rec, stream, x.timeoutMs, names, engine, make, 'its base weights at the last full sync had');
+    return { compared: engines * names.length, seconds: (performance.now() - t0) / 1000 };
   } finally {
     for (const t of owned) t.release();
   }

@@ -29,7 +29,7 @@ import { viewOf } from '../parallel/local-ops.js';
 import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { serverAdapterSync } from './server-lora.js';
-import { markEngineBaseWeights } from '../rollout/lora.js';
+import { engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
 import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
 import { MegatronStrategy } from '../train/megatron/strategy.js';
 import type { TrainStrategy } from '../train/strategy.js';
@@ -38,7 +38,7 @@ import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, para
 import { checkHeader, expertNames, KIND_CODES, piecesOf, type SourceHeader } from './server-plan.js';
 import { Receiver } from './server-receiver.js';
 import { checkVerify, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerify } from './verify.js';
-import { checkFingerprints } from './fingerprint-check.js';
+import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js';
 import { syncFault } from './faults.js';
 
 export interface ServerSyncOptions {
@@ -259,10 +259,11 @@ export class ServerSync {
     const t0 = performance.now();
     const { comm, stream } = this;
     const out: Verified = { checksums: false, fingerprints: 0, fingerprintSeconds: 0, seconds: 0 };
-    if (!adapter) {
-      const f = await checkFingerprints({ cfg: this.cfg, comm, stream, ...(this.strategy ? { strategy: this.strategy } : {}), ...(this.engine ? { engine: this.engine } : {}), timeoutMs: WAIT.timeoutMs });
-      Object.assign(out, { checksums: true, fingerprints: f.compared, fingerprintSeconds: f.seconds });
-    }
+    const side = { cfg: this.cfg, comm, stream, ...(this.engine ? { engine: this.engine } : {}), timeoutMs: WAIT.timeoutMs };
+    const f = adapter
+      ? await checkBaseFingerprints(side, this.engine ? engineBaseCopies(this.engine) : null)
+      : await checkFingerprints({ ...side, ...(this.strategy ? { strategy: this.strategy } : {}) });
+    if (f) Object.assign(out, { checksums: true, fingerprints: f.compared, fingerprintSeconds: f.seconds });
     // Per rank: [engine, worst diff, row, position, bad state]; trainers send zeros.
     const mine = new Float32Array(5);
     let badState: string | null = null;
