@@ -17,7 +17,12 @@ inline uint64_t Fmix(uint64_t x) {
   return x;
 }
 
-inline uint64_t Mix(uint64_t index, uint32_t bits) { return Fmix(Fmix(index + 0x9e3779b97f4a7c15ULL) ^ bits); }
+// For a fixed index, bits -> Mix is a bijection (an odd multiplier is invertible mod 2^64,
+// xor with a constant and Fmix are bijections), so changing one value always changes
+// the sum; the index enters through its own odd multiplier.
+inline uint64_t Mix(uint64_t index, uint32_t bits) {
+  return Fmix((index * 0x9e3779b97f4a7c15ULL) ^ (static_cast<uint64_t>(bits) * 0xd6e8feb86659fd93ULL));
+}
 
 }  // namespace
 
@@ -41,6 +46,14 @@ void Fingerprint(const FingerprintArgs& a) {
       for (int64_t i = 0; i < n; ++i) {
         const uint64_t g = static_cast<uint64_t>(go + i * gs);
         if (g < a.limit) sum += Mix(g, s[i * ls]);
+      }
+    } else if (gs == 1) {
+      // Contiguous canonical indices: the position in the period advances by one (no division per element).
+      uint64_t m = static_cast<uint64_t>(go) % a.filter_period;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t g = static_cast<uint64_t>(go + i);
+        if (g < a.limit && m - a.filter_start < a.filter_len) sum += Mix(g, s[i * ls]);
+        if (++m == a.filter_period) m = 0;
       }
     } else {
       for (int64_t i = 0; i < n; ++i) {
