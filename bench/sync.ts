@@ -34,6 +34,10 @@
  *
  * peakExtraBytes: the largest over the ranks of device peak minus what was allocated when
  * the sync started.
+ *
+ * verifyRatio: the cost of verification (verify: true — exact fingerprints of every tensor
+ * region on every engine rank, compared with the trainers') as a ratio to the sync time,
+ * both from the same verified syncs (slowest rank of each; best of 3).
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -87,7 +91,10 @@ export async function main(argv: string[]): Promise<void> {
       // The same run under the older, smaller model (2 · paramBytes for every row), for comparison.
       const efficiency2P = round((2 * bytes) / seconds / 1e9 / streamGBs, 3);
       effs.push(efficiency);
-      const row = { mode: res[0]!.mode, trainer: res[0]!.trainer, engineTp: res[0]!.engineTp, engineRanks, replicas, model, paramBytes: bytes, engineBytes, trafficBytes, seconds: round(seconds, 4), GBs: round(GBs, 3), efficiency, efficiency2P, peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)), bucketBytes: bucket, streamCopyGBs: round(streamGBs, 2), loadAvg1: load1 };
+      const verifySeconds = Math.max(...res.map((r) => r.verify.verifySeconds));
+      const verifiedSyncSeconds = Math.max(...res.map((r) => r.verify.syncSeconds));
+      const verify = { verifySeconds: round(verifySeconds, 4), verifiedSyncSeconds: round(verifiedSyncSeconds, 4), verifyRatio: round(verifySeconds / verifiedSyncSeconds, 3), fingerprints: res[0]!.verify.fingerprints };
+      const row = { mode: res[0]!.mode, trainer: res[0]!.trainer, engineTp: res[0]!.engineTp, engineRanks, replicas, model, paramBytes: bytes, engineBytes, trafficBytes, seconds: round(seconds, 4), GBs: round(GBs, 3), efficiency, efficiency2P, peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)), bucketBytes: bucket, streamCopyGBs: round(streamGBs, 2), loadAvg1: load1, ...verify };
       console.log(JSON.stringify(row));
       rows.push(row);
     }

@@ -62,7 +62,7 @@ describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
 });
 
 describe('server-mode LoRA adapter sync', () => {
-  it('adapters alone make the engine agree with a LoRA trainer (which a base-only sync does not); no post-load processing', async () => {
+  it('adapters alone make the engine agree with a LoRA trainer (which a base-only sync does not); no post-load processing; a drifted base weight is caught', async () => {
     const r = await launchFixture(4, 'test/fixtures/sync/server-lora.mjs', []);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
@@ -73,6 +73,14 @@ describe('server-mode LoRA adapter sync', () => {
       expect(x.bytes).toBeGreaterThan(0);
       expect(x.bytes).toBeLessThan(200_000);
       expect(x.processCalls).toBe(0);
+      // Untouched tensors and the base copies equal the last verified full sync.
+      expect(x.verified.checksums).toBe(true);
+      expect(x.verified.fingerprints).toBeGreaterThan(0);
+      // A base weight that drifted on engine rank 3 fails the next adapter sync everywhere.
+      expect(x.drift?.code, `rank ${x.rank}`).toBe('ASCENT_WEIGHT_SYNC');
+      expect(x.drift.tensor).toBe('model.layers.0.self_attn.o_proj.weight');
+      expect(x.drift.engineRank).toBe(3);
+      expect(x.drift.message).toMatch(/engine rank 3 \(tp rank 1\) holds model\.layers\.0\.self_attn\.o_proj\.weight .* base weights at the last full sync/);
     }
   }, 120_000);
 });
