@@ -1,6 +1,6 @@
 // Exact, partition-additive fingerprint of fp32 tensor regions (weight-sync
 // verification). Every element read contributes Mix(globalIndex, valueBits) and the
-// result is the sum mod 2^64, so any split of a canonical tensor into regions (TP
+// result is the sum mod 2^64 (fingerprint.cc defines Mix), so any split of a canonical tensor into regions (TP
 // slices, fsdp2 shards, packed or transposed engine layouts) adds up to the same
 // number, computed in any order. Mix is a bijection of the value bits for a fixed
 // index: changing one element always changes the fingerprint.

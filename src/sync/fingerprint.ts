@@ -42,7 +42,11 @@ export function enqueueFingerprint(src: Tensor, v: AffineView, out: Tensor, slot
   const f = opts.filter ?? NO_FILTER;
   src.checkLive('src');
   out.checkLive('out');
-  stream.native.fingerprint(src.buffer, src.byteOffset + v.localOffset * 4, [...v.shape], [...v.local], [...v.global], v.globalOffset,
+  // The sum does not depend on the order: walk the dims by decreasing local stride, so the
+  // kernel's inner loop reads contiguous memory (a transposed layout becomes strided indices).
+  const order = v.shape.map((_, i) => i).filter((i) => v.shape[i]! > 1).sort((a, b) => v.local[b]! - v.local[a]!);
+  const pick = (xs: readonly number[]) => order.map((i) => xs[i]!);
+  stream.native.fingerprint(src.buffer, src.byteOffset + v.localOffset * 4, pick(v.shape), pick(v.local), pick(v.global), v.globalOffset,
     opts.limit ?? Number.MAX_SAFE_INTEGER, f.period, f.start, f.len, out.buffer, out.byteOffset + slot * 8, 0);
 }
 
