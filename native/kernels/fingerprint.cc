@@ -19,25 +19,32 @@ inline uint32_t Fmix32(uint32_t h) {
   return h;
 }
 
-// Contribution of value bits `v` at canonical index (hi, lo): high word a, low word b.
+// Contribution of value bits `v` at canonical index (hi, lo): the 64-bit word a·2^32 + b.
 // For a fixed index v -> a is a bijection (odd multiplier, xor with a constant, Fmix32),
 // so a changed value always changes a; a change of a cannot be cancelled by the low
 // word mod 2^64 (|b' - b| < 2^32). Hence changing one element always changes the sum.
-inline uint64_t Mix(uint32_t v, uint32_t lo, uint32_t hi) {
-  const uint32_t a = Fmix32((v * 0x9e3779b1u) ^ (lo * 0x85ebca77u) ^ (hi * 0xc2b2ae3du));
-  const uint32_t b = Fmix32(a + lo * 0x27d4eb2fu + hi);
-  return (static_cast<uint64_t>(a) << 32) | b;
+// b only widens the sum to 64 bits (one multiply; index products are strength-reduced
+// by the compiler inside a run). Sums: Σ(a·2^32 + b) = (Σa mod 2^32)·2^32 + Σb mod 2^64,
+// so a is summed in 32-bit lanes and only b is widened.
+inline uint32_t MixA(uint32_t v, uint32_t lo, uint32_t hi) { return Fmix32((v * 0x9e3779b1u) ^ (lo * 0x85ebca77u) ^ (hi * 0xc2b2ae3du)); }
+inline uint32_t MixB(uint32_t a, uint32_t lo) {
+  uint32_t b = (a ^ (lo * 0x27d4eb2fu)) * 0x165667b1u;
+  return b ^ (b >> 15);
 }
 
-// Sum over i < n of Mix(src[i * ls], lo0 + i * gs, hi); the caller keeps lo0 + (n-1)·gs below 2^32.
+// Sum over i < n of the contribution of src[i * ls] at (hi, lo0 + i * gs); the caller keeps lo0 + (n-1)·gs below 2^32.
 template <bool kContiguous>
 inline uint64_t RunSumT(const uint32_t* src, int64_t n, int64_t ls, uint32_t lo0, uint32_t gs, uint32_t hi) {
-  uint64_t sum = 0;
+  uint32_t sa = 0;
+  uint64_t sb = 0;
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t v = kContiguous ? src[i] : src[i * ls];
-    sum += Mix(v, lo0 + static_cast<uint32_t>(i) * gs, hi);
+    const uint32_t lo = lo0 + static_cast<uint32_t>(i) * gs;
+    const uint32_t a = MixA(v, lo, hi);
+    sa += a;
+    sb += MixB(a, lo);
   }
-  return sum;
+  return (static_cast<uint64_t>(sa) << 32) + sb;
 }
 
 __attribute__((target("avx2"))) uint64_t RunSumAvx2(const uint32_t* src, int64_t n, uint32_t lo0, uint32_t gs, uint32_t hi) {
