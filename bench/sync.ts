@@ -75,7 +75,7 @@ export async function main(argv: string[]): Promise<void> {
   const rows = [];
   const summary = [];
   for (const [nproc, args] of [[2, ['colocate', 'fsdp2']], [2, ['colocate', 'megatron']], [4, ['server', 'megatron']]] as const) {
-    const effs: number[] = [];
+    const effs: number[] = [], ratios: number[] = [];
     for (let rep = 0; rep < repeat; rep++) {
       const load1 = round(loadavg()[0]!, 2);
       const res = await launchRanks(nproc, [...args, String(bucket)]);
@@ -91,6 +91,7 @@ export async function main(argv: string[]): Promise<void> {
       // The same run under the older, smaller model (2 · paramBytes for every row), for comparison.
       const efficiency2P = round((2 * bytes) / seconds / 1e9 / streamGBs, 3);
       effs.push(efficiency);
+      ratios.push(verify.verifyRatio);
       const verifySeconds = Math.max(...res.map((r) => r.verify.verifySeconds));
       const verifiedSyncSeconds = Math.max(...res.map((r) => r.verify.syncSeconds));
       const verify = { verifySeconds: round(verifySeconds, 4), verifiedSyncSeconds: round(verifiedSyncSeconds, 4), verifyRatio: round(verifySeconds / verifiedSyncSeconds, 3), fingerprints: res[0]!.verify.fingerprints };
@@ -99,7 +100,7 @@ export async function main(argv: string[]): Promise<void> {
       rows.push(row);
     }
     const sorted = [...effs].sort((x, y) => x - y);
-    const sum = { mode: args[0], trainer: rows[rows.length - 1]!.trainer, runs: repeat, efficiencyMin: sorted[0], efficiencyMedian: sorted[Math.floor((sorted.length - 1) / 2)], efficiencyMax: sorted[sorted.length - 1] };
+    const sum = { mode: args[0], trainer: rows[rows.length - 1]!.trainer, runs: repeat, efficiencyMin: sorted[0], efficiencyMedian: sorted[Math.floor((sorted.length - 1) / 2)], efficiencyMax: sorted[sorted.length - 1], verifyRatioMin: Math.min(...ratios), verifyRatioMax: Math.max(...ratios) };
     console.log('SUMMARY ' + JSON.stringify(sum));
     summary.push(sum);
   }

@@ -12,7 +12,6 @@
 import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { IGNORE_INDEX } from '../model/kernels/index.js';
 import { rowLogprobs } from '../grpo/logprob-op.js';
-import type { RolloutEngine } from '../rollout/engine.js';
 import type { TrainBatch, TrainStrategy } from '../train/strategy.js';
 
 /** `true`: fingerprints only; with `probe`, the log-prob parity too (within `tolerance`, default 1e-3). */
@@ -83,18 +82,9 @@ export function worstDiff(ids: number[][], S: number, trainer: Float32Array, row
   return w;
 }
 
-/** Every runtime parameter 'processed' with bytes; otherwise a WeightSyncError naming the first that is not. */
-export function checkEngineStates(engine: RolloutEngine): void {
-  for (const [name, p] of engine.params.params) {
-    if (p.state !== 'processed' || !p.tensor) {
-      throw new WeightSyncError(`Weight sync verification: runtime parameter ${name} is '${p.state}' after the sync; every parameter must be 'processed'. HINT: the sync did not write it (a missing source tensor) or left a reload unprocessed.`, { parameter: name, layout: p.state });
-    }
-  }
-}
-
 export function logprobError(w: Worst, tolerance: number, ids: number[][]): WeightSyncError {
   return new WeightSyncError(
-    `Weight sync verification failed: trainer and engine log-probs of the probe differ by ${w.diff.toExponential(3)} (tolerance ${tolerance}) at row ${w.row}, position ${w.pos} (token ${ids[w.row]?.[w.pos + 1]}). HINT: a runtime weight is in the wrong layout or was not written (e.g. a transposed expert weight); compare engine.checksums() with a full reload from strategy.gatherState('params').`,
+    `Weight sync verification failed: trainer and engine log-probs of the probe differ by ${w.diff.toExponential(3)} (tolerance ${tolerance}) at row ${w.row}, position ${w.pos} (token ${ids[w.row]?.[w.pos + 1]}). HINT: a runtime weight is in the wrong layout or was not written (e.g. a transposed expert weight); verify with fingerprints (verify: true) to name the tensor and engine rank.`,
     { maxLogprobDiff: w.diff, row: w.row, position: w.pos, tolerance },
   );
 }
