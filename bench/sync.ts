@@ -91,10 +91,10 @@ export async function main(argv: string[]): Promise<void> {
       // The same run under the older, smaller model (2 · paramBytes for every row), for comparison.
       const efficiency2P = round((2 * bytes) / seconds / 1e9 / streamGBs, 3);
       effs.push(efficiency);
-      ratios.push(verify.verifyRatio);
       const verifySeconds = Math.max(...res.map((r) => r.verify.verifySeconds));
       const verifiedSyncSeconds = Math.max(...res.map((r) => r.verify.syncSeconds));
       const verify = { verifySeconds: round(verifySeconds, 4), verifiedSyncSeconds: round(verifiedSyncSeconds, 4), verifyRatio: round(verifySeconds / verifiedSyncSeconds, 3), fingerprints: res[0]!.verify.fingerprints };
+      ratios.push(verify.verifyRatio);
       const row = { mode: res[0]!.mode, trainer: res[0]!.trainer, engineTp: res[0]!.engineTp, engineRanks, replicas, model, paramBytes: bytes, engineBytes, trafficBytes, seconds: round(seconds, 4), GBs: round(GBs, 3), efficiency, efficiency2P, peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)), bucketBytes: bucket, streamCopyGBs: round(streamGBs, 2), loadAvg1: load1, ...verify };
       console.log(JSON.stringify(row));
       rows.push(row);
