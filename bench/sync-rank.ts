@@ -5,7 +5,10 @@
  * Builds the synthetic ~514 MB (fp32) dense model below, the strategy and the engine(s),
  * measures a STREAM-like device copy on every rank at once (the same run; best of 6,
  * before and again after the syncs, the higher counts), times full syncs (one warm-up,
- * best of 3) and prints `RESULT {json}` per rank, with the bytes its engine holds.
+ * best of 3) and prints `RESULT {json}` per rank, with the bytes its engine holds. Then
+ * three more syncs with verify: true (exact fingerprints of every tensor region on every
+ * engine rank, compared with the trainers'): their sync and verification times, from the
+ * same reports, give the cost of verification as a ratio to the sync time.
  */
 import { ColocateSync, Fsdp2Strategy, MegatronStrategy, RolloutEngine, ServerSync, Tensor, copy, paramSpecs, parseModelConfig, type RankContext, type HostParam, type TrainStrategy } from '../src/index.js';
 
@@ -46,7 +49,7 @@ export async function main(ctx: RankContext): Promise<void> {
     params.set(s.name, { shape: s.shape, data });
   }
   const rankStream = await streamCopyGBs(ctx, ctx.comm as never);
-  let run: () => Promise<{ seconds: number; peakExtraBytes: number; bytes: number }>;
+  let run: (verify?: boolean) => Promise<{ seconds: number; peakExtraBytes: number; bytes: number; verified?: { seconds: number; fingerprints: number } }>;
   let trainer = '', engineTp = 0;
   const cleanup: Array<() => void> = [];
   let engineOf: RolloutEngine | undefined;
@@ -58,7 +61,7 @@ export async function main(ctx: RankContext): Promise<void> {
     trainer = `${kind} ${strategy.layout}`;
     engineOf = engine;
     const sync = new ColocateSync({ strategy, engine, bucketBytes });
-    run = () => sync.sync();
+    run = (verify) => sync.sync(verify ? { verify: true } : {});
     cleanup.push(() => engine.release(), () => strategy.release());
   } else {
     const trainerRanks = ctx.worldSize / 2;
@@ -76,7 +79,7 @@ export async function main(ctx: RankContext): Promise<void> {
     trainer = `megatron tp${trainerRanks}`;
     engineOf = engine;
     const sync = ServerSync.create({ comm: syncComm, role: isTrainer ? 'trainer' : 'engine', trainerRanks, cfg, strategy, engine, bucketBytes });
-    run = () => sync.sync();
+    run = (verify) => sync.sync(verify ? { verify: true } : {});
     cleanup.push(() => engine?.release(), () => strategy?.release());
   }
   params.clear();
@@ -87,11 +90,19 @@ export async function main(ctx: RankContext): Promise<void> {
     const r = await run();
     if (!best || r.seconds < best.seconds) best = r;
   }
+  // Verification cost: sync and verification time of the same verified syncs (best of 3 by their sum).
+  let verified: { syncSeconds: number; verifySeconds: number; fingerprints: number } | null = null;
+  for (let i = 0; i < 3; i++) {
+    await ctx.comm.barrier();
+    const r = await run(true);
+    const v = { syncSeconds: r.seconds, verifySeconds: r.verified!.seconds, fingerprints: r.verified!.fingerprints };
+    if (!verified || v.syncSeconds + v.verifySeconds < verified.syncSeconds + verified.verifySeconds) verified = v;
+  }
   // Bytes of runtime parameters this rank's engine holds (what a sync must write here).
   const engineBytes = engineOf?.params.deviceBytes() ?? 0;
   // The copy bandwidth again after the syncs; the better of the two counts (conservative:
   // a higher bandwidth makes the efficiency lower).
   const streamAfter = await streamCopyGBs(ctx, ctx.comm as never);
   for (const f of cleanup) f();
-  console.log('RESULT ' + JSON.stringify({ rank: ctx.rank, mode, trainer, engineTp, engineBytes, streamGBs: Math.max(rankStream, streamAfter), streamBefore: rankStream, streamAfter, ...best }));
+  console.log('RESULT ' + JSON.stringify({ rank: ctx.rank, mode, trainer, engineTp, engineBytes, streamGBs: Math.max(rankStream, streamAfter), streamBefore: rankStream, streamAfter, ...best, verify: verified }));
 }

@@ -34,6 +34,10 @@
  *
  * peakExtraBytes: the largest over the ranks of device peak minus what was allocated when
  * the sync started.
+ *
+ * verifyRatio: the cost of verification (verify: true — exact fingerprints of every tensor
+ * region on every engine rank, compared with the trainers') as a ratio to the sync time,
+ * both from the same verified syncs (slowest rank of each; best of 3).
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -84,7 +88,7 @@ export async function main(argv: string[]): Promise<void> {
   const rows = [];
   const summary = [];
   for (const [nproc, args] of [[2, ['colocate', 'fsdp2']], [2, ['colocate', 'megatron']], [4, ['server', 'megatron']]] as const) {
-    const effs: number[] = [];
+    const effs: number[] = [], ratios: number[] = [];
     for (let rep = 0; rep < repeat; rep++) {
       const load1 = round(loadavg()[0]!, 2);
       const res = await launchRanks(nproc, [...args, String(bucket)]);
@@ -100,16 +104,19 @@ export async function main(argv: string[]): Promise<void> {
       // The same run under the older, smaller model (2 · paramBytes for every row), for comparison.
       const efficiency2P = round((2 * bytes) / seconds / 1e9 / streamGBs, 3);
       effs.push(efficiency);
-      const row = { mode: res[0]!.mode, trainer: res[0]!.trainer, engineTp: res[0]!.engineTp, engineRanks, replicas, model, paramBytes: bytes, engineBytes, trafficBytes, seconds: round(seconds, 4), GBs: round(GBs, 3), efficiency, efficiency2P, peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)), bucketBytes: bucket, streamCopyGBs: round(streamGBs, 2), loadAvg1: load1 };
-      process.stderr.write(`${row.mode} ${row.trainer} -> engine tp${row.engineTp}: ${row.seconds} s, efficiency ${row.efficiency}\n`);
+      const verifySeconds = Math.max(...res.map((r) => r.verify.verifySeconds));
+      const verifiedSyncSeconds = Math.max(...res.map((r) => r.verify.syncSeconds));
+      const verify = { verifySeconds: round(verifySeconds, 4), verifiedSyncSeconds: round(verifiedSyncSeconds, 4), verifyRatio: round(verifySeconds / verifiedSyncSeconds, 3), fingerprints: res[0]!.verify.fingerprints };
+      ratios.push(verify.verifyRatio);
+      const row = { mode: res[0]!.mode, trainer: res[0]!.trainer, engineTp: res[0]!.engineTp, engineRanks, replicas, model, paramBytes: bytes, engineBytes, trafficBytes, seconds: round(seconds, 4), GBs: round(GBs, 3), efficiency, efficiency2P, peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)), bucketBytes: bucket, streamCopyGBs: round(streamGBs, 2), loadAvg1: load1, ...verify };
+      process.stderr.write(`${row.mode} ${row.trainer} -> engine tp${row.engineTp}: ${row.seconds} s, efficiency ${row.efficiency}, verify ratio ${row.verifyRatio}\n`);
       rows.push(row);
     }
     const sorted = [...effs].sort((x, y) => x - y);
-    const sum = { mode: args[0], trainer: rows[rows.length - 1]!.trainer, runs: repeat, efficiencyMin: sorted[0], efficiencyMedian: sorted[Math.floor((sorted.length - 1) / 2)], efficiencyMax: sorted[sorted.length - 1] };
-
+    const sum = { mode: args[0], trainer: rows[rows.length - 1]!.trainer, runs: repeat, efficiencyMin: sorted[0], efficiencyMedian: sorted[Math.floor((sorted.length - 1) / 2)], efficiencyMax: sorted[sorted.length - 1], verifyRatioMin: Math.min(...ratios), verifyRatioMax: Math.max(...ratios) };
     summary.push(sum);
   }
-  printTable(rows.map((r) => ({ mode: r.mode, trainer: r.trainer, engineTp: r.engineTp, replicas: r.replicas, seconds: r.seconds, GBs: r.GBs, efficiency: r.efficiency, efficiency2P: r.efficiency2P, peakExtraBytes: r.peakExtraBytes, streamCopyGBs: r.streamCopyGBs, loadAvg1: r.loadAvg1 })));
+  printTable(rows.map((r) => ({ mode: r.mode, trainer: r.trainer, engineTp: r.engineTp, replicas: r.replicas, seconds: r.seconds, GBs: r.GBs, efficiency: r.efficiency, efficiency2P: r.efficiency2P, peakExtraBytes: r.peakExtraBytes, verifyRatio: r.verifyRatio, streamCopyGBs: r.streamCopyGBs, loadAvg1: r.loadAvg1 })));
   printTable(summary);
   console.log(`wrote ${writeResults('sync', { trafficModel: '2 * engineBytes (every engine rank\'s parameter bytes written once and read once) + (server) paramBytes * engineRanks (the broadcast to each engine rank); efficiency = trafficBytes / seconds / streamCopyGBs', rows, summary })}`);
 }

@@ -1,10 +1,11 @@
 /**
  * The GRPO scenario matrix (issue #6) end to end under `launch`: trainer strategy →
  * weight sync → engine, full and LoRA, dense and MoE, colocate and server, each for a
- * few GRPO steps with verification on: after every sync the coordinator compares
- * per-tensor checksums and the log-probs of a probe batch computed by the trainer and
- * by the engine, and fails the run when they disagree (so a finished run with
- * verified syncs is the assertion). Also: checkpoint + resume continues the same run.
+ * few GRPO steps with verification on: after every sync the coordinator compares exact
+ * per-tensor fingerprints on every engine rank (full syncs: with the trainers'; LoRA
+ * adapter syncs: untouched tensors and base copies with the last full sync) and the
+ * log-probs of a probe batch computed by the trainer and by the engine, and fails the
+ * run when they disagree (so a finished run with verified syncs is the assertion). Also: checkpoint + resume continues the same run.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -41,12 +42,14 @@ describe('GRPO scenario matrix (launch, verified syncs)', () => {
       const r = await launchFixture(s.nproc, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
       expect(r.stderr, r.stdout.slice(-3000)).toBe('');
       expect(r.code).toBe(0);
-      const res = r.results[0] as unknown as { steps: number; log: Array<{ step: number; verified: { checksums: boolean; maxLogprobDiff: number } | null; syncBytes: number; rewardMean: number }> };
+      const res = r.results[0] as unknown as { steps: number; log: Array<{ step: number; verified: { checksums: boolean; fingerprints: number; maxLogprobDiff: number } | null; syncBytes: number; rewardMean: number }> };
       expect(res.steps).toBe(s.steps);
       expect(res.log.map((l) => l.step)).toEqual(Array.from({ length: s.steps }, (_, i) => i + 1));
       for (const l of res.log) {
         expect(l.verified, `step ${l.step}`).not.toBeNull();
         expect(l.verified!.checksums).toBe(true);
+        // Exact fingerprints were compared on every engine rank (LoRA: against the last full sync).
+        expect(l.verified!.fingerprints).toBeGreaterThan(0);
         expect(l.verified!.maxLogprobDiff).toBeLessThan(1e-3);
         expect(l.syncBytes).toBeGreaterThan(0);
         expect(Number.isFinite(l.rewardMean)).toBe(true);

@@ -5,8 +5,9 @@
  * runtime checksums equal those of an engine fully reloaded from gatherState('params'),
  * its log-probs equal that engine's and the trainer's (verify) within 1e-4, post-load
  * processing never ran, and the extra device memory stays within 2 buckets when every
- * tensor fits a bucket. A layout bug (layer 0's expert w2 written transposed) is caught
- * by the verification with a WeightSyncError.
+ * tensor fits a bucket; the verification's fingerprints match. A layout bug (layer 0's
+ * expert w2 written transposed) is caught by the fingerprint comparison with a
+ * WeightSyncError naming the tensor and every engine rank.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ensureParallelBuilt, launchFixture, type LaunchRun } from './helpers/parallel-launch.js';
@@ -47,6 +48,7 @@ describe('colocated sync on 2 ranks', () => {
         expect(c.got, tag).toEqual(c.want);
         expect(c.maxDiff, tag).toBeLessThan(1e-4);
         expect(c.report!.verified!.checksums, tag).toBe(true);
+        expect(c.report!.verified!.fingerprints, tag).toBe(2 * (c as CaseResult & { hfTensors: number }).hfTensors);
         expect(c.report!.verified!.maxLogprobDiff, tag).toBeLessThan(1e-4);
         expect(c.processCalls, tag).toBe(0);
         expect(c.report!.mode).toBe('colocate');
@@ -61,7 +63,7 @@ describe('colocated sync on 2 ranks', () => {
     expect(seen).toEqual(new Set(cases));
   });
 
-  it('tiny moe: a transposed expert weight is caught by the log-prob verification (WeightSyncError on every rank)', () => {
+  it('tiny moe: a transposed expert weight is caught by the fingerprint comparison (WeightSyncError on every rank naming the tensor and both engine ranks)', () => {
     const run = runs.moe!;
     expect(run.code, run.stderr).toBe(0);
     let n = 0;
@@ -70,7 +72,8 @@ describe('colocated sync on 2 ranks', () => {
         if (!c.bug) continue;
         n++;
         expect(c.error?.code).toBe('ASCENT_WEIGHT_SYNC');
-        expect(c.error?.message).toMatch(/log-probs of the probe differ by .* at row \d+, position \d+/);
+        expect(c.error?.message).toMatch(/engine rank 0 \(tp rank \d\) holds model\.layers\.0\.mlp\.experts\.down_proj with fingerprint [0-9a-f]{16} but the trainer's is [0-9a-f]{16}/);
+        expect(c.error?.message).toMatch(/engine rank 1 \(tp rank \d\) holds model\.layers\.0\.mlp\.experts\.down_proj/);
         // Independent confirmation: the bytes differ from a full reload exactly in that tensor.
         const bad = Object.keys(c.want).filter((k) => c.got[k] !== c.want[k]);
         expect(bad).toEqual(['model.layers.0.mlp.experts.w2_weight']);

@@ -9,8 +9,15 @@
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { loadModelConfig } from '../src/model/config.js';
+import { paramSpecs } from '../src/model/params.js';
 
 beforeAll(() => ensureParallelBuilt());
+
+// Canonical (HF, fused experts) tensors of the tiny models: what each engine rank fingerprints.
+const canonical = (dir: string) => paramSpecs(loadModelConfig(`examples/models/${dir}/config.json`), { expertLayout: 'fused' }).length;
+const MOE_TENSORS = canonical('tiny-moe');
+const DENSE_TENSORS = canonical('tiny-dense');
 
 describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
   it.each([
@@ -22,12 +29,15 @@ describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
     const run = await launchFixture(4, 'test/fixtures/sync/server.mjs', [which, kind, String(bucket)]);
     expect(run.code, run.stderr).toBe(0);
     expect(run.results.map((r) => r.rank)).toEqual([0, 1, 2, 3]);
+    for (const r of run.results as Array<Record<string, any>>) r.tensors = which === 'moe' ? MOE_TENSORS : DENSE_TENSORS;
     const diffs = new Set<number>();
     for (const r of run.results as Array<Record<string, any> & { rank: number }>) {
       expect(r.error, `rank ${r.rank}`).toBeNull();
       expect(r.report.mode).toBe('server');
       expect(r.report.kind).toBe('full');
       expect(r.report.verified.checksums).toBe(true);
+      // Fingerprints of every tensor region were compared on both engine ranks.
+      expect(r.report.verified.fingerprints).toBe(2 * r.tensors);
       expect(r.report.verified.maxLogprobDiff).toBeLessThan(1e-4);
       diffs.add(r.report.verified.maxLogprobDiff);
       if (r.trainer) {
@@ -52,7 +62,7 @@ describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
 });
 
 describe('server-mode LoRA adapter sync', () => {
-  it('adapters alone make the engine agree with a LoRA trainer (which a base-only sync does not); no post-load processing', async () => {
+  it('adapters alone make the engine agree with a LoRA trainer (which a base-only sync does not); no post-load processing; a drifted base weight is caught', async () => {
     const r = await launchFixture(4, 'test/fixtures/sync/server-lora.mjs', []);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
@@ -63,6 +73,14 @@ describe('server-mode LoRA adapter sync', () => {
       expect(x.bytes).toBeGreaterThan(0);
       expect(x.bytes).toBeLessThan(200_000);
       expect(x.processCalls).toBe(0);
+      // Untouched tensors and the base copies equal the last verified full sync.
+      expect(x.verified.checksums).toBe(true);
+      expect(x.verified.fingerprints).toBeGreaterThan(0);
+      // A base weight that drifted on engine rank 3 fails the next adapter sync everywhere.
+      expect(x.drift?.code, `rank ${x.rank}`).toBe('ASCENT_WEIGHT_SYNC');
+      expect(x.drift.tensor).toBe('model.layers.0.self_attn.o_proj.weight');
+      expect(x.drift.engineRank).toBe(3);
+      expect(x.drift.message).toMatch(/engine rank 3 \(tp rank 1\) holds model\.layers\.0\.self_attn\.o_proj\.weight .* base weights at the last full sync/);
     }
   }, 120_000);
 });

@@ -227,6 +227,7 @@ Napi::Function StreamWrap::Define(Napi::Env env) {
                       InstanceMethod<&StreamWrap::Axpy>("axpy"),
                       InstanceMethod<&StreamWrap::Permute>("permute"),
                       InstanceMethod<&StreamWrap::Matmul>("matmul"),
+                      InstanceMethod<&StreamWrap::Fingerprint>("fingerprint"),
                       InstanceMethod<&StreamWrap::ModelOp>("modelOp")});
 }
 

@@ -128,6 +128,7 @@ class StreamWrap : public Napi::ObjectWrap<StreamWrap> {
   Napi::Value Axpy(const Napi::CallbackInfo& info);
   Napi::Value Permute(const Napi::CallbackInfo& info);
   Napi::Value Matmul(const Napi::CallbackInfo& info);
+  Napi::Value Fingerprint(const Napi::CallbackInfo& info);  // fingerprint_op.cc
   // model_ops.cc: modelOp(name, ...args), the checked enqueue point of the model kernels.
   Napi::Value ModelOp(const Napi::CallbackInfo& info);
 

@@ -9,19 +9,19 @@ import type { RankContext } from '../runtime/rank-context.js';
 import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/index.js';
 import type { TrainStrategy } from '../train/strategy.js';
-import { ColocateSync, ServerSync, type SyncReport } from '../sync/index.js';
+import { ColocateSync, ServerSync, type SyncReport, type VerifyOptions } from '../sync/index.js';
 import type { GrpoConfig } from '../grpo/config.js';
 
 export interface SyncCallOptions {
-  /** Probe-batch log-prob parity (and per-tensor checksums); false to skip. */
-  verify: false | { probe: { ids: number[][]; temperature: number }; tolerance: number };
+  /** Exact per-tensor fingerprints on every engine rank (full syncs), plus probe-batch log-prob parity when a probe is given; false to skip. */
+  verify: false | VerifyOptions;
   /** Send only LoRA adapters. */
   adapterOnly?: boolean;
 }
 
 interface Coordinator {
   release?(): void;
-  sync(opts?: { adapterOnly?: boolean; verify?: { probe: { ids: number[][]; temperature: number }; tolerance: number } }): Promise<SyncReport>;
+  sync(opts?: { adapterOnly?: boolean; verify?: VerifyOptions }): Promise<SyncReport>;
 }
 
 export interface WeightSyncSetup {

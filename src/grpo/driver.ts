@@ -134,7 +134,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   const sync = new SyncActor(ctx, makeWeightSync({ cfg, model, mode: cfg.mode, roles, strategy: trainer?.strategy ?? null, engine: rollout?.engine ?? null, syncComm }));
   // First sync: the engines start from the trainer's (initial or resumed) weights;
   // with LoRA the base goes first, then the (possibly resumed) adapters.
-  await sync.sync({ verify: false });
+  await sync.sync({ verify: cfg.sync.verify });
   if (cfg.trainer.lora) await sync.sync({ verify: false, adapterOnly: true });
 
   // Expose the actors only now: the controller must not reach an engine whose first
@@ -196,7 +196,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       if (i === 0) first = r!.loss;
       last = r!.loss;
     }
-    await syncs.call('sync', { verify: false });
+    await syncs.call('sync', { verify: cfg.sync.verify });
     if (cfg.trainer.lora) await syncs.call('sync', { verify: false, adapterOnly: true });
     ctx.log.info(`SFT warm-up: ${w.steps} steps, loss ${first.toFixed(3)} -> ${last.toFixed(3)}`);
   }

@@ -30,6 +30,11 @@ export function markEngineBaseWeights(engine: RolloutEngine): void {
   state.set(engine, { base: null });
 }
 
+/** The engine's base copies of the adapted runtime parameters (processed layout), or null before the first adapter sync after a full sync. */
+export function engineBaseCopies(engine: RolloutEngine): ReadonlyMap<string, Tensor> | null {
+  return state.get(engine)?.base ?? null;
+}
+
 /** Frees the engine's base copies (e.g. before releasing the engine). */
 export function releaseEngineLora(engine: RolloutEngine): void {
   markEngineBaseWeights(engine);

@@ -73,6 +73,8 @@ export interface NativeStream {
   axpy(dtype: number, y: NativeBuffer, yOffset: number, x: NativeBuffer, xOffset: number, count: number, alpha: number, impl: number, token: number): number;
   permute(elemSize: number, dst: NativeBuffer, dstOffset: number, src: NativeBuffer, srcOffset: number, shape: number[], srcStrides: number[], impl: number, token: number): number;
   matmul(inDtype: number, outDtype: number, a: NativeBuffer, aOffset: number, b: NativeBuffer, bOffset: number, c: NativeBuffer, cOffset: number, batch: number, m: number, n: number, k: number, transA: boolean, transB: boolean, impl: number, token: number): number;
+  /** out[0] (int64, mod 2^64) += fingerprint of an fp32 affine view (src/sync/fingerprint.ts). */
+  fingerprint(src: NativeBuffer, srcOffset: number, shape: number[], localStrides: number[], globalStrides: number[], globalOffset: number, limit: number, period: number, start: number, len: number, out: NativeBuffer, outOffset: number, token: number): number;
 }
 
 export interface NativeDeviceStats {

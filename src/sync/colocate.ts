@@ -5,14 +5,15 @@
  * post-load processing — on the engine's stream, after the trainer's stream (event).
  * An adapter sync (single-device LoRA strategy) sends only the adapters (rollout/lora.ts).
  * The extra device memory of a sync is measured (device peak minus what was allocated
- * before) and reported; verification is optional (verify.ts).
+ * before) and reported; verification is optional (verify.ts): exact fingerprints after a
+ * full sync (fingerprint-check.ts), the probe's log-prob parity when a probe is given.
  */
 import { Tensor } from '../runtime/device-index.js';
-import { InvalidArgumentError } from '../runtime/errors.js';
+import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device.js';
 import { hfDirectWrites } from '../rollout/direct-write.js';
 import type { RolloutEngine } from '../rollout/engine.js';
-import { applyEngineAdapters, markEngineBaseWeights } from '../rollout/lora.js';
+import { applyEngineAdapters, engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
 import { hfLoadPlan } from '../rollout/loader.js';
 import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
 import { MegatronStrategy } from '../train/megatron/strategy.js';
@@ -20,8 +21,10 @@ import { SingleDeviceStrategy } from '../train/single.js';
 import type { LoraAdapters } from '../model/lora.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { syncFsdp2, syncMegatron, syncSingle, type ColocateOut } from './colocate-sources.js';
-import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport } from './report.js';
-import { checkEngineChecksums, checkVerify, logprobError, probeBatch, trainerLogprobs, worstDiff } from './verify.js';
+import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport, type Verified } from './report.js';
+import { checkVerify, logprobError, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerify } from './verify.js';
+import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js';
+import { syncFault } from './faults.js';
 
 export class ColocateSync {
   readonly strategy: TrainStrategy;
@@ -42,7 +45,7 @@ export class ColocateSync {
   /** Collective over the strategy's ranks. */
   async sync(opts: SyncOptions = {}): Promise<SyncReport> {
     checkOptions(opts, ['adapterOnly', 'verify'], 'ColocateSync.sync()');
-    checkVerify(opts.verify);
+    const verify = checkVerify(opts.verify);
     const { engine, strategy } = this;
     const device = engine.device;
     const stream = engine.stream;
@@ -79,10 +82,12 @@ export class ColocateSync {
       tensors = list.length * 2;
     } else {
       const plan = hfLoadPlan(engine.cfg, engine.shard);
+      const fault = syncFault(engine, plan, 'colocate');
       const out: ColocateOut = {
         engine, stream, bucketBytes: this.bucketBytes, pending: [],
-        directWrites: (name: string) => hfDirectWrites(engine.cfg, engine.shard, plan, name),
+        directWrites: (name: string) => (fault?.skips(name) ? [] : hfDirectWrites(engine.cfg, engine.shard, plan, name)),
         writeHf: (name: string, full: Tensor) => {
+          if (fault?.skips(name)) return;
           for (const w of hfDirectWrites(engine.cfg, engine.shard, plan, name)) engine.writeRuntimeDirect(w.param, (dst, st) => w.write(dst, full, st));
         },
       };
@@ -93,8 +98,10 @@ export class ColocateSync {
         else throw new InvalidArgumentError(`ColocateSync: unsupported strategy kind ${String((strategy as TrainStrategy).kind)}.`);
       } finally {
         await Promise.allSettled(out.pending);
+        fault?.restore();
       }
       await Promise.all(out.pending);
+      fault?.after();
       markEngineBaseWeights(engine);
       bytes = paramBytes(engine.cfg);
     }
@@ -102,29 +109,48 @@ export class ColocateSync {
     const seconds = (performance.now() - t0) / 1000;
     const peakExtraBytes = meter.peakExtra();
     const report = finishReport({ mode: 'colocate', kind, bytes, seconds, peakExtraBytes, tensors });
-    if (opts.verify) report.verified = await this.verify(opts.verify);
+    if (verify) report.verified = await this.verify(verify, kind === 'adapter');
     return report;
   }
 
-  private async verify(v: NonNullable<SyncOptions['verify']>): Promise<{ checksums: boolean; maxLogprobDiff: number }> {
-    await checkEngineChecksums(this.engine);
-    const batch = probeBatch(v.probe.ids);
-    const mine = await trainerLogprobs(this.strategy, batch, v.probe.temperature);
-    const eng = await this.engine.computeLogprobs(v.probe.ids, { temperature: v.probe.temperature });
-    const w = worstDiff(v.probe.ids, batch.seqLen, mine.values, mine.rows, eng);
-    // Every rank returns (or throws) the same verdict: the max over the strategy's ranks.
-    const comm = this.strategy.communicators?.[0];
-    let global = w.diff;
+  /** Collective over the strategy's ranks: every rank returns (or throws) the same verdict. */
+  private async verify(v: ResolvedVerify, adapter: boolean): Promise<Verified> {
+    const t0 = performance.now();
+    const { engine, strategy } = this;
+    const comm = strategy.communicators?.[0] ?? null;
+    const out: Verified = { checksums: false, fingerprints: 0, fingerprintSeconds: 0, seconds: 0 };
+    const f = adapter
+      ? await checkBaseFingerprints({ cfg: engine.cfg, comm, stream: engine.stream, engine, timeoutMs: 300_000 }, engineBaseCopies(engine))
+      : await checkFingerprints({ cfg: engine.cfg, comm, stream: engine.stream, strategy, engine, engineTp: engine.shard.tpSize, timeoutMs: 300_000 });
+    if (f) Object.assign(out, { checksums: true, fingerprints: f.compared, fingerprintSeconds: f.seconds });
+    // An adapter sync: every parameter still 'processed' (agreed over the ranks below).
+    const badState = [...engine.params.params.values()].find((p) => p.state !== 'processed' || !p.tensor)?.name ?? null;
+    let w = { diff: 0, row: -1, pos: -1 };
+    if (v.probe) {
+      const batch = probeBatch(v.probe.ids);
+      const mine = await trainerLogprobs(strategy, batch, v.probe.temperature);
+      const eng = badState ? null : await engine.computeLogprobs(v.probe.ids, { temperature: v.probe.temperature });
+      if (eng) w = worstDiff(v.probe.ids, batch.seqLen, mine.values, mine.rows, eng);
+    }
+    let global = [w.diff, badState ? 1 : 0];
     if (comm && comm.size > 1) {
-      const t = Tensor.fromArray(comm.device, Float32Array.from([w.diff]), [1], { stream: comm.device.defaultStream });
+      const st = comm.device.defaultStream;
+      const t = Tensor.fromArray(comm.device, Float32Array.from(global), [2], { stream: st });
       try {
-        await comm.allReduce(t, t, 'max', comm.device.defaultStream);
-        global = ((await t.toArray({ stream: comm.device.defaultStream })) as Float32Array)[0]!;
+        await comm.allReduce(t, t, 'max', st);
+        global = [...((await t.toArray({ stream: st, timeoutMs: 300_000 })) as Float32Array)];
       } finally {
         t.release();
       }
     }
-    if (!(global <= v.tolerance)) throw logprobError(w.diff === global ? w : { diff: global, row: w.row, pos: w.pos }, v.tolerance, v.probe.ids);
-    return { checksums: true, maxLogprobDiff: global };
+    if (global[1]) {
+      throw new WeightSyncError(`Weight sync verification: ${badState ? `runtime parameter ${badState}` : 'a runtime parameter on another rank'} is not 'processed' after the sync. HINT: the sync did not write it, or the engine is asleep (wake() before syncing).`, { parameter: badState });
+    }
+    if (v.probe) {
+      if (!(global[0]! <= v.tolerance)) throw logprobError(w.diff === global[0] ? w : { diff: global[0]!, row: w.row, pos: w.pos }, v.tolerance, v.probe.ids);
+      out.maxLogprobDiff = global[0]!;
+    }
+    out.seconds = (performance.now() - t0) / 1000;
+    return out;
   }
 }

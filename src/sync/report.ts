@@ -17,7 +17,17 @@ export interface SyncReport {
   GBs: number;
   peakExtraBytes: number;
   tensors: number;
-  verified?: { checksums: boolean; maxLogprobDiff: number };
+  verified?: Verified;
+}
+
+/** What a verification checked: `checksums` (exact fingerprints compared: a full sync), how many regions over all engine ranks and their cost; the probe's largest log-prob difference when a probe ran. */
+export interface Verified {
+  checksums: boolean;
+  fingerprints: number;
+  fingerprintSeconds: number;
+  maxLogprobDiff?: number;
+  /** Whole verification (fingerprints and probe). */
+  seconds: number;
 }
 
 export interface SyncOptions {

@@ -15,9 +15,11 @@
  *      sliced into the parameters from there (Receiver). Nothing is assembled whole unless
  *      trainer tp != engine tp. After the last round the slots are freed and
  *      processWeightsAfterLoading() runs exactly once.
- * Verification (optional): trainers compute the probe log-probs and all-reduce them to
- * every rank; the engine compares with its own and broadcasts the verdict, so trainer
- * and engine ranks return (or throw) the same.
+ * Verification (optional): after a full sync, exact fingerprints of every tensor region
+ * on every engine rank against the trainers' (fingerprint-check.ts); with a probe, the
+ * trainers all-reduce their probe log-probs to every rank and each engine rank compares
+ * its own. Every engine rank's verdict is all-gathered, so trainer and engine ranks
+ * return (or throw) the same, naming the engine rank that differs.
  */
 import { copy, Tensor, type Stream } from '../runtime/device-index.js';
 import type { Communicator } from '../runtime/comm.js';
@@ -27,15 +29,17 @@ import { viewOf } from '../parallel/local-ops.js';
 import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { serverAdapterSync } from './server-lora.js';
-import { markEngineBaseWeights } from '../rollout/lora.js';
+import { engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
 import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
 import { MegatronStrategy } from '../train/megatron/strategy.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { planBuckets, type Bucket } from './buckets.js';
-import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport } from './report.js';
+import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport, type Verified } from './report.js';
 import { checkHeader, expertNames, KIND_CODES, piecesOf, type SourceHeader } from './server-plan.js';
 import { Receiver } from './server-receiver.js';
-import { checkEngineChecksums, checkVerify, logprobError, probeBatch, trainerLogprobs, worstDiff } from './verify.js';
+import { checkVerify, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerify } from './verify.js';
+import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js';
+import { syncFault } from './faults.js';
 
 export interface ServerSyncOptions {
   comm: Communicator;
@@ -118,13 +122,13 @@ export class ServerSync {
   /** Collective over `comm`. */
   async sync(opts: SyncOptions = {}): Promise<SyncReport> {
     checkOptions(opts, ['adapterOnly', 'verify'], 'ServerSync.sync()');
-    checkVerify(opts.verify);
+    const verify = checkVerify(opts.verify);
     if (opts.adapterOnly) {
       const t0 = performance.now();
       const meter = new MemoryMeter(this.comm.device);
       const { bytes, tensors } = await serverAdapterSync({ comm: this.comm, stream: this.stream, ...(this.strategy ? { strategy: this.strategy } : {}), ...(this.engine ? { engine: this.engine } : {}) });
       const report = finishReport({ mode: 'server', kind: 'adapter', bytes, seconds: (performance.now() - t0) / 1000, peakExtraBytes: meter.peakExtra(), tensors });
-      if (opts.verify) report.verified = await this.verify(opts.verify);
+      if (verify) report.verified = await this.verify(verify, true);
       return report;
     }
     const { comm, stream } = this;
@@ -136,6 +140,7 @@ export class ServerSync {
     const plans = strategyRanks.map((sr) => planBuckets(piecesOf(this.cfg, header, sr).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })), this.bucketBytes, { keepWhole: true }));
     const sources = this.role === 'trainer' ? this.sourceTensors(header) : null;
     const fanout = await this.fanoutComms();
+    const fault = this.engine ? syncFault(this.engine, null, 'server') : null;
     const receiver = this.role === 'engine' ? new Receiver(this.engine!, this.cfg, header, stream) : null;
     // Engine ranks: where each segment is received — straight into a parameter, or packed
     // into a slot (two slots alternate, each as large as the most any bucket puts there, at
@@ -173,6 +178,7 @@ export class ServerSync {
         receiver.checkComplete();
         this.engine!.processWeightsAfterLoading();
         this.processCount++;
+        fault?.after();
         markEngineBaseWeights(this.engine!);
         await this.engine!.stream.synchronize(WAIT);
       }
@@ -181,10 +187,11 @@ export class ServerSync {
       await Promise.allSettled(pending);
       for (const s of slots) s.release();
       receiver?.release();
+      fault?.restore();
     }
     const seconds = (performance.now() - t0) / 1000;
     const report = finishReport({ mode: 'server', kind: 'full', bytes: paramBytes(this.cfg), seconds, peakExtraBytes: meter.peakExtra(), tensors: receiver ? receiver.loaded : plans[comm.rank]!.reduce((a, bk) => a + bk.segments.filter((s) => s.last).length, 0) });
-    if (opts.verify) report.verified = await this.verify(opts.verify);
+    if (verify) report.verified = await this.verify(verify, false);
     return report;
   }
 
@@ -247,48 +254,86 @@ export class ServerSync {
     return out;
   }
 
-  private async verify(v: NonNullable<SyncOptions['verify']>): Promise<{ checksums: boolean; maxLogprobDiff: number }> {
+  /** Collective over `comm`: fingerprints (full syncs), then the probe; every engine rank's verdict is gathered. */
+  private async verify(v: ResolvedVerify, adapter: boolean): Promise<Verified> {
+    const t0 = performance.now();
     const { comm, stream } = this;
-    const batch = probeBatch(v.probe.ids);
-    const B = batch.batch, S = batch.seqLen;
-    const buf = new Float32Array(B * S + B);
-    if (this.role === 'trainer') {
-      const mine = await trainerLogprobs(this.strategy!, batch, v.probe.temperature);
-      for (let b = 0; b < B; b++) {
-        if (!mine.rows[b]) continue;
-        buf[B * S + b] = 1;
-        for (let t = 0; t < S; t++) buf[b * S + t] = mine.values[b * S + t]!;
+    const out: Verified = { checksums: false, fingerprints: 0, fingerprintSeconds: 0, seconds: 0 };
+    const side = { cfg: this.cfg, comm, stream, ...(this.engine ? { engine: this.engine } : {}), timeoutMs: WAIT.timeoutMs };
+    const f = adapter
+      ? await checkBaseFingerprints(side, this.engine ? engineBaseCopies(this.engine) : null)
+      : await checkFingerprints({ ...side, ...(this.strategy ? { strategy: this.strategy } : {}) });
+    if (f) Object.assign(out, { checksums: true, fingerprints: f.compared, fingerprintSeconds: f.seconds });
+    // Per rank: [engine, worst diff, row, position, bad state]; trainers send zeros.
+    const mine = new Float32Array(5);
+    let badState: string | null = null;
+    const probe = v.probe;
+    let sum: Float32Array | null = null;
+    if (probe) {
+      const batch = probeBatch(probe.ids);
+      const B = batch.batch, S = batch.seqLen;
+      const buf = new Float32Array(B * S + B);
+      if (this.role === 'trainer') {
+        const lp = await trainerLogprobs(this.strategy!, batch, probe.temperature);
+        for (let b = 0; b < B; b++) {
+          if (!lp.rows[b]) continue;
+          buf[B * S + b] = 1;
+          for (let t = 0; t < S; t++) buf[b * S + t] = lp.values[b * S + t]!;
+        }
+      }
+      const t = Tensor.fromArray(comm.device, buf, [buf.length], { stream });
+      try {
+        await comm.allReduce(t, t, 'sum', stream);
+        sum = (await t.toArray({ stream, timeoutMs: WAIT.timeoutMs })) as Float32Array;
+      } finally {
+        t.release();
       }
     }
-    const t = Tensor.fromArray(comm.device, buf, [buf.length], { stream });
-    const verdict = Tensor.zeros(comm.device, [4], 'fp32', { stream });
-    try {
-      await comm.allReduce(t, t, 'sum', stream);
-      const sum = (await t.toArray({ stream, timeoutMs: WAIT.timeoutMs })) as Float32Array;
-      let checksumsOk = 1;
-      if (this.role === 'engine') {
+    if (this.engine) {
+      mine[0] = 1;
+      badState = [...this.engine.params.params.values()].find((p) => p.state !== 'processed' || !p.tensor)?.name ?? null;
+      mine[4] = badState ? 1 : 0;
+      if (probe && sum && !badState) {
+        const B = probe.ids.length, S = Math.max(...probe.ids.map((r) => r.length));
         const values = new Float32Array(B * S);
         for (let b = 0; b < B; b++) for (let x = 0; x < S; x++) values[b * S + x] = sum[b * S + x]! / Math.max(1, sum[B * S + b]!);
-        const rows = Array.from({ length: B }, (_, b) => (sum[B * S + b]! > 0 ? 1 : 0));
-        checksumsOk = await checkEngineChecksums(this.engine!).then(() => 1, () => 0);
-        const eng = await this.engine!.computeLogprobs(v.probe.ids, { temperature: v.probe.temperature });
-        const w = worstDiff(v.probe.ids, S, values, rows, eng);
-        const host = Float32Array.from([w.diff, w.row, w.pos, checksumsOk]);
-        const up = Tensor.fromArray(comm.device, host, [4], { stream });
-        copy(verdict, up, { stream });
-        up.release();
+        const rows = Array.from({ length: B }, (_, b) => (sum![B * S + b]! > 0 ? 1 : 0));
+        const eng = await this.engine.computeLogprobs(probe.ids, { temperature: probe.temperature });
+        const w = worstDiff(probe.ids, S, values, rows, eng);
+        mine.set([w.diff, w.row, w.pos], 1);
       }
-      await comm.broadcast(verdict, verdict, this.trainerRanks, stream);
-      const [diff, row, pos, ok] = (await verdict.toArray({ stream, timeoutMs: WAIT.timeoutMs })) as Float32Array as unknown as number[];
-      if (!ok) {
-        if (this.engine) await checkEngineChecksums(this.engine); // throws the engine's own message
-        throw new WeightSyncError('Weight sync verification failed: the engine ranks found a runtime parameter not processed or without bytes after the sync. See the engine ranks\' error for which.', { checksums: false });
-      }
-      if (!(diff! <= v.tolerance)) throw logprobError({ diff: diff!, row: row!, pos: pos! }, v.tolerance, v.probe.ids);
-      return { checksums: true, maxLogprobDiff: diff! };
-    } finally {
-      t.release();
-      verdict.release();
     }
+    const send = Tensor.fromArray(comm.device, mine, [5], { stream });
+    const recv = Tensor.empty(comm.device, [5 * comm.size], 'fp32');
+    let all: Float32Array;
+    try {
+      await comm.allGather(send, recv, stream);
+      all = (await recv.toArray({ stream, timeoutMs: WAIT.timeoutMs })) as Float32Array;
+    } finally {
+      send.release();
+      recv.release();
+    }
+    const bad: string[] = [];
+    let worst = { diff: 0, row: -1, pos: -1, rank: -1 };
+    for (let r = 0; r < comm.size; r++) {
+      const [isEngine, diff, row, pos, state] = all.subarray(5 * r, 5 * r + 5);
+      if (!isEngine) continue;
+      if (state) bad.push(`engine rank ${r}${r === comm.rank && badState ? ` (runtime parameter ${badState})` : ''}`);
+      if (!(diff! <= worst.diff)) worst = { diff: Number.isNaN(diff!) ? Infinity : diff!, row: row!, pos: pos!, rank: r };
+    }
+    if (bad.length) {
+      throw new WeightSyncError(`Weight sync verification: a runtime parameter is not 'processed' after the sync on ${bad.join(', ')}. HINT: the sync did not write it (a missing source tensor) or left a reload unprocessed.`, { engineRanks: bad, parameter: badState });
+    }
+    if (probe) {
+      if (!(worst.diff <= v.tolerance)) {
+        throw new WeightSyncError(
+          `Weight sync verification failed: trainer and engine log-probs of the probe differ by ${worst.diff.toExponential(3)} (tolerance ${v.tolerance}) on engine rank ${worst.rank} at row ${worst.row}, position ${worst.pos} (token ${probe.ids[worst.row]?.[worst.pos + 1]}). HINT: a runtime weight of that engine is in the wrong layout or was not written; run the sync with verify to compare fingerprints.`,
+          { maxLogprobDiff: worst.diff, engineRank: worst.rank, row: worst.row, position: worst.pos, tolerance: v.tolerance },
+        );
+      }
+      out.maxLogprobDiff = worst.diff;
+    }
+    out.seconds = (performance.now() - t0) / 1000;
+    return out;
   }
 }

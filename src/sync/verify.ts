@@ -1,30 +1,42 @@
 /**
- * Verification of a weight sync: (1) per-tensor checksums of the engine — every runtime
- * parameter is 'processed' and has a checksum (no parameter was left unwritten,
- * half-processed or dropped); (2) log-prob parity on a probe batch — the trainer's
- * eval-mode forward (rowLogprobs, the pass TrainerActor.computeLogprobs runs) and the
- * engine's computeLogprobs agree within `tolerance` at every position. A layout bug
- * (e.g. one transposed expert weight) changes the engine's logits, so (2) catches what a
- * byte count cannot.
+ * Verification of a weight sync: (1) exact fingerprints (fingerprint-check.ts) — after a
+ * full sync every engine rank's copy of every tensor region equals the trainer's, bit
+ * for bit, whatever the layouts on both sides (this covers every expert, routed to or
+ * not); (2) optionally, log-prob parity on a probe batch — the trainer's eval-mode forward
+ * (rowLogprobs, the pass TrainerActor.computeLogprobs runs) and the engine's
+ * computeLogprobs agree within `tolerance` at every position (an end-to-end check of the
+ * forward on the synced weights, and the check of a LoRA adapter sync, whose engine
+ * weights base + scaling·B·A are computed on the engine and so have no trainer-side
+ * fingerprint).
  */
 import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { IGNORE_INDEX } from '../model/kernels/index.js';
 import { rowLogprobs } from '../grpo/logprob-op.js';
-import type { RolloutEngine } from '../rollout/engine.js';
 import type { TrainBatch, TrainStrategy } from '../train/strategy.js';
 
-export interface VerifyOptions {
-  probe: { ids: number[][]; temperature: number };
+/** `true`: fingerprints only; with `probe`, the log-prob parity too (within `tolerance`, default 1e-3). */
+export type VerifyOptions = true | {
+  probe?: { ids: number[][]; temperature: number };
+  tolerance?: number;
+};
+
+export interface ResolvedVerify {
+  probe: { ids: number[][]; temperature: number } | null;
   tolerance: number;
 }
 
-export function checkVerify(v: VerifyOptions | undefined): void {
-  if (v === undefined) return;
-  const ok = v && typeof v === 'object' && v.probe && Array.isArray(v.probe.ids) && v.probe.ids.length > 0 && v.probe.ids.every((r) => Array.isArray(r) && r.length >= 2)
-    && typeof v.probe.temperature === 'number' && v.probe.temperature > 0 && typeof v.tolerance === 'number' && v.tolerance > 0;
+export function checkVerify(v: VerifyOptions | undefined): ResolvedVerify | null {
+  if (v === undefined) return null;
+  if (v === true) return { probe: null, tolerance: 1e-3 };
+  const probeOk = (p: unknown) => {
+    const q = p as { ids?: unknown; temperature?: unknown };
+    return !!q && typeof q === 'object' && Array.isArray(q.ids) && q.ids.length > 0 && q.ids.every((r) => Array.isArray(r) && r.length >= 2) && typeof q.temperature === 'number' && q.temperature > 0;
+  };
+  const ok = !!v && typeof v === 'object' && (v.probe === undefined || probeOk(v.probe)) && (v.tolerance === undefined || (typeof v.tolerance === 'number' && v.tolerance > 0));
   if (!ok) {
-    throw new InvalidArgumentError('Weight sync verify expects { probe: { ids: number[][] (rows of at least 2 tokens), temperature > 0 }, tolerance > 0 }.', { argument: 'verify' });
+    throw new InvalidArgumentError('Weight sync verify expects true or { probe?: { ids: number[][] (rows of at least 2 tokens), temperature > 0 }, tolerance?: number > 0 }.', { argument: 'verify' });
   }
+  return { probe: v.probe ?? null, tolerance: v.tolerance ?? 1e-3 };
 }
 
 /** The probe as a TrainBatch: rows right-padded with 0 to the longest, targets IGNORE_INDEX past each row's end. */
@@ -70,21 +82,9 @@ export function worstDiff(ids: number[][], S: number, trainer: Float32Array, row
   return w;
 }
 
-/** Every runtime parameter processed with a checksum; otherwise a WeightSyncError naming the first bad one. */
-export async function checkEngineChecksums(engine: RolloutEngine): Promise<Map<string, string>> {
-  const out = new Map<string, string>();
-  for (const [name, c] of await engine.checksums()) {
-    if (c.layout !== 'processed' || c.checksum === null) {
-      throw new WeightSyncError(`Weight sync verification: runtime parameter ${name} is '${c.layout}'${c.checksum === null ? ' without bytes' : ''} after the sync; every parameter must be 'processed'. HINT: the sync did not write it (a missing source tensor) or left a reload unprocessed.`, { parameter: name, layout: c.layout });
-    }
-    out.set(name, c.checksum);
-  }
-  return out;
-}
-
 export function logprobError(w: Worst, tolerance: number, ids: number[][]): WeightSyncError {
   return new WeightSyncError(
-    `Weight sync verification failed: trainer and engine log-probs of the probe differ by ${w.diff.toExponential(3)} (tolerance ${tolerance}) at row ${w.row}, position ${w.pos} (token ${ids[w.row]?.[w.pos + 1]}). HINT: a runtime weight is in the wrong layout or was not written (e.g. a transposed expert weight); compare engine.checksums() with a full reload from strategy.gatherState('params').`,
+    `Weight sync verification failed: trainer and engine log-probs of the probe differ by ${w.diff.toExponential(3)} (tolerance ${tolerance}) at row ${w.row}, position ${w.pos} (token ${ids[w.row]?.[w.pos + 1]}). HINT: a runtime weight is in the wrong layout or was not written (e.g. a transposed expert weight); verify with fingerprints (verify: true) to name the tensor and engine rank.`,
     { maxLogprobDiff: w.diff, row: w.row, position: w.pos, tolerance },
   );
 }

@@ -1,0 +1,133 @@
+/**
+ * Internal fault injection for weight-sync verification tests (not exported by the
+ * package): a fault armed on a rank (setSyncFault) is applied inside the next full syncs
+ * of that rank's engine, in the real sync path, until cleared. Kinds:
+ *
+ *   transpose     runtime parameter `param` written with its last two dims swapped (per expert)
+ *   swap-gate-up  the gate and up halves of `param` (gate_up_proj / experts.w13_weight) exchanged
+ *   wrong-slice   HF tensor `tensor` written from the next TP rank's slice (loader plan shifted)
+ *   stale         HF tensor `tensor` (alone in its runtime parameter) not written: it keeps the
+ *                 previous sync's bytes (colocated: its writes are skipped; server: restored)
+ *   add           `delta` added to element `element` of `param`
+ *   scale         `param` multiplied by `factor`
+ *   process-twice the post-load processing (the experts' dim swap) applied a second time
+ */
+import { copy, permute, scale, axpy, Tensor } from '../runtime/device-index.js';
+import { stridedRead, viewOf } from '../parallel/local-ops.js';
+import type { HfEntry } from '../rollout/loader.js';
+import type { RolloutEngine } from '../rollout/engine.js';
+
+export type SyncFault =
+  | { kind: 'transpose'; param: string }
+  | { kind: 'swap-gate-up'; param: string }
+  | { kind: 'wrong-slice'; tensor: string }
+  | { kind: 'stale'; tensor: string; param: string }
+  | { kind: 'add'; param: string; element: number; delta: number }
+  | { kind: 'scale'; param: string; factor: number }
+  | { kind: 'process-twice' };
+
+let armed: SyncFault | null = null;
+
+/** Arms `f` for this rank's next full syncs (null disarms). */
+export function setSyncFault(f: SyncFault | null): void {
+  armed = f;
+}
+
+export interface FaultHooks {
+  /** The HF tensor's writes are to be skipped (colocated 'stale'). */
+  skips(tensor: string): boolean;
+  /** Applies the fault to the engine's processed parameters (after the sync's writes, on its stream). */
+  after(): void;
+  /** Undoes plan changes (call in finally). */
+  restore(): void;
+}
+
+/**
+ * The armed fault's hooks for a full sync into `engine` (null when none is armed).
+ * `plan`: the loader plan the sync writes through when it is not the engine's own (colocated).
+ */
+export function syncFault(engine: RolloutEngine, plan: Map<string, HfEntry> | null, mode: 'colocate' | 'server'): FaultHooks | null {
+  const f = armed;
+  if (!f) return null;
+  const stream = engine.stream;
+  const undo: Array<() => void> = [];
+  let snapshot: Tensor | null = null;
+  if (f.kind === 'wrong-slice') {
+    for (const entry of [plan?.get(f.tensor), engine.entryOf(f.tensor)]) {
+      if (!entry) continue;
+      const old = entry.writes[0]!;
+      entry.writes[0] = { ...old, start: (old.start + old.len) % old.view[old.dim]! };
+      undo.push(() => (entry.writes[0] = old));
+    }
+  }
+  if (f.kind === 'stale' && mode === 'server') {
+    const p = engine.params.get(f.param);
+    snapshot = Tensor.empty(engine.device, [p.tensor!.numel], 'fp32');
+    copy(snapshot, p.tensor!.reshape([p.tensor!.numel]), { stream });
+  }
+  const flat = (name: string) => {
+    const t = engine.params.get(name).tensor!;
+    return t.reshape([t.numel]);
+  };
+  return {
+    skips: (tensor) => f.kind === 'stale' && mode === 'colocate' && tensor === f.tensor,
+    after: () => {
+      switch (f.kind) {
+        case 'transpose': {
+          const p = engine.params.get(f.param);
+          const s = p.spec.procShape;
+          const t = s.length === 3 ? permute(p.tensor!.reshape(s), [0, 2, 1], { stream }) : permute(p.tensor!.reshape(s), [1, 0], { stream });
+          copy(flat(f.param), t.reshape([t.numel]), { stream });
+          t.release();
+          break;
+        }
+        case 'swap-gate-up': {
+          const p = engine.params.get(f.param);
+          const s = p.spec.procShape;
+          // Dense gate_up [2·Il, H]: halves of the rows; experts w13 [E, H, 2·Im]: halves of the last dim.
+          const [outer, inner] = s.length === 3 ? [s[0]! * s[1]!, s[2]! / 2] : [1, (s[0]! / 2) * s[1]!];
+          const a = permute(flat(f.param).reshape([outer, 2, inner]), [1, 0, 2], { stream }).reshape([2 * outer * inner]);
+          const b = Tensor.empty(engine.device, [2 * outer * inner], 'fp32');
+          copy(viewOf(b, [outer * inner], 0), viewOf(a, [outer * inner], outer * inner), { stream });
+          copy(viewOf(b, [outer * inner], outer * inner), viewOf(a, [outer * inner], 0), { stream });
+          stridedRead(flat(f.param), b, [outer, 2, inner], [inner, outer * inner, 1], 0, stream);
+          a.release();
+          b.release();
+          break;
+        }
+        case 'add': {
+          const c = Tensor.fromArray(engine.device, Float32Array.from([f.delta]), [1], { stream });
+          axpy(viewOf(flat(f.param), [1], f.element), 1, c, { stream });
+          c.release();
+          break;
+        }
+        case 'scale': {
+          const y = scale(flat(f.param), f.factor, { stream });
+          copy(flat(f.param), y, { stream });
+          y.release();
+          break;
+        }
+        case 'process-twice':
+          for (const p of engine.params.params.values()) {
+            if (!p.spec.swapOnProcess) continue;
+            const [E, A, B] = p.spec.preShape as [number, number, number];
+            const out = Tensor.empty(engine.device, [E * A * B], 'fp32');
+            stridedRead(out, flat(p.name), [E, B, A], [A * B, 1, B], 0, stream);
+            copy(flat(p.name), out, { stream });
+            out.release();
+          }
+          break;
+        case 'stale':
+          if (snapshot) copy(flat(f.param), snapshot, { stream });
+          break;
+        case 'wrong-slice':
+          break;
+      }
+    },
+    restore: () => {
+      for (const u of undo) u();
+      snapshot?.release();
+      snapshot = null;
+    },
+  };
+}
