@@ -11,15 +11,11 @@ export const TRL_ALIASES: Readonly<Record<string, string>> = {
   max_prompt_length: 'maxPromptLength',
   shuffle_dataset: 'shuffle',
   num_train_epochs: 'epochs',
-  dataset_name: 'path',
   data_seed: 'seed',
   chat_template_kwargs: 'chatTemplateKwargs',
   add_generation_prompt: 'addGenerationPrompt',
   reward_funcs: 'rewards',
-  reward_weights: 'rewardWeights',
-  per_step_prompts: 'promptsPerStep',
   max_completion_length: 'maxCompletionLength',
-  reward_timeout_ms: 'timeoutMs',
 };
 
 function withAliases<T extends z.ZodTypeAny>(schema: T) {
