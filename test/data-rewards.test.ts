@@ -109,7 +109,12 @@ describe('reward runner in real pool threads', () => {
     expect(() => new RewardRunner(pool, { rewards: [{ builtin: 'overlong', maxCompletionLength: 8 }] })).toThrow(/needs `maxCompletionLength` and `cacheLength`/);
     expect(() => new RewardRunner(pool, { rewards: [{ builtin: 'accuracy' }, { builtin: 'accuracy' }] })).toThrow(/Two rewards are named "accuracy"/);
     expect(() => new RewardRunner(pool, { rewards: [{ module: MOD, weight: 'x' }] })).toThrow(/Invalid rewards config: rewards\.0/);
-    expect(() => new RewardRunner(pool, { rewards: [{ module: '/no/such/file.mjs' }] })).not.toThrow();
+  });
+
+  it('a reward module that does not exist fails at scoring, naming the reward', async () => {
+    const r = new RewardRunner(pool, { rewards: [{ module: '/no/such/file.mjs', export: 'f' }] });
+    await expect(r.score(input)).rejects.toThrow(ConfigError);
+    await expect(r.score(input)).rejects.toThrow(/Reward "file\.mjs:f" \(\/no\/such\/file\.mjs:f\)/);
   });
 });
 

