@@ -6,12 +6,11 @@
  * torch.nansum); such samples are counted in `allNullSamples`.
  */
 import { basename } from 'node:path';
-import { AscentError, TimeoutError } from '../runtime/errors.js';
+import { AscentError, ConfigError, TimeoutError } from '../runtime/errors.js';
 import { builtFile } from '../runtime/paths.js';
 import type { TaskPool } from '../runtime/task-pool.js';
 import { RewardsConfigSchema, parseConfig, type RewardSpec, type RewardsConfig } from './config.js';
 import type { RewardInput, RewardValues } from './reward-types.js';
-import { ConfigError } from '../runtime/errors.js';
 
 /** A reward function threw, or returned something other than one finite number or null per sample. */
 export class RewardError extends AscentError {
