@@ -9,25 +9,16 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Communicator } from '../src/runtime/comm-index.js';
 import { Device, Tensor } from '../src/runtime/device-index.js';
-import { ensureBuilt, runRanks, type RankResult } from './helpers/comm-ranks.js';
+import { ensureBuilt, rankError, runRanks, runScenario, type ErrInfo, type RankResult } from './helpers/comm-ranks.js';
 
-interface ErrInfo { name: string; code: string; message: string; details: Record<string, unknown> }
 
 const traceDir = mkdtempSync(join(tmpdir(), 'ascent-fail-'));
 
 beforeAll(() => ensureBuilt(), 120_000);
 afterAll(() => rmSync(traceDir, { recursive: true, force: true }));
 
-function err(r: RankResult, key = 'err'): ErrInfo {
-  expect(r.error, `rank ${r.rank} crashed`).toBeUndefined();
-  const e = r[key] as ErrInfo | null;
-  expect(e, `rank ${r.rank} has no ${key}`).toBeTruthy();
-  return e!;
-}
-
-function scenario(nranks: number, name: string, extra: Record<string, unknown> = {}): Promise<RankResult[]> {
-  return runRanks(nranks, { mode: 'scenario', scenario: name, traceDir, ...extra });
-}
+const err = rankError;
+const scenario = (nranks: number, name: string, extra: Record<string, unknown> = {}): Promise<RankResult[]> => runScenario(traceDir, nranks, name, extra);
 
 describe('collective failures', () => {
   it('a rank that skips a collective: every waiter gets the same timeout report naming it; the dump names it too', async () => {

@@ -86,7 +86,8 @@ export async function writeJson(path: string, value: unknown): Promise<void> {
   });
 }
 
-async function exists(path: string): Promise<boolean> {
+/** Whether `path` exists (any kind of file). */
+export async function exists(path: string): Promise<boolean> {
   try {
     await stat(path);
     return true;

@@ -17,7 +17,7 @@
  * every rank (gatherState); rank 0 writes; the outcome is agreed by an all-reduce so
  * a failed write raises on every rank instead of leaving the others waiting.
  */
-import { readFile, stat } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
@@ -28,7 +28,7 @@ import type { TensorSource } from '../model/safetensors.js';
 import { isJsonObject, parseStrictJson, type JsonValue } from '../model/strict-json.js';
 import { describe } from '../runtime/dtype.js';
 import { makeDir } from '../model/file-ops.js';
-import { LATEST_FILE, latestCheckpoint, publishStep, stepDirName, writeJson } from './checkpoint-dir.js';
+import { exists, LATEST_FILE, latestCheckpoint, publishStep, stepDirName, writeJson } from './checkpoint-dir.js';
 import { anyRank } from './any-rank.js';
 import type { FullState, TrainStrategy } from './strategy.js';
 
@@ -188,15 +188,6 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
     else throw new CheckpointFormatError(`${join(dir, 'optimizer')}: unexpected tensor ${name}; expected exp_avg.* and exp_avg_sq.*.`, { file: dir });
   }
   return { dir, state: raw, full: { params, optimizer: { step: raw.optimizerSteps, expAvg, expAvgSq } } };
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await stat(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** A small JSON file of a checkpoint, parsed strictly (duplicate keys refused, null-prototype objects). */

@@ -8,6 +8,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
+import { expect } from 'vitest';
 import { Communicator } from '../../src/runtime/comm-index.js';
 import { Device } from '../../src/runtime/device-index.js';
 import { packageRoot } from '../../src/runtime/native.js';
@@ -63,4 +64,20 @@ export async function runRanks(nranks: number, data: Record<string, unknown>, ti
   const results = await all;
   await Promise.all(workers.map((w) => w.terminate()));
   return results;
+}
+
+/** The error a rank reported (as the comm worker fixture serialises it). */
+export interface ErrInfo { name: string; code: string; message: string; details: Record<string, unknown> }
+
+/** The error rank `r` stored under `key`; fails the test when the rank crashed or reported none. */
+export function rankError(r: RankResult, key = 'err'): ErrInfo {
+  expect(r.error, `rank ${r.rank} crashed`).toBeUndefined();
+  const e = r[key] as ErrInfo | null;
+  expect(e, `rank ${r.rank} has no ${key}`).toBeTruthy();
+  return e!;
+}
+
+/** Runs a named fault scenario of the comm worker fixture on `nranks` ranks, dumping traces into `traceDir`. */
+export function runScenario(traceDir: string, nranks: number, name: string, extra: Record<string, unknown> = {}): Promise<RankResult[]> {
+  return runRanks(nranks, { mode: 'scenario', scenario: name, traceDir, ...extra });
 }
