@@ -16,10 +16,10 @@ interface Run {
 /** Runs `launch` as a user would; `hangGuardMs` only kills a hung run so the test fails instead of hanging. */
 type OnChunk = (chunk: string, child: ReturnType<typeof spawn>) => void;
 
-function runLaunch(args: string[], opts: { hangGuardMs?: number; onStdout?: OnChunk; onStderr?: OnChunk } = {}): Promise<Run> {
+function runLaunch(args: string[], opts: { hangGuardMs?: number; onStdout?: OnChunk; onStderr?: OnChunk; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
   return new Promise((resolve) => {
-    const env: NodeJS.ProcessEnv = { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB' };
-    delete env.HCCL_CONNECT_TIMEOUT;
+    const env: NodeJS.ProcessEnv = { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB', ...opts.env };
+    if (!opts.env?.HCCL_CONNECT_TIMEOUT) delete env.HCCL_CONNECT_TIMEOUT;
     const child = spawn(process.execPath, [LAUNCH, ...args], { cwd: ROOT, env });
     let stdout = '';
     let stderr = '';
@@ -72,8 +72,10 @@ describe('launch', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('[launch] rank 2 failed: Error: boom at rank 2');
     expect(r.stderr).toMatch(/at explode \(.*fail\.ts/);
+    // The rank worker's own frames (how main was called) are not shown.
+    expect(r.stderr).not.toContain('rank-worker.js');
     expect(r.stderr).toContain('[launch] stopping 3 other ranks (grace period 2000 ms)');
-    expect(r.stderr).toContain('FAILED: 1 of 4 ranks failed (first: rank 2)');
+    expect(r.stderr).toContain('FAILED: 1 of 4 ranks failed (culprit: rank 2,');
     // The surviving ranks ran their stop hooks before they were terminated.
     for (const rank of [0, 1, 3]) expect(r.stdout).toContain(`[rank ${rank}] stop hook ran: launch is stopping the world`);
   });
@@ -164,9 +166,55 @@ describe('launch', () => {
     expect(on.stdout).toContain('[rank 0] patches enabled: true');
   });
 
-  it('an entry without main(ctx) is a clear failure', async () => {
+  it('an entry without main(ctx) is a usage error: exit 2, reported once', async () => {
     const r = await runLaunch(['--nproc', '2', fx('no-main.mjs')]);
+    expect(r.code).toBe(2);
+    expect(r.stderr.match(/exports no main\(ctx\) function \(it exports: notMain\)/g)).toHaveLength(1);
+    expect(r.stderr).toContain('(on all 2 ranks)');
+  });
+
+  it('a ConfigError on every rank is one line naming the field, without stack frames, exit 2', async () => {
+    const r = await runLaunch(['--nproc', '16', fx('config-error.mjs')]);
+    expect(r.code).toBe(2);
+    const lines = r.stderr.split('\n').filter((l) => l.includes('steps: expected a positive integer'));
+    expect(lines).toEqual(['launch: GRPO config: steps: expected a positive integer but received -3. HINT: pass --steps N with N >= 1. (on all 16 ranks)']);
+    expect(r.stderr).not.toMatch(/^\s+at /m);
+    expect(r.stderr).not.toContain('FAILED');
+  });
+
+  it('a ConfigError on rank 0 alone (the others stopped) is reported once as rank 0\'s, exit 2', async () => {
+    const r = await runLaunch(['--nproc', '4', fx('config-error.mjs'), 'rank0']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('launch: GRPO config: steps: expected a positive integer but received -3. HINT: pass --steps N with N >= 1. (on rank 0)');
+    expect(r.stderr.match(/steps: expected/g)).toHaveLength(1);
+  });
+
+  it.each([
+    [{ HCCL_EXEC_TIMEOUT: 'abc' }, 'Expected a positive integer for HCCL_EXEC_TIMEOUT but received "abc"'],
+    [{ HCCL_EXEC_TIMEOUT: '0' }, 'Expected a positive integer for HCCL_EXEC_TIMEOUT but received "0"'],
+    [{ HCCL_CONNECT_TIMEOUT: 'abc' }, 'Expected a positive integer for HCCL_CONNECT_TIMEOUT but received "abc"'],
+    [{ ASCENT_DEVICE_MEMORY: 'lots' }, 'Expected a byte size like 512MiB or 16GiB for ASCENT_DEVICE_MEMORY but received "lots"'],
+  ])('a bad environment value %j is one line naming the variable, exit 2', async (env, message) => {
+    const r = await runLaunch(['--nproc', '2', fx('hello.ts')], { env });
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toContain(`launch: ${message}`);
+  });
+
+  it('every rank runs its own catch / finally before it is stopped, and all 16 failures are counted', async () => {
+    const r = await runLaunch(['--nproc', '16', '--grace-period', '10', fx('finally.mjs')]);
     expect(r.code).toBe(1);
-    expect(r.stderr).toContain('exports no main(ctx) function (it exports: notMain)');
+    for (let rank = 0; rank < 16; rank++) expect(r.stdout).toContain(`[rank ${rank}] finally ran on rank ${rank}`);
+    expect(r.stderr).toContain('FAILED: all 16 ranks failed (culprit: rank 0,');
+    // The 15 aborted collectives are one report, not 15.
+    expect(r.stderr).toMatch(/ranks \[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15\] failed with (the same error|a CommAbortedError) \(as on rank \d+\): CommAbortedError/);
+    expect(r.stderr.match(/: CommAbortedError/g)).toHaveLength(1);
+  });
+
+  it('a rank that does not stop within the grace period is reported as hung and terminated', async () => {
+    const r = await runLaunch(['--nproc', '3', '--grace-period', '0.5', fx('ignores-stop.mjs')]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('[launch] rank 1 hung: it did not stop within the grace period of 500 ms and was terminated');
+    expect(r.stderr).toContain('FAILED: 1 of 3 ranks failed (culprit: rank 0,');
   });
 });

@@ -10,6 +10,7 @@ import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import { EXIT_USAGE, launch } from '../runtime/launcher.js';
 import { resolveModuleUrl } from '../runtime/module-loader.js';
 import { parsePatchSwitch } from '../runtime/patches.js';
+import { validateEnv } from '../runtime/env.js';
 
 const ENTRY_EXT = /\.(ts|mts|cts|js|mjs|cjs)$/;
 
@@ -96,6 +97,16 @@ export async function main(argv: string[]): Promise<number> {
     if (err instanceof ConfigError || err instanceof InvalidArgumentError) return usageError(program, err.message);
     throw err;
   }
-  const result = await launch(options);
-  return result.exitCode;
+  try {
+    // Bad environment values are one line naming the variable (no usage: the flags were fine).
+    validateEnv({ ...process.env, ...options.env });
+    const result = await launch(options);
+    return result.exitCode;
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`launch: ${err.message}\n`);
+      return EXIT_USAGE;
+    }
+    throw err;
+  }
 }
