@@ -12,15 +12,30 @@ export function formatIssues(error: z.ZodError): string {
   return error.issues
     .map((i) => {
       const path = i.path.length ? i.path.map(String).join('.') : '(root)';
-      return `  - ${path}: ${i.message}`;
+      return `  - ${path}: ${i.message}${received(i)}`;
     })
     .join('\n');
 }
 
+/** " (received -3)" when the issue kept its input and the message does not already say it. */
+function received(i: z.core.$ZodIssue): string {
+  if (!('input' in i) || i.input === undefined || /received/i.test(i.message)) return '';
+  let shown: string;
+  try {
+    shown = JSON.stringify(i.input) ?? String(i.input);
+  } catch {
+    shown = String(i.input);
+  }
+  return shown.length > 80 ? ` (received ${typeof i.input})` : ` (received ${shown})`;
+}
+
 export function parseConfig<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
-  const r = schema.safeParse(value);
+  const r = schema.safeParse(value, { reportInput: true });
   if (!r.success) {
-    throw new ConfigError(`Invalid ${what}:\n${formatIssues(r.error)}`, { issues: r.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })) });
+    // One issue is one line; several are one line each under a header.
+    const issues = formatIssues(r.error);
+    const text = r.error.issues.length === 1 ? `Invalid ${what}: ${issues.replace(/^\s+- /, '')}` : `Invalid ${what}:\n${issues}`;
+    throw new ConfigError(text, { issues: r.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })) });
   }
   return r.data;
 }
