@@ -6,6 +6,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import * as Comlink from 'comlink';
+import { guardActor } from './actor-guard.js';
 import { nodePortEndpoint } from './actor-ref.js';
 import { Communicator } from './comm.js';
 import { Device } from './device.js';
@@ -90,7 +91,7 @@ const host: RankHostApi = {
     try {
       const obj = await construct(req);
       actors.expose(req.name, obj);
-      Comlink.expose(obj, nodePortEndpoint(port));
+      Comlink.expose(guardActor(obj, req.name, data.rank), nodePortEndpoint(port));
     } catch (err) {
       port.close();
       throw tagError(err, data.rank, req.name);
@@ -99,7 +100,7 @@ const host: RankHostApi = {
   async attach(name, port, timeoutMs) {
     try {
       const obj = await actors.lookup(name, timeoutMs);
-      Comlink.expose(obj, nodePortEndpoint(port));
+      Comlink.expose(guardActor(obj, name, data.rank), nodePortEndpoint(port));
     } catch (err) {
       port.close();
       throw tagError(err, data.rank, name);
