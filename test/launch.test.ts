@@ -1,9 +1,11 @@
 import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const LAUNCH = fileURLToPath(new URL('../bin/launch.mjs', import.meta.url));
 const fx = (f: string) => `test/fixtures/launch/${f}`;
 
 interface Run {
@@ -16,11 +18,15 @@ interface Run {
 /** Runs `launch` as a user would; `hangGuardMs` only kills a hung run so the test fails instead of hanging. */
 type OnChunk = (chunk: string, child: ReturnType<typeof spawn>) => void;
 
-function runLaunch(args: string[], opts: { hangGuardMs?: number; onStdout?: OnChunk; onStderr?: OnChunk; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
+function runLaunch(args: string[], opts: Parameters<typeof runBin>[2] = {}): Promise<Run> {
+  return runBin('launch.mjs', args, opts);
+}
+
+function runBin(bin: string, args: string[], opts: { hangGuardMs?: number; onStdout?: OnChunk; onStderr?: OnChunk; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
   return new Promise((resolve) => {
     const env: NodeJS.ProcessEnv = { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB', ...opts.env };
     if (!opts.env?.HCCL_CONNECT_TIMEOUT) delete env.HCCL_CONNECT_TIMEOUT;
-    const child = spawn(process.execPath, [LAUNCH, ...args], { cwd: ROOT, env });
+    const child = spawn(process.execPath, [join(ROOT, 'bin', bin), ...args], { cwd: ROOT, env });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => {
@@ -145,7 +151,11 @@ describe('launch', () => {
     [['--nproc', 'abc', 'test/fixtures/launch/hello.ts'], /Expected a positive integer for --nproc but received "abc"/],
     [['--nproc', '2', 'test/fixtures/launch/missing.ts'], /entry file "test\/fixtures\/launch\/missing.ts" does not exist/],
     [['--nproc', '2', '--bogus', 'test/fixtures/launch/hello.ts'], /unknown option '--bogus'/],
-    [['test/fixtures/launch/hello.ts'], /required option '--nproc <n>' not specified/],
+    [['test/fixtures/launch/hello.ts'], /required option --nproc N \(or --nproc-per-node N\) not specified/],
+    [['--nprocs', '16', 'test/fixtures/launch/hello.ts'], /unknown option '--nprocs'/],
+    [['--nnodes', '2', '--nproc', '2', 'test/fixtures/launch/hello.ts'], /--nnodes 2 is not supported yet: Ascent runs on one node/],
+    [['--node-rank', '1', '--nproc', '2', 'test/fixtures/launch/hello.ts'], /--node-rank 1 is not supported yet/],
+    [['--nproc', '2', '--nproc-per-node', '4', 'test/fixtures/launch/hello.ts'], /--nproc 2 and --nproc-per-node 4 disagree/],
     [['--nproc', '2', 'README.md'], /must be a \.ts, \.mts, \.js or \.mjs file/],
     [['--nproc', '2', '--max-time', 'soon', 'test/fixtures/launch/hello.ts'], /non-negative number of seconds for --max-time/],
     [['--nproc', '2', '--enable-npu-model-patch', 'yes', 'test/fixtures/launch/hello.ts'], /Expected true or false for --enable-npu-model-patch but received "yes"/],
@@ -155,6 +165,36 @@ describe('launch', () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(message);
     expect(r.stderr).toContain('Usage: launch --nproc N [flags] entry.(ts|mjs|js) [entry args...]');
+  });
+
+  it('torchrun spellings: --nproc-per-node, --nnodes 1, --node-rank 0, and --log-dir writes one file per rank', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ascent-logdir-'));
+    const r = await runLaunch(['--nproc-per-node', '2', '--nnodes', '1', '--node-rank', '0', '--log-dir', join(dir, 'logs'), fx('hello.ts')]);
+    expect(r.code).toBe(0);
+    expect(readdirSync(join(dir, 'logs')).sort()).toEqual(['rank-0.log', 'rank-1.log']);
+    for (const rank of [0, 1]) {
+      const log = readFileSync(join(dir, 'logs', `rank-${rank}.log`), 'utf8');
+      expect(log).toContain(`echo(hi from ${rank}) from 1`);
+      expect(log).not.toContain('[rank');
+      expect(r.stdout).toContain(`[rank ${rank}] echo(hi from ${rank}) from 1`);
+    }
+  });
+
+  it('--version prints the package version; `ascent launch` is the same command; `ascent` alone prints its help', async () => {
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    const v = await runLaunch(['--version']);
+    expect(v.code).toBe(0);
+    expect(v.stdout.trim()).toBe(pkg.version);
+    const sub = await runBin('ascent.mjs', ['launch', '--nproc', '1', fx('hello.ts')]);
+    expect(sub.code).toBe(0);
+    expect(sub.stdout).toContain('[rank 0] echo(hi from 0) from 0');
+    const bad = await runBin('ascent.mjs', ['launch', '--nprocs', '1', fx('hello.ts')]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("unknown option '--nprocs'");
+    const help = await runBin('ascent.mjs', []);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/Usage: ascent/);
+    expect(help.stdout).toMatch(/launch\s+run an SPMD entry on N ranks/);
   });
 
   it('--enable-npu-model-patch false switches model patches off on every rank', async () => {

@@ -60,6 +60,8 @@ export const OutputOptionsSchema = z
     prefix: z.boolean().default(true),
     /** Which ranks' output reaches the terminal; failure reports always do. */
     ranks: z.union([z.literal('all'), z.array(z.number().int().min(0))]).default('all'),
+    /** Also write each rank's output, unprefixed, to `<logDir>/rank-<N>.log` (torchrun's --log-dir). */
+    logDir: z.string().min(1).optional(),
   })
   .strict();
 
@@ -120,6 +122,8 @@ export const LaunchOptionsSchema = z
     deviceMemory: byteSize.optional(),
     prefix: z.boolean().default(true),
     env: z.record(z.string(), z.string()).default({}),
+    /** One log file per rank in this folder (created if missing). */
+    logDir: z.string().min(1).optional(),
   })
   .strict();
 export type LaunchOptions = z.input<typeof LaunchOptionsSchema>;

@@ -73,7 +73,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       env: opts.env,
       gracePeriodMs: opts.gracePeriodMs,
       taskPool: false,
-      output: { prefix: opts.prefix, ranks: opts.rank0Only ? [0] : 'all' },
+      output: { prefix: opts.prefix, ranks: opts.rank0Only ? [0] : 'all', ...(opts.logDir ? { logDir: opts.logDir } : {}) },
       ...(opts.deviceMemory !== undefined ? { deviceMemory: opts.deviceMemory } : {}),
     },
     { entryUrl, entryArgs: opts.entryArgs },

@@ -3,6 +3,8 @@
  * to this process's streams; optionally only for some ranks. Keeps the last line
  * each rank printed (for reports on stuck or failed ranks).
  */
+import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import { rankPrefix } from './logger.js';
@@ -10,12 +12,15 @@ import { rankPrefix } from './logger.js';
 export interface RankOutputOptions {
   prefix: boolean;
   ranks: 'all' | number[];
+  /** Also write every line to `<logDir>/rank-<N>.log`. */
+  logDir?: string | undefined;
 }
 
 export class RankOutput {
   lastLine: string | undefined;
   lastLineAt: number | undefined;
   private open = 0;
+  private file: WriteStream | undefined;
   private readonly drained: Promise<void>;
   private resolveDrained!: () => void;
 
@@ -26,6 +31,10 @@ export class RankOutput {
     private readonly opts: RankOutputOptions,
   ) {
     this.drained = new Promise((r) => (this.resolveDrained = r));
+    if (opts.logDir) {
+      mkdirSync(opts.logDir, { recursive: true });
+      this.file = createWriteStream(join(opts.logDir, `rank-${rank}.log`));
+    }
     this.pipe(stdout, process.stdout);
     this.pipe(stderr, process.stderr);
   }
@@ -42,9 +51,12 @@ export class RankOutput {
       this.lastLine = line;
       this.lastLineAt = Date.now();
       if (this.shown) dst.write(`${prefix}${line}\n`);
+      this.file?.write(`${line}\n`);
     });
     rl.on('close', () => {
-      if (--this.open === 0) this.resolveDrained();
+      if (--this.open > 0) return;
+      if (this.file) this.file.end(() => this.resolveDrained());
+      else this.resolveDrained();
     });
   }
 
