@@ -197,6 +197,27 @@ describe('launch', () => {
     expect(help.stdout).toMatch(/launch\s+run an SPMD entry on N ranks/);
   });
 
+  it('the launcher owns the terminal: rank 0 renders live in a pseudo-terminal, plain lines otherwise', async () => {
+    // util-linux `script` runs launch on a pseudo-terminal 100 columns wide.
+    const cmd = `stty cols 100; exec ${JSON.stringify(process.execPath)} bin/launch.mjs --nproc 2 ${fx('live.mjs')}`;
+    const tty = await new Promise<Run>((resolve) => {
+      const child = spawn('script', ['-qfec', cmd, '/dev/null'], { cwd: ROOT, env: { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB' } });
+      let stdout = '';
+      child.stdout.on('data', (d) => (stdout += d));
+      const guard = setTimeout(() => child.kill('SIGKILL'), 45_000);
+      child.on('close', (code, signal) => {
+        clearTimeout(guard);
+        resolve({ code, signal, stdout, stderr: '' });
+      });
+    });
+    expect(tty.code).toBe(0);
+    // Redrawn in place (carriage returns, no rank prefix inside the line), at the terminal's width.
+    expect(tty.stdout).toContain('\rprogress 1/3 (100 columns)\rprogress 2/3 (100 columns)\rprogress 3/3 (100 columns)');
+    const plain = await runLaunch(['--nproc', '2', fx('live.mjs')]);
+    expect(plain.code).toBe(0);
+    expect(plain.stderr).toBe('[rank 0] progress 1/3 (plain)\n[rank 0] progress 2/3 (plain)\n[rank 0] progress 3/3 (plain)\n');
+  });
+
   it('--enable-npu-model-patch false switches model patches off on every rank', async () => {
     const off = await runLaunch(['--nproc', '2', '--enable-npu-model-patch', 'false', fx('patches.mjs')]);
     expect(off.code).toBe(0);

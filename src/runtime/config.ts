@@ -62,6 +62,11 @@ export const OutputOptionsSchema = z
     ranks: z.union([z.literal('all'), z.array(z.number().int().min(0))]).default('all'),
     /** Also write each rank's output, unprefixed, to `<logDir>/rank-<N>.log` (torchrun's --log-dir). */
     logDir: z.string().min(1).optional(),
+    /**
+     * A real terminal the ranks' live displays may draw on: these ranks see a TTY
+     * stderr of this width, forwarded raw (progress bars redraw in place).
+     */
+    terminal: z.object({ ranks: z.array(z.number().int().min(0)), columns: z.number().int().positive() }).strict().optional(),
   })
   .strict();
 

@@ -64,6 +64,17 @@ function withoutRuntimeFrames(stack: string | undefined): string | undefined {
     .join('\n');
 }
 
+/**
+ * The launcher owns the terminal: when stderr is a real one, rank 0's stderr is
+ * forwarded raw and looks like a TTY to it, so its progress display renders live;
+ * otherwise (CI, a pipe, a file) every rank prints plain prefixed lines.
+ */
+function liveTerminal(): { terminal?: { ranks: number[]; columns: number } } {
+  const err = process.stderr;
+  if (!err.isTTY) return {};
+  return { terminal: { ranks: [0], columns: err.columns || 80 } };
+}
+
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const opts = parseConfig(LaunchOptionsSchema, options, 'launch options');
   const entryUrl = resolveModuleUrl(opts.entry, 'entry file');
@@ -73,7 +84,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       env: opts.env,
       gracePeriodMs: opts.gracePeriodMs,
       taskPool: false,
-      output: { prefix: opts.prefix, ranks: opts.rank0Only ? [0] : 'all', ...(opts.logDir ? { logDir: opts.logDir } : {}) },
+      output: { prefix: opts.prefix, ranks: opts.rank0Only ? [0] : 'all', ...(opts.logDir ? { logDir: opts.logDir } : {}), ...liveTerminal() },
       ...(opts.deviceMemory !== undefined ? { deviceMemory: opts.deviceMemory } : {}),
     },
     { entryUrl, entryArgs: opts.entryArgs },

@@ -27,6 +27,11 @@ const post = (ev: RankEvent) => parent.postMessage(ev);
 
 installComlinkErrorHandler();
 loadNative();
+if (data.terminal) {
+  // The launcher forwards this rank's stderr raw to its terminal: live displays
+  // (progress bars) may redraw in place, as they would in a terminal of their own.
+  Object.assign(process.stderr, { isTTY: true, columns: data.terminal.columns, rows: 24 });
+}
 
 const stopController = new AbortController();
 const stopHooks: Array<(reason: string) => void | Promise<void>> = [];

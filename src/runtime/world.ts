@@ -161,6 +161,7 @@ export class World extends EventEmitter<WorldEvents> {
         brokerPort: brokerCh.port2,
         callTimeoutMs,
         worldCommId: this.worldCommId,
+        ...(this.options.output.terminal?.ranks.includes(rank) ? { terminal: { columns: this.options.output.terminal.columns } } : {}),
         ...(spmd ? { entry: spmd.entryUrl, entryArgs: spmd.entryArgs } : {}),
       };
       const env = {
