@@ -115,9 +115,12 @@ describe('actors on rank workers', () => {
   it('a misspelled method names the actor, the method and the methods it has', async () => {
     const err = await counters.callOne(2, 'ad' as never, 1).catch((e) => e);
     expect(err).toBeInstanceOf(InvalidArgumentError);
-    expect(err.message).toMatch(/^Actor Counter on rank 2 has no method "ad" \(its methods: add, crashLater, exit, .*get, .*whoAmI\)/);
+    expect(err.message).toMatch(/^Actor Counter on rank 2 has no method "ad" \(its methods: add, countCalls, crashLater, exit, .*get, .*whoAmI\)/);
     expect(err.details).toMatchObject({ actor: 'Counter', rank: 2, method: 'ad' });
     expect(err.message).not.toContain('apply');
+    // Methods that use #private fields and getters still run on the actor itself.
+    expect(await counters.callOne(3, 'countCalls')).toBe(1);
+    expect(await counters.callOne(3, 'countCalls')).toBe(2);
     // Typed methods go the same way.
     await expect((counters.ref(0).methods as unknown as { nope(): Promise<void> }).nope()).rejects.toThrow(/has no method "nope"/);
   });

@@ -21,9 +21,20 @@ export function actorMethods(obj: object): string[] {
 
 /** A view of `obj` on which an unknown member is a function that throws a clear error. */
 export function guardActor<T extends object>(obj: T, actor: string, rank: number): T {
+  // Members run on the object itself, never on the proxy: `#private` fields and
+  // getters need the real `this`.
+  const bound = new Map<string | symbol, { fn: unknown; wrapped: unknown }>();
   return new Proxy(obj, {
-    get(target, prop, receiver) {
-      if (typeof prop !== 'string' || prop in target) return Reflect.get(target, prop, receiver);
+    get(target, prop) {
+      if (typeof prop !== 'string' || prop in target) {
+        const value = Reflect.get(target, prop, target);
+        if (typeof value !== 'function') return value;
+        const hit = bound.get(prop);
+        if (hit?.fn === value) return hit.wrapped;
+        const wrapped = (value as (...a: unknown[]) => unknown).bind(target);
+        bound.set(prop, { fn: value, wrapped });
+        return wrapped;
+      }
       return () => {
         const methods = actorMethods(target);
         throw new InvalidArgumentError(
