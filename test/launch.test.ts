@@ -246,6 +246,7 @@ describe('launch', () => {
   it('a ConfigError on rank 0 alone (the others stopped) is reported once as rank 0\'s, exit 2', async () => {
     const r = await runLaunch(['--nproc', '4', fx('config-error.mjs'), 'rank0']);
     expect(r.code).toBe(2);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
     expect(r.stderr).toContain('launch: GRPO config: steps: expected a positive integer but received -3. HINT: pass --steps N with N >= 1. (on rank 0)');
     expect(r.stderr.match(/steps: expected/g)).toHaveLength(1);
   });
@@ -255,6 +256,7 @@ describe('launch', () => {
     [{ HCCL_EXEC_TIMEOUT: '0' }, 'Expected a positive integer for HCCL_EXEC_TIMEOUT but received "0"'],
     [{ HCCL_CONNECT_TIMEOUT: 'abc' }, 'Expected a positive integer for HCCL_CONNECT_TIMEOUT but received "abc"'],
     [{ ASCENT_DEVICE_MEMORY: 'lots' }, 'Expected a byte size like 512MiB or 16GiB for ASCENT_DEVICE_MEMORY but received "lots"'],
+    [{ ASCENT_ACTOR_CALLSITES: 'maybe' }, 'Expected true/false (or 1/0) for ASCENT_ACTOR_CALLSITES but received "maybe"'],
   ])('a bad environment value %j is one line naming the variable, exit 2', async (env, message) => {
     const r = await runLaunch(['--nproc', '2', fx('hello.ts')], { env });
     expect(r.code).toBe(2);

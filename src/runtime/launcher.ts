@@ -110,7 +110,8 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       exitCode = EXIT_RANK_FAILED;
       world.abortWorldComm(`rank ${rank} failed: ${err?.message ?? end}`);
       const others = world.ranks.filter((r) => r.rank !== rank && r.status === 'running').length;
-      if (others > 0) say(`stopping ${others} other rank${others === 1 ? '' : 's'} (grace period ${opts.gracePeriodMs} ms) after a failure on rank ${rank}; the report follows`);
+      // A usage error is reported as one line at the end; a progress line would only add noise.
+      if (others > 0 && err?.code !== 'ASCENT_CONFIG') say(`stopping ${others} other rank${others === 1 ? '' : 's'} (grace period ${opts.gracePeriodMs} ms) after a failure on rank ${rank}; the report follows`);
       finish();
     }
   };
