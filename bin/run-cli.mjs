@@ -8,8 +8,22 @@ export async function runCli(file) {
     process.stderr.write(`ascent: ${fileURLToPath(url)} is missing. HINT: run \`npm install\` (or \`npm run build\`) in the Ascent checkout.\n`);
     process.exit(2);
   }
-  const { main } = await import(url.href);
-  const code = await main(process.argv.slice(2));
+  let code;
+  try {
+    // Importing reads environment switches too (a bad one is a ConfigError): inside the try.
+    const { main } = await import(url.href);
+    code = await main(process.argv.slice(2));
+  } catch (err) {
+    // Bad input is one line (exit 2); anything else keeps its stack (exit 1), never Node's raw dump.
+    const name = file.replace(/\.js$/, '');
+    if (err?.code === 'ASCENT_CONFIG' || err?.code === 'ASCENT_INVALID_ARGUMENT') {
+      process.stderr.write(`${name}: ${err.message}\n`);
+      code = 2;
+    } else {
+      process.stderr.write(`${name}: ${err?.stack ?? String(err)}\n`);
+      code = 1;
+    }
+  }
   process.exitCode = code;
   // Every thread should be gone now; if something still holds the loop, say so rather than hang.
   setTimeout(() => {

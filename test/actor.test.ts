@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ActorAbortedError, ActorDiedError, ActorTimeoutError, InvalidArgumentError, RemoteError, World, type ActorMesh } from '../src/index.js';
-import type { Counter } from './fixtures/actors.js';
+import { ActorAbortedError, ActorDiedError, ActorTimeoutError, InvalidArgumentError, registerRemoteErrorClass, RemoteError, World, type ActorMesh } from '../src/index.js';
+import { QuotaError, type Counter } from './fixtures/actors.js';
 
 const ACTORS = new URL('./fixtures/actors.ts', import.meta.url);
 
@@ -99,8 +99,30 @@ describe('actors on rank workers', () => {
     expect(custom.code).toBe('E_CUSTOM');
     expect(custom.cause).toMatchObject({ name: 'RangeError', message: 'inner cause' });
 
+    // A user class registered on the caller keeps instanceof (its constructor is not run).
+    registerRemoteErrorClass(QuotaError);
+    const quota = await counters.callOne(3, 'throwQuota').catch((e) => e);
+    expect(quota).toBeInstanceOf(QuotaError);
+    expect(quota).toBeInstanceOf(Error);
+    expect(quota.isQuota).toBe(true);
+    expect(quota).toMatchObject({ message: 'quota of 3 calls used up', code: 'E_QUOTA', rank: 3, actor: 'Counter', name: 'QuotaError' });
+    expect(quota.stack).toContain('-- remote stack (rank 3, actor Counter) --');
+
     const str = await counters.callOne(1, 'throwString').catch((e) => e);
     expect(str.message).toContain('a bare string');
+  });
+
+  it('a misspelled method names the actor, the method and the methods it has', async () => {
+    const err = await counters.callOne(2, 'ad' as never, 1).catch((e) => e);
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect(err.message).toMatch(/^Actor Counter on rank 2 has no method "ad" \(its methods: add, countCalls, crashLater, exit, .*get, .*whoAmI\)/);
+    expect(err.details).toMatchObject({ actor: 'Counter', rank: 2, method: 'ad' });
+    expect(err.message).not.toContain('apply');
+    // Methods that use #private fields and getters still run on the actor itself.
+    expect(await counters.callOne(3, 'countCalls')).toBe(1);
+    expect(await counters.callOne(3, 'countCalls')).toBe(2);
+    // Typed methods go the same way.
+    await expect((counters.ref(0).methods as unknown as { nope(): Promise<void> }).nope()).rejects.toThrow(/has no method "nope"/);
   });
 
   it('the task pool runs stateless functions and reports their errors', async () => {
@@ -150,6 +172,19 @@ describe('actor death', () => {
     } finally {
       await world.shutdown();
     }
+  });
+});
+
+describe('after shutdown', () => {
+  it('a call fails with ActorDiedError that says the world was shut down, with no exit code', async () => {
+    const world = await World.create({ size: 1, deviceMemory: '64MiB', taskPool: false });
+    const m = await world.spawn<Counter>({ module: ACTORS, export: 'Counter' });
+    await world.shutdown();
+    const err = await m.callOne(0, 'get').catch((e) => e);
+    expect(err).toBeInstanceOf(ActorDiedError);
+    expect(err.message).toContain('the world was shut down');
+    expect(err.details.exitCode).toBeUndefined();
+    expect(err.details.terminated).toBe(true);
   });
 });
 

@@ -2,7 +2,7 @@ import { execSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { ENV_VARS, parseBytes } from '../src/index.js';
-import { applyRuntimeEnvDefaults, envBool, envInt } from '../src/runtime/env.js';
+import { applyRuntimeEnvDefaults, envBool, envInt, validateEnv } from '../src/runtime/env.js';
 
 describe('environment variables', () => {
   it('every variable the runtime reads is documented in the README with its default', () => {
@@ -33,8 +33,20 @@ describe('environment variables', () => {
     expect(set.HCCL_CONNECT_TIMEOUT).toBe('30');
   });
 
+  it('validateEnv checks every set variable up front and names the bad one', () => {
+    expect(() => validateEnv({ HCCL_EXEC_TIMEOUT: '30', ASCENT_DEVICE_MEMORY: '64MiB', ASCENT_LOG_PREFIX: 'true' })).not.toThrow();
+    expect(() => validateEnv({ HCCL_CONNECT_TIMEOUT: 'abc' })).toThrow(/HCCL_CONNECT_TIMEOUT but received "abc"/);
+    expect(() => validateEnv({ ASCENT_DEVICE_MEMORY: 'lots' })).toThrow(/for ASCENT_DEVICE_MEMORY but received "lots"/);
+    expect(() => validateEnv({ ASCENT_DEVICE_MEMORY: '0' })).toThrow(/at least 1 for ASCENT_DEVICE_MEMORY/);
+    expect(() => validateEnv({ ASCENT_ACTOR_CALLSITES: 'maybe' })).toThrow(/ASCENT_ACTOR_CALLSITES/);
+    // Set per rank by the runtime: not the user's to get wrong.
+    expect(() => validateEnv({ RANK: 'x' })).not.toThrow();
+  });
+
   it('bad values are clear errors', () => {
-    expect(() => envInt('HCCL_EXEC_TIMEOUT', { HCCL_EXEC_TIMEOUT: 'soon' })).toThrow(/Expected an integer for HCCL_EXEC_TIMEOUT but received "soon"/);
+    expect(() => envInt('HCCL_EXEC_TIMEOUT', { HCCL_EXEC_TIMEOUT: 'soon' })).toThrow(/Expected a positive integer for HCCL_EXEC_TIMEOUT but received "soon"/);
+    expect(() => envInt('HCCL_EXEC_TIMEOUT', { HCCL_EXEC_TIMEOUT: '0' })).toThrow(/Expected a positive integer for HCCL_EXEC_TIMEOUT but received "0"/);
+    expect(envInt('ASCENT_ACTOR_CALL_TIMEOUT_MS', { ASCENT_ACTOR_CALL_TIMEOUT_MS: '0' })).toBe(0);
     expect(() => envBool('ASCENT_LOG_PREFIX', { ASCENT_LOG_PREFIX: 'maybe' })).toThrow(/Expected true\/false/);
     expect(parseBytes('512MiB')).toBe(512 * 1024 * 1024);
     expect(parseBytes('1.5GiB')).toBe(1.5 * 1024 ** 3);

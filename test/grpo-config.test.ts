@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseGrpoConfig } from '../src/grpo/config.js';
 import { grpoConfigFromArgs } from '../src/grpo/cli.js';
+import { resumeCheckpoint } from '../src/grpo/driver.js';
 import { alignToTargets, assembleRows, buildTrainBatch } from '../src/grpo/rollout-batch.js';
 
 describe('GRPO config', () => {
@@ -25,11 +26,20 @@ describe('GRPO config', () => {
   it('bad values name the field and what is expected', () => {
     expect(() => parseGrpoConfig({ model: 'x', mode: 'both', temperature: -1, engine: { tp: 3 } }, 4)).toThrow(/mode: expected mode to be server or colocate[\s\S]*engine\.tp: expected engine\.tp to be 1, 2 or 4[\s\S]*temperature: expected a positive temperature/);
     expect(() => grpoConfigFromArgs(['--steps', 'many'])).toThrow(/--steps expects a number but received "many"/);
-    expect(() => grpoConfigFromArgs(['--frobnicate'])).toThrow(/unknown option '--frobnicate'[\s\S]*Usage: grpo/);
+    expect(() => grpoConfigFromArgs(['--frobnicate'])).toThrow(/^GRPO flags: unknown option '--frobnicate'\. HINT: run with --help to list the flags\.$/);
     expect(() => parseGrpoConfig({ model: 'x', promptsPerStep: 3 }, 4)).toThrow(/does not split over 2 engine replicas/);
     expect(() => parseGrpoConfig({ model: 'x', numGenerations: 3, promptsPerStep: 2 }, 8)).toThrow(/6 samples do not split over 4 data-parallel trainer ranks/);
     expect(() => parseGrpoConfig({ model: 'x' }, 1)).toThrow(/leaves 0 trainer and 1 engine ranks/);
-    expect(() => parseGrpoConfig({ model: 'x', resume: true }, 4)).toThrow(/resume needs checkpoint\.dir/);
+    expect(() => parseGrpoConfig({ model: 'x', resume: true }, 4)).toThrow(/--resume needs --checkpoint-dir/);
+  });
+
+  it('--resume needs a checkpoint to resume from, but not --checkpoint-every', async () => {
+    const c = parseGrpoConfig(grpoConfigFromArgs(['--model', 'x', '--resume', '--checkpoint-dir', '/nowhere/at/all']), 4);
+    expect(c.checkpoint).toEqual({ dir: '/nowhere/at/all' });
+    await expect(resumeCheckpoint('/nowhere/at/all')).rejects.toThrow(/--resume: the checkpoint folder "\/nowhere\/at\/all" does not exist/);
+    const empty = mkdtempSync(join(tmpdir(), 'grpo-empty-'));
+    await expect(resumeCheckpoint(empty)).rejects.toThrow(/holds no checkpoint \(no `latest` file\)/);
+    await expect(resumeCheckpoint(empty)).rejects.toMatchObject({ code: 'ASCENT_CONFIG' });
   });
 });
 

@@ -103,7 +103,9 @@ describe('GRPO options and the quickstart entry', () => {
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/Usage: grpo[\s\S]*--engine-tp <n>/);
     const bad = await launchFixture(2, 'examples/grpo.ts', ['--engine-tp', '3'], {}, 60_000);
-    expect(bad.code).toBe(1);
-    expect(bad.stderr).toMatch(/engine\.tp: expected engine\.tp to be 1, 2 or 4/);
+    // A bad flag is a usage error: one line naming the field and the value received, exit 2.
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/^launch: Invalid GRPO config: engine\.tp: expected engine\.tp to be 1, 2 or 4 \(received 3\) \(on all 2 ranks\)$/m);
+    expect(bad.stderr.match(/engine\.tp: expected/g)).toHaveLength(1);
   }, 240_000);
 });

@@ -1,5 +1,6 @@
 /**
- * `ascent <command>`: tools around a run.
+ * `ascent <command>`: the launcher and tools around a run.
+ *   ascent launch --nproc N entry.ts   run an entry on N ranks (src/cli/launch.ts; `launch` is an alias)
  *   ascent trace <folder|file>   explain flight-recorder dumps of aborted communicators
  *   ascent inspect <path>        validate a safetensors checkpoint and list its tensors
  *   ascent plot <files...>       draw run logs and benchmark results to SVG and PNG
@@ -26,12 +27,19 @@ function buildProgram(out: string[]): Command {
   registerInspect(program);
   registerPlot(program);
   registerSchema(program);
+  // `ascent launch ...` is handled by the launch CLI itself (main below); listed here for the help.
+  program.command('launch').description('run an SPMD entry on N ranks, like torchrun (`ascent launch --help` for its flags)').helpOption(false).allowUnknownOption().allowExcessArguments();
   return program;
 }
 
 export async function main(argv: string[]): Promise<number> {
+  if (argv[0] === 'launch') return (await import('./launch.js')).main(argv.slice(1));
   const out: string[] = [];
   const program = buildProgram(out);
+  if (argv.length === 0) {
+    process.stdout.write(program.helpInformation());
+    return 0;
+  }
   try {
     await program.parseAsync(argv, { from: 'user' });
   } catch (err) {

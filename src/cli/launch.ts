@@ -1,15 +1,21 @@
 /**
- * `launch --nproc N [flags] entry.(ts|mjs|js) [entry args]`
+ * `ascent launch --nproc N [flags] entry.(ts|mjs|js) [entry args]` (also `launch ...`)
  *
  * Flags are parsed with commander, validated with zod (LaunchOptionsSchema); any
- * bad flag prints what was wrong and the usage, and exits with code 2.
+ * bad flag prints what was wrong and the usage, and exits with code 2. torchrun's
+ * spellings are accepted where they mean the same on one node (`--nproc-per-node`,
+ * `--nnodes 1`, `--node-rank 0`, `--log-dir`); multi-node values are a clear error.
  */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
 import { LaunchOptionsSchema, formatIssues } from '../runtime/config.js';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import { EXIT_USAGE, launch } from '../runtime/launcher.js';
 import { resolveModuleUrl } from '../runtime/module-loader.js';
 import { parsePatchSwitch } from '../runtime/patches.js';
+import { validateEnv } from '../runtime/env.js';
+import { PACKAGE_ROOT } from '../runtime/paths.js';
 
 const ENTRY_EXT = /\.(ts|mts|cts|js|mjs|cjs)$/;
 
@@ -17,7 +23,13 @@ function buildProgram(): Command {
   return new Command('launch')
     .description('Run an SPMD entry on N ranks (worker threads, one device each), like torchrun.')
     .usage('--nproc N [flags] entry.(ts|mjs|js) [entry args...]')
-    .requiredOption('--nproc <n>', 'number of ranks (positive integer)')
+    .version(packageVersion(), '-V, --version', 'print the version and exit')
+    // Checked after parsing, so that an unknown flag is named as such first.
+    .option('--nproc <n>', 'number of ranks (positive integer; required)')
+    .option('--nproc-per-node <n>', 'torchrun spelling of --nproc (one node)')
+    .option('--nnodes <n>', 'number of nodes: only 1 is supported')
+    .option('--node-rank <n>', 'rank of this node: only 0 is supported')
+    .option('--log-dir <dir>', 'also write each rank\'s output to <dir>/rank-<N>.log')
     .option('--rank0-only', 'show only rank 0 output (failure reports always show)', false)
     .option('--no-prefix', 'do not prefix output lines with [rank N]')
     .addOption(new Option('--grace-period <seconds>', 'time ranks get to stop after a failure or signal').default('5'))
@@ -47,6 +59,31 @@ function positiveIntFlag(flag: string, raw: string): number {
   return Number(raw);
 }
 
+function packageVersion(): string {
+  try {
+    return (JSON.parse(readFileSync(join(PACKAGE_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** --nproc / --nproc-per-node (one of them, or both equal), --nnodes 1, --node-rank 0. */
+function rankCount(o: Record<string, unknown>): number {
+  const single = (flag: string, raw: unknown, ok: RegExp, what: string) => {
+    if (raw !== undefined && !ok.test(String(raw).trim())) {
+      throw new ConfigError(`${flag} ${String(raw)} is not supported yet: Ascent runs ${what}. HINT: drop ${flag} (or pass ${flag} ${flag === '--nnodes' ? '1' : '0'}).`);
+    }
+  };
+  single('--nnodes', o.nnodes, /^1(:1)?$/, 'on one node (its ranks are threads of one process)');
+  single('--node-rank', o.nodeRank, /^0$/, 'on one node, node rank 0');
+  const a = o.nproc === undefined ? undefined : positiveIntFlag('--nproc', String(o.nproc));
+  const b = o.nprocPerNode === undefined ? undefined : positiveIntFlag('--nproc-per-node', String(o.nprocPerNode));
+  if (a !== undefined && b !== undefined && a !== b) throw new ConfigError(`--nproc ${a} and --nproc-per-node ${b} disagree; they are the same flag. HINT: pass one of them.`);
+  const n = a ?? b;
+  if (n === undefined) throw new ConfigError('required option --nproc N (or --nproc-per-node N) not specified.');
+  return n;
+}
+
 function usageError(program: Command, message: string): number {
   process.stderr.write(`launch: ${message}\n\n${program.helpInformation()}`);
   return EXIT_USAGE;
@@ -71,6 +108,7 @@ export async function main(argv: string[]): Promise<number> {
   let options;
   try {
     const o = parsed.opts;
+    const nproc = rankCount(o);
     if (!ENTRY_EXT.test(parsed.entry)) {
       throw new ConfigError(`The entry ${JSON.stringify(parsed.entry)} must be a .ts, .mts, .js or .mjs file exporting main(ctx).`);
     }
@@ -81,7 +119,8 @@ export async function main(argv: string[]): Promise<number> {
     }
     const r = LaunchOptionsSchema.safeParse({
       env,
-      nproc: positiveIntFlag('--nproc', String(o.nproc)),
+      nproc,
+      ...(typeof o.logDir === 'string' ? { logDir: o.logDir } : {}),
       entry: parsed.entry,
       entryArgs: parsed.args,
       rank0Only: Boolean(o.rank0Only),
@@ -96,6 +135,16 @@ export async function main(argv: string[]): Promise<number> {
     if (err instanceof ConfigError || err instanceof InvalidArgumentError) return usageError(program, err.message);
     throw err;
   }
-  const result = await launch(options);
-  return result.exitCode;
+  try {
+    // Bad environment values are one line naming the variable (no usage: the flags were fine).
+    validateEnv({ ...process.env, ...options.env });
+    const result = await launch(options);
+    return result.exitCode;
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`launch: ${err.message}\n`);
+      return EXIT_USAGE;
+    }
+    throw err;
+  }
 }

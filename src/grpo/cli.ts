@@ -61,7 +61,7 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
   } catch (e) {
     if (e instanceof CommanderError) {
       if (e.code === 'commander.helpDisplayed') throw new ConfigError(cmd.helpInformation());
-      throw new ConfigError(`${e.message.replace(/^error: /, '')}\n${cmd.helpInformation()}`);
+      throw new ConfigError(`GRPO flags: ${e.message.replace(/^error: /, '')}. HINT: run with --help to list the flags.`);
     }
     throw e;
   }

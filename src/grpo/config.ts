@@ -67,7 +67,8 @@ export const GrpoConfigSchema = z
       .strict()
       .default({ bucketBytes: 512 * 2 ** 20, verify: false, tolerance: 1e-3 }),
     checkpoint: z
-      .object({ dir: z.string().min(1), every: posInt('checkpoint.every') })
+      // `every` is optional: a run may only resume from (not save to) dir.
+      .object({ dir: z.string().min(1), every: posInt('checkpoint.every').optional() })
       .strict()
       .optional(),
     /** Resume from the newest checkpoint in checkpoint.dir. */
@@ -97,7 +98,7 @@ export function parseGrpoConfig(value: unknown, worldSize: number): GrpoConfig {
   if (trainerRanks % (c.trainer.tp) !== 0) {
     throw new ConfigError(`GRPO: trainer.tp = ${c.trainer.tp} does not divide the ${trainerRanks} trainer ranks.`);
   }
-  if (c.resume && !c.checkpoint) throw new ConfigError('GRPO: resume needs checkpoint.dir (the folder the run saved to).');
+  if (c.resume && !c.checkpoint) throw new ConfigError('GRPO: --resume needs --checkpoint-dir (checkpoint.dir): the folder the run saved its checkpoints to.');
   const samples = c.promptsPerStep * c.numGenerations;
   const dp = trainerRanks / c.trainer.tp;
   if (samples % dp !== 0) {

@@ -16,10 +16,11 @@
  * ranks and engines on the rest; `colocate` puts both on every rank, and the engine
  * sleeps (drops weights and KV cache) while the trainer trains, woken by the sync.
  */
+import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
-import { InvalidArgumentError } from '../runtime/errors.js';
+import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/rank-context.js';
 import { TaskPool } from '../runtime/task-pool.js';
 import { builtFile } from '../runtime/paths.js';
@@ -96,8 +97,23 @@ function rolesOf(cfg: GrpoConfig, rank: number, world: number): Roles {
 
 const CALL_MS = 600_000;
 
+/** The newest checkpoint under `dir` for --resume; a missing or empty folder is a ConfigError. */
+export async function resumeCheckpoint(dir: string): Promise<string> {
+  const found = await latestCheckpoint(dir);
+  if (!found) {
+    const why = existsSync(dir) ? 'holds no checkpoint (no `latest` file)' : 'does not exist';
+    throw new ConfigError(
+      `GRPO: --resume: the checkpoint folder ${JSON.stringify(dir)} ${why}. HINT: pass the --checkpoint-dir of a run that saved a checkpoint (--checkpoint-every N), or drop --resume to start fresh.`,
+      { dir },
+    );
+  }
+  return found;
+}
+
 export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise<GrpoSummary | null> {
   const cfg = parseGrpoConfig(input, ctx.worldSize);
+  // Before any heavy initialisation: resuming from nothing is an error, not a fresh start.
+  const resumeDir = cfg.resume ? await resumeCheckpoint(cfg.checkpoint!.dir) : null;
   const model = loadModelConfig(modelConfigPath(cfg.model));
   const roles = rolesOf(cfg, ctx.rank, ctx.worldSize);
   const { rank } = ctx;
@@ -124,12 +140,9 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
 
   // Resume (trainer ranks, collective over the trainer group) before the first sync.
   let startStep = 0;
-  if (cfg.resume) {
-    const dir = await latestCheckpoint(cfg.checkpoint!.dir);
-    if (dir) {
-      if (trainer) await trainer.load(dir);
-      startStep = (JSON.parse(await readFile(join(dir, TRAIN_STATE_FILE), 'utf8')) as { step: number }).step;
-    }
+  if (resumeDir) {
+    if (trainer) await trainer.load(resumeDir);
+    startStep = (JSON.parse(await readFile(join(resumeDir, TRAIN_STATE_FILE), 'utf8')) as { step: number }).step;
   }
   const sync = new SyncActor(ctx, makeWeightSync({ cfg, model, mode: cfg.mode, roles, strategy: trainer?.strategy ?? null, engine: rollout?.engine ?? null, syncComm }));
   // First sync: the engines start from the trainer's (initial or resumed) weights;
@@ -288,7 +301,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       metrics.push(m);
       log?.step({ ...m, engineTrainerLogprobDiff: tokens ? diff / tokens : 0, syncPeakExtraBytes: rep!.peakExtraBytes, verified: rep!.verified ?? null, time: new Date().toISOString() });
       progress.update(m, (line) => ctx.log.info(line));
-      if (cfg.checkpoint && step % cfg.checkpoint.every === 0) {
+      if (cfg.checkpoint?.every !== undefined && step % cfg.checkpoint.every === 0) {
         if (cfg.beta > 0) await trainers.call('saveReference', refDir!);
         await trainers.call('save', cfg.checkpoint.dir, step, { rewardMean: mean });
       }

@@ -12,15 +12,30 @@ export function formatIssues(error: z.ZodError): string {
   return error.issues
     .map((i) => {
       const path = i.path.length ? i.path.map(String).join('.') : '(root)';
-      return `  - ${path}: ${i.message}`;
+      return `  - ${path}: ${i.message}${received(i)}`;
     })
     .join('\n');
 }
 
+/** " (received -3)" when the issue kept its input and the message does not already say it. */
+function received(i: z.core.$ZodIssue): string {
+  if (!('input' in i) || i.input === undefined || /received/i.test(i.message)) return '';
+  let shown: string;
+  try {
+    shown = JSON.stringify(i.input) ?? String(i.input);
+  } catch {
+    shown = String(i.input);
+  }
+  return shown.length > 80 ? ` (received ${typeof i.input})` : ` (received ${shown})`;
+}
+
 export function parseConfig<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
-  const r = schema.safeParse(value);
+  const r = schema.safeParse(value, { reportInput: true });
   if (!r.success) {
-    throw new ConfigError(`Invalid ${what}:\n${formatIssues(r.error)}`, { issues: r.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })) });
+    // One issue is one line; several are one line each under a header.
+    const issues = formatIssues(r.error);
+    const text = r.error.issues.length === 1 ? `Invalid ${what}: ${issues.replace(/^\s+- /, '')}` : `Invalid ${what}:\n${issues}`;
+    throw new ConfigError(text, { issues: r.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })) });
   }
   return r.data;
 }
@@ -45,6 +60,13 @@ export const OutputOptionsSchema = z
     prefix: z.boolean().default(true),
     /** Which ranks' output reaches the terminal; failure reports always do. */
     ranks: z.union([z.literal('all'), z.array(z.number().int().min(0))]).default('all'),
+    /** Also write each rank's output, unprefixed, to `<logDir>/rank-<N>.log` (torchrun's --log-dir). */
+    logDir: z.string().min(1).optional(),
+    /**
+     * A real terminal the ranks' live displays may draw on: these ranks see a TTY
+     * stderr of this width, forwarded raw (progress bars redraw in place).
+     */
+    terminal: z.object({ ranks: z.array(z.number().int().min(0)), columns: z.number().int().positive() }).strict().optional(),
   })
   .strict();
 
@@ -105,6 +127,8 @@ export const LaunchOptionsSchema = z
     deviceMemory: byteSize.optional(),
     prefix: z.boolean().default(true),
     env: z.record(z.string(), z.string()).default({}),
+    /** One log file per rank in this folder (created if missing). */
+    logDir: z.string().min(1).optional(),
   })
   .strict();
 export type LaunchOptions = z.input<typeof LaunchOptionsSchema>;

@@ -14,6 +14,8 @@ export interface EnvVarSpec {
   readonly description: string;
   /** Set by the runtime itself (per rank); users normally do not set it. */
   readonly setByRuntime?: boolean;
+  /** Smallest accepted value (int and bytes kinds). */
+  readonly min?: number;
 }
 
 export const ENV_VARS = [
@@ -21,16 +23,16 @@ export const ENV_VARS = [
   { name: 'LOCAL_RANK', kind: 'int', default: undefined, setByRuntime: true, description: 'Rank within this process/node; also the device ordinal.' },
   { name: 'WORLD_SIZE', kind: 'int', default: undefined, setByRuntime: true, description: 'Number of ranks in the world.' },
   { name: 'LOCAL_WORLD_SIZE', kind: 'int', default: undefined, setByRuntime: true, description: 'Number of ranks in this process/node.' },
-  { name: 'ASCENT_DEVICE_MEMORY', kind: 'bytes', default: '16GiB', description: 'Memory capacity of each device (e.g. `512MiB`, `16GiB`); bounded by host memory.' },
-  { name: 'HCCL_CONNECT_TIMEOUT', kind: 'int', default: '120', description: 'Seconds a communicator init (rendezvous) may wait for all ranks. The runtime sets 120 when unset.' },
-  { name: 'HCCL_EXEC_TIMEOUT', kind: 'int', default: '1800', description: 'Seconds one collective may wait for its peers before a CollectiveTimeoutError.' },
+  { name: 'ASCENT_DEVICE_MEMORY', kind: 'bytes', default: '16GiB', min: 1, description: 'Memory capacity of each device (e.g. `512MiB`, `16GiB`); bounded by host memory.' },
+  { name: 'HCCL_CONNECT_TIMEOUT', kind: 'int', default: '120', min: 1, description: 'Seconds a communicator init (rendezvous) may wait for all ranks. The runtime sets 120 when unset.' },
+  { name: 'HCCL_EXEC_TIMEOUT', kind: 'int', default: '1800', min: 1, description: 'Seconds one collective may wait for its peers before a CollectiveTimeoutError.' },
   { name: 'ASCENT_TRACE_DIR', kind: 'string', default: undefined, description: 'Folder for flight-recorder dumps of aborted communicators (default: `<os tmpdir>/ascent-flight-recorder`); explain them with `npx ascent trace <dir>`.' },
   { name: 'ASCENT_ENABLE_NPU_MODEL_PATCH', kind: 'string', default: 'true', description: 'Model patches (fast and fused kernels over the reference path): `true` or `false`; `launch --enable-npu-model-patch` sets it.' },
-  { name: 'ASCENT_ACTOR_CALL_TIMEOUT_MS', kind: 'int', default: '0', description: 'Default per-call actor RPC timeout in ms (0 = none; a dead worker still fails calls at once).' },
+  { name: 'ASCENT_ACTOR_CALL_TIMEOUT_MS', kind: 'int', default: '0', min: 0, description: 'Default per-call actor RPC timeout in ms (0 = none; a dead worker still fails calls at once).' },
   { name: 'ASCENT_ACTOR_CALLSITES', kind: 'bool', default: '0', description: 'Append the caller\'s stack to actor call errors (costs ~15 µs per call: V8 walks the async stack).' },
-  { name: 'ASCENT_SHUTDOWN_GRACE_MS', kind: 'int', default: '5000', description: 'Grace period before ranks are terminated after a failure or shutdown.' },
-  { name: 'ASCENT_COMM_MOVERS', kind: 'int', default: undefined, description: 'Ranks that move the data of a large collective for the whole communicator (default: one per core, at most the number of ranks); read by the native communicator when a communicator is created.' },
-  { name: 'ASCENT_TASK_POOL_THREADS', kind: 'int', default: '2', description: 'Maximum threads of the Piscina task pool created with each World.' },
+  { name: 'ASCENT_SHUTDOWN_GRACE_MS', kind: 'int', default: '5000', min: 0, description: 'Grace period before ranks are terminated after a failure or shutdown.' },
+  { name: 'ASCENT_COMM_MOVERS', kind: 'int', default: undefined, min: 1, description: 'Ranks that move the data of a large collective for the whole communicator (default: one per core, at most the number of ranks); read by the native communicator when a communicator is created.' },
+  { name: 'ASCENT_TASK_POOL_THREADS', kind: 'int', default: '2', min: 1, description: 'Maximum threads of the Piscina task pool created with each World.' },
   { name: 'ASCENT_LOG_PREFIX', kind: 'bool', default: '1', description: 'Prefix rank output lines with `[rank N]` under `launch`.' },
 ] as const satisfies readonly EnvVarSpec[];
 
@@ -55,10 +57,21 @@ export function envString(name: EnvVarName, env: NodeJS.ProcessEnv = process.env
 export function envInt(name: EnvVarName, env: NodeJS.ProcessEnv = process.env): number | undefined {
   const v = raw(name, env);
   if (v === undefined) return undefined;
+  const spec = envSpec(name);
   if (!/^-?\d+$/.test(v.trim())) {
-    throw new ConfigError(`Expected an integer for ${name} but received ${JSON.stringify(v)}. HINT: ${envSpec(name).description}`, { name, value: v });
+    throw new ConfigError(`Expected ${expectation(spec)} for ${name} but received ${JSON.stringify(v)}. HINT: ${spec.description}`, { name, value: v });
   }
-  return Number.parseInt(v, 10);
+  const n = Number.parseInt(v, 10);
+  if (spec.min !== undefined && n < spec.min) {
+    throw new ConfigError(`Expected ${expectation(spec)} for ${name} but received ${JSON.stringify(v)}. HINT: ${spec.description}`, { name, value: v });
+  }
+  return n;
+}
+
+function expectation(spec: EnvVarSpec): string {
+  if (spec.min === 1) return 'a positive integer';
+  if (spec.min === 0) return 'a non-negative integer';
+  return 'an integer';
 }
 
 export function envBool(name: EnvVarName, env: NodeJS.ProcessEnv = process.env): boolean {
@@ -86,7 +99,26 @@ export function parseBytes(value: string | number, what = 'a byte size'): number
 
 export function envBytes(name: EnvVarName, env: NodeJS.ProcessEnv = process.env): number | undefined {
   const v = raw(name, env);
-  return v === undefined ? undefined : parseBytes(v, name);
+  if (v === undefined) return undefined;
+  const n = parseBytes(v, name);
+  const min = envSpec(name).min;
+  if (min !== undefined && n < min) throw new ConfigError(`Expected a byte size of at least ${min} for ${name} but received ${JSON.stringify(v)}. HINT: ${envSpec(name).description}`, { name, value: v });
+  return n;
+}
+
+/**
+ * Checks every declared variable that is set, so a bad value is one ConfigError
+ * naming the variable before any rank starts (not a crash inside a worker later).
+ */
+export function validateEnv(env: NodeJS.ProcessEnv = process.env): void {
+  for (const spec of ENV_VARS as readonly EnvVarSpec[]) {
+    if (spec.setByRuntime) continue;
+    const name = spec.name as EnvVarName;
+    if (env[name] === undefined || env[name] === '') continue;
+    if (spec.kind === 'int') envInt(name, env);
+    else if (spec.kind === 'bool') envBool(name, env);
+    else if (spec.kind === 'bytes') envBytes(name, env);
+  }
 }
 
 /**

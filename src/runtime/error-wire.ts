@@ -9,7 +9,7 @@
  */
 import * as Comlink from 'comlink';
 import { Packr } from 'msgpackr';
-import { AscentError, errorFromCode, RemoteError, type ErrorDetails } from './errors.js';
+import { AscentError, errorFromCode, RemoteError, remoteErrorClass, type ErrorDetails } from './errors.js';
 
 export interface WireError {
   name: string;
@@ -68,8 +68,16 @@ function safeString(v: unknown): string {
  */
 export function fromWireError(wire: WireError, context: { rank?: number; actor?: string } = {}): AscentError {
   let err: AscentError;
+  const userClass = remoteErrorClass(wire.name);
   if (wire.code && wire.code.startsWith('ASCENT_')) {
     err = errorFromCode(wire.code, wire.message, wire.details ?? {});
+  } else if (userClass) {
+    // A registered class of the user's: an instance of it, built without its constructor.
+    err = Object.create(userClass.prototype) as AscentError;
+    for (const [k, v] of Object.entries({ message: wire.message, details: wire.details ?? {}, ...(wire.code ? { code: wire.code } : {}) })) {
+      Object.defineProperty(err, k, { value: v, writable: true, configurable: true, enumerable: k !== 'message' });
+    }
+    if (err.name !== wire.name) Object.defineProperty(err, 'name', { value: wire.name, writable: true, configurable: true });
   } else {
     const r = new RemoteError(wire.message, wire.details ?? {});
     r.remoteName = wire.name;
@@ -116,7 +124,9 @@ export function tagError(err: unknown, rank: number | undefined, actor: string |
     const known = e.rank !== undefined && e.actor !== undefined;
     if (e.rank === undefined && rank !== undefined) e.rank = rank;
     if (e.actor === undefined && actor !== undefined) e.actor = actor;
-    if (!known && err instanceof AscentError && err.remoteStack !== undefined) setRemoteStack(err, err.name, err.message);
+    // Rebuilt remote errors (Ascent's or a registered user class) show where they ran.
+    const remote = err as AscentError;
+    if (!known && typeof remote.remoteStack === 'string') setRemoteStack(remote, remote.name, remote.message);
   }
   return err;
 }

@@ -179,6 +179,27 @@ for (const cls of [
   registerErrorClass(cls);
 }
 
+type UserErrorClass = abstract new (...args: never[]) => Error;
+
+const userClasses = new Map<string, UserErrorClass>();
+
+/**
+ * Registers an error class of your own (not an AscentError) on the receiving side,
+ * by its class name: a remote error of that name then comes back as an instance of
+ * it (`instanceof` holds), with its message, `code`, `details`, rank, actor, cause
+ * and remote stack set; its constructor is not run. Unregistered classes arrive as
+ * `RemoteError` with `name` = the class name.
+ */
+export function registerRemoteErrorClass(cls: UserErrorClass, name = cls.name): void {
+  if (!name) throw new InvalidArgumentError('registerRemoteErrorClass needs a named class (or a name as its second argument).');
+  userClasses.set(name, cls);
+}
+
+/** The user class registered under `name`, if any. */
+export function remoteErrorClass(name: string): UserErrorClass | undefined {
+  return userClasses.get(name);
+}
+
 /** Builds the registered class for `code`; unknown codes give a `RemoteError` that keeps the code. */
 export function errorFromCode(code: string, message: string, details: ErrorDetails = {}): AscentError {
   const cls = registry.get(code);

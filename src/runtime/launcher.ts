@@ -1,12 +1,17 @@
 /**
  * `launch` core (torchrun-like, ranks are worker threads of this process): every
- * rank runs the entry's `main(ctx)`. The first failure (a thrown error, an uncaught
- * exception, a non-zero exit) is reported with rank, error and stack; the other
- * ranks get a grace period to stop, then are terminated; the exit code is non-zero.
- * A wall-clock limit stops a stuck run with a report of the ranks still running.
+ * rank runs the entry's `main(ctx)`. On the first failure (a thrown error, an
+ * uncaught exception, a non-zero exit) the other ranks get a grace period to run
+ * their catch / finally and stop hooks, then are terminated. Then one report:
+ * the ranks' errors grouped (an error all ranks raised is printed once, "on all N
+ * ranks"), ranks that hung, and the culprit (launch-report.ts). A run that failed
+ * only on bad input (a ConfigError) is one line per distinct error, no stack, and
+ * exit code 2. A wall-clock limit stops a stuck run with a report of the ranks
+ * still running.
  */
 import { LaunchOptionsSchema, parseConfig, type LaunchOptions } from './config.js';
 import type { AscentError } from './errors.js';
+import { describeRanks, groupFailures, isCollectiveError, isUsageFailure, pickCulprit, type RankEnd, type RankErrorInfo, type RankOutcome } from './launch-report.js';
 import { resolveModuleUrl } from './module-loader.js';
 import { World } from './world.js';
 
@@ -21,16 +26,53 @@ export interface LaunchResult {
   failedRanks: number[];
   /** Ranks still running when the wall-clock limit hit. */
   stuckRanks: number[];
+  /** Ranks that did not stop within the grace period and were terminated. */
+  hungRanks: number[];
+  /** The ranks most likely at fault when the run failed. */
+  culpritRanks: number[];
 }
 
 const say = (msg: string) => process.stderr.write(`[launch] ${msg}\n`);
 
 /** The rank's own stack when it has one; a main-thread stack would only show Ascent's frames. */
-function describeError(err: AscentError | undefined): string {
+function errorText(err: RankErrorInfo | undefined, withStack: boolean): string {
   if (!err) return '';
-  if (err.remoteStack) return `: ${err.stack ?? err.message}`;
-  const cause = err.cause instanceof Error ? `: ${err.cause.stack ?? err.cause.message}` : '';
-  return cause;
+  return `: ${withStack && err.stack ? err.stack : `${err.name}: ${err.message}`}`;
+}
+
+function errorInfo(err: AscentError | undefined): RankErrorInfo | undefined {
+  if (!err) return undefined;
+  // A crash keeps the worker's own error as the cause; its stack is the useful one.
+  const cause = !err.remoteStack && err.cause instanceof Error ? err.cause : undefined;
+  const shown = cause ?? err;
+  // An error made here (a non-zero exit) has only the launcher's frames: no stack then.
+  const stack = err.remoteStack || cause ? withoutRuntimeFrames(shown.stack) : undefined;
+  return {
+    name: shown.name,
+    code: err.code,
+    message: shown.message,
+    ...(stack ? { stack } : {}),
+    ...(err.details ? { details: err.details } : {}),
+  };
+}
+
+/** Drops the rank worker's own frames (how main was called), which say nothing about the error. */
+function withoutRuntimeFrames(stack: string | undefined): string | undefined {
+  return stack
+    ?.split('\n')
+    .filter((l) => !/^\s+at .*[/\\]runtime[/\\]rank-worker\.js:/.test(l))
+    .join('\n');
+}
+
+/**
+ * The launcher owns the terminal: when stderr is a real one, rank 0's stderr is
+ * forwarded raw and looks like a TTY to it, so its progress display renders live;
+ * otherwise (CI, a pipe, a file) every rank prints plain prefixed lines.
+ */
+function liveTerminal(): { terminal?: { ranks: number[]; columns: number } } {
+  const err = process.stderr;
+  if (!err.isTTY) return {};
+  return { terminal: { ranks: [0], columns: err.columns || 80 } };
 }
 
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
@@ -42,57 +84,57 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       env: opts.env,
       gracePeriodMs: opts.gracePeriodMs,
       taskPool: false,
-      output: { prefix: opts.prefix, ranks: opts.rank0Only ? [0] : 'all' },
+      output: { prefix: opts.prefix, ranks: opts.rank0Only ? [0] : 'all', ...(opts.logDir ? { logDir: opts.logDir } : {}), ...liveTerminal() },
       ...(opts.deviceMemory !== undefined ? { deviceMemory: opts.deviceMemory } : {}),
     },
     { entryUrl, entryArgs: opts.entryArgs },
   );
 
-  const done = new Set<number>();
-  const failed: number[] = [];
-  // Failures that are consequences of another (a communicator aborted because a
-  // peer died or failed) rank after the failures that caused them in the summary.
-  const primary: number[] = [];
+  const outcomes = new Map<number, RankOutcome>();
+  let arrivals = 0;
   let stuck: number[] = [];
   let exitCode = EXIT_OK;
   let finish!: () => void;
   const finished = new Promise<void>((r) => (finish = r));
   let stopping = false;
+  const doneCount = () => [...outcomes.values()].filter((o) => o.end === 'done' || o.end === 'exited').length;
 
-  const fail = (rank: number, err: AscentError | undefined, how: string) => {
-    if (failed.includes(rank)) return;
+  const fail = (rank: number, err: AscentError | undefined, end: RankEnd, exitCode_?: number) => {
+    if (outcomes.has(rank)) return;
     // After a signal or the wall-clock limit, aborted collectives are our doing, not failures.
     if (stopping && exitCode !== EXIT_RANK_FAILED && err?.code === 'ASCENT_COMM_ABORTED') return;
-    failed.push(rank);
-    if (err?.code !== 'ASCENT_COMM_ABORTED') primary.push(rank);
-    say(`rank ${rank} ${how}${describeError(err)}`);
+    const info = errorInfo(err);
+    outcomes.set(rank, { rank, end, order: arrivals++, ...(info ? { error: info } : {}), ...(exitCode_ !== undefined ? { exitCode: exitCode_ } : {}) });
     if (!stopping) {
       stopping = true;
       exitCode = EXIT_RANK_FAILED;
-      world.abortWorldComm(`rank ${rank} failed: ${err?.message ?? how}`);
+      world.abortWorldComm(`rank ${rank} failed: ${err?.message ?? end}`);
       const others = world.ranks.filter((r) => r.rank !== rank && r.status === 'running').length;
-      say(`stopping ${others} other rank${others === 1 ? '' : 's'} (grace period ${opts.gracePeriodMs} ms)`);
+      // A usage error is reported as one line at the end; a progress line would only add noise.
+      if (others > 0 && err?.code !== 'ASCENT_CONFIG') say(`stopping ${others} other rank${others === 1 ? '' : 's'} (grace period ${opts.gracePeriodMs} ms) after a failure on rank ${rank}; the report follows`);
       finish();
     }
   };
 
   world.on('main-done', (rank) => {
-    done.add(rank);
-    if (done.size === opts.nproc) finish();
+    if (outcomes.has(rank)) return;
+    outcomes.set(rank, { rank, end: 'done' });
+    if (doneCount() === opts.nproc) finish();
   });
   world.on('main-failed', (rank, err) => fail(rank, err, 'failed'));
   world.on('rank-exit', (rank, code, err) => {
     // A rank we terminated has no error; one that exited on its own does, even if we
     // only learn of it during the grace period.
-    if (done.has(rank) || failed.includes(rank)) return;
+    if (outcomes.has(rank)) return;
     if (!err) {
-      if (code !== 0 || stopping) return;
-      // main() called process.exit(0): a clean finish, as torchrun counts it.
-      done.add(rank);
-      if (done.size === opts.nproc) finish();
+      if (code !== 0 || world.ranks[rank]?.terminated) return;
+      // main() called process.exit(0): a clean finish, as torchrun counts it (but a
+      // suspect if the others then fail waiting for it).
+      outcomes.set(rank, { rank, end: 'exited', exitCode: 0 });
+      if (doneCount() === opts.nproc) finish();
       return;
     }
-    fail(rank, err, err?.cause instanceof Error ? 'crashed' : `exited with code ${code}`);
+    fail(rank, err, err.cause instanceof Error ? 'crashed' : 'exited', code);
   });
 
   let wallTimer: ReturnType<typeof setTimeout> | undefined;
@@ -128,7 +170,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   process.on('SIGTERM', onSignal);
 
   try {
-    await world.runMain().catch((err: AscentError) => fail(err.rank ?? -1, err, 'could not start'));
+    await world.runMain().catch((err: AscentError) => fail(err.rank ?? -1, err, 'failed'));
     await finished;
   } finally {
     clearTimeout(wallTimer);
@@ -136,9 +178,38 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
   }
-  if (exitCode === EXIT_RANK_FAILED) {
-    const root = primary[0] ?? failed[0];
-    say(`FAILED: ${failed.length} of ${opts.nproc} ranks failed (first: rank ${root}); exit code ${exitCode}`);
+
+  const hung = world.ranks.filter((r) => r.hung).map((r) => r.rank);
+  for (const r of hung) {
+    if (!outcomes.has(r)) outcomes.set(r, { rank: r, end: 'hung' });
   }
-  return { exitCode, failedRanks: failed, stuckRanks: stuck };
+  for (const r of world.ranks) {
+    if (!outcomes.has(r.rank)) outcomes.set(r.rank, { rank: r.rank, end: 'stopped' });
+  }
+  const all = [...outcomes.values()];
+  const failed = all.filter((o) => o.end === 'failed' || o.end === 'crashed' || (o.end === 'exited' && o.exitCode !== 0)).map((o) => o.rank).sort((a, b) => a - b);
+  let culpritRanks: number[] = [];
+  if (exitCode === EXIT_RANK_FAILED && isUsageFailure(all)) {
+    exitCode = EXIT_USAGE;
+    // Bad input: the message says what was wrong and what to do; frames would only hide it.
+    for (const g of groupFailures(all).filter((x) => !isCollectiveError(x.error))) {
+      process.stderr.write(`launch: ${g.error?.message ?? 'invalid input'} (on ${describeRanks(g.ranks, opts.nproc)})\n`);
+    }
+  } else if (exitCode === EXIT_RANK_FAILED) {
+    const culprit = pickCulprit(all);
+    culpritRanks = culprit?.ranks ?? [];
+    for (const g of groupFailures(all, culpritRanks)) {
+      // Aborted collectives are consequences: their message names the cause; frames add nothing.
+      const withStack = g.error?.code !== 'ASCENT_COMM_ABORTED';
+      const same = g.identical ? 'the same error' : `a ${g.error?.name ?? 'similar error'}`;
+      const who = g.ranks.length > 1 ? `${describeRanks(g.ranks, opts.nproc)} ${g.how} with ${same} (as on rank ${g.shownRank})` : `${describeRanks(g.ranks, opts.nproc)} ${g.how}`;
+      say(`${who}${errorText(g.error, withStack)}`);
+    }
+    for (const r of hung) say(`rank ${r} hung: it did not stop within the grace period of ${opts.gracePeriodMs} ms and was terminated`);
+    const blame = culprit ? ` (culprit: ${culprit.ranks.length === 1 ? `rank ${culprit.ranks[0]}` : `ranks [${culprit.ranks.join(', ')}]`}, ${culprit.reason})` : '';
+    say(`FAILED: ${failed.length === opts.nproc ? `all ${opts.nproc}` : `${failed.length} of ${opts.nproc}`} ranks failed${blame}; exit code ${exitCode}`);
+  } else if (hung.length > 0) {
+    for (const r of hung) say(`rank ${r} hung: it did not stop within the grace period of ${opts.gracePeriodMs} ms and was terminated`);
+  }
+  return { exitCode, failedRanks: failed, stuckRanks: stuck, hungRanks: hung, culpritRanks };
 }

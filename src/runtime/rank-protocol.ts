@@ -28,6 +28,8 @@ export interface RankWorkerData {
   callTimeoutMs: number;
   /** Unique id of the world communicator every rank joins at start (`ctx.comm`). */
   worldCommId: string;
+  /** The launcher's terminal: this rank's stderr then reports a TTY of these columns. */
+  terminal?: { columns: number };
 }
 
 export type RankEvent =

@@ -6,11 +6,12 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import * as Comlink from 'comlink';
+import { guardActor } from './actor-guard.js';
 import { nodePortEndpoint } from './actor-ref.js';
 import { Communicator } from './comm.js';
 import { Device } from './device.js';
 import { installComlinkErrorHandler, encodeError, tagError } from './error-wire.js';
-import { InvalidArgumentError } from './errors.js';
+import { ConfigError, InvalidArgumentError } from './errors.js';
 import { createLogger } from './logger.js';
 import { importModule, isClass } from './module-loader.js';
 import { loadNative } from './native.js';
@@ -26,6 +27,11 @@ const post = (ev: RankEvent) => parent.postMessage(ev);
 
 installComlinkErrorHandler();
 loadNative();
+if (data.terminal) {
+  // The launcher forwards this rank's stderr raw to its terminal: live displays
+  // (progress bars) may redraw in place, as they would in a terminal of their own.
+  Object.assign(process.stderr, { isTTY: true, columns: data.terminal.columns, rows: 24 });
+}
 
 const stopController = new AbortController();
 const stopHooks: Array<(reason: string) => void | Promise<void>> = [];
@@ -36,6 +42,10 @@ let mainStarted = false;
 // registered inside main, so a stop must not overtake a slow entry import.
 let markMainEntered!: () => void;
 const mainEntered = new Promise<void>((r) => (markMainEntered = r));
+// Resolves once main(ctx) returned or threw and its outcome was posted: a stop waits
+// for it so that the rank's own catch / finally run before it is terminated.
+let markMainSettled!: () => void;
+const mainSettled = new Promise<void>((r) => (markMainSettled = r));
 const device = Device.get(data.deviceOrdinal);
 // Every rank joins the world communicator before it reports ready (bounded by
 // HCCL_CONNECT_TIMEOUT); a rank that cannot join fails the start of the world.
@@ -86,7 +96,7 @@ const host: RankHostApi = {
     try {
       const obj = await construct(req);
       actors.expose(req.name, obj);
-      Comlink.expose(obj, nodePortEndpoint(port));
+      Comlink.expose(guardActor(obj, req.name, data.rank), nodePortEndpoint(port));
     } catch (err) {
       port.close();
       throw tagError(err, data.rank, req.name);
@@ -95,7 +105,7 @@ const host: RankHostApi = {
   async attach(name, port, timeoutMs) {
     try {
       const obj = await actors.lookup(name, timeoutMs);
-      Comlink.expose(obj, nodePortEndpoint(port));
+      Comlink.expose(guardActor(obj, name, data.rank), nodePortEndpoint(port));
     } catch (err) {
       port.close();
       throw tagError(err, data.rank, name);
@@ -110,6 +120,7 @@ const host: RankHostApi = {
     if (!comm.aborted) comm.abort(`rank ${data.rank} is stopping: ${reason}`);
     if (mainStarted) await mainEntered;
     for (const hook of stopHooks.splice(0)) await runHook(hook, reason);
+    if (mainStarted) await mainSettled;
     // A worker's stdout is forwarded asynchronously; wait until what the hooks printed
     // has been handed to the parent, or termination right after this may drop it.
     await Promise.all([flush(process.stdout), flush(process.stderr)]);
@@ -122,13 +133,15 @@ const host: RankHostApi = {
     if (!data.entry) throw new InvalidArgumentError(`Rank ${data.rank} was started without an entry module; runMain() needs SPMD mode.`);
     if (mainStarted) return;
     mainStarted = true;
-    runEntry(data.entry).then(
-      () => post({ type: 'main-done' }),
-      (err) => {
-        const bytes = encodeError(tagError(err, data.rank, undefined));
-        parent.postMessage({ type: 'main-failed', error: bytes } satisfies RankEvent, [bytes.buffer as ArrayBuffer]);
-      },
-    );
+    runEntry(data.entry)
+      .then(
+        () => post({ type: 'main-done' }),
+        (err) => {
+          const bytes = encodeError(tagError(err, data.rank, undefined));
+          parent.postMessage({ type: 'main-failed', error: bytes } satisfies RankEvent, [bytes.buffer as ArrayBuffer]);
+        },
+      )
+      .finally(markMainSettled);
   },
 };
 Comlink.expose(host, nodePortEndpoint(data.controlPort));
@@ -156,7 +169,7 @@ async function runEntry(entryUrl: string): Promise<void> {
   const main = (mod.main ?? mod.default) as unknown;
   markMainEntered();
   if (typeof main !== 'function') {
-    throw new InvalidArgumentError(
+    throw new ConfigError(
       `The entry ${entryUrl} exports no main(ctx) function (it exports: ${Object.keys(mod).join(', ') || 'nothing'}). HINT: add \`export async function main(ctx) { ... }\`.`,
     );
   }

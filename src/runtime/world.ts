@@ -19,7 +19,7 @@ import { ActorRef, nodePortEndpoint, RankLiveness } from './actor-ref.js';
 import { ActorSpecSchema, parseConfig, WorldOptionsSchema, type ActorSpec, type ResolvedWorldOptions, type WorldOptions } from './config.js';
 import { Communicator } from './comm.js';
 import { configureDevice } from './device.js';
-import { envBytes, envInt, applyRuntimeEnvDefaults } from './env.js';
+import { envBytes, envInt, applyRuntimeEnvDefaults, validateEnv } from './env.js';
 import { decodeError, fromWireError, installComlinkErrorHandler } from './error-wire.js';
 import { ActorDiedError, AscentError, InvalidArgumentError, TimeoutError } from './errors.js';
 import { resolveModuleUrl } from './module-loader.js';
@@ -38,6 +38,10 @@ export interface RankInfo {
   /** The error that ended this rank (thrown by main, uncaught, or a non-zero exit). */
   error?: AscentError;
   readonly output?: RankOutput;
+  /** It did not stop within the grace period of a shutdown and was terminated. */
+  hung?: boolean;
+  /** Its worker was terminated by a shutdown (its exit is not its own doing). */
+  terminated?: boolean;
 }
 
 interface RankSlot extends RankInfo {
@@ -49,6 +53,9 @@ interface RankSlot extends RankInfo {
   readonly controlPort: MessagePort;
   readonly brokerPort: MessagePort;
   readonly exited: Promise<number>;
+  /** Resolves when the rank reported 'stopped' (its hooks ran and its main settled). */
+  readonly stopped: Promise<void>;
+  markStopped(): void;
 }
 
 export interface SpmdOptions {
@@ -80,6 +87,7 @@ export class World extends EventEmitter<WorldEvents> {
   /** Starts `size` rank workers and waits until every one is ready. */
   static async create(options: WorldOptions, spmd?: SpmdOptions): Promise<World> {
     const opts = parseConfig(WorldOptionsSchema, options, 'World options');
+    validateEnv({ ...process.env, ...opts.env });
     applyRuntimeEnvDefaults();
     // The addon's process-global state must live in the main thread before any worker loads it.
     loadNative();
@@ -153,6 +161,7 @@ export class World extends EventEmitter<WorldEvents> {
         brokerPort: brokerCh.port2,
         callTimeoutMs,
         worldCommId: this.worldCommId,
+        ...(this.options.output.terminal?.ranks.includes(rank) ? { terminal: { columns: this.options.output.terminal.columns } } : {}),
         ...(spmd ? { entry: spmd.entryUrl, entryArgs: spmd.entryArgs } : {}),
       };
       const env = {
@@ -177,7 +186,9 @@ export class World extends EventEmitter<WorldEvents> {
       const output = new RankOutput(rank, worker.stdout, worker.stderr, this.options.output);
       let resolveExit!: (code: number) => void;
       const exited = new Promise<number>((r) => (resolveExit = r));
-      const slot: RankSlot = { rank, status: 'starting', worker, host, liveness, controlPort: control.port1, brokerPort: brokerCh.port1, exited, output };
+      let markStopped!: () => void;
+      const stopped = new Promise<void>((r) => (markStopped = r));
+      const slot: RankSlot = { rank, status: 'starting', worker, host, liveness, controlPort: control.port1, brokerPort: brokerCh.port1, exited, stopped, markStopped, output };
       this.slots.push(slot);
       Comlink.expose(this.brokerFor(rank), nodePortEndpoint(brokerCh.port1));
 
@@ -220,6 +231,8 @@ export class World extends EventEmitter<WorldEvents> {
         break;
       }
       case 'stopped':
+        // Sent on the same port after any 'main-failed' / 'main-done', so those arrived first.
+        slot.markStopped();
         break;
     }
   }
@@ -228,6 +241,7 @@ export class World extends EventEmitter<WorldEvents> {
     const wasFailed = slot.status === 'failed';
     const terminated = slot.terminating === true && !crash;
     slot.exitCode = code;
+    slot.terminated = terminated;
     if (!wasFailed) {
       if (crash) {
         const err = crash instanceof AscentError ? crash : new ActorDiedError(`Rank ${slot.rank} crashed: ${crash.message}`, { rank: slot.rank, exitCode: code }, { cause: crash });
@@ -240,7 +254,7 @@ export class World extends EventEmitter<WorldEvents> {
     }
     slot.status = wasFailed || slot.error ? 'failed' : 'exited';
     const reason = terminated ? 'the world was shut down' : crash ? `worker crashed: ${crash.message}` : `worker exited with code ${code}`;
-    slot.liveness.markDead(reason, { exitCode: code });
+    slot.liveness.markDead(reason, terminated ? { terminated: true } : { exitCode: code });
     slot.controlPort.close();
     slot.brokerPort.close();
     if (!terminated) {
@@ -298,14 +312,22 @@ export class World extends EventEmitter<WorldEvents> {
   }
 
   /**
-   * Stops every live rank: asks each to run its stop hooks (bounded by the grace
-   * period), then terminates the workers and waits for their output to drain.
+   * Stops every live rank: asks each to run its stop hooks and waits until its main
+   * (SPMD) has run its own catch / finally, bounded by the grace period; then
+   * terminates the workers (a rank that had not stopped by then is marked `hung`)
+   * and waits for their output to drain.
    */
   async stopRanks(reason: string, gracePeriodMs = this.options.gracePeriodMs ?? envInt('ASCENT_SHUTDOWN_GRACE_MS')!): Promise<void> {
     const live = this.slots.filter((s) => !s.liveness.dead);
-    await Promise.race([Promise.allSettled(live.map((s) => s.host.invoke('stop', [reason]))), sleep(gracePeriodMs)]);
+    const settled = new Set<RankSlot>();
+    for (const s of live) {
+      s.host.invoke('stop', [reason]).catch(() => {});
+      void Promise.race([s.stopped, s.exited]).then(() => settled.add(s));
+    }
+    await Promise.race([Promise.all(live.map((s) => Promise.race([s.stopped, s.exited]))), sleep(gracePeriodMs)]);
     await Promise.all(
       live.map((s) => {
+        if (!settled.has(s) && !s.liveness.dead) s.hung = true;
         s.terminating = true;
         return s.worker.terminate().catch(() => {});
       }),
