@@ -51,6 +51,17 @@ describe('collectives under launch', () => {
     expect(t.stdout).toMatch(/seq 2: rank 3 never called allReduce\(fp32, count=2, op=sum\)/);
   });
 
+  it.each([
+    ['splitmiss', { HCCL_CONNECT_TIMEOUT: '2' }, 3],
+    ['nosend', { HCCL_EXEC_TIMEOUT: '2' }, 2],
+    ['spin', { HCCL_EXEC_TIMEOUT: '2' }, 3],
+  ] as const)('timeout case %s: the FAILED line names the rank at fault, not a waiting one', async (mode, env, culprit) => {
+    const r = await run('launch.mjs', ['--nproc', '4', '--grace-period', '1', FAULTS, mode], env);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(new RegExp(`FAILED: .*\\(culprit: rank ${culprit},`));
+    if (mode === 'spin') expect(r.stderr).toMatch(/rank 3 hung/);
+  });
+
   it('two ranks calling different ops at the same step fail with the mismatch named', async () => {
     const traceDir = mkdtempSync(join(tmpdir(), 'ascent-trace-test-'));
     const r = await run('launch.mjs', ['--nproc', '4', '--grace-period', '1', FAULTS, 'mismatch'], { ASCENT_TRACE_DIR: traceDir });
@@ -77,7 +88,7 @@ describe('collectives under launch', () => {
   it('a rank that calls process.exit(0) mid-collective is named as the culprit, not a victim', async () => {
     const r = await run('launch.mjs', ['--nproc', '4', '--grace-period', '1', FAULTS, 'exit0'], { HCCL_EXEC_TIMEOUT: '600' });
     expect(r.code).toBe(1);
-    expect(r.stderr).toContain('FAILED: 3 of 4 ranks failed (culprit: rank 1, exited while the others waited in a collective)');
+    expect(r.stderr).toContain('FAILED: 3 of 4 ranks failed (culprit: rank 1, exited while the others waited in a collective');
   });
 
   it('`ascent trace` on a folder without dumps is a clear error', async () => {

@@ -87,7 +87,12 @@ export function pickCulprit(outcomes: readonly RankOutcome[]): Culprit | undefin
   if (votes.size > 0) {
     const top = Math.max(...votes.values());
     const ranks = [...votes].filter(([, n]) => n === top).map(([r]) => r).sort((a, b) => a - b);
-    return { ranks, reason: `named by the collective errors of ${top} failed rank${top === 1 ? '' : 's'}` };
+    const named = `named by the collective errors of ${top} failed rank${top === 1 ? '' : 's'}`;
+    // Say what the named rank did when its own outcome tells more than the vote.
+    const how = new Set(ranks.map((r) => outcomes.find((o) => o.rank === r)?.end));
+    if (how.size === 1 && how.has('exited')) return { ranks, reason: `exited while the others waited in a collective; ${named}` };
+    if (how.size === 1 && how.has('hung')) return { ranks, reason: `hung (did not stop within the grace period); ${named}` };
+    return { ranks, reason: named };
   }
   if (failed.length > 0) {
     // Every failure is a collective one: the ranks that were not in it are suspects.

@@ -108,7 +108,11 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     if (!stopping) {
       stopping = true;
       exitCode = EXIT_RANK_FAILED;
-      world.abortWorldComm(`rank ${rank} failed: ${err?.message ?? end}`);
+      // A collective error names its own culprits; any other failure makes this rank the culprit.
+      const named = err?.details?.culpritWorldRanks;
+      const commError = ['ASCENT_COLLECTIVE_MISMATCH', 'ASCENT_COLLECTIVE_TIMEOUT', 'ASCENT_COMM_ABORTED', 'ASCENT_P2P_DEADLOCK'].includes(err?.code ?? '');
+      const culprits = commError ? (Array.isArray(named) ? (named as number[]) : []) : [rank];
+      world.abortWorldComm(`rank ${rank} failed: ${err?.message ?? end}`, culprits);
       const others = world.ranks.filter((r) => r.rank !== rank && r.status === 'running').length;
       // A usage error is reported as one line at the end; a progress line would only add noise.
       if (others > 0 && err?.code !== 'ASCENT_CONFIG') say(`stopping ${others} other rank${others === 1 ? '' : 's'} (grace period ${opts.gracePeriodMs} ms) after a failure on rank ${rank}; the report follows`);

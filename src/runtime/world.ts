@@ -132,8 +132,8 @@ export class World extends EventEmitter<WorldEvents> {
   }
 
   /** Aborts the world communicator on every rank (e.g. after one rank failed). */
-  abortWorldComm(reason: string): void {
-    Communicator.abortById(this.worldCommId, reason);
+  abortWorldComm(reason: string, culpritWorldRanks: readonly number[] = []): void {
+    Communicator.abortById(this.worldCommId, reason, culpritWorldRanks);
   }
 
   /** Where failed broadcasts are reported (default: stderr with rank and actor). */
@@ -260,7 +260,7 @@ export class World extends EventEmitter<WorldEvents> {
     if (!terminated) {
       // Peers blocked in a world collective fail now, naming this rank, not at the timeout;
       // peers holding refs to actors on this rank fail fast too.
-      Communicator.abortById(this.worldCommId, `rank ${slot.rank}'s worker is gone (${reason})`);
+      Communicator.abortById(this.worldCommId, `rank ${slot.rank}'s worker is gone (${reason})`, [slot.rank]);
       for (const other of this.slots) {
         if (other !== slot && !other.liveness.dead) other.host.invoke('peerDied', [slot.rank, reason]).catch(() => {});
       }
