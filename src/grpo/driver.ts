@@ -17,7 +17,6 @@
  * sleeps (drops weights and KV cache) while the trainer trains, woken by the sync.
  */
 import { existsSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
@@ -26,7 +25,7 @@ import { TaskPool } from '../runtime/task-pool.js';
 import { builtFile } from '../runtime/paths.js';
 import { loadModelConfig } from '../model/config.js';
 import { makeBatch, makeProblem } from '../model/synthetic-task.js';
-import { latestCheckpoint, TRAIN_STATE_FILE } from '../train/checkpoint.js';
+import { latestCheckpoint, readTrainerState } from '../train/checkpoint.js';
 import { modelConfigPath } from '../train/factory.js';
 import { TrainerActor } from '../actors/trainer.js';
 import type { TrainerConfigInput } from '../train/config.js';
@@ -142,7 +141,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   let startStep = 0;
   if (resumeDir) {
     if (trainer) await trainer.load(resumeDir);
-    startStep = (JSON.parse(await readFile(join(resumeDir, TRAIN_STATE_FILE), 'utf8')) as { step: number }).step;
+    startStep = (await readTrainerState(resumeDir)).step;
   }
   const sync = new SyncActor(ctx, makeWeightSync({ cfg, model, mode: cfg.mode, roles, strategy: trainer?.strategy ?? null, engine: rollout?.engine ?? null, syncComm }));
   // First sync: the engines start from the trainer's (initial or resumed) weights;

@@ -191,6 +191,12 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
 }
 
 /** A small JSON file of a checkpoint, parsed strictly (duplicate keys refused, null-prototype objects). */
+/** A step folder's validated trainer_state.json (CheckpointFormatError naming the file when it is malformed). */
+export async function readTrainerState(stepDir: string): Promise<TrainerStateFile> {
+  const file = join(stepDir, TRAIN_STATE_FILE);
+  return checkTrainerState(await readJsonFile(file), file);
+}
+
 async function readJsonFile(path: string): Promise<JsonValue> {
   let text: string;
   try {
