@@ -1,7 +1,7 @@
 // Flight-recorder dump: one JSON file per aborted communicator, written by the
 // thread that aborts it, into the communicator's traceDir (initRank option, else
 // ASCENT_TRACE_DIR, else `${os.tmpdir()}/ascent-flight-recorder`), named
-// `ascent-fr-<first 8 hex of id>-<unix ms>-<pid>.json`. `npx ascent trace <dir>`
+// `ascent-fr-<first 8 hex of id>-<unix ms>-<pid>.json`. `ascent trace <dir>`
 // explains it. Format (version 1):
 //
 // {

@@ -187,7 +187,7 @@ ErrorInfo CommGroup::Abort(ErrorInfo info, uint64_t seq, bool dump) {
       std::string path = WriteDump();
       if (!path.empty()) {
         dump_path_ = path;
-        cause_.message += "\nFlight recorder: " + path + "\nHINT: run `npx ascent trace " + trace_dir_ + "`";
+        cause_.message += "\nFlight recorder: " + path + "\nHINT: run `ascent trace " + trace_dir_ + "` (`npx --no-install ascent trace ...` where Ascent is installed, `npm run ascent -- trace ...` in its clone)";
         cause_.details.push_back(Str("flightRecorder", path));
       } else {
         cause_.message += "\n(The flight recorder could not be written to " + trace_dir_ + ".)";

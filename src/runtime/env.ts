@@ -26,7 +26,7 @@ export const ENV_VARS = [
   { name: 'ASCENT_DEVICE_MEMORY', kind: 'bytes', default: '16GiB', min: 1, description: 'Memory capacity of each device (e.g. `512MiB`, `16GiB`); bounded by host memory.' },
   { name: 'HCCL_CONNECT_TIMEOUT', kind: 'int', default: '120', min: 1, description: 'Seconds a communicator init (rendezvous) may wait for all ranks. The runtime sets 120 when unset.' },
   { name: 'HCCL_EXEC_TIMEOUT', kind: 'int', default: '1800', min: 1, description: 'Seconds one collective may wait for its peers before a CollectiveTimeoutError.' },
-  { name: 'ASCENT_TRACE_DIR', kind: 'string', default: undefined, description: 'Folder for flight-recorder dumps of aborted communicators (default: `<os tmpdir>/ascent-flight-recorder`); explain them with `npx ascent trace <dir>`.' },
+  { name: 'ASCENT_TRACE_DIR', kind: 'string', default: undefined, description: 'Folder for flight-recorder dumps of aborted communicators (default: `<os tmpdir>/ascent-flight-recorder`); explain them with `ascent trace <dir>`.' },
   { name: 'ASCENT_ENABLE_NPU_MODEL_PATCH', kind: 'string', default: 'true', description: 'Model patches (fast and fused kernels over the reference path): `true` or `false`; `launch --enable-npu-model-patch` sets it.' },
   { name: 'ASCENT_ACTOR_CALL_TIMEOUT_MS', kind: 'int', default: '0', min: 0, description: 'Default per-call actor RPC timeout in ms (0 = none; a dead worker still fails calls at once).' },
   { name: 'ASCENT_ACTOR_CALLSITES', kind: 'bool', default: '0', description: 'Append the caller\'s stack to actor call errors (costs ~15 µs per call: V8 walks the async stack).' },
