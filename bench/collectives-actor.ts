@@ -3,7 +3,7 @@
  * one op, checks the result against values that are exact in every dtype, and
  * returns its per-iteration times. Also runs the STREAM-like copy baseline.
  */
-import { copy, fill, Tensor, type DType, type RankContext, type ReduceOp, type Stream } from '../src/index.js';
+import { copy, fill, Tensor, type DType, type RankContext, type ReduceOp, type Stream } from '../src/internal.js';
 
 export type BenchOp = 'allReduce' | 'allGather' | 'reduceScatter' | 'broadcast' | 'allToAll';
 

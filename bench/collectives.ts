@@ -26,7 +26,7 @@
  */
 import { availableParallelism, hostname, loadavg } from 'node:os';
 import { Command, Option } from 'commander';
-import { World, type DType, type ReduceOp } from '../src/index.js';
+import { World, type DType, type ReduceOp } from '../src/internal.js';
 import { counts, type BenchOp, type CollectivesBench } from './collectives-actor.js';
 import { BenchUsageError } from './args.js';
 import { NCCL_TYPE_NAME, ncclFooterLines, ncclHeaderLines, ncclRedopRoot, ncclRow, type NcclResult } from './nccl-format.js';

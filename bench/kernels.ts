@@ -10,8 +10,7 @@
  * Ascent kernels are timed on one stream (one native thread) as the best of a few
  * rounds of back-to-back ops; OpenBLAS runs on one thread too.
  */
-import { Device, loadNative, matmul, Tensor, type DType, type Stream } from '../src/index.js';
-import * as K from '../src/model/kernels/index.js';
+import { Device, loadNative, matmul, Tensor, type DType, type Stream, kernels as K } from '../src/internal.js';
 import { checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
 import { printTable } from './table.js';

@@ -8,8 +8,7 @@
  * on fresh outputs dominate the memory-bound kernels (rmsNorm 256x1024: ~0.06 ms of
  * kernel in ~0.7 ms per call).
  */
-import { Device, Tensor, type KernelImpl } from '../src/runtime/device-index.js';
-import * as K from '../src/model/kernels/index.js';
+import { Device, Tensor, type KernelImpl, kernels as K } from '../src/internal.js';
 import { checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
 import { printTable } from './table.js';

@@ -6,7 +6,7 @@
  * reduce, `-1` as the root of ops without one, and the `# Out of bounds values` /
  * `# Avg bus bandwidth` footer. Pure formatting: no I/O.
  */
-import type { DType, ReduceOp } from '../src/index.js';
+import type { DType, ReduceOp } from '../src/internal.js';
 import type { BenchOp } from './collectives-actor.js';
 
 /** The nccl-tests binary of each op. */

@@ -7,8 +7,7 @@
  */
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { PACKAGE_ROOT } from '../src/runtime/paths.js';
-import { runMeta, type RunMeta } from '../src/runtime/run-meta.js';
+import { PACKAGE_ROOT, runMeta, type RunMeta } from '../src/internal.js';
 
 export const RESULTS_DIR = join(PACKAGE_ROOT, 'bench', 'results');
 

@@ -6,7 +6,7 @@
  */
 import { MessageChannel } from 'node:worker_threads';
 import * as Comlink from 'comlink';
-import { World } from '../src/index.js';
+import { World } from '../src/internal.js';
 import type { RpcBench } from './rpc-actor.js';
 import { checkFlags } from './args.js';
 import { percentile, round, writeResults } from './stats.js';

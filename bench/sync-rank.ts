@@ -10,7 +10,7 @@
  * engine rank, compared with the trainers'): their sync and verification times, from the
  * same reports, give the cost of verification as a ratio to the sync time.
  */
-import { ColocateSync, Fsdp2Strategy, MegatronStrategy, RolloutEngine, ServerSync, Tensor, copy, paramSpecs, parseModelConfig, type RankContext, type HostParam, type TrainStrategy } from '../src/index.js';
+import { ColocateSync, Fsdp2Strategy, MegatronStrategy, RolloutEngine, ServerSync, Tensor, copy, paramSpecs, parseModelConfig, type RankContext, type HostParam, type TrainStrategy } from '../src/internal.js';
 
 export const BENCH_CONFIG = {
   architectures: ['Qwen3ForCausalLM'], model_type: 'qwen3', hidden_size: 1024, intermediate_size: 4096, num_hidden_layers: 4,

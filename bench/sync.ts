@@ -43,7 +43,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { loadavg } from 'node:os';
-import { paramBytes, parseModelConfig } from '../src/index.js';
+import { paramBytes, parseModelConfig } from '../src/internal.js';
 import { BENCH_CONFIG } from './sync-rank.js';
 import { BenchUsageError, checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';

@@ -6,8 +6,7 @@
  * step are counted with the device's counter while the loss is not read.
  */
 import { fileURLToPath } from 'node:url';
-import { Device, loadModelConfig } from '../src/index.js';
-import { SupervisedTrainer } from '../src/model/sft.js';
+import { Device, loadModelConfig, SupervisedTrainer } from '../src/internal.js';
 import { checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
 import { printTable } from './table.js';

@@ -12,7 +12,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
-import { World, syntheticTask, trainerActorSpec, type TrainerActor, type TrainerConfigInput } from '../src/index.js';
+import { World, syntheticTask, trainerActorSpec, type TrainerActor, type TrainerConfigInput } from '../src/internal.js';
 import { BenchUsageError } from './args.js';
 import { round, writeResults } from './stats.js';
 import { printTable } from './table.js';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ActorAbortedError, ActorDiedError, ActorTimeoutError, InvalidArgumentError, registerRemoteErrorClass, RemoteError, World, type ActorMesh } from '../src/index.js';
+import { ActorAbortedError, ActorDiedError, ActorTimeoutError, InvalidArgumentError, registerRemoteErrorClass, RemoteError, World, type ActorMesh } from '../src/internal.js';
 import { QuotaError, type Counter } from './fixtures/actors.js';
 
 const ACTORS = new URL('./fixtures/actors.ts', import.meta.url);

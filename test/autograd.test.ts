@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { Device, InvalidArgumentError, Tensor } from '../src/index.js';
+import { Device, InvalidArgumentError, Tensor } from '../src/internal.js';
 import { Tape, Var } from '../src/model/autograd.js';
 import * as F from '../src/model/functional.js';
 

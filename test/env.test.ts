@@ -1,7 +1,7 @@
 import { execSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ENV_VARS, parseBytes } from '../src/index.js';
+import { ENV_VARS, parseBytes } from '../src/internal.js';
 import { applyRuntimeEnvDefaults, envBool, envInt, validateEnv } from '../src/runtime/env.js';
 
 describe('environment variables', () => {

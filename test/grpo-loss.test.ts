@@ -15,7 +15,7 @@ import { SingleDeviceStrategy } from '../src/train/single.js';
 import { groupAdvantages } from '../src/grpo/advantages.js';
 import { tokenTerms } from '../src/grpo/token-terms.js';
 import { grpoLoss } from '../src/grpo/loss.js';
-import { tokenLogprobs } from '../src/grpo/logprob-op.js';
+import { tokenLogprobs } from '../src/train/logprobs.js';
 import { Tensor } from '../src/runtime/tensor.js';
 import type { LossFn } from '../src/train/strategy.js';
 

@@ -237,7 +237,7 @@ describe('kernels: matmul', () => {
 
 describe('Tensor.reshape', () => {
   it('views the same memory with another shape and refuses impossible shapes', async () => {
-    const { Device, Tensor } = await import('../src/index.js');
+    const { Device, Tensor } = await import('../src/internal.js');
     const dev = Device.get(0);
     const t = Tensor.fromArray(dev, new Float32Array([1, 2, 3, 4, 5, 6]), [6]);
     const v = t.reshape([2, -1]);

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { Device, loadModelConfig, setModelPatchesEnabled, type ModelConfig } from '../src/index.js';
+import { Device, loadModelConfig, setModelPatchesEnabled, type ModelConfig } from '../src/internal.js';
 import { cosineLr, SupervisedTrainer } from '../src/model/sft.js';
 import { makeBatch } from '../src/model/synthetic-task.js';
 
@@ -72,7 +72,7 @@ describe('model gradients', () => {
       const saved = v[idx]!;
       v[idx] = saved + delta;
       const t = tr.params.get(name).value;
-      const { Tensor, copy } = await import('../src/index.js');
+      const { Tensor, copy } = await import('../src/internal.js');
       const tmp = Tensor.fromArray(dev, v, t.shape, { stream: tr.stream });
       copy(t, tmp, { stream: tr.stream });
       tmp.release();

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { ConfigError, InvalidArgumentError } from '../src/index.js';
+import { ConfigError, InvalidArgumentError } from '../src/internal.js';
 import { modelPatchesEnabled, parsePatchSwitch, patchImpl, registerPatch, setModelPatchesEnabled } from '../src/runtime/patches.js';
 
 describe('model patch switch', () => {

@@ -10,7 +10,6 @@ import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/index.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { ColocateSync, ServerSync, type SyncReport, type VerifyOptions } from '../sync/index.js';
-import type { GrpoConfig } from '../grpo/config.js';
 
 export interface SyncCallOptions {
   /** Exact per-tensor fingerprints on every engine rank (full syncs), plus probe-batch log-prob parity when a probe is given; false to skip. */
@@ -25,7 +24,8 @@ interface Coordinator {
 }
 
 export interface WeightSyncSetup {
-  cfg: GrpoConfig;
+  /** Only the sync section is read (a GRPO config fits as it is). */
+  cfg: { sync: { bucketBytes: number } };
   model: ModelConfig;
   mode: 'server' | 'colocate';
   roles: { trainerRanks: number[]; isTrainer: boolean; isEngine: boolean };

@@ -17,9 +17,9 @@ import type { Communicator } from '../runtime/comm.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/rank-context.js';
 import type { HostParam } from '../model/param-store.js';
-import { grpoLoss, type GrpoBatchData, type GrpoLossOptions } from '../grpo/loss.js';
-import { rowLogprobs, type RowLogprobs } from '../grpo/logprob-op.js';
+import { rowLogprobs, type RowLogprobs } from '../train/logprobs.js';
 import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../train/checkpoint.js';
+import { lossByName } from '../train/loss-registry.js';
 import { parseTrainerConfig, type TrainerConfig, type TrainerConfigInput } from '../train/config.js';
 import { commMillis } from '../train/comm-time.js';
 import { createStrategy } from '../train/factory.js';
@@ -86,9 +86,13 @@ export class TrainerActor {
     return { loss: r.loss, tokens: r.tokens, ...(r.stats ? { stats: r.stats } : {}), gradNorm, lr, step: s.optimizerSteps, ms: { forwardBackward: t1 - t0, clip: t2 - t1, optimizer: t3 - t2, total: t3 - t0, comm } };
   }
 
-  /** One GRPO optimizer step: the clipped-surrogate loss (src/grpo/loss.ts) built on this rank. */
-  async grpoStep(batch: TrainBatch, data: GrpoBatchData, opts: GrpoLossOptions & { lr?: number }): Promise<TrainStepResult> {
-    return this.trainStep(batch, { lr: opts.lr, loss: grpoLoss(data, opts), measureComm: false });
+  /**
+   * One optimizer step with a loss registered by name (src/train/loss-registry.ts), built on
+   * this rank from `data` and `opts`; e.g. 'grpo', the clipped-surrogate loss src/grpo registers.
+   */
+  async lossStep(name: string, batch: TrainBatch, data: unknown, opts: { lr?: number } & Record<string, unknown> = {}): Promise<TrainStepResult> {
+    const build = lossByName(name);
+    return this.trainStep(batch, { lr: opts.lr, loss: build(data, opts), measureComm: false });
   }
 
   /**

@@ -31,6 +31,7 @@ import { TrainerActor } from '../actors/trainer.js';
 import type { TrainerConfigInput } from '../train/config.js';
 import { RolloutActor } from '../actors/rollout.js';
 import { SyncActor, makeWeightSync } from '../actors/sync.js';
+import './loss.js'; // registers the 'grpo' loss the trainer actors' lossStep uses
 import { groupAdvantages } from './advantages.js';
 import { parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './config.js';
 import { lengthStats, Progress, summaryTable, type StepMetrics } from './metrics.js';
@@ -267,7 +268,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       const engineAligned = alignToTargets(batch, prompts, engineLogprobs);
       lap('logprob');
       // 4. One optimizer step.
-      const [tr] = await trainers.call('grpoStep', batch, { oldLogprobs: old, advantages: Float32Array.from(adv), ...(ref ? { refLogprobs: ref } : {}) }, {
+      const [tr] = await trainers.call('lossStep', 'grpo', batch, { oldLogprobs: old, advantages: Float32Array.from(adv), ...(ref ? { refLogprobs: ref } : {}) }, {
         clipLow: cfg.clipLow, clipHigh: cfg.clipHigh, beta: cfg.beta, temperature: cfg.temperature,
       });
       lap('train');

@@ -1,7 +1,6 @@
 /** Public API of the GRPO layer, re-exported by src/index.ts. */
 export { groupAdvantages, type AdvantageOptions } from './advantages.js';
 export { tokenTerms, type TokenTermOptions, type TokenTerms } from './token-terms.js';
-export { tokenLogprobs, targetLogprobs, rowLogprobs, type RowLogprobs } from './logprob-op.js';
 export { grpoLoss, checkGrpoData, GRPO_STATS, type GrpoBatchData, type GrpoLossOptions } from './loss.js';
 export { GrpoConfigSchema, parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './config.js';
 export { Progress, summaryTable, stepLine, lengthStats, PHASES, type StepMetrics, type Phase } from './metrics.js';

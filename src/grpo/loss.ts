@@ -6,7 +6,7 @@
  * divided by their number, so every data-parallel layout gives the same gradient.
  *
  * How the gradient is formed: the current log-probs are computed on the tape
- * (logprob-op.ts), read once on the host, and the per-token derivative of the
+ * (train/logprobs.ts), read once on the host, and the per-token derivative of the
  * objective with respect to each log-prob becomes the backward seed. One host read of
  * T floats per micro-batch; the gradient is exact (not an approximation).
  */
@@ -14,7 +14,8 @@ import { InvalidArgumentError } from '../runtime/errors.js';
 import { IGNORE_INDEX } from '../model/synthetic-task.js';
 import { targetTokens } from '../train/rows.js';
 import type { LossFn, TrainBatch } from '../train/strategy.js';
-import { targetLogprobs } from './logprob-op.js';
+import { targetLogprobs } from '../train/logprobs.js';
+import { registerLoss } from '../train/loss-registry.js';
 import { tokenTerms, type TokenTermOptions } from './token-terms.js';
 
 export interface GrpoBatchData {
@@ -67,3 +68,6 @@ export function grpoLoss(data: GrpoBatchData, opts: GrpoLossOptions): LossFn {
     return { perToken: logp, weights, value, stats: { tokens, clipped, kl, ratio, logpSum } };
   };
 }
+
+// The trainer actor's lossStep('grpo', ...) finds this loss by name (src/train/loss-registry.ts).
+registerLoss('grpo', grpoLoss);

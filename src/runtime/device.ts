@@ -5,6 +5,9 @@
 import { envBytes, parseBytes } from './env.js';
 import { InvalidArgumentError } from './errors.js';
 import { Event } from './event.js';
+import { checkOptions } from './options.js';
+
+export { checkOptions } from './options.js';
 import { loadNative, type NativeBuffer, type NativeDeviceStats } from './native.js';
 import { Stream } from './stream.js';
 import { describe } from './dtype.js';
@@ -26,21 +29,6 @@ export function checkSize(value: unknown, what: string): number {
     throw new InvalidArgumentError(`Expected a non-negative integer for ${what} but received ${describe(value)}.`, { argument: what });
   }
   return value;
-}
-
-export function checkOptions(opts: unknown, allowed: readonly string[], fn: string): void {
-  if (opts === undefined) return;
-  if (typeof opts !== 'object' || opts === null || Array.isArray(opts)) {
-    throw new InvalidArgumentError(`Expected an options object for ${fn} but received ${describe(opts)}.`, { fn });
-  }
-  for (const key of Object.keys(opts)) {
-    if (!allowed.includes(key)) {
-      throw new InvalidArgumentError(
-        `Unknown option '${key}' for ${fn}. Expected one of: ${allowed.join(', ')}.`,
-        { fn, option: key, allowed: [...allowed] },
-      );
-    }
-  }
 }
 
 export interface ConfigureDeviceOptions {

@@ -3,7 +3,7 @@ import type { Device } from './device.js';
 import { InvalidArgumentError } from './errors.js';
 import { awaitCompletion, enqueueWithCompletion, isCompletionPending, loadNative, type NativeEvent } from './native.js';
 import type { Stream } from './stream.js';
-import { checkTimeout, type SynchronizeOptions } from './stream.js';
+import { checkTimeout, type SynchronizeOptions } from './options.js';
 
 export class Event {
   readonly device: Device;

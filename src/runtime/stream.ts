@@ -4,7 +4,9 @@
  * blocking the event loop.
  */
 import type { Device } from './device.js';
-import { checkOptions } from './device.js';
+import { checkOptions, checkTimeout, type SynchronizeOptions } from './options.js';
+
+export { checkTimeout, type SynchronizeOptions } from './options.js';
 import { describe } from './dtype.js';
 import { InvalidArgumentError, TimeoutError } from './errors.js';
 import type { Event } from './event.js';
@@ -18,23 +20,8 @@ import {
   type NativeStreamStats,
 } from './native.js';
 
-export interface SynchronizeOptions {
-  /** Reject with TimeoutError (listing the pending ops) after this many ms. Default: wait forever. */
-  timeoutMs?: number;
-}
-
 export type PendingOp = NativePendingOp;
 export type StreamStats = NativeStreamStats;
-
-export function checkTimeout(opts: SynchronizeOptions | undefined, fn: string): number | undefined {
-  checkOptions(opts, ['timeoutMs'], fn);
-  const t = opts?.timeoutMs;
-  if (t === undefined) return undefined;
-  if (typeof t !== 'number' || !(t >= 0) || !Number.isFinite(t)) {
-    throw new InvalidArgumentError(`Expected a non-negative finite number for timeoutMs but received ${describe(t)}.`, { argument: 'timeoutMs' });
-  }
-  return t;
-}
 
 export class Stream {
   readonly device: Device;

@@ -11,7 +11,7 @@
  */
 import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { IGNORE_INDEX } from '../model/kernels/index.js';
-import { rowLogprobs } from '../grpo/logprob-op.js';
+import { rowLogprobs } from '../train/logprobs.js';
 import type { TrainBatch, TrainStrategy } from '../train/strategy.js';
 
 /** `true`: fingerprints only; with `probe`, the log-prob parity too (within `tolerance`, default 1e-3). */

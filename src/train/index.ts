@@ -1,6 +1,8 @@
 /** Public API of the training layer (strategies and their contract), re-exported by src/index.ts. */
 export * from './strategy.js';
 export { checkBatch, localRows, targetTokens, crossEntropyLoss } from './rows.js';
+export { tokenLogprobs, targetLogprobs, rowLogprobs, type RowLogprobs } from './logprobs.js';
+export { registerLoss, lossByName, registeredLosses, type LossBuilder } from './loss-registry.js';
 export { sumSquares, scaleInPlace, clipCoefficient } from './grad-norm.js';
 export {
   saveCheckpoint, loadCheckpoint, latestCheckpoint, stepDirName, TRAIN_STATE_FILE, LATEST_FILE, CHECKPOINT_FORMAT,

@@ -8,7 +8,7 @@ import { Tensor } from '../runtime/device-index.js';
 import type { Tape, Var } from '../model/autograd.js';
 import { PATCHES } from '../model/functional.js';
 import * as K from '../model/kernels/index.js';
-import type { LossFn, TrainBatch, TrainStrategy } from '../train/strategy.js';
+import type { LossFn, TrainBatch, TrainStrategy } from './strategy.js';
 
 export function tokenLogprobs(tape: Tape, logits: Var, targets: Tensor, temperature = 1): Var {
   const o = { stream: tape.stream, impl: tape.impl(PATCHES.crossEntropy), temperature };
