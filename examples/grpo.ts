@@ -14,14 +14,21 @@
  * engines after every step. Seeded: the same flags give the same run.
  */
 import { fileURLToPath } from 'node:url';
-import { grpoMain, type RankContext } from 'ascent';
+import { checkGrpoArgs, grpoMain, type GrpoConfigInput, type RankContext } from 'ascent';
+
+const DEFAULTS: Partial<GrpoConfigInput> = {
+  model: fileURLToPath(new URL('./models/tiny-dense', import.meta.url)),
+  steps: 80,
+  seed: 0,
+  optimizer: { lr: 4e-3 },
+  sftWarmup: { steps: 30, batch: 64, lr: 5e-3 },
+};
+
+/** Called once by launch before the ranks start: a bad flag is one line, exit 2, at once. */
+export async function validateArgs(a: { args: string[]; worldSize: number }): Promise<void> {
+  await checkGrpoArgs(a, DEFAULTS);
+}
 
 export async function main(ctx: RankContext): Promise<void> {
-  await grpoMain(ctx, {
-    model: fileURLToPath(new URL('./models/tiny-dense', import.meta.url)),
-    steps: 80,
-    seed: 0,
-    optimizer: { lr: 4e-3 },
-    sftWarmup: { steps: 30, batch: 64, lr: 5e-3 },
-  });
+  await grpoMain(ctx, DEFAULTS);
 }

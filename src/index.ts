@@ -67,6 +67,6 @@ export { SyncActor } from './actors/sync.js';
 
 // GRPO.
 export { runGrpo } from './grpo/driver.js';
-export { grpoMain } from './grpo/cli.js';
+export { checkGrpoArgs, grpoMain } from './grpo/cli.js';
 export { GrpoConfigSchema, parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './grpo/config.js';
 export { readRunLog } from './grpo/run-log.js';

@@ -47,8 +47,10 @@ describe('GRPO run log under launch', () => {
     const before = readFileSync(log, 'utf8');
 
     const again = await launchFixture(2, 'examples/grpo.ts', args, MEM, 120_000);
-    expect(again.code).toBe(1);
-    expect(again.stderr).toMatch(/the log .*run\.jsonl already holds run \S+ \(3 step records\); a new run does not append to an older run's log\. HINT: .*--log-overwrite/);
+    // Bad input, found before any rank starts (examples/grpo.ts's validateArgs): one line, exit 2.
+    expect(again.code).toBe(2);
+    expect(again.stderr).toMatch(/^launch: .*the log .*run\.jsonl already holds run \S+ \(3 step records\); a new run does not append to an older run's log\. HINT: .*--log-overwrite.* \(checked before starting the ranks\)$/m);
+    expect(again.stderr.trim().split('\n')).toHaveLength(1);
     expect(readFileSync(log, 'utf8')).toBe(before);
 
     const over = await launchFixture(2, 'examples/grpo.ts', [...argsFor(2), '--log-overwrite'], MEM, 170_000);

@@ -103,9 +103,17 @@ describe('GRPO options and the quickstart entry', () => {
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/Usage: grpo[\s\S]*--engine-tp <n>/);
     const bad = await launchFixture(2, 'examples/grpo.ts', ['--engine-tp', '3'], {}, 60_000);
-    // A bad flag is a usage error: one line naming the field and the value received, exit 2.
+    // A bad flag is a usage error found by the entry's validateArgs in the launcher, before any
+    // rank starts: one line naming the field and the value received, exit 2, no rank output.
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toMatch(/^launch: Invalid GRPO config: engine\.tp: expected engine\.tp to be 1, 2 or 4 \(received 3\) \(on all 2 ranks\)$/m);
-    expect(bad.stderr.match(/engine\.tp: expected/g)).toHaveLength(1);
+    expect(bad.stderr).toMatch(/^launch: Invalid GRPO config: engine\.tp: expected engine\.tp to be 1, 2 or 4 \(received 3\) \(checked before starting the ranks\)$/m);
+    expect(bad.stderr.trim().split('\n')).toHaveLength(1);
+    expect(bad.stdout).not.toMatch(/\[rank \d+\]/);
+    // --resume with a folder holding no checkpoint is refused the same way.
+    const empty = mkdtempSync(join(tmpdir(), 'ascent-resume-empty-'));
+    const resume = await launchFixture(2, 'examples/grpo.ts', ['--resume', '--checkpoint-dir', empty], {}, 60_000);
+    rmSync(empty, { recursive: true, force: true });
+    expect(resume.code).toBe(2);
+    expect(resume.stderr).toMatch(/^launch: GRPO: --resume: the checkpoint folder .* \(checked before starting the ranks\)$/m);
   }, 240_000);
 });

@@ -23,7 +23,7 @@ const EXPECTED = [
   'SingleDeviceStrategy', 'Stream', 'StreamError', 'SupervisedTrainer', 'SyncActor', 'SyncReport',
   'TaskPool', 'Tensor', 'TimeoutError', 'TrainBatch', 'TrainStrategy', 'TrainerActor', 'TrainerConfig',
   'TrainerConfigInput', 'TrainerConfigSchema', 'VerifyOptions', 'WeightLayoutError', 'WeightSyncError',
-  'World', 'WorldOptions', 'add', 'arange', 'axpy', 'cast', 'configureDevice', 'copy', 'copyPeer',
+  'World', 'WorldOptions', 'add', 'arange', 'axpy', 'cast', 'checkGrpoArgs', 'configureDevice', 'copy', 'copyPeer',
   'cosineLr', 'createStrategy', 'fill', 'grpoMain', 'isAscentError', 'latestCheckpoint', 'launch',
   'loadCheckpoint', 'loadModelConfig', 'matmul', 'mul', 'parseGrpoConfig', 'parseModelConfig', 'permute',
   'readRunLog', 'registerLoss', 'registerRemoteErrorClass', 'runGrpo', 'saveCheckpoint', 'scale', 'syntheticTask', 'trainerActorSpec',

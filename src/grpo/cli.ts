@@ -8,7 +8,7 @@ import { Command, CommanderError } from 'commander';
 import { ConfigError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/rank-context.js';
 import type { GrpoConfigInput } from './config.js';
-import { runGrpo, type GrpoSummary } from './driver.js';
+import { checkGrpoConfig, runGrpo, type GrpoSummary } from './driver.js';
 
 const num = (flag: string) => (v: string) => {
   const x = Number(v);
@@ -108,6 +108,16 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
   if (o.logOverwrite) c.logOverwrite = true;
   if (o.progress === false) c.progress = false;
   return c as GrpoConfigInput;
+}
+
+/**
+ * An entry's `validateArgs` for `launch` (see examples/grpo.ts): the flags and config
+ * checked once in the launcher process before any rank starts, so a bad flag is one
+ * line and exit 2 at once. `--help` passes (the ranks print the usage).
+ */
+export async function checkGrpoArgs(a: { args: readonly string[]; worldSize: number }, defaults: Partial<GrpoConfigInput> = {}): Promise<void> {
+  if (a.args.includes('--help') || a.args.includes('-h')) return;
+  await checkGrpoConfig(grpoConfigFromArgs(a.args, defaults), a.worldSize);
 }
 
 /** Entry for `launch`: flags from ctx.args over `defaults`, then the GRPO loop (`--help`: rank 0 prints the usage, every rank exits 0). */

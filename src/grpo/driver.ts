@@ -110,15 +110,24 @@ export async function resumeCheckpoint(dir: string): Promise<string> {
   return found;
 }
 
-export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise<GrpoSummary | null> {
-  const cfg = parseGrpoConfig(input, ctx.worldSize);
-  // Before any heavy initialisation: resuming from nothing is an error, not a fresh start.
+/**
+ * Everything runGrpo refuses before any heavy initialisation, without starting anything:
+ * the config, the model's config.json, the --resume folder (resuming from nothing is an
+ * error, not a fresh start) and the run log target (when `checkLog`). ConfigError on bad input.
+ */
+export async function checkGrpoConfig(input: GrpoConfigInput, worldSize: number, checkLog = true) {
+  const cfg = parseGrpoConfig(input, worldSize);
   const resumeDir = cfg.resume ? await resumeCheckpoint(cfg.checkpoint!.dir) : null;
   const model = loadModelConfig(modelConfigPath(cfg.model));
+  if (checkLog && cfg.log) checkRunLogTarget(cfg.log, runLogMode(cfg));
+  return { cfg, resumeDir, model };
+}
+
+export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise<GrpoSummary | null> {
+  // A log the run may not write fails the run now (rank 0 writes it), not after setup.
+  const { cfg, resumeDir, model } = await checkGrpoConfig(input, ctx.worldSize, ctx.rank === 0);
   const roles = rolesOf(cfg, ctx.rank, ctx.worldSize);
   const { rank } = ctx;
-  // A log the run may not write fails the run now, not after setup.
-  if (rank === 0 && cfg.log) checkRunLogTarget(cfg.log, runLogMode(cfg));
 
   // Groups: every rank takes part in every split, in this order.
   const trainerComm: Communicator | null = cfg.mode === 'colocate' ? ctx.comm : await ctx.comm.split(roles.isTrainer ? 0 : null, rank);

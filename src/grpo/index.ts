@@ -7,4 +7,4 @@ export { Progress, summaryTable, stepLine, lengthStats, PHASES, type StepMetrics
 export { RunLog, readRunLog, runLogMode, checkRunLogTarget, RUN_LOG_FORMAT, type RunLogHeader, type RunLogRecord, type RunLogMode, type RunLogContents } from './run-log.js';
 export { buildTrainBatch, alignToTargets, assembleRows, type Sequences } from './rollout-batch.js';
 export { runGrpo, type GrpoSummary } from './driver.js';
-export { grpoMain, grpoConfigFromArgs } from './cli.js';
+export { checkGrpoArgs, grpoMain, grpoConfigFromArgs } from './cli.js';

@@ -9,10 +9,12 @@
  * exit code 2. A wall-clock limit stops a stuck run with a report of the ranks
  * still running.
  */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { LaunchOptionsSchema, parseConfig, type LaunchOptions } from './config.js';
 import type { AscentError } from './errors.js';
 import { describeRanks, groupFailures, isCollectiveError, isUsageFailure, pickCulprit, type RankEnd, type RankErrorInfo, type RankOutcome } from './launch-report.js';
-import { resolveModuleUrl } from './module-loader.js';
+import { importModule, resolveModuleUrl } from './module-loader.js';
 import { World } from './world.js';
 
 export const EXIT_OK = 0;
@@ -75,9 +77,43 @@ function liveTerminal(): { terminal?: { ranks: number[]; columns: number } } {
   return { terminal: { ranks: [0], columns: err.columns || 80 } };
 }
 
+/**
+ * An entry may export `validateArgs({ args, worldSize })`: launch calls it once, in the
+ * launcher process, before any rank starts, so bad flags are one line and exit 2 at once
+ * instead of after N ranks have loaded. Only entries whose source names `validateArgs`
+ * are imported here (others' top-level code runs on the ranks only, as before).
+ * Resolves to the usage message when it threw a ConfigError or InvalidArgumentError.
+ */
+async function preflight(entryUrl: string, args: string[], worldSize: number): Promise<string | null> {
+  let source: string;
+  try {
+    source = readFileSync(fileURLToPath(entryUrl), 'utf8');
+  } catch {
+    return null; // the ranks report an unreadable entry themselves
+  }
+  if (!/\bvalidateArgs\b/.test(source)) return null;
+  const mod = await importModule(entryUrl);
+  const validate = mod.validateArgs;
+  if (typeof validate !== 'function') return null;
+  try {
+    await (validate as (a: { args: string[]; worldSize: number }) => unknown)({ args: [...args], worldSize });
+    return null;
+  } catch (err) {
+    // By code, not instanceof: the entry may hold its own copy of Ascent's error classes.
+    const code = (err as { code?: unknown } | null)?.code;
+    if (code === 'ASCENT_CONFIG' || code === 'ASCENT_INVALID_ARGUMENT') return (err as Error).message;
+    throw err;
+  }
+}
+
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const opts = parseConfig(LaunchOptionsSchema, options, 'launch options');
   const entryUrl = resolveModuleUrl(opts.entry, 'entry file');
+  const bad = await preflight(entryUrl, opts.entryArgs, opts.nproc);
+  if (bad !== null) {
+    process.stderr.write(`launch: ${bad} (checked before starting the ranks)\n`);
+    return { exitCode: EXIT_USAGE, failedRanks: [], stuckRanks: [], hungRanks: [], culpritRanks: [] };
+  }
   const world = await World.create(
     {
       size: opts.nproc,
