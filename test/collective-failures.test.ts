@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Communicator } from '../src/runtime/comm-index.js';
 import { Device, Tensor } from '../src/runtime/device-index.js';
-import { ensureBuilt, rankError, runRanks, runScenario, type ErrInfo, type RankResult } from './helpers/comm-ranks.js';
+import { ensureBuilt, rankError, runAbortById, runScenario, type ErrInfo, type RankResult } from './helpers/comm-ranks.js';
 
 
 const traceDir = mkdtempSync(join(tmpdir(), 'ascent-fail-'));
@@ -114,17 +114,7 @@ describe('collective failures', () => {
   });
 
   it('Communicator.abortById() from the main thread wakes every rank, whatever it waits in', async () => {
-    const results = await runRanks(3, { mode: 'scenario', scenario: 'abortById', traceDir }, 50_000, (id) => {
-      // The group exists once the ranks have joined: on a loaded machine that can take
-      // longer than the first try, so retry (bounded) until abortById finds it.
-      const t0 = Date.now();
-      const tryAbort = () => {
-        if (Communicator.abortById(id, "rank 2's worker died (test)")) return;
-        if (Date.now() - t0 > 20_000) throw new Error('abortById: the communicator group never appeared within 20 s');
-        setTimeout(tryAbort, 100);
-      };
-      setTimeout(tryAbort, 300);
-    });
+    const results = await runAbortById(3, traceDir, "rank 2's worker died (test)");
     for (const r of results) {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COMM_ABORTED');

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Communicator } from '../src/runtime/comm-index.js';
 import { explainDump, FlightDumpSchema } from '../src/runtime/trace-explain.js';
-import { ensureBuilt, rankError, runRanks, runScenario, type ErrInfo, type RankResult } from './helpers/comm-ranks.js';
+import { ensureBuilt, rankError, runAbortById, runScenario, type ErrInfo, type RankResult } from './helpers/comm-ranks.js';
 
 
 const traceDir = mkdtempSync(join(tmpdir(), 'ascent-culprit-'));
@@ -150,15 +150,7 @@ describe('collective failures name the culprit by world rank', () => {
 
   it('Communicator.abortById(id, reason, culpritWorldRanks) hands the culprit to every rank; bad culprits are rejected', async () => {
     expect(() => Communicator.abortById('0'.repeat(32), 'x', [-1])).toThrow(/expected culpritWorldRanks to be an array of world ranks/);
-    const results = await runRanks(3, { mode: 'scenario', scenario: 'abortById', traceDir }, 50_000, (id) => {
-      const t0 = Date.now();
-      const tryAbort = () => {
-        if (Communicator.abortById(id, "rank 2's worker is gone (test)", [2])) return;
-        if (Date.now() - t0 > 20_000) throw new Error('abortById: the communicator group never appeared within 20 s');
-        setTimeout(tryAbort, 100);
-      };
-      setTimeout(tryAbort, 300);
-    });
+    const results = await runAbortById(3, traceDir, "rank 2's worker is gone (test)", [2]);
     for (const r of results) {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COMM_ABORTED');

@@ -81,3 +81,20 @@ export function rankError(r: RankResult, key = 'err'): ErrInfo {
 export function runScenario(traceDir: string, nranks: number, name: string, extra: Record<string, unknown> = {}): Promise<RankResult[]> {
   return runRanks(nranks, { mode: 'scenario', scenario: name, traceDir, ...extra });
 }
+
+/**
+ * Runs the fixture's 'abortById' scenario on `nranks` ranks and, from this (main) thread,
+ * aborts their communicator by id with `reason` / `culprits`. The group exists only once the
+ * ranks have joined (slow on a loaded machine), so the abort is retried, bounded at 20 s.
+ */
+export function runAbortById(nranks: number, traceDir: string, reason: string, culprits?: number[]): Promise<RankResult[]> {
+  return runRanks(nranks, { mode: 'scenario', scenario: 'abortById', traceDir }, 50_000, (id) => {
+    const t0 = Date.now();
+    const tryAbort = () => {
+      if (culprits ? Communicator.abortById(id, reason, culprits) : Communicator.abortById(id, reason)) return;
+      if (Date.now() - t0 > 20_000) throw new Error('abortById: the communicator group never appeared within 20 s');
+      setTimeout(tryAbort, 100);
+    };
+    setTimeout(tryAbort, 300);
+  });
+}
