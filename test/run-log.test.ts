@@ -70,6 +70,23 @@ describe('GRPO run log', () => {
     expect(read.steps.map((s) => [s.step, s.rewardMean])).toEqual([[1, 0.1], [2, 0.2], [3, 0.9], [4, 1]]);
   });
 
+  it('resume after a run killed mid-write drops the partial last line, so the log stays readable', () => {
+    const p = join(dir, 'killed.jsonl');
+    const first = RunLog.open(p, { mode: 'new', config: {}, startStep: 0 });
+    first.step(stepRec(1, 0.1));
+    writeFileSync(p, `${readFileSync(p, 'utf8')}{"type":"step","st`); // killed while writing step 2
+    const again = RunLog.open(p, { mode: 'resume', config: {}, startStep: 1 });
+    again.step(stepRec(2, 0.2));
+    expect(lines(p).map((l) => l.type)).toEqual(['header', 'step', 'header', 'step']);
+    expect(readRunLog(p).steps.map((s) => s.step)).toEqual([1, 2]);
+    // A last line that is complete but lost only its newline is kept.
+    const q = join(dir, 'no-newline.jsonl');
+    RunLog.open(q, { mode: 'new', config: {}, startStep: 0 }).step(stepRec(1, 0.1));
+    writeFileSync(q, readFileSync(q, 'utf8').trimEnd());
+    RunLog.open(q, { mode: 'resume', config: {}, startStep: 1 }).step(stepRec(2, 0.2));
+    expect(readRunLog(q).steps.map((s) => s.step)).toEqual([1, 2]);
+  });
+
   it('overwrite replaces the file; resume and overwrite together are an error', () => {
     const p = join(dir, 'over.jsonl');
     RunLog.open(p, { mode: 'new', config: {}, startStep: 0 }).step(stepRec(1, 0.1));

@@ -6,16 +6,13 @@
  * spellings are accepted where they mean the same on one node (`--nproc-per-node`,
  * `--nnodes 1`, `--node-rank 0`, `--log-dir`); multi-node values are a clear error.
  */
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
 import { LaunchOptionsSchema, formatIssues } from '../runtime/config.js';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import { EXIT_USAGE, launch } from '../runtime/launcher.js';
 import { resolveModuleUrl } from '../runtime/module-loader.js';
 import { parsePatchSwitch } from '../runtime/patches.js';
-import { validateEnv } from '../runtime/env.js';
-import { PACKAGE_ROOT } from '../runtime/paths.js';
+import { ascentVersion } from '../runtime/run-meta.js';
 
 const ENTRY_EXT = /\.(ts|mts|cts|js|mjs|cjs)$/;
 
@@ -23,7 +20,7 @@ function buildProgram(): Command {
   return new Command('launch')
     .description('Run an SPMD entry on N ranks (worker threads, one device each), like torchrun.')
     .usage('--nproc N [flags] entry.(ts|mjs|js) [entry args...]')
-    .version(packageVersion(), '-V, --version', 'print the version and exit')
+    .version(ascentVersion(), '-V, --version', 'print the version and exit')
     // Checked after parsing, so that an unknown flag is named as such first.
     .option('--nproc <n>', 'number of ranks (positive integer; required)')
     .option('--nproc-per-node <n>', 'torchrun spelling of --nproc (one node)')
@@ -57,14 +54,6 @@ function positiveIntFlag(flag: string, raw: string): number {
     throw new ConfigError(`Expected a positive integer for ${flag} but received ${JSON.stringify(raw)}.`);
   }
   return Number(raw);
-}
-
-function packageVersion(): string {
-  try {
-    return (JSON.parse(readFileSync(join(PACKAGE_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
-  } catch {
-    return 'unknown';
-  }
 }
 
 /** --nproc / --nproc-per-node (one of them, or both equal), --nnodes 1, --node-rank 0. */
@@ -136,8 +125,7 @@ export async function main(argv: string[]): Promise<number> {
     throw err;
   }
   try {
-    // Bad environment values are one line naming the variable (no usage: the flags were fine).
-    validateEnv({ ...process.env, ...options.env });
+    // Bad environment values (checked first thing in launch()) are one line naming the variable (no usage: the flags were fine).
     const result = await launch(options);
     return result.exitCode;
   } catch (err) {

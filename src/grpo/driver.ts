@@ -150,8 +150,8 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   // Resume (trainer ranks, collective over the trainer group) before the first sync.
   let startStep = 0;
   if (resumeDir) {
-    if (trainer) await trainer.load(resumeDir);
-    startStep = (await readTrainerState(resumeDir)).step;
+    // Trainer ranks learn the step from the checkpoint they load; engine-only ranks read it.
+    startStep = trainer ? (await trainer.load(resumeDir)).step : (await readTrainerState(resumeDir)).step;
   }
   const sync = new SyncActor(ctx, makeWeightSync({ cfg, model, mode: cfg.mode, roles, strategy: trainer?.strategy ?? null, engine: rollout?.engine ?? null, syncComm }));
   // First sync: the engines start from the trainer's (initial or resumed) weights;
@@ -299,7 +299,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       const mean = rewards.reduce((a, b) => a + b, 0) / rewards.length;
       const std = Math.sqrt(rewards.reduce((a, b) => a + (b - mean) ** 2, 0) / rewards.length);
       const m: StepMetrics = {
-        step, lr: cfg.optimizer.lr, rewardMean: mean, rewardStd: std, rewards: { [REWARD_FUNCTION]: mean },
+        step, lr: tr!.lr, rewardMean: mean, rewardStd: std, rewards: { [REWARD_FUNCTION]: mean },
         completionLength: lengthStats(completions),
         kl: tokens ? (tr!.stats!.kl ?? 0) / tokens : 0,
         clipFraction: tokens ? (tr!.stats!.clipped ?? 0) / tokens : 0,

@@ -11,7 +11,7 @@
  *     ones; readers keep the last record of each step), or
  *   - the config says to overwrite it (`logOverwrite`, flag `--log-overwrite`).
  */
-import { appendFileSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { dirname } from 'node:path';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
@@ -64,6 +64,15 @@ function parseLines(path: string, text: string): Array<Record<string, unknown>> 
   return out;
 }
 
+function isJsonObjectLine(line: string): boolean {
+  try {
+    const v = JSON.parse(line) as unknown;
+    return typeof v === 'object' && v !== null && !Array.isArray(v);
+  } catch {
+    return false;
+  }
+}
+
 /** Whether the file exists with anything in it. */
 function holdsRecords(path: string): boolean {
   return existsSync(path) && statSync(path).size > 0;
@@ -110,7 +119,12 @@ export class RunLog {
         throw new ConfigError(`GRPO: --resume would append to ${path}, which is not a GRPO run log (no header and no step records). HINT: pass --log with the run's own log file.`, { path });
       }
       runId = last ? String(last.runId) : null;
-      if (!text.endsWith('\n')) prefix = '\n';
+      if (!text.endsWith('\n')) {
+        // A run killed mid-write left a partial last line: drop it, or it would sit in the middle of the log.
+        const cut = text.lastIndexOf('\n') + 1;
+        if (isJsonObjectLine(text.slice(cut))) prefix = '\n';
+        else truncateSync(path, Buffer.byteLength(text.slice(0, cut)));
+      }
     }
     const header: RunLogHeader = {
       type: 'header',

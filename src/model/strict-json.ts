@@ -39,11 +39,6 @@ const WS = new Set([0x20, 0x09, 0x0a, 0x0d]);
 const ESCAPES: Readonly<Record<string, string>> = { '"': '"', '\\': '\\', '/': '/', b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
 
-/** True for an own property (safe on null-prototype and ordinary objects alike). */
-export function hasKey(obj: object, key: string): boolean {
-  return Object.hasOwn(obj, key);
-}
-
 /** A plain JSON object (not an array, not null). */
 export function isJsonObject(v: unknown): v is JsonObject {
   return typeof v === 'object' && v !== null && !Array.isArray(v);

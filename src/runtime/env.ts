@@ -58,11 +58,8 @@ export function envInt(name: EnvVarName, env: NodeJS.ProcessEnv = process.env): 
   const v = raw(name, env);
   if (v === undefined) return undefined;
   const spec = envSpec(name);
-  if (!/^-?\d+$/.test(v.trim())) {
-    throw new ConfigError(`Expected ${expectation(spec)} for ${name} but received ${JSON.stringify(v)}. HINT: ${spec.description}`, { name, value: v });
-  }
-  const n = Number.parseInt(v, 10);
-  if (spec.min !== undefined && n < spec.min) {
+  const n = /^-?\d+$/.test(v.trim()) ? Number.parseInt(v, 10) : Number.NaN;
+  if (Number.isNaN(n) || (spec.min !== undefined && n < spec.min)) {
     throw new ConfigError(`Expected ${expectation(spec)} for ${name} but received ${JSON.stringify(v)}. HINT: ${spec.description}`, { name, value: v });
   }
   return n;

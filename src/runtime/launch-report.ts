@@ -60,7 +60,8 @@ const USAGE_CODES = new Set(['ASCENT_CONFIG']);
 export const isCollectiveError = (e: RankErrorInfo | undefined): boolean => e?.code !== undefined && COLLECTIVE_CODES.has(e.code);
 export const isUsageError = (e: RankErrorInfo | undefined): boolean => e?.code !== undefined && USAGE_CODES.has(e.code);
 
-const isFailure = (o: RankOutcome) => o.end === 'failed' || o.end === 'crashed' || (o.end === 'exited' && (o.exitCode ?? 0) !== 0);
+/** A rank that failed: threw, crashed, or exited with a non-zero code. */
+export const isFailure = (o: RankOutcome): boolean => o.end === 'failed' || o.end === 'crashed' || (o.end === 'exited' && (o.exitCode ?? 0) !== 0);
 const byArrival = (a: RankOutcome, b: RankOutcome) => (a.order ?? Infinity) - (b.order ?? Infinity) || a.rank - b.rank;
 
 function culpritVotes(failed: RankOutcome[]): Map<number, number> {

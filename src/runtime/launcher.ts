@@ -12,8 +12,9 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { LaunchOptionsSchema, parseConfig, type LaunchOptions } from './config.js';
+import { validateEnv } from './env.js';
 import type { AscentError } from './errors.js';
-import { describeRanks, groupFailures, isCollectiveError, isUsageFailure, pickCulprit, type RankEnd, type RankErrorInfo, type RankOutcome } from './launch-report.js';
+import { describeRanks, groupFailures, isCollectiveError, isFailure, isUsageFailure, pickCulprit, type RankEnd, type RankErrorInfo, type RankOutcome } from './launch-report.js';
 import { importModule, resolveModuleUrl } from './module-loader.js';
 import { World } from './world.js';
 
@@ -108,6 +109,8 @@ async function preflight(entryUrl: string, args: string[], worldSize: number): P
 
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const opts = parseConfig(LaunchOptionsSchema, options, 'launch options');
+  // Bad environment values fail before the entry is imported or any rank starts (World.create checks again for World users).
+  validateEnv({ ...process.env, ...opts.env });
   const entryUrl = resolveModuleUrl(opts.entry, 'entry file');
   const bad = await preflight(entryUrl, opts.entryArgs, opts.nproc);
   if (bad !== null) {
@@ -133,7 +136,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   let finish!: () => void;
   const finished = new Promise<void>((r) => (finish = r));
   let stopping = false;
-  const doneCount = () => [...outcomes.values()].filter((o) => o.end === 'done' || o.end === 'exited').length;
+  const doneCount = () => [...outcomes.values()].filter((o) => o.end === 'done' || (o.end === 'exited' && !isFailure(o))).length;
 
   const fail = (rank: number, err: AscentError | undefined, end: RankEnd, exitCode_?: number) => {
     if (outcomes.has(rank)) return;
@@ -146,8 +149,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       exitCode = EXIT_RANK_FAILED;
       // A collective error names its own culprits; any other failure makes this rank the culprit.
       const named = err?.details?.culpritWorldRanks;
-      const commError = ['ASCENT_COLLECTIVE_MISMATCH', 'ASCENT_COLLECTIVE_TIMEOUT', 'ASCENT_COMM_ABORTED', 'ASCENT_P2P_DEADLOCK'].includes(err?.code ?? '');
-      const culprits = commError ? (Array.isArray(named) ? (named as number[]) : []) : [rank];
+      const culprits = isCollectiveError(info) ? (Array.isArray(named) ? (named as number[]) : []) : [rank];
       world.abortWorldComm(`rank ${rank} failed: ${err?.message ?? end}`, culprits);
       const others = world.ranks.filter((r) => r.rank !== rank && r.status === 'running').length;
       // A usage error is reported as one line at the end; a progress line would only add noise.
@@ -227,8 +229,9 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     if (!outcomes.has(r.rank)) outcomes.set(r.rank, { rank: r.rank, end: 'stopped' });
   }
   const all = [...outcomes.values()];
-  const failed = all.filter((o) => o.end === 'failed' || o.end === 'crashed' || (o.end === 'exited' && o.exitCode !== 0)).map((o) => o.rank).sort((a, b) => a - b);
+  const failed = all.filter(isFailure).map((o) => o.rank).sort((a, b) => a - b);
   let culpritRanks: number[] = [];
+  let culprit: ReturnType<typeof pickCulprit>;
   if (exitCode === EXIT_RANK_FAILED && isUsageFailure(all)) {
     exitCode = EXIT_USAGE;
     // Bad input: the message says what was wrong and what to do; frames would only hide it.
@@ -236,7 +239,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       process.stderr.write(`launch: ${g.error?.message ?? 'invalid input'} (on ${describeRanks(g.ranks, opts.nproc)})\n`);
     }
   } else if (exitCode === EXIT_RANK_FAILED) {
-    const culprit = pickCulprit(all);
+    culprit = pickCulprit(all);
     culpritRanks = culprit?.ranks ?? [];
     for (const g of groupFailures(all, culpritRanks)) {
       // Aborted collectives are consequences: their message names the cause; frames add nothing.
@@ -245,11 +248,13 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       const who = g.ranks.length > 1 ? `${describeRanks(g.ranks, opts.nproc)} ${g.how} with ${same} (as on rank ${g.shownRank})` : `${describeRanks(g.ranks, opts.nproc)} ${g.how}`;
       say(`${who}${errorText(g.error, withStack)}`);
     }
+  }
+  if (exitCode !== EXIT_USAGE) {
     for (const r of hung) say(`rank ${r} hung: it did not stop within the grace period of ${opts.gracePeriodMs} ms and was terminated`);
-    const blame = culprit ? ` (culprit: ${culprit.ranks.length === 1 ? `rank ${culprit.ranks[0]}` : `ranks [${culprit.ranks.join(', ')}]`}, ${culprit.reason})` : '';
+  }
+  if (exitCode === EXIT_RANK_FAILED) {
+    const blame = culprit ? ` (culprit: ${describeRanks(culprit.ranks, opts.nproc)}, ${culprit.reason})` : '';
     say(`FAILED: ${failed.length === opts.nproc ? `all ${opts.nproc}` : `${failed.length} of ${opts.nproc}`} ranks failed${blame}; exit code ${exitCode}`);
-  } else if (hung.length > 0) {
-    for (const r of hung) say(`rank ${r} hung: it did not stop within the grace period of ${opts.gracePeriodMs} ms and was terminated`);
   }
   return { exitCode, failedRanks: failed, stuckRanks: stuck, hungRanks: hung, culpritRanks };
 }

@@ -318,6 +318,9 @@ export class World extends EventEmitter<WorldEvents> {
    * and waits for their output to drain.
    */
   async stopRanks(reason: string, gracePeriodMs = this.options.gracePeriodMs ?? envInt('ASCENT_SHUTDOWN_GRACE_MS')!): Promise<void> {
+    // Abort the world communicator here, blaming nobody: otherwise the first rank to stop
+    // aborts it itself and its peers' errors (and trace) would name that rank as the cause.
+    this.abortWorldComm(`the world is stopping: ${reason}`);
     const live = this.slots.filter((s) => !s.liveness.dead);
     const settled = new Set<RankSlot>();
     for (const s of live) {

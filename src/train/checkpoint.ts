@@ -174,7 +174,7 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
     if (!latest) throw new CheckpointFormatError(`${dir}: neither a step folder (no ${TRAIN_STATE_FILE}) nor a checkpoint root (no ${LATEST_FILE}). HINT: pass the --save folder of a run or one of its step-NNNNNN folders.`, { file: dir });
     dir = latest;
   }
-  const raw = checkTrainerState(await readJsonFile(join(dir, TRAIN_STATE_FILE)), join(dir, TRAIN_STATE_FILE));
+  const raw = await readTrainerState(dir);
   const cfg = parseModelConfig(await readJsonFile(join(dir, 'config.json')), join(dir, 'config.json'));
   const diff = sameModel(cfg, strategy.cfg);
   if (diff) throw new CheckpointFormatError(`${dir} holds another model: ${diff}.`, { file: dir });
@@ -190,13 +190,13 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
   return { dir, state: raw, full: { params, optimizer: { step: raw.optimizerSteps, expAvg, expAvgSq } } };
 }
 
-/** A small JSON file of a checkpoint, parsed strictly (duplicate keys refused, null-prototype objects). */
 /** A step folder's validated trainer_state.json (CheckpointFormatError naming the file when it is malformed). */
 export async function readTrainerState(stepDir: string): Promise<TrainerStateFile> {
   const file = join(stepDir, TRAIN_STATE_FILE);
   return checkTrainerState(await readJsonFile(file), file);
 }
 
+/** A small JSON file of a checkpoint, parsed strictly (duplicate keys refused, null-prototype objects). */
 async function readJsonFile(path: string): Promise<JsonValue> {
   let text: string;
   try {
