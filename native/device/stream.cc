@@ -98,6 +98,8 @@ void StreamImpl::Loop() {
     }
     bool interrupted = false;
     std::optional<ErrorInfo> failure;
+    const bool profiling = profiling_.load(std::memory_order_relaxed) && !skip;
+    const double start_us = profiling ? SteadyNowUs() : 0;
     if (!skip) {
       try {
         op->run(*op);
@@ -123,6 +125,13 @@ void StreamImpl::Loop() {
              Str("causeMessage", failure->message)}};
       }
       if (sticky_) report = sticky_;
+      if (profiling) {
+        if (profile_.size() < kMaxProfileRecords) {
+          profile_.push_back(ProfileRecord{op->seq, op->name, start_us, SteadyNowUs()});
+        } else {
+          ++profile_dropped_;
+        }
+      }
       running_seq_ = 0;
       ++completed_;
     }
@@ -210,6 +219,9 @@ Napi::Function StreamWrap::Define(Napi::Env env) {
                       InstanceMethod<&StreamWrap::Pending>("pending"),
                       InstanceMethod<&StreamWrap::Stats>("stats"),
                       InstanceMethod<&StreamWrap::Destroy>("destroy"),
+                      InstanceMethod<&StreamWrap::Profile>("profile"),
+                      InstanceMethod<&StreamWrap::DrainProfile>("drainProfile"),
+                      StaticMethod<&StreamWrap::NowUs>("nowUs"),
                       InstanceMethod<&StreamWrap::Marker>("marker"),
                       InstanceMethod<&StreamWrap::SleepOp>("sleep"),
                       InstanceMethod<&StreamWrap::FailOp>("fail"),
@@ -286,5 +298,58 @@ Napi::Value StreamWrap::Destroy(const Napi::CallbackInfo& info) {
   impl_->Stop();
   return info.Env().Undefined();
 }
+
+}  // namespace ascent
+
+namespace ascent {
+
+double SteadyNowUs() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<ProfileRecord> StreamImpl::DrainProfile(uint64_t* dropped) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ProfileRecord> out;
+  out.swap(profile_);
+  *dropped = profile_dropped_;
+  profile_dropped_ = 0;
+  return out;
+}
+
+// profile(on: boolean): record every op this stream runs from now on (or stop).
+Napi::Value StreamWrap::Profile(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsBoolean()) {
+    Napi::TypeError::New(info.Env(), "profile(on) expects a boolean.").ThrowAsJavaScriptException();
+    return info.Env().Undefined();
+  }
+  impl_->SetProfiling(info[0].As<Napi::Boolean>().Value());
+  return info.Env().Undefined();
+}
+
+// drainProfile(): { seq: Float64Array, start: Float64Array, end: Float64Array, names: string[], dropped } of the ops run since the last drain.
+Napi::Value StreamWrap::DrainProfile(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint64_t dropped = 0;
+  std::vector<ProfileRecord> recs = impl_->DrainProfile(&dropped);
+  const size_t n = recs.size();
+  Napi::Float64Array seq = Napi::Float64Array::New(env, n), start = Napi::Float64Array::New(env, n),
+                     end = Napi::Float64Array::New(env, n);
+  Napi::Array names = Napi::Array::New(env, n);
+  for (size_t i = 0; i < n; ++i) {
+    seq[i] = static_cast<double>(recs[i].seq);
+    start[i] = recs[i].start_us;
+    end[i] = recs[i].end_us;
+    names.Set(static_cast<uint32_t>(i), Napi::String::New(env, recs[i].name));
+  }
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("seq", seq);
+  out.Set("start", start);
+  out.Set("end", end);
+  out.Set("names", names);
+  out.Set("dropped", Napi::Number::New(env, static_cast<double>(dropped)));
+  return out;
+}
+
+Napi::Value StreamWrap::NowUs(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), SteadyNowUs()); }
 
 }  // namespace ascent

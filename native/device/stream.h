@@ -37,6 +37,14 @@ struct Op {
   std::vector<uint8_t> result;  // device->host bytes
 };
 
+// One executed op, for the profiler (steady-clock microseconds, the clock of StreamWrap.nowUs()).
+struct ProfileRecord {
+  uint64_t seq;
+  std::string name;
+  double start_us;
+  double end_us;
+};
+
 struct PendingOp {
   uint64_t seq;
   std::string name;
@@ -66,6 +74,11 @@ class StreamImpl {
   uint64_t completed();
   std::optional<ErrorInfo> sticky_error();
 
+  // Profiling: when on, every executed op is recorded (at most kMaxProfileRecords between drains).
+  void SetProfiling(bool on) { profiling_.store(on); }
+  std::vector<ProfileRecord> DrainProfile(uint64_t* dropped);
+  static constexpr size_t kMaxProfileRecords = 1 << 20;
+
   // Stream-thread helpers: return false when interrupted by Stop().
   bool Sleep(double ms);
   bool WaitEvent(const std::shared_ptr<EventState>& event, uint64_t generation);
@@ -92,7 +105,13 @@ class StreamImpl {
   std::chrono::steady_clock::time_point running_since_;
   std::optional<ErrorInfo> sticky_;
   std::shared_ptr<EventState> waiting_on_;
+  std::atomic<bool> profiling_{false};
+  std::vector<ProfileRecord> profile_;
+  uint64_t profile_dropped_ = 0;
 };
+
+// Steady-clock microseconds: the time base of profile records and of host-side profile spans.
+double SteadyNowUs();
 
 // JS class `Stream`: new Stream(deviceOrdinal). Enqueue methods live in ops.cc.
 class StreamWrap : public Napi::ObjectWrap<StreamWrap> {
@@ -109,6 +128,9 @@ class StreamWrap : public Napi::ObjectWrap<StreamWrap> {
   Napi::Value Pending(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);
   Napi::Value Destroy(const Napi::CallbackInfo& info);
+  Napi::Value Profile(const Napi::CallbackInfo& info);
+  Napi::Value DrainProfile(const Napi::CallbackInfo& info);
+  static Napi::Value NowUs(const Napi::CallbackInfo& info);
 
   // ops.cc: the one checked enqueue point for every op.
   Napi::Value Marker(const Napi::CallbackInfo& info);

@@ -5,6 +5,7 @@
  *   ascent inspect <path>        validate a safetensors checkpoint and list its tensors
  *   ascent plot <files...>       draw run logs and benchmark results to SVG and PNG
  *   ascent schema <config>       print a config file's JSON Schema
+ *   ascent profile <dir>         merge an ASCENT_PROFILE run's traces, print the top ops
  */
 import { Command, CommanderError } from 'commander';
 import { InvalidArgumentError } from '../runtime/errors.js';
@@ -12,6 +13,7 @@ import { explainDump, formatReport, readDumps } from '../runtime/trace-explain.j
 import { registerInspect } from './inspect.js';
 import { registerPlot } from './plot.js';
 import { registerSchema } from './schema.js';
+import { registerProfile } from './profile.js';
 
 function buildProgram(out: string[]): Command {
   const program = new Command('ascent').description('Ascent tools').exitOverride().configureOutput({ writeErr: () => {}, writeOut: (s) => process.stdout.write(s) });
@@ -27,6 +29,7 @@ function buildProgram(out: string[]): Command {
   registerInspect(program);
   registerPlot(program);
   registerSchema(program);
+  registerProfile(program);
   // `ascent launch ...` is handled by the launch CLI itself (main below); listed here for the help.
   program.command('launch').description('run an SPMD entry on N ranks, like torchrun (`ascent launch --help` for its flags)').helpOption(false).allowUnknownOption().allowExcessArguments();
   return program;

@@ -5,6 +5,7 @@
  * actor, the method and the methods it has.
  */
 import { InvalidArgumentError } from './errors.js';
+import { profiler } from './profiler.js';
 
 /** Callable members of `obj`, own and inherited (not Object's own, not the constructor). */
 export function actorMethods(obj: object): string[] {
@@ -31,7 +32,20 @@ export function guardActor<T extends object>(obj: T, actor: string, rank: number
         if (typeof value !== 'function') return value;
         const hit = bound.get(prop);
         if (hit?.fn === value) return hit.wrapped;
-        const wrapped = (value as (...a: unknown[]) => unknown).bind(target);
+        const fn = (value as (...a: unknown[]) => unknown).bind(target);
+        const wrapped = (...args: unknown[]) => {
+          const end = profiler()?.begin('actor', `${actor}.${String(prop)} (run on rank ${rank})`);
+          if (!end) return fn(...args);
+          try {
+            const r = fn(...args);
+            if (r instanceof Promise) r.then(end, end);
+            else end();
+            return r;
+          } catch (e) {
+            end();
+            throw e;
+          }
+        };
         bound.set(prop, { fn: value, wrapped });
         return wrapped;
       }

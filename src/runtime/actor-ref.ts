@@ -9,6 +9,7 @@
  *  - remote errors keep class, `code`, rank, actor and remote stack (`error-wire.ts`);
  *    with ASCENT_ACTOR_CALLSITES=1 the caller's stack is appended too.
  */
+import { profiler } from './profiler.js';
 import * as Comlink from 'comlink';
 import { ActorAbortedError, ActorDiedError, ActorTimeoutError, InvalidArgumentError } from './errors.js';
 import { envBool } from './env.js';
@@ -142,9 +143,11 @@ export class ActorRef<T = unknown> {
       let timer: ReturnType<typeof setTimeout> | undefined;
       const onAbort = () => settle(this.abortError(method, signal!));
       const entry: Pending = { reject: (err) => settle(diedError(err as ActorDiedError, this.actor, method)) };
+      const end = profiler()?.begin('actor', `${this.actor}.${String(method)} -> rank ${this.rank}`);
       const settle = (err: Error | undefined, value?: unknown) => {
         if (done) return;
         done = true;
+        end?.();
         this.liveness.delete(entry);
         if (timer !== undefined) clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);

@@ -33,6 +33,7 @@ export const ENV_VARS = [
   { name: 'ASCENT_SHUTDOWN_GRACE_MS', kind: 'int', default: '5000', min: 0, description: 'Grace period before ranks are terminated after a failure or shutdown.' },
   { name: 'ASCENT_COMM_MOVERS', kind: 'int', default: undefined, min: 1, description: 'Ranks that move the data of a large collective for the whole communicator (default: one per core, at most the number of ranks); read by the native communicator when a communicator is created.' },
   { name: 'ASCENT_TASK_POOL_THREADS', kind: 'int', default: '2', min: 1, description: 'Maximum threads of the Piscina task pool created with each World.' },
+  { name: 'ASCENT_PROFILE', kind: 'string', default: undefined, description: 'Folder to write a Chrome / Perfetto trace per rank into (every stream op, host wait and actor call); `ascent profile <dir>` merges them and prints the top ops.' },
   { name: 'ASCENT_LOG_PREFIX', kind: 'bool', default: '1', description: 'Prefix rank output lines with `[rank N]` under `launch`.' },
 ] as const satisfies readonly EnvVarSpec[];
 

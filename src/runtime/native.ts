@@ -55,6 +55,10 @@ export interface NativeStream {
   pending(): NativePendingOp[];
   stats(): NativeStreamStats;
   destroy(): void;
+  /** Records every op this stream runs from now on (false: stops). */
+  profile(on: boolean): void;
+  /** The ops run since the last drain (steady-clock µs, the clock of Stream.nowUs()). */
+  drainProfile(): { seq: Float64Array; start: Float64Array; end: Float64Array; names: string[]; dropped: number };
   marker(token: number): number;
   sleep(ms: number, token: number): number;
   fail(message: string, token: number): number;
@@ -186,7 +190,7 @@ export interface NativeStream {
 
 export interface NativeBinding extends NativeCommBinding {
   readonly Buffer: new () => NativeBuffer;
-  readonly Stream: new (device: number) => NativeStream;
+  readonly Stream: (new (device: number) => NativeStream) & { nowUs(): number };
   readonly Event: new (device: number) => NativeEvent;
   init(errorFactory: (code: string, message: string, details: ErrorDetails) => Error, onComplete: (token: number, error: Error | undefined, bytes: ArrayBuffer | undefined) => void): void;
   setCompletionRef(ref: boolean): void;

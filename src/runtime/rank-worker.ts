@@ -4,6 +4,7 @@
  * Sets up the rank's context, exposes a RankHost to the main thread, then either
  * waits for actors to be spawned (World) or runs the entry's `main(ctx)` (SPMD).
  */
+import { flushProfile } from './profiler.js';
 import { parentPort, workerData } from 'node:worker_threads';
 import * as Comlink from 'comlink';
 import { guardActor } from './actor-guard.js';
@@ -123,6 +124,7 @@ const host: RankHostApi = {
     if (mainStarted) await mainSettled;
     // A worker's stdout is forwarded asynchronously; wait until what the hooks printed
     // has been handed to the parent, or termination right after this may drop it.
+    flushProfile();
     await Promise.all([flush(process.stdout), flush(process.stderr)]);
     post({ type: 'stopped' });
   },
@@ -141,7 +143,10 @@ const host: RankHostApi = {
           parent.postMessage({ type: 'main-failed', error: bytes } satisfies RankEvent, [bytes.buffer as ArrayBuffer]);
         },
       )
-      .finally(markMainSettled);
+      .finally(() => {
+        flushProfile();
+        markMainSettled();
+      });
   },
 };
 Comlink.expose(host, nodePortEndpoint(data.controlPort));

@@ -9,6 +9,7 @@ import { checkOptions, checkTimeout, type SynchronizeOptions } from './options.j
 export { checkTimeout, type SynchronizeOptions } from './options.js';
 import { describe } from './dtype.js';
 import { InvalidArgumentError, TimeoutError } from './errors.js';
+import { profiler } from './profiler.js';
 import type { Event } from './event.js';
 import {
   enqueueWithCompletion,
@@ -32,6 +33,7 @@ export class Stream {
   constructor(device: Device) {
     this.device = device;
     this.native = new (loadNative().Stream)(device.ordinal);
+    profiler()?.trackStream(this.native);
   }
 
   get id(): number {
@@ -55,9 +57,11 @@ export class Stream {
 
   /** @internal Waits for `token` with an optional deadline, rejecting with a TimeoutError that lists pending work. */
   #await<T>(token: number, promise: Promise<T>, timeoutMs: number | undefined, site: Error, what: string): Promise<T> {
+    const end = profiler()?.begin('sync', what, { stream: this.id });
     const caught = promise.catch((err: Error) => {
       throw withCallerStack(err, site);
     });
+    if (end) void caught.then(end, end);
     if (timeoutMs === undefined) return caught;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
@@ -126,6 +130,7 @@ export class Stream {
    * ops are dropped and their awaiters reject with StreamError. Idempotent.
    */
   destroy(): void {
+    profiler()?.releaseStream(this.native);
     this.native.destroy();
   }
 
