@@ -106,4 +106,61 @@ describe('GRPO loss on the single-device strategy', () => {
       s.release();
     }
   });
+
+  it('without old log-probs the ratio is exactly 1 (the same gradient as with them); micro-batches normalised over their mini-batch accumulate to the whole batch, for every loss type', async () => {
+    const s = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 2));
+    const grads = async () => {
+      const g = await s.gatherState('grads');
+      s.zeroGrad();
+      return g;
+    };
+    const maxRel = (a: Map<string, { data: Float32Array }>, b: Map<string, { data: Float32Array }>) => {
+      let worst = 0;
+      for (const [n, p] of a) {
+        const q = b.get(n)!.data;
+        let err = 0, mag = 0;
+        for (let i = 0; i < q.length; i++) {
+          err = Math.max(err, Math.abs(p.data[i]! - q[i]!));
+          mag = Math.max(mag, Math.abs(q[i]!));
+        }
+        if (mag > 0) worst = Math.max(worst, err / mag);
+      }
+      return worst;
+    };
+    try {
+      const old = await currentLogprobs(s);
+      const adv = Float32Array.from([1.2, -0.4, 0.7, -1.5]);
+      const base = { clipLow: 0.2, clipHigh: 0.28, beta: 0, temperature: 1 };
+      const withOld = await s.forwardBackward(b, grpoLoss({ oldLogprobs: old, advantages: adv }, base));
+      const gOld = await grads();
+      const noOld = await s.forwardBackward(b, grpoLoss({ advantages: adv }, base));
+      expect(noOld.stats!.ratio).toBe(noOld.stats!.tokens);
+      expect(noOld.loss).toBeCloseTo(withOld.loss, 6);
+      expect(maxRel(await grads(), gOld)).toBeLessThan(1e-5);
+      const half = (a: Float32Array, r0: number) => a.subarray(r0 * b.seqLen, (r0 + 2) * b.seqLen);
+      const rows = (r0: number) => ({ inputIds: b.inputIds.subarray(r0 * b.seqLen, (r0 + 2) * b.seqLen), targets: b.targets.subarray(r0 * b.seqLen, (r0 + 2) * b.seqLen), batch: 2, seqLen: b.seqLen });
+      let tokens = 0;
+      for (const t of b.targets) if (t !== -100) tokens++;
+      for (const lossType of ['grpo', 'bnpo', 'dr_grpo', 'dapo'] as const) {
+        // A shifted old policy so ratios differ from 1 and some clip.
+        const shifted = old.map((x, i) => x + 0.3 * Math.sin(i));
+        const o = { ...base, lossType, maxCompletionLength: 16 };
+        const whole = await s.forwardBackward(b, grpoLoss({ oldLogprobs: shifted, advantages: adv }, o));
+        const gWhole = await grads();
+        let sum = 0;
+        for (const r0 of [0, 2]) {
+          const r = await s.forwardBackward(rows(r0), grpoLoss({ oldLogprobs: half(shifted, r0), advantages: adv.subarray(r0, r0 + 2), norm: { rows: 4, tokens } }, o));
+          sum += r.loss;
+        }
+        const gAcc = await grads();
+        if (lossType !== 'bnpo') {
+          // bnpo is a per-micro-batch token mean by definition (TRL's local normaliser): only its parts are checked.
+          expect(sum, lossType).toBeCloseTo(whole.loss, 5);
+          expect(maxRel(gAcc, gWhole), lossType).toBeLessThan(1e-4);
+        } else expect(Number.isFinite(sum)).toBe(true);
+      }
+    } finally {
+      s.release();
+    }
+  });
 });

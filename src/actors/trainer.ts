@@ -69,13 +69,32 @@ export class TrainerActor {
   }
 
   /** zero grad → forward/backward → clip → AdamW, on the global batch. */
-  async trainStep(batch: TrainBatch, opts: { lr?: number; loss?: LossFn; measureComm?: boolean } = {}): Promise<TrainStepResult> {
+  trainStep(batch: TrainBatch, opts: { lr?: number; loss?: LossFn; measureComm?: boolean } = {}): Promise<TrainStepResult> {
+    return this.#step([{ batch, ...(opts.loss ? { loss: opts.loss } : {}) }], opts);
+  }
+
+  /**
+   * One optimizer step over several micro-batches (gradient accumulation): zero grad →
+   * forward/backward of each, the gradients summed → clip → AdamW. Losses and stats are
+   * summed over the micro-batches (each loss carries its share of the step's normalisation).
+   */
+  async #step(micro: ReadonlyArray<{ batch: TrainBatch; loss?: LossFn }>, opts: { lr?: number; measureComm?: boolean }): Promise<TrainStepResult> {
+    if (micro.length === 0) throw new InvalidArgumentError('A training step needs at least one micro-batch.');
     const s = this.strategy;
     const lr = opts.lr ?? this.config.optimizer.lr;
     const wall0 = Date.now();
     const t0 = performance.now();
     s.zeroGrad();
-    const r = await s.forwardBackward(batch, opts.loss);
+    const r = { loss: 0, tokens: 0, stats: undefined as Record<string, number> | undefined };
+    for (const m of micro) {
+      const x = await s.forwardBackward(m.batch, m.loss);
+      r.loss += x.loss;
+      r.tokens += x.tokens;
+      if (x.stats) {
+        r.stats ??= {};
+        for (const [k, v] of Object.entries(x.stats)) r.stats[k] = (r.stats[k] ?? 0) + v;
+      }
+    }
     const t1 = performance.now();
     const gradNorm = await s.clipGradNorm(this.config.clipGradNorm);
     const t2 = performance.now();
@@ -91,8 +110,13 @@ export class TrainerActor {
    * this rank from `data` and `opts`; e.g. 'grpo', the clipped-surrogate loss src/grpo registers.
    */
   async lossStep(name: string, batch: TrainBatch, data: unknown, opts: { lr?: number } & Record<string, unknown> = {}): Promise<TrainStepResult> {
+    return this.lossSteps(name, [{ batch, data }], opts);
+  }
+
+  /** lossStep() over micro-batches accumulated into one optimizer step (each with its own loss data). */
+  async lossSteps(name: string, micro: ReadonlyArray<{ batch: TrainBatch; data: unknown }>, opts: { lr?: number } & Record<string, unknown> = {}): Promise<TrainStepResult> {
     const build = lossByName(name);
-    return this.trainStep(batch, { lr: opts.lr, loss: build(data, opts), measureComm: false });
+    return this.#step(micro.map((m) => ({ batch: m.batch, loss: build(m.data, opts) })), { lr: opts.lr, measureComm: false });
   }
 
   /**
@@ -122,6 +146,28 @@ export class TrainerActor {
     this.#ref?.release();
     this.#ref = await createStrategy(this.config, { comm: this.#comm!, device: this.ctx.device });
     await this.#ref.loadState({ params });
+  }
+
+  /**
+   * Moves the reference toward the current policy (TRL's sync_ref_model):
+   * ref ← α·policy + (1 − α)·ref; α = 1 replaces it. Collective over the trainer group.
+   */
+  async refreshReference(alpha: number): Promise<void> {
+    if (!(alpha > 0 && alpha <= 1)) throw new InvalidArgumentError(`refreshReference(): alpha must be in (0, 1] but is ${alpha}.`, { alpha });
+    if (!this.#ref) throw new InvalidArgumentError('No reference policy to refresh: call setupReference() on every trainer rank first.');
+    const policy = await this.strategy.gatherState('params');
+    if (alpha === 1) {
+      await this.#ref.loadState({ params: policy });
+      return;
+    }
+    const ref = await this.#ref.gatherState('params');
+    for (const [name, p] of policy) {
+      const r = ref.get(name)!;
+      const out = new Float32Array(p.data.length);
+      for (let i = 0; i < out.length; i++) out[i] = alpha * p.data[i]! + (1 - alpha) * r.data[i]!;
+      ref.set(name, { ...r, data: out });
+    }
+    await this.#ref.loadState({ params: ref });
   }
 
   /**

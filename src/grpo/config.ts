@@ -9,6 +9,8 @@ import { byteSize, parseConfig } from '../runtime/config.js';
 import { ConfigError } from '../runtime/errors.js';
 import { LoraConfigSchema } from '../model/lora-config.js';
 import { OptimizerConfigSchema } from '../train/config.js';
+import { ALGORITHM_SHAPE, checkAlgorithmConfig } from './algorithm-config.js';
+import { updatePlan } from './update-plan.js';
 
 const posInt = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
 
@@ -56,6 +58,8 @@ export const GrpoConfigSchema = z
     clipHigh: z.number().min(0).default(0.28),
     /** KL coefficient to the frozen initial policy (0: no reference model). */
     beta: z.number().min(0, 'expected beta >= 0').default(0),
+    // Updates per rollout, loss type, clipping, KL, correction, lr schedule (algorithm-config.ts).
+    ...ALGORITHM_SHAPE,
     sync: z
       .object({
         bucketBytes: byteSize.default(512 * 2 ** 20),
@@ -104,6 +108,10 @@ export function parseGrpoConfig(value: unknown, worldSize: number): GrpoConfig {
   if (samples % dp !== 0) {
     throw new ConfigError(`GRPO: promptsPerStep x numGenerations = ${samples} samples do not split over ${dp} data-parallel trainer ranks. HINT: make it a multiple of ${dp}.`, { samples, dp });
   }
+  updatePlan({ rows: samples, numIterations: c.numIterations, stepsPerGeneration: c.stepsPerGeneration, gradientAccumulationSteps: c.gradientAccumulationSteps, dp });
+  checkAlgorithmConfig(c);
+  if (c.klInReward && c.beta === 0) throw new ConfigError('GRPO: klInReward puts beta x KL into the reward, but beta is 0. HINT: set beta > 0, or drop klInReward.');
+  if (c.syncRefModel && c.beta === 0) throw new ConfigError('GRPO: syncRefModel refreshes the KL reference, but beta is 0 (no reference). HINT: set beta > 0, or drop syncRefModel.');
   const engineDp = engineRanks / c.engine.tp;
   if (c.promptsPerStep % engineDp !== 0) {
     throw new ConfigError(`GRPO: promptsPerStep = ${c.promptsPerStep} does not split over ${engineDp} engine replicas (engine ranks / engine.tp). HINT: make it a multiple of ${engineDp}.`);

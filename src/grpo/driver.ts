@@ -38,6 +38,10 @@ import { lengthStats, Progress, summaryTable, type StepMetrics } from './metrics
 import { checkRunLogTarget, RunLog, runLogMode } from './run-log.js';
 import { REWARD_FUNCTION } from './reward-task.js';
 import { alignToTargets, assembleRows, buildTrainBatch } from './rollout-batch.js';
+import { policyUpdate } from './update.js';
+import { totalOptimizerSteps, warmupSteps } from './algorithm-config.js';
+import type { LrSchedule } from '../train/lr-schedule.js';
+import type { TrainBatch } from '../train/strategy.js';
 
 export interface GrpoSummary {
   steps: StepMetrics[];
@@ -205,6 +209,11 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
   const metrics: StepMetrics[] = [];
   const t0 = Date.now();
   const G = cfg.numGenerations;
+  const trainerDp = roles.trainerRanks.length / cfg.trainer.tp;
+  const schedule: LrSchedule = {
+    kind: cfg.lrScheduler.type, lr: cfg.optimizer.lr, warmupSteps: warmupSteps(cfg), totalSteps: totalOptimizerSteps(cfg),
+    ...(cfg.lrScheduler.minLr !== undefined ? { minLr: cfg.lrScheduler.minLr } : {}),
+  };
   // A colocated engine sleeps while the trainer trains: level 2 (drop weights) for full
   // syncs, level 1 (keep base weights on the host) when only LoRA adapters are sent.
   const adapterOnly = cfg.trainer.lora !== undefined;
@@ -268,18 +277,32 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         }),
       );
       const rewards = rewardChunks.flat();
-      const adv = groupAdvantages(rewards, { numGenerations: G });
       lap('reward');
-      // 3. Old-policy (and reference) log-probs from the trainer.
+      // 3. Reference (and, for a KL penalty in the reward, old-policy) log-probs from the trainer.
       const batch = buildTrainBatch({ prompts, completions });
-      const old = assembleRows(batch, await trainers.call('computeLogprobs', batch, cfg.temperature));
       const ref = cfg.beta > 0 ? assembleRows(batch, await trainers.call('computeRefLogprobs', batch, cfg.temperature)) : undefined;
+      const oldForReward = cfg.klInReward ? assembleRows(batch, await trainers.call('computeLogprobs', batch, cfg.temperature)) : undefined;
       const engineAligned = alignToTargets(batch, prompts, engineLogprobs);
+      const klPenalty = oldForReward && ref ? rowKl(batch, oldForReward, ref) : null;
+      const shaped = klPenalty ? rewards.map((x, i) => x - cfg.beta * klPenalty[i]!) : rewards;
+      const adv = groupAdvantages(shaped, { numGenerations: G, scale: cfg.scaleRewards });
       lap('logprob');
-      // 4. One optimizer step.
-      const [tr] = await trainers.call('lossStep', 'grpo', batch, { oldLogprobs: old, advantages: Float32Array.from(adv), ...(ref ? { refLogprobs: ref } : {}) }, {
-        clipLow: cfg.clipLow, clipHigh: cfg.clipHigh, beta: cfg.beta, temperature: cfg.temperature,
+      // 4. The policy update: numIterations passes of stepsPerGeneration optimizer steps (update.ts).
+      const optimizerStepsPerRollout = cfg.numIterations * cfg.stepsPerGeneration;
+      const tr = await policyUpdate(trainers, {
+        batch, advantages: Float32Array.from(adv), engineLogprobs: engineAligned,
+        ...(ref && !cfg.klInReward ? { refLogprobs: ref } : {}),
+        ...(oldForReward ? { oldLogprobs: oldForReward } : {}),
+      }, {
+        shape: { numIterations: cfg.numIterations, stepsPerGeneration: cfg.stepsPerGeneration, gradientAccumulationSteps: cfg.gradientAccumulationSteps, dp: trainerDp },
+        loss: {
+          clipLow: cfg.clipLow, clipHigh: cfg.clipHigh, beta: cfg.klInReward ? 0 : cfg.beta, temperature: cfg.temperature,
+          lossType: cfg.lossType, delta: cfg.delta, importanceSamplingLevel: cfg.importanceSamplingLevel, klEstimator: cfg.klEstimator,
+          maxCompletionLength: cfg.maxNewTokens, ...(cfg.rolloutCorrection ? { rolloutCorrection: cfg.rolloutCorrection } : {}),
+        },
+        schedule, firstStep: (step - 1) * optimizerStepsPerRollout, temperature: cfg.temperature,
       });
+      if (cfg.syncRefModel && step % cfg.refModelSyncSteps === 0) await trainers.call('refreshReference', cfg.refModelMixupAlpha);
       lap('train');
       // 5. Weight sync (wakes a sleeping colocated engine first).
       if (sleepLevel) await rollouts.call('wake');
@@ -288,27 +311,32 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       const probe = cfg.sync.verify ? { ids: prompts.slice(0, probeRows).map((p, i) => [...p, ...completions[i]!]), temperature: cfg.temperature } : undefined;
       const [rep] = await syncs.call('sync', { verify: probe ? { probe, tolerance: cfg.sync.tolerance } : false, adapterOnly });
       lap('sync');
-      // Metrics.
-      const tokens = tr!.stats?.tokens ?? 0;
-      let diff = 0, entropy = 0;
+      // Metrics (the loss's stats are sums over every optimizer step of the update).
+      const st = tr.stats;
+      const tokens = st.tokens ?? 0;
+      let entropy = 0, sampled = 0;
       for (let i = 0; i < batch.targets.length; i++) {
         if (batch.targets[i] === -100) continue;
-        diff += Math.abs(engineAligned[i]! - old[i]!);
         entropy -= engineAligned[i]!;
+        sampled++;
       }
+      const per = (k: string) => (tokens ? (st[k] ?? 0) / tokens : 0);
       const mean = rewards.reduce((a, b) => a + b, 0) / rewards.length;
       const std = Math.sqrt(rewards.reduce((a, b) => a + (b - mean) ** 2, 0) / rewards.length);
       const m: StepMetrics = {
-        step, lr: tr!.lr, rewardMean: mean, rewardStd: std, rewards: { [REWARD_FUNCTION]: mean },
+        step, lr: tr.lr, rewardMean: mean, rewardStd: std, rewards: { [REWARD_FUNCTION]: mean },
         completionLength: lengthStats(completions),
-        kl: tokens ? (tr!.stats!.kl ?? 0) / tokens : 0,
-        clipFraction: tokens ? (tr!.stats!.clipped ?? 0) / tokens : 0,
-        entropy: tokens ? entropy / tokens : 0,
-        loss: tr!.loss, gradNorm: tr!.gradNorm, responseTokens: tokens, seconds,
+        kl: klPenalty ? klPenalty.reduce((a, b) => a + b, 0) / Math.max(1, sampled) : per('kl'),
+        clipFraction: per('clipped'),
+        entropy: sampled ? entropy / sampled : 0,
+        loss: tr.loss, gradNorm: tr.gradNorm, responseTokens: sampled, seconds,
         syncBytes: rep!.bytes, syncGBs: rep!.GBs,
       };
       metrics.push(m);
-      log?.step({ ...m, engineTrainerLogprobDiff: tokens ? diff / tokens : 0, syncPeakExtraBytes: rep!.peakExtraBytes, verified: rep!.verified ?? null, time: new Date().toISOString() });
+      log?.step({
+        ...m, engineTrainerLogprobDiff: per('mismatchAbsDiff'), mismatchK3: per('mismatchK3'), isWeightMean: per('isWeight'), isCorrectedFraction: per('isCorrected'),
+        clipLowFraction: per('clippedLow'), clipHighFraction: per('clippedHigh'), ratioMean: per('ratio'), optimizerSteps: tr.optimizerSteps, recomputedOld: tr.recomputedOld,
+        syncPeakExtraBytes: rep!.peakExtraBytes, verified: rep!.verified ?? null, time: new Date().toISOString() });
       progress.update(m, (line) => ctx.log.info(line));
       if (cfg.checkpoint?.every !== undefined && step % cfg.checkpoint.every === 0) {
         if (cfg.beta > 0) await trainers.call('saveReference', refDir!);
@@ -325,3 +353,17 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
   return summary;
 }
 
+
+/** Σ_t (old − ref) over each row's response tokens: the k1 KL of a sample (for a KL penalty in the reward). */
+function rowKl(batch: TrainBatch, old: Float32Array, ref: Float32Array): number[] {
+  const out: number[] = [];
+  for (let r = 0; r < batch.batch; r++) {
+    let s = 0;
+    for (let t = 0; t < batch.seqLen; t++) {
+      const i = r * batch.seqLen + t;
+      if (batch.targets[i] !== -100) s += old[i]! - ref[i]!;
+    }
+    out.push(s);
+  }
+  return out;
+}

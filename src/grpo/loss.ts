@@ -18,34 +18,55 @@ import { targetLogprobs } from '../train/logprobs.js';
 import { registerLoss } from '../train/loss-registry.js';
 import type { TokenTermOptions } from './token-terms.js';
 import { grpoObjective, type ObjectiveOptions } from './objective.js';
+import { rolloutCorrection, type CorrectionMode } from './rollout-correction.js';
 
 export interface GrpoBatchData {
-  /** Sampling log-probs of the target tokens [B·S] (aligned with targets; ignored where the target is IGNORE_INDEX). */
-  oldLogprobs: Float32Array;
+  /**
+   * Old-policy log-probs of the target tokens [B·S] (aligned with targets; ignored where the
+   * target is IGNORE_INDEX). Absent: the policy being trained IS the old policy (one update
+   * per rollout), so the current log-probs are used as constants and every ratio is exactly 1
+   * — TRL's shortcut, which saves the trainer a forward pass per step.
+   */
+  oldLogprobs?: Float32Array;
   /** Reference-policy log-probs [B·S]; needed when beta > 0. */
   refLogprobs?: Float32Array;
   /** One advantage per row [B]. */
   advantages: Float32Array;
-  /** Rollout-correction weights [B·S] (rollout-correction.ts); absent: 1. */
-  isWeights?: Float32Array;
+  /** The engine's log-probs of the sampled tokens [B·S], for the rollout correction. */
+  engineLogprobs?: Float32Array;
+  /**
+   * The batch the objective is normalised over when it is not the one this call trains on
+   * (gradient accumulation: the micro-batches of one optimizer step share their mini-batch's
+   * rows and response tokens).
+   */
+  norm?: { rows: number; tokens: number };
 }
 
 export interface GrpoLossOptions extends TokenTermOptions, Partial<Omit<ObjectiveOptions, 'epsilon' | 'epsilonHigh' | 'beta'>> {
   /** The sampling temperature (log-probs are taken under it, as the engine returned them). */
   temperature: number;
+  /** Rollout-vs-trainer correction with data.engineLogprobs (rollout-correction.ts); absent: off. */
+  rolloutCorrection?: { mode: CorrectionMode; cap: number };
 }
 
-/** Stats keys the loss reports (sums over response tokens; divide by `tokens`). */
-export const GRPO_STATS = ['tokens', 'clipped', 'clippedLow', 'clippedHigh', 'kl', 'ratio', 'logpSum'] as const;
+/**
+ * Stats keys the loss reports (sums over response tokens; divide by `tokens`); the
+ * mismatch* keys are the rollout-vs-trainer metrics (rollout-correction.ts), present when
+ * engine log-probs were given.
+ */
+export const GRPO_STATS = ['tokens', 'clipped', 'clippedLow', 'clippedHigh', 'kl', 'ratio', 'logpSum', 'mismatchAbsDiff', 'mismatchK3', 'isWeight', 'isCorrected'] as const;
 
 export function checkGrpoData(batch: TrainBatch, data: GrpoBatchData, opts: GrpoLossOptions): void {
   const n = batch.batch * batch.seqLen;
-  if (data.oldLogprobs.length !== n) throw new InvalidArgumentError(`GRPO: oldLogprobs has ${data.oldLogprobs.length} entries; expected batch x seqLen = ${n}.`);
+  if (data.oldLogprobs && data.oldLogprobs.length !== n) throw new InvalidArgumentError(`GRPO: oldLogprobs has ${data.oldLogprobs.length} entries; expected batch x seqLen = ${n}.`);
   if (data.advantages.length !== batch.batch) throw new InvalidArgumentError(`GRPO: advantages has ${data.advantages.length} entries; expected one per row (${batch.batch}).`);
   if (opts.beta > 0 && data.refLogprobs?.length !== n) {
     throw new InvalidArgumentError(`GRPO: beta = ${opts.beta} needs refLogprobs of batch x seqLen = ${n} entries (got ${data.refLogprobs?.length ?? 'none'}). HINT: set beta to 0 or compute reference log-probs.`);
   }
-  if (data.isWeights && data.isWeights.length !== n) throw new InvalidArgumentError(`GRPO: isWeights has ${data.isWeights.length} entries; expected batch x seqLen = ${n}.`);
+  if (data.engineLogprobs && data.engineLogprobs.length !== n) throw new InvalidArgumentError(`GRPO: engineLogprobs has ${data.engineLogprobs.length} entries; expected batch x seqLen = ${n}.`);
+  if (opts.rolloutCorrection && !data.engineLogprobs) {
+    throw new InvalidArgumentError('GRPO: rolloutCorrection needs the engine\'s log-probs (data.engineLogprobs). HINT: pass the log-probs generate() returned, aligned to the targets.');
+  }
 }
 
 /** The objective options a loss call resolves to (defaults: today's DAPO token mean, token-level ratios, k3). */
@@ -71,17 +92,26 @@ export function grpoLoss(data: GrpoBatchData, opts: GrpoLossOptions): LossFn {
     const base = rows.row0 * rows.seqLen, n = host.length;
     const mask = Array.from(rows.targets, (t) => t !== IGNORE_INDEX);
     const sl = (a: Float32Array) => a.subarray(base, base + n);
+    const oldLogp = data.oldLogprobs ? sl(data.oldLogprobs) : host;
+    const stats: Record<string, number> = {};
+    let isWeights: Float64Array | undefined;
+    if (data.engineLogprobs) {
+      const c = rolloutCorrection({ rows: rows.rows, seqLen: rows.seqLen, mask, oldLogp, engineLogp: sl(data.engineLogprobs) }, opts.rolloutCorrection?.mode ?? 'token_truncate', opts.rolloutCorrection?.cap ?? Infinity);
+      if (opts.rolloutCorrection) isWeights = c.weights;
+      const m = c.metrics;
+      Object.assign(stats, { mismatchAbsDiff: m.meanAbsDiff * m.tokens, mismatchK3: m.k3Kl * m.tokens, isWeight: m.meanWeight * m.tokens, isCorrected: m.correctedFraction * m.tokens });
+    }
     const res = grpoObjective({
-      rows: rows.rows, seqLen: rows.seqLen, mask, logp: host, oldLogp: sl(data.oldLogprobs),
+      rows: rows.rows, seqLen: rows.seqLen, mask, logp: host, oldLogp,
       ...(data.refLogprobs ? { refLogp: sl(data.refLogprobs) } : {}),
-      ...(data.isWeights ? { isWeights: sl(data.isWeights) } : {}),
+      ...(isWeights ? { isWeights } : {}),
       advantages: data.advantages.subarray(rows.row0, rows.row0 + rows.rows),
-      globalRows: global.batch, globalTokens: targetTokens(global),
+      globalRows: data.norm?.rows ?? global.batch, globalTokens: data.norm?.tokens ?? targetTokens(global),
     }, o);
     let logpSum = 0;
     for (let i = 0; i < n; i++) if (mask[i]) logpSum += host[i]!;
     const { tokens, clipped, clippedLow, clippedHigh, kl, ratio } = res.stats;
-    return { perToken: logp, weights: Float32Array.from(res.weights), value: res.value, stats: { tokens, clipped, clippedLow, clippedHigh, kl, ratio, logpSum } };
+    return { perToken: logp, weights: Float32Array.from(res.weights), value: res.value, stats: { tokens, clipped, clippedLow, clippedHigh, kl, ratio, logpSum, ...stats } };
   };
 }
 

@@ -1,0 +1,74 @@
+/**
+ * The GRPO algorithm options end to end under `launch` (2 ranks, colocate fsdp2, the tiny
+ * dense model): one update per rollout keeps every ratio at exactly 1 without the trainer's
+ * extra forward pass; numIterations = 2 with two mini-batches of two accumulated micro-batches
+ * takes 4 optimizer steps per rollout on old log-probs computed once, so ratios leave 1 and
+ * the surrogate clips; the other variants (grpo loss, batch reward scaling, GSPO, KL in the
+ * reward, rollout correction, a cosine schedule with warm-up) run and log what they imply.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { lrAt } from '../src/train/lr-schedule.js';
+
+let dir: string;
+beforeAll(() => {
+  ensureParallelBuilt();
+  dir = mkdtempSync(join(tmpdir(), 'ascent-grpo-alg-'));
+}, 120_000);
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+type Step = { step: number; lr: number; clipFraction: number; ratioMean: number; optimizerSteps: number; recomputedOld: boolean; kl: number; engineTrainerLogprobDiff: number; isWeightMean: number; rewardMean: number; loss: number };
+
+async function run(name: string, extra: Record<string, unknown>, steps = 3): Promise<Step[]> {
+  const log = join(dir, `${name}.jsonl`);
+  const cfg = { mode: 'colocate', model: 'dense', trainer: { strategy: 'fsdp2' }, steps, promptsPerStep: 4, numGenerations: 4, maxNewTokens: 8, seed: 5, log, progress: false, sftWarmup: { steps: 20, batch: 32, lr: 5e-3 }, optimizer: { lr: 5e-3 }, ...extra };
+  const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+  expect(r.stderr, r.stdout.slice(-3000)).toBe('');
+  expect(r.code).toBe(0);
+  return (r.results[0] as unknown as { log: Step[] }).log;
+}
+
+describe('GRPO algorithm options (launch)', () => {
+  it('one update per rollout: ratio exactly 1, no clipping, no recomputed old log-probs', async () => {
+    const log = await run('default', {});
+    for (const l of log) {
+      expect(l.optimizerSteps).toBe(1);
+      expect(l.recomputedOld).toBe(false);
+      expect(l.ratioMean).toBe(1);
+      expect(l.clipFraction).toBe(0);
+      // Trainer and engine agree on the sampled tokens' log-probs (the sync is exact).
+      expect(l.engineTrainerLogprobDiff).toBeLessThan(1e-4);
+    }
+  }, 180_000);
+
+  it('numIterations 2 x stepsPerGeneration 2 x gradientAccumulationSteps 2: 4 optimizer steps on old log-probs computed once; ratios move and the surrogate clips', async () => {
+    const log = await run('mu2', { numIterations: 2, stepsPerGeneration: 2, gradientAccumulationSteps: 2, optimizer: { lr: 2e-2 } });
+    for (const l of log) {
+      expect(l.optimizerSteps).toBe(4);
+      expect(l.recomputedOld).toBe(true);
+      expect(l.ratioMean).not.toBe(1);
+    }
+    expect(Math.max(...log.map((l) => l.clipFraction))).toBeGreaterThan(0);
+  }, 180_000);
+
+  it('grpo loss, batch scaling, GSPO, KL in the reward, rollout correction and a cosine schedule run and log their effects', async () => {
+    const extra = {
+      lossType: 'grpo', scaleRewards: 'batch', importanceSamplingLevel: 'sequence', beta: 0.05, klInReward: true, klEstimator: 'k2',
+      rolloutCorrection: { mode: 'token_truncate', cap: 2 }, numIterations: 2, lrScheduler: { type: 'cosine', warmupSteps: 2 },
+    };
+    const log = await run('variants', extra, 3);
+    const schedule = { kind: 'cosine' as const, lr: 5e-3, warmupSteps: 2, totalSteps: 6 };
+    // Two optimizer steps per rollout: step s logs the lr of its second one, index 2s - 1.
+    log.forEach((l) => expect(l.lr).toBeCloseTo(lrAt(schedule, 2 * l.step - 1), 12));
+    for (const l of log) {
+      expect(l.optimizerSteps).toBe(2);
+      expect(Number.isFinite(l.loss)).toBe(true);
+      expect(l.isWeightMean).toBeGreaterThan(0);
+      expect(l.isWeightMean).toBeLessThanOrEqual(2);
+    }
+    expect(log[0]!.kl).toBe(0); // the reference is the policy as RL starts
+  }, 180_000);
+});
