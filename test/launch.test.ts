@@ -106,6 +106,19 @@ describe('launch', () => {
     expect(r.stderr).toMatch(/rank 1: last output [\d.]+ s ago: "rank 1 is about to get stuck"/);
   });
 
+  it('a world stopped while ranks wait in a collective aborts it blaming nobody', async () => {
+    const r = await runLaunch(['--nproc', '3', '--max-time', '1.5', '--grace-period', '2', fx('stop-in-collective.mjs')]);
+    expect(r.code).toBe(124);
+    const results = r.stdout.split('\n').filter((l) => l.includes('RESULT ')).map((l) => JSON.parse(l.slice(l.indexOf('RESULT ') + 7)) as { rank: number; code?: string; message?: string; culprits?: number[] | null });
+    expect(results.map((x) => x.rank).sort()).toEqual([1, 2]);
+    for (const x of results) {
+      expect(x.code).toBe('ASCENT_COMM_ABORTED');
+      expect(x.message).toMatch(/the world is stopping/);
+      // The stop is nobody's fault: no rank (least of all the first to stop) is named as the culprit.
+      expect(x.culprits ?? []).toEqual([]);
+    }
+  });
+
   it('SIGTERM stops all ranks cleanly', async () => {
     let waiting = 0;
     let signalled = false;
