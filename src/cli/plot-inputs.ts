@@ -36,9 +36,12 @@ function stem(path: string): string {
   return basename(path, extname(path));
 }
 
-export function readPlotInput(path: string): PlotInput {
-  if (!existsSync(path) || !statSync(path).isFile()) throw new InvalidArgumentError(`${path}: no such file. HINT: ${WHAT}.`, { path });
-  const text = readFileSync(path, 'utf8');
+/** One input, from its text when the caller already read it (each file is read once). */
+export function readPlotInput(path: string, text?: string): PlotInput {
+  if (text === undefined) {
+    if (!existsSync(path) || !statSync(path).isFile()) throw new InvalidArgumentError(`${path}: no such file. HINT: ${WHAT}.`, { path });
+    text = readFileSync(path, 'utf8');
+  }
   let whole: unknown;
   try {
     whole = JSON.parse(text);
@@ -58,7 +61,7 @@ export function readPlotInput(path: string): PlotInput {
   }
   let log;
   try {
-    log = readRunLog(path);
+    log = readRunLog(path, text);
   } catch (e) {
     throw new InvalidArgumentError(`${(e as Error).message} HINT: ${WHAT}.`, { path });
   }
@@ -73,14 +76,14 @@ export function readPlotInput(path: string): PlotInput {
  */
 export function readPlotInputs(paths: readonly string[]): PlotInput[] {
   const contents = new Set<string>();
-  const unique = paths.filter((p) => {
-    if (!existsSync(p) || !statSync(p).isFile()) return true; // readPlotInput reports it
+  const inputs: PlotInput[] = [];
+  for (const p of paths) {
+    if (!existsSync(p) || !statSync(p).isFile()) throw new InvalidArgumentError(`${p}: no such file. HINT: ${WHAT}.`, { path: p });
     const text = readFileSync(p, 'utf8');
-    if (contents.has(text)) return false;
+    if (contents.has(text)) continue;
     contents.add(text);
-    return true;
-  });
-  const inputs = unique.map(readPlotInput);
+    inputs.push(readPlotInput(p, text));
+  }
   const seen = new Map<string, number>();
   for (const inp of inputs) {
     const n = (seen.get(inp.label) ?? 0) + 1;

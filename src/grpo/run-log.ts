@@ -154,8 +154,8 @@ export interface RunLogContents {
 }
 
 /** Reads a run log; logs written before the header existed (step records only) read too. */
-export function readRunLog(path: string): RunLogContents {
-  const recs = parseLines(path, readFileSync(path, 'utf8'));
+export function readRunLog(path: string, text: string = readFileSync(path, 'utf8')): RunLogContents {
+  const recs = parseLines(path, text);
   const headers = recs.filter((r) => r.type === 'header') as unknown as RunLogHeader[];
   const byStep = new Map<number, RunLogRecord>();
   for (const r of recs) {
