@@ -54,6 +54,23 @@ describe('GRPO algorithm options (launch)', () => {
     expect(Math.max(...log.map((l) => l.clipFraction))).toBeGreaterThan(0);
   }, 180_000);
 
+  it('dynamic sampling trains only on groups whose rewards differ, refilling from extra rounds; without it flat groups reach the loss', async () => {
+    type DS = Step & { trainedGroups: number; trainedFlatGroups: number; droppedGroups: number; samplingRounds: number };
+    // A long warm-up makes the policy confident, so many groups come out flat.
+    const warm = { sftWarmup: { steps: 60, batch: 32, lr: 5e-3 } };
+    const plain = (await run('no-ds', warm, 3)) as DS[];
+    expect(plain.reduce((a, l) => a + l.trainedFlatGroups, 0)).toBeGreaterThan(0);
+    const ds = (await run('ds', { ...warm, dynamicSampling: { maxRounds: 2 } }, 3)) as DS[];
+    for (const l of ds) {
+      expect(l.trainedFlatGroups).toBe(0);
+      expect(l.trainedGroups).toBeGreaterThan(0);
+      expect(l.trainedGroups).toBeLessThanOrEqual(4);
+      expect((l.trainedGroups * 4) % 2).toBe(0); // rows split over the 2 data-parallel ranks
+    }
+    expect(ds.reduce((a, l) => a + l.droppedGroups, 0)).toBeGreaterThan(0);
+    expect(Math.max(...ds.map((l) => l.samplingRounds))).toBeGreaterThan(1);
+  }, 180_000);
+
   it('grpo loss, batch scaling, GSPO, KL in the reward, rollout correction and a cosine schedule run and log their effects', async () => {
     const extra = {
       lossType: 'grpo', scaleRewards: 'batch', importanceSamplingLevel: 'sequence', beta: 0.05, klInReward: true, klEstimator: 'k2',

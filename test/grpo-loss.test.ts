@@ -12,7 +12,7 @@ import { loadModelConfig } from '../src/model/config.js';
 import { initialParams } from '../src/model/sft.js';
 import { makeBatch } from '../src/model/synthetic-task.js';
 import { SingleDeviceStrategy } from '../src/train/single.js';
-import { groupAdvantages } from '../src/grpo/advantages.js';
+import { groupAdvantages, groupsWithSpread } from '../src/grpo/advantages.js';
 import { tokenTerms } from '../src/grpo/token-terms.js';
 import { grpoLoss } from '../src/grpo/loss.js';
 import { tokenLogprobs } from '../src/train/logprobs.js';
@@ -28,6 +28,19 @@ describe('group advantages', () => {
     expect([a[2], a[3]]).toEqual([0, 0]);
     expect(a[4]).toBeCloseTo(1 / Math.sqrt(2), 12);
     expect([...groupAdvantages([1, 0], { numGenerations: 2, scaleByStd: false })]).toEqual([0.5, -0.5]);
+    // scale 'batch': group means, the whole batch's std (unbiased).
+    const r = [1, 0, 0.5, 0.5, 3, 1];
+    const m = r.reduce((x, y) => x + y, 0) / 6;
+    const sb = Math.sqrt(r.reduce((x, y) => x + (y - m) ** 2, 0) / 5);
+    const b = groupAdvantages(r, { numGenerations: 2, eps: 0, scale: 'batch' });
+    expect(b[0]).toBeCloseTo(0.5 / sb, 12);
+    expect(b[4]).toBeCloseTo(1 / sb, 12);
+    expect([b[2], b[3]]).toEqual([0, 0]);
+    expect([...groupAdvantages(r, { numGenerations: 2, scale: 'none' })]).toEqual([0.5, -0.5, 0, 0, 1, -1]);
+    // Dynamic sampling keeps the groups with a spread, cut so their rows are a multiple.
+    expect(groupsWithSpread([1, 1, 0, 1, 2, 2, 3, 0, 5, 6], 2, 1)).toEqual([1, 3, 4]);
+    expect(groupsWithSpread([1, 1, 0, 1, 2, 2, 3, 0, 5, 6], 2, 4)).toEqual([1, 3]);
+    expect(groupsWithSpread([1, 1, 2, 2], 2, 2)).toEqual([]);
     expect(() => groupAdvantages([1, 2, 3], { numGenerations: 2 })).toThrow(/do not form groups of numGenerations = 2/);
   });
 });

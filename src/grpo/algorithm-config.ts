@@ -3,7 +3,7 @@
  * TRL's GRPOConfig names them in camelCase (the snake_case spellings are aliases):
  * updates per rollout, loss type and normalisation, reward scaling, two-sided clipping,
  * sequence-level ratios (GSPO), the KL estimator and where KL goes, reference refresh,
- * rollout-vs-trainer correction and the learning-rate schedule.
+ * rollout-vs-trainer correction, dynamic sampling and the learning-rate schedule.
  */
 import { z } from 'zod';
 import { ConfigError } from '../runtime/errors.js';
@@ -39,6 +39,11 @@ export const ALGORITHM_SHAPE = {
   /** Rollout-vs-trainer mismatch correction with the engine's log-probs (off by default; metrics are always logged). */
   rolloutCorrection: z
     .object({ mode: oneOf('rolloutCorrection.mode', CORRECTION_MODES).default('token_truncate'), cap: z.number().min(1, 'expected rolloutCorrection.cap >= 1').default(2) })
+    .strict()
+    .optional(),
+  /** DAPO dynamic sampling: train only on groups whose rewards differ; sample up to maxRounds extra rounds of prompts to refill the batch. */
+  dynamicSampling: z
+    .object({ maxRounds: z.number().int().min(0, 'expected dynamicSampling.maxRounds >= 0').default(2) })
     .strict()
     .optional(),
   lrScheduler: z

@@ -32,7 +32,7 @@ import type { TrainerConfigInput } from '../train/config.js';
 import { RolloutActor } from '../actors/rollout.js';
 import { SyncActor, makeWeightSync } from '../actors/sync.js';
 import './loss.js'; // registers the 'grpo' loss the trainer actors' lossStep uses
-import { groupAdvantages } from './advantages.js';
+import { groupAdvantages, groupsWithSpread } from './advantages.js';
 import { parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './config.js';
 import { lengthStats, Progress, summaryTable, type StepMetrics } from './metrics.js';
 import { checkRunLogTarget, RunLog, runLogMode } from './run-log.js';
@@ -238,6 +238,35 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     const restored = startStep > 0 && refDir ? (await trainers.call('loadReference', refDir))[0] : false;
     if (!restored) await trainers.call('setupReference');
   }
+  interface Sampled { prompts: number[][]; completions: number[][]; engineLogprobs: number[][]; rewards: number[] }
+  // promptsPerStep prompts (round 0: the run's prompt stream; later rounds: a stream of their own), G samples each, scored.
+  const sampleRound = async (step: number, round: number): Promise<Sampled> => {
+    const problems = Array.from({ length: cfg.promptsPerStep }, (_, i) => makeProblem(round === 0 ? cfg.seed : cfg.seed + 7_919 * round, step * cfg.promptsPerStep + i));
+    const perReplica = cfg.promptsPerStep / roles.replicas;
+    const replicaPrompts = Array.from({ length: roles.replicas }, (_, r) => problems.slice(r * perReplica, (r + 1) * perReplica).flatMap((p) => Array.from({ length: G }, () => p.prompt)));
+    const outs = await Promise.all(
+      roles.engineRanks.map((er, i) => {
+        const r = Math.floor(i / cfg.engine.tp);
+        return rollouts.ref(er).invoke('generate', [replicaPrompts[r]!, { maxTokens: cfg.maxNewTokens, temperature: cfg.temperature, topK: cfg.topK, topP: cfg.topP, seed: cfg.seed * 1_000_003 + step * 97 + r + 7_919 * round }], opts);
+      }),
+    );
+    const out: Sampled = { prompts: [], completions: [], engineLogprobs: [], rewards: [] };
+    for (let r = 0; r < roles.replicas; r++) {
+      const o = outs[r * cfg.engine.tp]!;
+      out.prompts.push(...replicaPrompts[r]!);
+      out.completions.push(...o.tokens);
+      out.engineLogprobs.push(...o.logprobs);
+    }
+    // Rewards in the task pool (one task per replica's samples).
+    const chunks = await Promise.all(
+      Array.from({ length: roles.replicas }, (_, r) => {
+        const lo = r * perReplica * G, hi = (r + 1) * perReplica * G;
+        return pool.run<number[]>({ module: builtFile('grpo/reward-task.js'), export: 'scoreBatch' }, { prompts: out.prompts.slice(lo, hi), completions: out.completions.slice(lo, hi) });
+      }),
+    );
+    out.rewards = chunks.flat();
+    return out;
+  };
   progress.start(startStep);
   try {
     for (let step = startStep + 1; step <= cfg.steps; step++) {
@@ -248,43 +277,57 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         seconds[k] += (now - t) / 1000;
         t = now;
       };
-      // 1. Generate: each replica gets its share of prompts, each repeated G times (group-major).
-      const problems = Array.from({ length: cfg.promptsPerStep }, (_, i) => makeProblem(cfg.seed, step * cfg.promptsPerStep + i));
-      const perReplica = cfg.promptsPerStep / roles.replicas;
-      const replicaPrompts = Array.from({ length: roles.replicas }, (_, r) => problems.slice(r * perReplica, (r + 1) * perReplica).flatMap((p) => Array.from({ length: G }, () => p.prompt)));
-      const outs = await Promise.all(
-        roles.engineRanks.map((er, i) => {
-          const r = Math.floor(i / cfg.engine.tp);
-          return rollouts.ref(er).invoke('generate', [replicaPrompts[r]!, { maxTokens: cfg.maxNewTokens, temperature: cfg.temperature, topK: cfg.topK, topP: cfg.topP, seed: cfg.seed * 1_000_003 + step * 97 + r }], opts);
-        }),
-      );
-      const prompts: number[][] = [];
-      const completions: number[][] = [];
-      const engineLogprobs: number[][] = [];
-      for (let r = 0; r < roles.replicas; r++) {
-        const out = outs[r * cfg.engine.tp]!;
-        prompts.push(...replicaPrompts[r]!);
-        completions.push(...out.tokens);
-        engineLogprobs.push(...out.logprobs);
+      // 1-2. Sample numGenerations completions per prompt on the engine replicas and score them.
+      // Dynamic sampling (DAPO) drops the groups whose rewards all agree (advantage 0 for every
+      // sample: nothing to learn) and samples more prompts, up to maxRounds extra rounds, to refill.
+      const first = await sampleRound(step, 0);
+      const rewards = first.rewards;
+      let kept = first;
+      let rounds = 1, droppedGroups = 0;
+      if (cfg.dynamicSampling) {
+        const rowMultiple = cfg.stepsPerGeneration * cfg.gradientAccumulationSteps * trainerDp;
+        const pick = (r: Sampled, groups: number[]): Sampled => {
+          const rows = groups.flatMap((g) => Array.from({ length: G }, (_, i) => g * G + i));
+          return { prompts: rows.map((i) => r.prompts[i]!), completions: rows.map((i) => r.completions[i]!), engineLogprobs: rows.map((i) => r.engineLogprobs[i]!), rewards: rows.map((i) => r.rewards[i]!) };
+        };
+        const join = (x: Sampled, y: Sampled): Sampled => ({ prompts: [...x.prompts, ...y.prompts], completions: [...x.completions, ...y.completions], engineLogprobs: [...x.engineLogprobs, ...y.engineLogprobs], rewards: [...x.rewards, ...y.rewards] });
+        let pool_: Sampled = pick(first, groupsWithSpread(first.rewards, G, 1));
+        droppedGroups += cfg.promptsPerStep - pool_.rewards.length / G;
+        while (pool_.rewards.length / G < cfg.promptsPerStep && rounds <= cfg.dynamicSampling.maxRounds) {
+          const more = await sampleRound(step, rounds++);
+          const spread = groupsWithSpread(more.rewards, G, 1);
+          droppedGroups += cfg.promptsPerStep - spread.length;
+          pool_ = join(pool_, pick(more, spread));
+        }
+        // At most promptsPerStep groups, cut to rows the update can split evenly.
+        const groups = Array.from({ length: Math.min(cfg.promptsPerStep, pool_.rewards.length / G) }, (_, g) => g);
+        while (groups.length && (groups.length * G) % rowMultiple !== 0) groups.pop();
+        kept = pick(pool_, groups);
       }
+      const { prompts, completions, engineLogprobs } = kept;
       if (sleepLevel) await rollouts.call('sleep', sleepLevel as 1 | 2);
       lap('generate');
-      // 2. Rewards in the task pool (one task per replica's samples).
-      const rewardChunks = await Promise.all(
-        Array.from({ length: roles.replicas }, (_, r) => {
-          const lo = r * perReplica * G, hi = (r + 1) * perReplica * G;
-          return pool.run<number[]>({ module: builtFile('grpo/reward-task.js'), export: 'scoreBatch' }, { prompts: prompts.slice(lo, hi), completions: completions.slice(lo, hi) });
-        }),
-      );
-      const rewards = rewardChunks.flat();
-      lap('reward');
+      if (kept.rewards.length === 0) {
+        // Every group was flat, even after resampling: no update, no sync this step.
+        if (sleepLevel) await rollouts.call('wake');
+        const mean = rewards.reduce((x, y) => x + y, 0) / rewards.length;
+        ctx.log.info(`step ${step}: every sampled group has equal rewards (${rounds} rounds); no update`);
+        const m: StepMetrics = {
+          step, lr: 0, rewardMean: mean, rewardStd: 0, rewards: { [REWARD_FUNCTION]: mean }, completionLength: lengthStats(first.completions),
+          kl: 0, clipFraction: 0, entropy: 0, loss: 0, gradNorm: 0, responseTokens: 0, seconds, syncBytes: 0, syncGBs: 0,
+        };
+        metrics.push(m);
+        log?.step({ ...m, optimizerSteps: 0, samplingRounds: rounds, droppedGroups, time: new Date().toISOString() });
+        progress.update(m, (line) => ctx.log.info(line));
+        continue;
+      }
       // 3. Reference (and, for a KL penalty in the reward, old-policy) log-probs from the trainer.
       const batch = buildTrainBatch({ prompts, completions });
       const ref = cfg.beta > 0 ? assembleRows(batch, await trainers.call('computeRefLogprobs', batch, cfg.temperature)) : undefined;
       const oldForReward = cfg.klInReward ? assembleRows(batch, await trainers.call('computeLogprobs', batch, cfg.temperature)) : undefined;
       const engineAligned = alignToTargets(batch, prompts, engineLogprobs);
       const klPenalty = oldForReward && ref ? rowKl(batch, oldForReward, ref) : null;
-      const shaped = klPenalty ? rewards.map((x, i) => x - cfg.beta * klPenalty[i]!) : rewards;
+      const shaped = klPenalty ? kept.rewards.map((x, i) => x - cfg.beta * klPenalty[i]!) : kept.rewards;
       const adv = groupAdvantages(shaped, { numGenerations: G, scale: cfg.scaleRewards });
       lap('logprob');
       // 4. The policy update: numIterations passes of stepsPerGeneration optimizer steps (update.ts).
@@ -325,7 +368,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       const std = Math.sqrt(rewards.reduce((a, b) => a + (b - mean) ** 2, 0) / rewards.length);
       const m: StepMetrics = {
         step, lr: tr.lr, rewardMean: mean, rewardStd: std, rewards: { [REWARD_FUNCTION]: mean },
-        completionLength: lengthStats(completions),
+        completionLength: lengthStats(first.completions),
         kl: klPenalty ? klPenalty.reduce((a, b) => a + b, 0) / Math.max(1, sampled) : per('kl'),
         clipFraction: per('clipped'),
         entropy: sampled ? entropy / sampled : 0,
@@ -335,6 +378,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       metrics.push(m);
       log?.step({
         ...m, engineTrainerLogprobDiff: per('mismatchAbsDiff'), mismatchK3: per('mismatchK3'), isWeightMean: per('isWeight'), isCorrectedFraction: per('isCorrected'),
+        samplingRounds: rounds, droppedGroups, trainedGroups: kept.rewards.length / G, trainedFlatGroups: flatGroups(kept.rewards, G),
         clipLowFraction: per('clippedLow'), clipHighFraction: per('clippedHigh'), ratioMean: per('ratio'), optimizerSteps: tr.optimizerSteps, recomputedOld: tr.recomputedOld,
         syncPeakExtraBytes: rep!.peakExtraBytes, verified: rep!.verified ?? null, time: new Date().toISOString() });
       progress.update(m, (line) => ctx.log.info(line));
@@ -366,4 +410,11 @@ function rowKl(batch: TrainBatch, old: Float32Array, ref: Float32Array): number[
     out.push(s);
   }
   return out;
+}
+
+/** Groups of `n` whose rewards are all equal (what dynamic sampling keeps out of the loss). */
+function flatGroups(rewards: readonly number[], n: number): number {
+  let flat = 0;
+  for (let g = 0; g < rewards.length; g += n) if (rewards.slice(g, g + n).every((x) => x === rewards[g])) flat++;
+  return flat;
 }
