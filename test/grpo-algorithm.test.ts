@@ -20,6 +20,7 @@ beforeAll(() => {
 }, 120_000);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
+type Eval = { step: number; rewardMean: number; exactFraction: number; samples: number; temperature: number };
 type Step = { step: number; lr: number; clipFraction: number; ratioMean: number; optimizerSteps: number; recomputedOld: boolean; kl: number; engineTrainerLogprobDiff: number; isWeightMean: number; rewardMean: number; loss: number };
 
 async function run(name: string, extra: Record<string, unknown>, steps = 3): Promise<Step[]> {
@@ -52,6 +53,26 @@ describe('GRPO algorithm options (launch)', () => {
       expect(l.ratioMean).not.toBe(1);
     }
     expect(Math.max(...log.map((l) => l.clipFraction))).toBeGreaterThan(0);
+  }, 180_000);
+
+  it('evaluation on held-out prompts every k steps (and after the last), greedy, logged apart', async () => {
+    const log = join(dir, 'eval.jsonl');
+    const cfg = { mode: 'colocate', model: 'dense', trainer: { strategy: 'fsdp2' }, steps: 3, promptsPerStep: 4, numGenerations: 4, maxNewTokens: 8, seed: 5, log, progress: false, eval: { every: 2, prompts: 6, numGenerations: 4 } };
+    const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+    expect(r.stderr, r.stdout.slice(-3000)).toBe('');
+    expect(r.code).toBe(0);
+    const { readRunLog } = await import('../src/grpo/run-log.js');
+    const evals = readRunLog(log).evals as unknown as Eval[];
+    expect(evals.map((e) => e.step)).toEqual([2, 3]);
+    for (const e of evals) {
+      expect(e.samples).toBe(24); // 6 prompts x 4 samples: more than a training batch of a replica (16 rows)
+      expect(e.temperature).toBe(0);
+      expect(e.rewardMean).toBeGreaterThanOrEqual(0);
+      expect(e.exactFraction).toBeLessThanOrEqual(1);
+    }
+    expect(r.stdout).toMatch(/eval at step 2: reward [\d.]+ \(exact [\d.]+%\) over 24 samples of 6 held-out prompts/);
+    // Step records stay step records.
+    expect(readRunLog(log).steps.map((s) => s.step)).toEqual([1, 2, 3]);
   }, 180_000);
 
   it('dynamic sampling trains only on groups whose rewards differ, refilling from extra rounds; without it flat groups reach the loss', async () => {

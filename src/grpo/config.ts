@@ -82,6 +82,18 @@ export const GrpoConfigSchema = z
     /** Replace an existing run log (a new run refuses one that holds records; a resumed run appends). */
     logOverwrite: z.boolean().default(false),
     progress: z.boolean().default(true),
+    /** Evaluation on held-out prompts every `every` steps (and after the last): greedy by default, logged as `eval` records. */
+    eval: z
+      .object({
+        every: posInt('eval.every'),
+        prompts: posInt('eval.prompts').default(32),
+        /** Samples per held-out prompt (TRL num_generations_eval). */
+        numGenerations: posInt('eval.numGenerations').default(1),
+        /** 0: greedy. */
+        temperature: z.number().min(0, 'expected eval.temperature >= 0 (0 = greedy)').default(0),
+      })
+      .strict()
+      .optional(),
   })
   .strict();
 
@@ -113,6 +125,9 @@ export function parseGrpoConfig(value: unknown, worldSize: number): GrpoConfig {
   if (c.klInReward && c.beta === 0) throw new ConfigError('GRPO: klInReward puts beta x KL into the reward, but beta is 0. HINT: set beta > 0, or drop klInReward.');
   if (c.syncRefModel && c.beta === 0) throw new ConfigError('GRPO: syncRefModel refreshes the KL reference, but beta is 0 (no reference). HINT: set beta > 0, or drop syncRefModel.');
   const engineDp = engineRanks / c.engine.tp;
+  if (c.eval && c.eval.prompts % engineDp !== 0) {
+    throw new ConfigError(`GRPO: eval.prompts = ${c.eval.prompts} does not split over ${engineDp} engine replicas. HINT: make it a multiple of ${engineDp}.`);
+  }
   if (c.promptsPerStep % engineDp !== 0) {
     throw new ConfigError(`GRPO: promptsPerStep = ${c.promptsPerStep} does not split over ${engineDp} engine replicas (engine ranks / engine.tp). HINT: make it a multiple of ${engineDp}.`);
   }

@@ -45,6 +45,8 @@ import type { TrainBatch } from '../train/strategy.js';
 
 export interface GrpoSummary {
   steps: StepMetrics[];
+  /** Evaluations on the held-out prompts (config `eval`), in step order. */
+  evals: Array<{ step: number; rewardMean: number }>;
   /** Step the run started from (> 0 after a resume). */
   startStep: number;
   seconds: number;
@@ -100,6 +102,8 @@ function rolesOf(cfg: GrpoConfig, rank: number, world: number): Roles {
 }
 
 const CALL_MS = 600_000;
+/** Seed offset of the held-out evaluation prompts (a stream no training round draws from). */
+const EVAL_STREAM = 104_729;
 
 /** The newest checkpoint under `dir` for --resume; a missing or empty folder is a ConfigError. */
 export async function resumeCheckpoint(dir: string): Promise<string> {
@@ -139,7 +143,8 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   const syncComm = cfg.mode === 'server' ? await ctx.comm.split(0, rank) : null;
 
   // Local actors.
-  const perReplica = (cfg.promptsPerStep / roles.replicas) * cfg.numGenerations;
+  // KV cache rows: the largest batch a replica generates (training rounds, or an evaluation).
+  const perReplica = Math.max((cfg.promptsPerStep / roles.replicas) * cfg.numGenerations, cfg.eval ? (cfg.eval.prompts / roles.replicas) * cfg.eval.numGenerations : 0);
   const maxPrompt = 3 + 8; // BOS + up to 8 digits + SEP (synthetic task)
   const trainer = roles.isTrainer
     ? new TrainerActor(ctx, {
@@ -207,6 +212,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
   const log = cfg.log ? RunLog.open(cfg.log, { mode: runLogMode(cfg), config: cfg, startStep }) : null;
   const progress = new Progress(cfg.steps, process.stderr, cfg.progress);
   const metrics: StepMetrics[] = [];
+  const evals: Array<{ step: number; rewardMean: number }> = [];
   const t0 = Date.now();
   const G = cfg.numGenerations;
   const trainerDp = roles.trainerRanks.length / cfg.trainer.tp;
@@ -240,14 +246,18 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
   }
   interface Sampled { prompts: number[][]; completions: number[][]; engineLogprobs: number[][]; rewards: number[] }
   // promptsPerStep prompts (round 0: the run's prompt stream; later rounds: a stream of their own), G samples each, scored.
-  const sampleRound = async (step: number, round: number): Promise<Sampled> => {
+  const sampleRound = (step: number, round: number): Promise<Sampled> => {
     const problems = Array.from({ length: cfg.promptsPerStep }, (_, i) => makeProblem(round === 0 ? cfg.seed : cfg.seed + 7_919 * round, step * cfg.promptsPerStep + i));
-    const perReplica = cfg.promptsPerStep / roles.replicas;
-    const replicaPrompts = Array.from({ length: roles.replicas }, (_, r) => problems.slice(r * perReplica, (r + 1) * perReplica).flatMap((p) => Array.from({ length: G }, () => p.prompt)));
+    return sample(problems.map((p) => p.prompt), G, { temperature: cfg.temperature, seed: cfg.seed * 1_000_003 + step * 97 + 7_919 * round });
+  };
+  // `prompts` split evenly over the engine replicas (the caller pads to a multiple), each sampled n times.
+  const sample = async (promptList: number[][], n: number, how: { temperature: number; seed: number }): Promise<Sampled> => {
+    const perReplica = promptList.length / roles.replicas;
+    const replicaPrompts = Array.from({ length: roles.replicas }, (_, r) => promptList.slice(r * perReplica, (r + 1) * perReplica).flatMap((p) => Array.from({ length: n }, () => p)));
     const outs = await Promise.all(
       roles.engineRanks.map((er, i) => {
         const r = Math.floor(i / cfg.engine.tp);
-        return rollouts.ref(er).invoke('generate', [replicaPrompts[r]!, { maxTokens: cfg.maxNewTokens, temperature: cfg.temperature, topK: cfg.topK, topP: cfg.topP, seed: cfg.seed * 1_000_003 + step * 97 + r + 7_919 * round }], opts);
+        return rollouts.ref(er).invoke('generate', [replicaPrompts[r]!, { maxTokens: cfg.maxNewTokens, temperature: how.temperature, topK: cfg.topK, topP: cfg.topP, seed: how.seed + r }], opts);
       }),
     );
     const out: Sampled = { prompts: [], completions: [], engineLogprobs: [], rewards: [] };
@@ -260,7 +270,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     // Rewards in the task pool (one task per replica's samples).
     const chunks = await Promise.all(
       Array.from({ length: roles.replicas }, (_, r) => {
-        const lo = r * perReplica * G, hi = (r + 1) * perReplica * G;
+        const lo = r * perReplica * n, hi = (r + 1) * perReplica * n;
         return pool.run<number[]>({ module: builtFile('grpo/reward-task.js'), export: 'scoreBatch' }, { prompts: out.prompts.slice(lo, hi), completions: out.completions.slice(lo, hi) });
       }),
     );
@@ -382,6 +392,20 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         clipLowFraction: per('clippedLow'), clipHighFraction: per('clippedHigh'), ratioMean: per('ratio'), optimizerSteps: tr.optimizerSteps, recomputedOld: tr.recomputedOld,
         syncPeakExtraBytes: rep!.peakExtraBytes, verified: rep!.verified ?? null, time: new Date().toISOString() });
       progress.update(m, (line) => ctx.log.info(line));
+      if (cfg.eval && (step % cfg.eval.every === 0 || step === cfg.steps)) {
+        // Held-out prompts (a prompt stream the training never draws from), on the synced weights.
+        const ev = cfg.eval;
+        const held = Array.from({ length: ev.prompts }, (_, i) => makeProblem(cfg.seed + EVAL_STREAM, i).prompt);
+        const t0e = performance.now();
+        const out = await sample(held, ev.numGenerations, { temperature: ev.temperature, seed: cfg.seed * 1_000_003 + EVAL_STREAM });
+        const em = out.rewards.reduce((x, y) => x + y, 0) / out.rewards.length;
+        const es = Math.sqrt(out.rewards.reduce((x, y) => x + (y - em) ** 2, 0) / out.rewards.length);
+        const exact = out.rewards.filter((x) => x >= 1).length / out.rewards.length;
+        const rec = { step, rewardMean: em, rewardStd: es, exactFraction: exact, samples: out.rewards.length, completionLength: lengthStats(out.completions), temperature: ev.temperature, seconds: (performance.now() - t0e) / 1000 };
+        log?.eval(rec);
+        ctx.log.info(`eval at step ${step}: reward ${em.toFixed(3)} (exact ${(exact * 100).toFixed(1)}%) over ${out.rewards.length} samples of ${ev.prompts} held-out prompts`);
+        evals.push(rec);
+      }
       if (cfg.checkpoint?.every !== undefined && step % cfg.checkpoint.every === 0) {
         if (cfg.beta > 0) await trainers.call('saveReference', refDir!);
         await trainers.call('save', cfg.checkpoint.dir, step, { rewardMean: mean });
@@ -391,7 +415,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     progress.stop();
     await pool.close();
   }
-  const summary = { steps: metrics, startStep, seconds: (Date.now() - t0) / 1000 };
+  const summary = { steps: metrics, evals, startStep, seconds: (Date.now() - t0) / 1000 };
   ctx.log.info(`\n${summaryTable(metrics)}\n(${summary.seconds.toFixed(1)} s, ${cfg.mode} mode, ${roles.trainerRanks.length} trainer / ${roles.engineRanks.length} engine ranks)`);
   for (const r of controls.ranks) if (r !== 0) await controls.ref(r).invoke('finish', [], opts);
   return summary;

@@ -141,6 +141,11 @@ export class RunLog {
     return new RunLog(path, header);
   }
 
+  /** Appends one evaluation record (held-out prompts), kept apart from the step records. */
+  eval(record: { step: number } & Record<string, unknown>): void {
+    appendFileSync(this.path, `${JSON.stringify({ type: 'eval', ...record })}\n`);
+  }
+
   /** Appends one step record: the step's metrics and any further fields. */
   step(record: { step: number } & Record<string, unknown>): void {
     appendFileSync(this.path, `${JSON.stringify({ type: 'step', ...record })}\n`);
@@ -151,6 +156,8 @@ export interface RunLogContents {
   headers: RunLogHeader[];
   /** The last record of each step, in step order (a resumed run's records replace the older ones). */
   steps: RunLogRecord[];
+  /** Evaluation records, the last of each step, in step order. */
+  evals: RunLogRecord[];
 }
 
 /** Reads a run log; logs written before the header existed (step records only) read too. */
@@ -164,5 +171,7 @@ export function readRunLog(path: string, text: string = readFileSync(path, 'utf8
   if (headers.length === 0 && byStep.size === 0) {
     throw new InvalidArgumentError(`${path} has no GRPO header and no step records; it is not a GRPO run log (write one with --log run.jsonl).`, { path });
   }
-  return { headers, steps: [...byStep.values()].sort((a, b) => a.step - b.step) };
+  const evals = new Map<number, RunLogRecord>();
+  for (const r of recs) if (r.type === 'eval' && typeof r.step === 'number') evals.set(r.step, r as RunLogRecord);
+  return { headers, steps: [...byStep.values()].sort((a, b) => a.step - b.step), evals: [...evals.values()].sort((a, b) => a.step - b.step) };
 }
