@@ -6,7 +6,8 @@
  * step are counted with the device's counter while the loss is not read.
  */
 import { fileURLToPath } from 'node:url';
-import { Device, loadModelConfig, SupervisedTrainer } from '../src/internal.js';
+import { Device, fill, loadModelConfig, SupervisedTrainer, Tensor } from '../src/internal.js';
+import { runTorchScript, torchPython } from './torch-peer.js';
 import { checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
 import { printTable } from './table.js';
@@ -14,15 +15,48 @@ import { printTable } from './table.js';
 export const USAGE = `Usage: npm run bench -- train-step
 
 One forward+backward+AdamW step of the tiny dense and MoE models on one device: ms/step,
-tokens/s, host syncs per step. No flags (-h, --help: this help).
+tokens/s, host syncs per step; beside it the same step in PyTorch eager on one thread
+(bench/torch_train_step.py, when an interpreter with torch is installed: Debian's
+python3-torch) and the ratio Ascent / PyTorch; and the per-op dispatch overhead of both
+(Ascent: a 1-element fill enqueued back to back, enqueue to completion; PyTorch: a
+1-element add). No flags (-h, --help: this help).
 Results: bench/results/train-step-<date>.json (and train-step-latest.json).
 `;
 
 const BATCH = 64;
 const SEQ = 32;
 
+/** µs per op of 1-element fills enqueued back to back and run to completion, and of one enqueue + synchronize round trip. */
+async function opOverhead(dev: Device): Promise<{ throughputUs: number; roundTripUs: number }> {
+  const stream = dev.newStream();
+  const t = Tensor.empty(dev, [1], 'fp32');
+  try {
+    const n = 20_000;
+    for (let i = 0; i < 1000; i++) fill(t, 1, { stream });
+    await stream.synchronize();
+    let t0 = process.hrtime.bigint();
+    for (let i = 0; i < n; i++) fill(t, i, { stream });
+    await stream.synchronize();
+    const throughputUs = Number(process.hrtime.bigint() - t0) / 1e3 / n;
+    const m = 2000;
+    t0 = process.hrtime.bigint();
+    for (let i = 0; i < m; i++) {
+      fill(t, i, { stream });
+      await stream.synchronize();
+    }
+    return { throughputUs: round(throughputUs, 2), roundTripUs: round(Number(process.hrtime.bigint() - t0) / 1e3 / m, 2) };
+  } finally {
+    t.release();
+    stream.destroy();
+  }
+}
+
 export async function runTrainStepBench(steps = 20) {
   const rows = [];
+  const torch = torchPython();
+  const models = { dense: '', moe: '' };
+  for (const m of ['dense', 'moe'] as const) models[m] = fileURLToPath(new URL(`../../examples/models/tiny-${m}/config.json`, import.meta.url));
+  const peer = torch ? runTorchScript<{ torch: string; threads: number; rows: Array<{ model: string; msPerStep: number }>; opOverheadUs: number }>(torch.python, 'torch_train_step.py', { models, batch: BATCH, seq: SEQ, steps }) : null;
   for (const model of ['dense', 'moe'] as const) {
     const cfg = loadModelConfig(fileURLToPath(new URL(`../../examples/models/tiny-${model}/config.json`, import.meta.url)));
     const dev = Device.get(model === 'dense' ? 0 : 1);
@@ -36,15 +70,30 @@ export async function runTrainStepBench(steps = 20) {
     const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
     const hostSyncsPerStep = (dev.stats().hostSyncs - syncs0) / steps;
     const last = await tr.step(1, 3 + steps, BATCH, SEQ, true);
-    rows.push({ model, msPerStep: round((seconds / steps) * 1e3, 2), tokensPerSec: Math.round((BATCH * SEQ * steps) / seconds), hostSyncsPerStep, lossAfter: round(last.loss!, 4) });
+    const msPerStep = (seconds / steps) * 1e3;
+    const torchMs = peer?.rows.find((r) => r.model === model)?.msPerStep ?? null;
+    rows.push({
+      model, msPerStep: round(msPerStep, 2), tokensPerSec: Math.round((BATCH * SEQ * steps) / seconds), hostSyncsPerStep, lossAfter: round(last.loss!, 4),
+      torchMsPerStep: torchMs === null ? null : round(torchMs, 2),
+      // The target: Ascent's step takes at most 0.6x PyTorch's.
+      vsTorch: torchMs === null ? null : round(msPerStep / torchMs, 3),
+    });
     tr.params.release();
   }
-  return { suite: 'train-step', date: new Date().toISOString(), config: { hidden: 128, layers: 2, heads: 4, kvHeads: 2, vocab: 64, seq: SEQ, batch: BATCH }, rows };
+  const overhead = await opOverhead(Device.get(0));
+  return {
+    suite: 'train-step', date: new Date().toISOString(), config: { hidden: 128, layers: 2, heads: 4, kvHeads: 2, vocab: 64, seq: SEQ, batch: BATCH }, rows,
+    opOverhead: { ascentThroughputUs: overhead.throughputUs, ascentRoundTripUs: overhead.roundTripUs, torchUs: peer ? round(peer.opOverheadUs, 2) : null },
+    baselines: { torch: peer ? { version: peer.torch, threads: peer.threads, python: torch!.python } : null },
+  };
 }
 
 export async function main(argv: string[]): Promise<void> {
   checkFlags('train-step', argv);
   const r = await runTrainStepBench();
   printTable(r.rows);
+  printTable([r.opOverhead], 'per-op dispatch overhead (µs)');
+  if (!r.baselines.torch) console.log('PyTorch not found: no torch columns (apt-get install python3-torch to compare).');
+  else console.log(`PyTorch baseline: torch ${r.baselines.torch.version} (${r.baselines.torch.python}), ${r.baselines.torch.threads} thread; vsTorch = Ascent ms / PyTorch ms (target <= 0.6)`);
   console.log(`wrote ${writeResults('train-step', r)}`);
 }
