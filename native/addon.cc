@@ -124,17 +124,27 @@ Napi::Value CpuFeatures(const Napi::CallbackInfo& info) {
   __builtin_cpu_init();
   o.Set("avx2", Napi::Boolean::New(info.Env(), __builtin_cpu_supports("avx2")));
   o.Set("fma", Napi::Boolean::New(info.Env(), __builtin_cpu_supports("fma")));
+  o.Set("avx512f", Napi::Boolean::New(info.Env(), __builtin_cpu_supports("avx512f")));
+  o.Set("avx512bf16", Napi::Boolean::New(info.Env(), __builtin_cpu_supports("avx512bf16")));
   return o;
 }
 
-// setMatmulKernel('auto' | 'portable') -> name of the micro-kernel now in use (test hook).
+// setMatmulKernel('auto' | 'portable' | 'avx2' | 'avx512') -> { fp32, bf16 }: the micro-kernels now in use (test hook).
 Napi::Value SetMatmulKernel(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&] {
     Napi::Value v = Arg(info, 0);
     std::string mode = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
-    if (mode != "auto" && mode != "portable") ThrowInvalidArgument("Expected 'auto' or 'portable' for setMatmulKernel().");
-    fast::SetForcePortable(mode == "portable");
-    return Napi::String::New(info.Env(), fast::MatmulKernelName());
+    fast::MatmulKernelMode m;
+    if (mode == "auto") m = fast::MatmulKernelMode::kAuto;
+    else if (mode == "portable") m = fast::MatmulKernelMode::kPortable;
+    else if (mode == "avx2") m = fast::MatmulKernelMode::kAvx2;
+    else if (mode == "avx512") m = fast::MatmulKernelMode::kAvx512;
+    else ThrowInvalidArgument("Expected 'auto', 'portable', 'avx2' or 'avx512' for setMatmulKernel().");
+    fast::SetMatmulKernelMode(m);
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("fp32", Napi::String::New(info.Env(), fast::MatmulKernelName()));
+    o.Set("bf16", Napi::String::New(info.Env(), fast::MatmulBf16KernelName()));
+    return o;
   });
 }
 

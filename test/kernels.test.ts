@@ -208,22 +208,42 @@ describe('kernels: matmul', () => {
     }
   }
 
-  it('the portable micro-kernel (no AVX2) matches the reference too', async () => {
+  it('every micro-kernel this CPU has (portable, avx2-fma, avx512, avx512-bf16 pairs) matches the fp64 product, fp32 and bf16 inputs', async () => {
     const native = loadNative();
-    expect(native.setMatmulKernel('portable')).toBe('portable');
+    const f = native.cpuFeatures();
+    const modes = [
+      { mode: 'portable' as const, fp32: 'portable', bf16: 'portable' },
+      ...(f.avx2 && f.fma ? [{ mode: 'avx2' as const, fp32: 'avx2-fma', bf16: 'avx2-fma' }] : []),
+      ...(f.avx512f ? [{ mode: 'avx512' as const, fp32: 'avx512', bf16: f.avx512bf16 ? 'avx512-bf16' : 'avx512' }] : []),
+    ];
     try {
-      for (const [batch, m, n, k] of cases) {
-        const a = Tensor.fromArray(d, randomF32(batch * m * k, 5), batch > 1 ? [batch, k, m] : [k, m]);
-        const b = Tensor.fromArray(d, randomF32(batch * k * n, 6), batch > 1 ? [batch, k, n] : [k, n]);
-        const fast = await matmul(a, b, { transA: true }).toArray();
-        const ref = await matmul(a, b, { transA: true, impl: 'reference' }).toArray();
-        for (let i = 0; i < ref.length; i++) expect(Math.abs(fast[i]! - ref[i]!)).toBeLessThan(1e-4 * Math.max(1, Math.abs(ref[i]!)) * Math.sqrt(Math.max(1, k)));
+      for (const m of modes) {
+        expect(native.setMatmulKernel(m.mode)).toEqual({ fp32: m.fp32, bf16: m.bf16 });
+        for (const [batch, mm, n, k] of cases) {
+          for (const inDtype of ['fp32', 'bf16'] as const) {
+            const a32 = randomF32(batch * mm * k, 5), b32 = randomF32(batch * k * n, 6);
+            const lead = batch > 1 ? [batch] : [];
+            const a = Tensor.fromArray(d, a32, [...lead, k, mm], { dtype: inDtype });
+            const b = Tensor.fromArray(d, b32, [...lead, n, k], { dtype: inDtype });
+            const want = jsMatmul(inDtype === 'bf16' ? roundBf16(a32) : a32, inDtype === 'bf16' ? roundBf16(b32) : b32, batch, mm, n, k, true, true);
+            const got = await matmul(a, b, { transA: true, transB: true }).toArray();
+            for (let i = 0; i < want.length; i++) {
+              if (Math.abs(got[i]! - want[i]!) > 1e-5 * Math.sqrt(Math.max(1, k)) * Math.max(1, Math.abs(want[i]!))) {
+                throw new Error(`${m.mode} ${inDtype} [${batch}, ${mm}, ${n}, ${k}] mismatch at ${i}: got ${got[i]} want ${want[i]}`);
+              }
+            }
+            a.release();
+            b.release();
+          }
+        }
       }
     } finally {
       native.setMatmulKernel('auto');
     }
-    const f = native.cpuFeatures();
-    expect(native.setMatmulKernel('auto')).toBe(f.avx2 && f.fma ? 'avx2-fma' : 'portable');
+    const auto = native.setMatmulKernel('auto');
+    expect(auto.fp32).toBe(f.avx512f ? 'avx512' : f.avx2 && f.fma ? 'avx2-fma' : 'portable');
+    expect(auto.bf16).toBe(f.avx512bf16 ? 'avx512-bf16' : auto.fp32);
+    expect(() => native.setMatmulKernel('sse' as never)).toThrow(/Expected 'auto', 'portable', 'avx2' or 'avx512'/);
   });
 
   it('rejects mismatched inner dims before enqueueing', () => {

@@ -20,9 +20,13 @@ void Axpy(DType t, void* y, const void* x, size_t n, float alpha);
 void Permute(const PermuteArgs& args);
 void Matmul(const MatmulArgs& args);
 
-// Test hook: force the portable matmul micro-kernel even when AVX2+FMA is available.
-void SetForcePortable(bool force);
-// "avx2-fma" or "portable": the micro-kernel Matmul uses now.
+// Matmul micro-kernel choice (matmul.cc): auto picks the best the CPU has; a forced mode the
+// CPU lacks falls back to the best it has below it (test hook).
+enum class MatmulKernelMode { kAuto = 0, kPortable = 1, kAvx2 = 2, kAvx512 = 3 };
+void SetMatmulKernelMode(MatmulKernelMode mode);
+// "avx512", "avx2-fma" or "portable": the fp32 micro-kernel Matmul uses now.
 const char* MatmulKernelName();
+// "avx512-bf16" (vdpbf16ps) or the fp32 kernel's name: what bf16 inputs use now.
+const char* MatmulBf16KernelName();
 
 }  // namespace ascent::fast

@@ -201,13 +201,14 @@ export interface NativeBinding extends NativeCommBinding {
   alloc(ordinal: number, bytes: number): NativeBuffer;
   importBuffer(id: number): NativeBuffer;
   hostMemory(): number;
-  cpuFeatures(): { avx2: boolean; fma: boolean };
+  cpuFeatures(): { avx2: boolean; fma: boolean; avx512f: boolean; avx512bf16: boolean };
   /** Benchmark baseline (native/bench/blas_baseline.cc): OpenBLAS found by dlopen, if installed. */
   blasInfo(): { available: boolean; library: string | null; config: string | null };
   /** Best seconds of one single-threaded OpenBLAS sgemm C[m,n] = A[m,k]·B[k,n] over `reps`. */
   blasSgemmSeconds(m: number, n: number, k: number, reps: number): number;
   /** Test hook, process-wide: force the portable matmul micro-kernel. Returns the kernel now in use. */
-  setMatmulKernel(mode: 'auto' | 'portable'): 'avx2-fma' | 'portable';
+  /** Test hook: force a matmul micro-kernel family (a mode the CPU lacks falls back below it); returns the kernels now used. */
+  setMatmulKernel(mode: 'auto' | 'portable' | 'avx2' | 'avx512'): { fp32: 'avx512' | 'avx2-fma' | 'portable'; bf16: 'avx512-bf16' | 'avx512' | 'avx2-fma' | 'portable' };
 }
 
 /** Directory holding Ascent's package.json, found from this file in src/ or dist/src/. */

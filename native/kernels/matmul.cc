@@ -1,0 +1,440 @@
+// The fast matmul: C (fp32 or bf16) = op(A) . op(B), fp32 accumulation, batched.
+//
+// Blocking (BLIS order): for each NC-wide column panel of B and KC-deep slice, pack B
+// into NR-wide slivers; for each MC-tall block of A pack MR-tall slivers; a micro-kernel
+// computes an MR x NR tile of C from one A sliver and one B sliver held in registers.
+// Packing zero-pads the edges, so a micro-kernel never branches on shape.
+//
+// Micro-kernels (chosen once from the CPU, or forced by the setMatmulKernel test hook):
+//  - avx512:      12 x 32 fp32 tile in 24 zmm accumulators (FMA, 16 lanes);
+//  - avx512-bf16: bf16 inputs only: 12 x 32 tile, vdpbf16ps multiplies PAIRS of bf16 along
+//                 k into fp32 accumulators (32 products per instruction, twice the fp32
+//                 FMA rate); A and B are packed as bf16 pairs, k padded to even;
+//  - avx2-fma:    6 x 16 fp32 tile in 12 ymm accumulators;
+//  - portable:    6 x 16, plain C++.
+// fp32 kernels read bf16 inputs converted to fp32 while packing.
+//
+// Invariants:
+//  - the first KC slice stores into C and later slices accumulate, so C is never
+//    zeroed in a separate pass (and its old contents never matter: beta = 0);
+//  - packed buffers are thread_local scratch, 64-byte aligned, grown on demand and
+//    reused across calls: a matmul allocates nothing in the steady state;
+//  - a packed B sliver row is whole cache lines, so it is loaded aligned.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kernels/dtype.h"
+#include "kernels/fast.h"
+
+namespace ascent::fast {
+namespace {
+
+// KC x NR B sliver stays in L1; MC x KC A block in L2; KC x NC B panel in L3.
+constexpr int64_t KC = 256, MC_MAX = 144, NC = 2048;
+constexpr int64_t MAX_MR = 12, MAX_NR = 32;
+
+// c[i * ldc + j] (=|+=) sum over the packed k of A(i, k) * B(k, j) for the full MR x NR tile.
+using MicroKernel = void (*)(int64_t kc, const void* a, const void* b, float* c, int64_t ldc, bool accumulate);
+
+struct KernelSpec {
+  const char* name;
+  int64_t mr, nr;
+  bool pairs;  // packed as bf16 pairs along k (vdpbf16ps); else fp32
+  MicroKernel fn;
+};
+
+void MicroKernelPortable(int64_t kc, const void* av, const void* bv, float* c, int64_t ldc, bool accumulate) {
+  constexpr int64_t MR = 6, NR = 16;
+  const float* a = static_cast<const float*>(av);
+  const float* b = static_cast<const float*>(bv);
+  float acc[MR][NR] = {};
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int64_t i = 0; i < MR; ++i) {
+      float x = a[p * MR + i];
+      for (int64_t j = 0; j < NR; ++j) acc[i][j] += x * b[p * NR + j];
+    }
+  }
+  for (int64_t i = 0; i < MR; ++i) {
+    for (int64_t j = 0; j < NR; ++j) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+  }
+}
+
+__attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const void* av, const void* bv, float* c,
+                                                        int64_t ldc, bool accumulate) {
+  constexpr int64_t MR = 6, NR = 16;
+  const float* a = static_cast<const float*>(av);
+  const float* b = static_cast<const float*>(bv);
+  __m256 acc[MR][2];
+#pragma GCC unroll 6
+  for (int64_t i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m256 b0 = _mm256_load_ps(b + p * NR), b1 = _mm256_load_ps(b + p * NR + 8);
+#pragma GCC unroll 6
+    for (int64_t i = 0; i < MR; ++i) {
+      const __m256 x = _mm256_broadcast_ss(a + p * MR + i);
+      acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int64_t i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    if (accumulate) {
+      acc[i][0] = _mm256_add_ps(_mm256_loadu_ps(ci), acc[i][0]);
+      acc[i][1] = _mm256_add_ps(_mm256_loadu_ps(ci + 8), acc[i][1]);
+    }
+    _mm256_storeu_ps(ci, acc[i][0]);
+    _mm256_storeu_ps(ci + 8, acc[i][1]);
+  }
+}
+
+__attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const void* av, const void* bv, float* c,
+                                                         int64_t ldc, bool accumulate) {
+  constexpr int64_t MR = 12, NR = 32;
+  const float* a = static_cast<const float*>(av);
+  const float* b = static_cast<const float*>(bv);
+  __m512 acc[MR][2];
+#pragma GCC unroll 12
+  for (int64_t i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(b + p * NR), b1 = _mm512_load_ps(b + p * NR + 16);
+#pragma GCC unroll 12
+    for (int64_t i = 0; i < MR; ++i) {
+      const __m512 x = _mm512_set1_ps(a[p * MR + i]);
+      acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int64_t i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    if (accumulate) {
+      acc[i][0] = _mm512_add_ps(_mm512_loadu_ps(ci), acc[i][0]);
+      acc[i][1] = _mm512_add_ps(_mm512_loadu_ps(ci + 16), acc[i][1]);
+    }
+    _mm512_storeu_ps(ci, acc[i][0]);
+    _mm512_storeu_ps(ci + 16, acc[i][1]);
+  }
+}
+
+// kc counts bf16 elements along k (even); a: [kc/2][MR] pairs, b: [kc/2][NR] pairs.
+__attribute__((target("avx512f,avx512bf16"))) void MicroKernelAvx512Bf16(int64_t kc, const void* av, const void* bv,
+                                                                       float* c, int64_t ldc, bool accumulate) {
+  constexpr int64_t MR = 12, NR = 32;
+  const uint32_t* a = static_cast<const uint32_t*>(av);
+  const uint16_t* b = static_cast<const uint16_t*>(bv);
+  __m512 acc[MR][2];
+#pragma GCC unroll 12
+  for (int64_t i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const int64_t kp = kc / 2;
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < kp; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(b + p * 2 * NR);
+    const __m512bh b1 = (__m512bh)_mm512_load_si512(b + p * 2 * NR + 32);
+#pragma GCC unroll 12
+    for (int64_t i = 0; i < MR; ++i) {
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[p * MR + i]));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x, b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x, b1);
+    }
+  }
+#pragma GCC unroll 12
+  for (int64_t i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    if (accumulate) {
+      acc[i][0] = _mm512_add_ps(_mm512_loadu_ps(ci), acc[i][0]);
+      acc[i][1] = _mm512_add_ps(_mm512_loadu_ps(ci + 16), acc[i][1]);
+    }
+    _mm512_storeu_ps(ci, acc[i][0]);
+    _mm512_storeu_ps(ci + 16, acc[i][1]);
+  }
+}
+
+const KernelSpec kPortable{"portable", 6, 16, false, MicroKernelPortable};
+const KernelSpec kAvx2{"avx2-fma", 6, 16, false, MicroKernelAvx2};
+const KernelSpec kAvx512{"avx512", 12, 32, false, MicroKernelAvx512};
+const KernelSpec kAvx512Bf16{"avx512-bf16", 12, 32, true, MicroKernelAvx512Bf16};
+
+struct Cpu {
+  bool avx2_fma, avx512, avx512_bf16;
+};
+
+const Cpu& CpuHas() {
+  static const Cpu cpu = [] {
+    __builtin_cpu_init();
+    Cpu c{};
+    c.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    c.avx512 = __builtin_cpu_supports("avx512f");
+    c.avx512_bf16 = c.avx512 && __builtin_cpu_supports("avx512bf16");
+    return c;
+  }();
+  return cpu;
+}
+
+std::atomic<int> forced{static_cast<int>(MatmulKernelMode::kAuto)};
+
+// The fp32 micro-kernel for this mode and CPU (a forced mode the CPU lacks falls back to the best it has).
+const KernelSpec& SelectF32() {
+  const Cpu& cpu = CpuHas();
+  switch (static_cast<MatmulKernelMode>(forced.load(std::memory_order_relaxed))) {
+    case MatmulKernelMode::kPortable: return kPortable;
+    case MatmulKernelMode::kAvx2: return cpu.avx2_fma ? kAvx2 : kPortable;
+    default: return cpu.avx512 ? kAvx512 : cpu.avx2_fma ? kAvx2 : kPortable;
+  }
+}
+
+// bf16 inputs: vdpbf16ps when the CPU has it (auto / avx512 modes), else the fp32 kernel on converted values.
+const KernelSpec& SelectBf16() {
+  const auto mode = static_cast<MatmulKernelMode>(forced.load(std::memory_order_relaxed));
+  if ((mode == MatmulKernelMode::kAuto || mode == MatmulKernelMode::kAvx512) && CpuHas().avx512_bf16) return kAvx512Bf16;
+  return SelectF32();
+}
+
+// One growable, 64-byte aligned buffer per thread and role; freed at thread exit.
+class Scratch {
+ public:
+  ~Scratch() { std::free(p_); }
+  void* Get(size_t bytes) {
+    if (bytes > cap_) {
+      std::free(p_);
+      cap_ = (bytes + 63) & ~size_t{63};
+      p_ = std::aligned_alloc(64, cap_);
+      if (p_ == nullptr) {
+        cap_ = 0;
+        throw std::bad_alloc();
+      }
+    }
+    return p_;
+  }
+  // Frees the buffer when it holds more than `keep` bytes (a one-off large staging buffer).
+  void Trim(size_t keep) {
+    if (cap_ > keep) {
+      std::free(p_);
+      p_ = nullptr;
+      cap_ = 0;
+    }
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t cap_ = 0;
+};
+
+thread_local Scratch a_scratch, b_scratch, c_scratch;
+
+inline float ToF32(float v) { return v; }
+inline float ToF32(uint16_t v) { return BF16ToF32(v); }
+
+// op(A)(r, c) is a[r * k + c], or a[c * m + r] when transposed.
+template <typename T>
+inline T AElem(const T* a, bool trans, int64_t m, int64_t k, int64_t r, int64_t c) {
+  return trans ? a[c * m + r] : a[r * k + c];
+}
+// op(B)(r, c) is b[r * n + c], or b[c * k + r] when transposed.
+template <typename T>
+inline T BElem(const T* b, bool trans, int64_t n, int64_t k, int64_t r, int64_t c) {
+  return trans ? b[c * k + r] : b[r * n + c];
+}
+
+// fp32 packing. Ap[sliver][p][mr] = op(A)(i0 + sliver * mr + i, p0 + p), zero past row mc.
+template <typename T>
+void PackA(const T* a, bool trans, int64_t m, int64_t k, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t MR, float* ap) {
+  for (int64_t ir = 0; ir < mc; ir += MR) {
+    const int64_t mr = std::min(MR, mc - ir);
+    if (trans) {
+      const T* src = a + p0 * m + i0 + ir;
+      for (int64_t p = 0; p < kc; ++p, src += m, ap += MR) {
+        int64_t i = 0;
+        for (; i < mr; ++i) ap[i] = ToF32(src[i]);
+        for (; i < MR; ++i) ap[i] = 0.0f;
+      }
+    } else {
+      for (int64_t i = 0; i < MR; ++i) {
+        if (i < mr) {
+          const T* src = a + (i0 + ir + i) * k + p0;
+          for (int64_t p = 0; p < kc; ++p) ap[p * MR + i] = ToF32(src[p]);
+        } else {
+          for (int64_t p = 0; p < kc; ++p) ap[p * MR + i] = 0.0f;
+        }
+      }
+      ap += kc * MR;
+    }
+  }
+}
+
+// Bp[sliver][p][nr] = op(B)(p0 + p, j0 + sliver * nr + j), zero past column nc.
+template <typename T>
+void PackB(const T* b, bool trans, int64_t n, int64_t k, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t NR, float* bp) {
+  if (!trans) {
+    // Row by row so B is read sequentially; each row scatters one line per sliver.
+    for (int64_t p = 0; p < kc; ++p) {
+      const T* src = b + (p0 + p) * n + j0;
+      for (int64_t jr = 0; jr < nc; jr += NR) {
+        float* dst = bp + jr * kc + p * NR;
+        const int64_t nr = std::min(NR, nc - jr);
+        int64_t j = 0;
+        for (; j < nr; ++j) dst[j] = ToF32(src[jr + j]);
+        for (; j < NR; ++j) dst[j] = 0.0f;
+      }
+    }
+    return;
+  }
+  for (int64_t jr = 0; jr < nc; jr += NR) {
+    float* dst = bp + jr * kc;
+    const int64_t nr = std::min(NR, nc - jr);
+    for (int64_t j = 0; j < NR; ++j) {
+      if (j < nr) {
+        const T* src = b + (j0 + jr + j) * k + p0;
+        for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = ToF32(src[p]);
+      } else {
+        for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = 0.0f;
+      }
+    }
+  }
+}
+
+// bf16-pair packing (kc2 = kc rounded up to even; k past K is zero).
+// Ap[sliver][p/2][mr][2] = op(A)(row, p0 + p): one 32-bit word per (row, k pair).
+void PackAPairs(const uint16_t* a, bool trans, int64_t m, int64_t k, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t kc2,
+                int64_t MR, uint16_t* ap) {
+  for (int64_t ir = 0; ir < mc; ir += MR) {
+    const int64_t mr = std::min(MR, mc - ir);
+    for (int64_t p = 0; p < kc2; ++p) {
+      uint16_t* dst = ap + (p / 2) * MR * 2 + (p & 1);
+      for (int64_t i = 0; i < MR; ++i) dst[2 * i] = (i < mr && p < kc) ? AElem(a, trans, m, k, i0 + ir + i, p0 + p) : uint16_t{0};
+    }
+    ap += kc2 * MR;
+  }
+}
+
+// Bp[sliver][p/2][nr][2] = op(B)(p0 + p, column).
+void PackBPairs(const uint16_t* b, bool trans, int64_t n, int64_t k, int64_t p0, int64_t kc, int64_t kc2, int64_t j0, int64_t nc,
+                int64_t NR, uint16_t* bp) {
+  for (int64_t jr = 0; jr < nc; jr += NR) {
+    const int64_t nr = std::min(NR, nc - jr);
+    uint16_t* sliver = bp + jr * kc2;
+    for (int64_t p = 0; p < kc2; ++p) {
+      uint16_t* dst = sliver + (p / 2) * NR * 2 + (p & 1);
+      if (p < kc && !trans) {
+        const uint16_t* src = b + (p0 + p) * n + j0 + jr;
+        int64_t j = 0;
+        for (; j < nr; ++j) dst[2 * j] = src[j];
+        for (; j < NR; ++j) dst[2 * j] = 0;
+      } else {
+        for (int64_t j = 0; j < NR; ++j) dst[2 * j] = (p < kc && j < nr) ? BElem(b, trans, n, k, p0 + p, j0 + jr + j) : uint16_t{0};
+      }
+    }
+  }
+}
+
+// C (fp32, row stride n) = op(A) . op(B) for one batch entry.
+template <typename T>
+void MatmulF32Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_t M, int64_t N, int64_t K, bool trans_a,
+                  bool trans_b) {
+  if (K == 0) {
+    std::fill_n(c, static_cast<size_t>(M * N), 0.0f);
+    return;
+  }
+  const int64_t MR = ks.mr, NR = ks.nr;
+  const bool pairs = ks.pairs;
+  const size_t elem = pairs ? sizeof(uint16_t) : sizeof(float);
+  // Equal MC blocks (whole slivers) instead of MC_MAX blocks plus a thin remainder.
+  const int64_t m_blocks = (M + MC_MAX - 1) / MC_MAX;
+  const int64_t mc_step = ((M + m_blocks - 1) / m_blocks + MR - 1) / MR * MR;
+  const int64_t kc_max = std::min(KC, K) + 1;  // +1: a pair kernel pads k to even
+  void* ap = a_scratch.Get(static_cast<size_t>(mc_step * kc_max) * elem);
+  void* bp = b_scratch.Get(static_cast<size_t>((std::min(NC, N) + NR - 1) / NR * NR * kc_max) * elem);
+  alignas(64) float tile[MAX_MR * MAX_NR];
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min(NC, N - jc);
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      const int64_t kc2 = pairs ? (kc + 1) / 2 * 2 : kc;
+      const bool accumulate = pc > 0;
+      if constexpr (std::is_same_v<T, uint16_t>) {
+        if (pairs) PackBPairs(b, trans_b, N, K, pc, kc, kc2, jc, nc, NR, static_cast<uint16_t*>(bp));
+        else PackB(b, trans_b, N, K, pc, kc, jc, nc, NR, static_cast<float*>(bp));
+      } else {
+        PackB(b, trans_b, N, K, pc, kc, jc, nc, NR, static_cast<float*>(bp));
+      }
+      for (int64_t ic = 0; ic < M; ic += mc_step) {
+        const int64_t mc = std::min(mc_step, M - ic);
+        if constexpr (std::is_same_v<T, uint16_t>) {
+          if (pairs) PackAPairs(a, trans_a, M, K, ic, mc, pc, kc, kc2, MR, static_cast<uint16_t*>(ap));
+          else PackA(a, trans_a, M, K, ic, mc, pc, kc, MR, static_cast<float*>(ap));
+        } else {
+          PackA(a, trans_a, M, K, ic, mc, pc, kc, MR, static_cast<float*>(ap));
+        }
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const int64_t nr = std::min(NR, nc - jr);
+          const char* bs = static_cast<const char*>(bp) + jr * kc2 * elem;
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            const int64_t mr = std::min(MR, mc - ir);
+            const char* as = static_cast<const char*>(ap) + ir * kc2 * elem;
+            float* cij = c + (ic + ir) * N + (jc + jr);
+            if (mr == MR && nr == NR) {
+              ks.fn(kc2, as, bs, cij, N, accumulate);
+              continue;
+            }
+            ks.fn(kc2, as, bs, tile, NR, false);
+            for (int64_t i = 0; i < mr; ++i) {
+              float* ci = cij + i * N;
+              const float* ti = tile + i * NR;
+              if (accumulate) {
+                for (int64_t j = 0; j < nr; ++j) ci[j] += ti[j];
+              } else {
+                for (int64_t j = 0; j < nr; ++j) ci[j] = ti[j];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void MatmulTyped(const MatmulArgs& g, const KernelSpec& ks) {
+  const int64_t M = g.m, N = g.n, K = g.k;
+  const size_t mn = static_cast<size_t>(M * N);
+  for (int64_t q = 0; q < g.batch; ++q) {
+    const T* a = static_cast<const T*>(g.a) + q * M * K;
+    const T* b = static_cast<const T*>(g.b) + q * K * N;
+    if (g.out_dtype == DType::kF32) {
+      MatmulF32Out(ks, a, b, static_cast<float*>(g.c) + q * M * N, M, N, K, g.trans_a, g.trans_b);
+      continue;
+    }
+    float* c32 = static_cast<float*>(c_scratch.Get(mn * sizeof(float)));
+    MatmulF32Out(ks, a, b, c32, M, N, K, g.trans_a, g.trans_b);
+    uint16_t* out = static_cast<uint16_t*>(g.c) + q * M * N;
+    for (size_t i = 0; i < mn; ++i) out[i] = F32ToBF16(c32[i]);
+  }
+  c_scratch.Trim(size_t{16} << 20);
+}
+
+}  // namespace
+
+void SetMatmulKernelMode(MatmulKernelMode mode) { forced.store(static_cast<int>(mode)); }
+
+const char* MatmulKernelName() { return SelectF32().name; }
+
+const char* MatmulBf16KernelName() { return SelectBf16().name; }
+
+void Matmul(const MatmulArgs& g) {
+  if (g.m == 0 || g.n == 0) return;
+  if (g.in_dtype == DType::kBF16) {
+    MatmulTyped<uint16_t>(g, SelectBf16());
+  } else {
+    MatmulTyped<float>(g, SelectF32());
+  }
+}
+
+}  // namespace ascent::fast
