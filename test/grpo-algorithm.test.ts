@@ -92,6 +92,17 @@ describe('GRPO algorithm options (launch)', () => {
     expect(Math.max(...ds.map((l) => l.samplingRounds))).toBeGreaterThan(1);
   }, 180_000);
 
+  it('when every group is flat even after resampling, the step takes no update (a colocated engine is not put to sleep) and the run goes on', async () => {
+    // Near-greedy sampling: the samples of a prompt are identical, so every group is flat.
+    const log = (await run('all-flat', { temperature: 0.001, dynamicSampling: { maxRounds: 1 } }, 2)) as Array<Step & { samplingRounds: number; droppedGroups: number }>;
+    expect(log.map((l) => l.step)).toEqual([1, 2]);
+    for (const l of log) {
+      expect(l.optimizerSteps).toBe(0);
+      expect(l.samplingRounds).toBe(2);
+      expect(l.droppedGroups).toBe(8);
+    }
+  }, 180_000);
+
   it('grpo loss, batch scaling, GSPO, KL in the reward, rollout correction and a cosine schedule run and log their effects', async () => {
     const extra = {
       lossType: 'grpo', scaleRewards: 'batch', importanceSamplingLevel: 'sequence', beta: 0.05, klInReward: true, klEstimator: 'k2',

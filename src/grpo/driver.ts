@@ -32,7 +32,8 @@ import type { TrainerConfigInput } from '../train/config.js';
 import { RolloutActor } from '../actors/rollout.js';
 import { SyncActor, makeWeightSync } from '../actors/sync.js';
 import './loss.js'; // registers the 'grpo' loss the trainer actors' lossStep uses
-import { groupAdvantages, groupsWithSpread } from './advantages.js';
+import { groupAdvantages } from './advantages.js';
+import { addInformative, trimGroups, type Sampled } from './sampled.js';
 import { parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './config.js';
 import { lengthStats, Progress, summaryTable, type StepMetrics } from './metrics.js';
 import { checkRunLogTarget, RunLog, runLogMode } from './run-log.js';
@@ -244,14 +245,14 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     const restored = startStep > 0 && refDir ? (await trainers.call('loadReference', refDir))[0] : false;
     if (!restored) await trainers.call('setupReference');
   }
-  interface Sampled { prompts: number[][]; completions: number[][]; engineLogprobs: number[][]; rewards: number[] }
   // promptsPerStep prompts (round 0: the run's prompt stream; later rounds: a stream of their own), G samples each, scored.
-  const sampleRound = (step: number, round: number): Promise<Sampled> => {
+  const sampleRound = (step: number, round: number, spent: { generate: number; reward: number }): Promise<Sampled> => {
     const problems = Array.from({ length: cfg.promptsPerStep }, (_, i) => makeProblem(round === 0 ? cfg.seed : cfg.seed + 7_919 * round, step * cfg.promptsPerStep + i));
-    return sample(problems.map((p) => p.prompt), G, { temperature: cfg.temperature, seed: cfg.seed * 1_000_003 + step * 97 + 7_919 * round });
+    return sample(problems.map((p) => p.prompt), G, { temperature: cfg.temperature, seed: cfg.seed * 1_000_003 + step * 97 + 7_919 * round }, spent);
   };
   // `prompts` split evenly over the engine replicas (the caller pads to a multiple), each sampled n times.
-  const sample = async (promptList: number[][], n: number, how: { temperature: number; seed: number }): Promise<Sampled> => {
+  const sample = async (promptList: number[][], n: number, how: { temperature: number; seed: number }, spent?: { generate: number; reward: number }): Promise<Sampled> => {
+    const t0 = performance.now();
     const perReplica = promptList.length / roles.replicas;
     const replicaPrompts = Array.from({ length: roles.replicas }, (_, r) => promptList.slice(r * perReplica, (r + 1) * perReplica).flatMap((p) => Array.from({ length: n }, () => p)));
     const outs = await Promise.all(
@@ -267,6 +268,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       out.completions.push(...o.tokens);
       out.engineLogprobs.push(...o.logprobs);
     }
+    const t1 = performance.now();
     // Rewards in the task pool (one task per replica's samples).
     const chunks = await Promise.all(
       Array.from({ length: roles.replicas }, (_, r) => {
@@ -275,6 +277,10 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       }),
     );
     out.rewards = chunks.flat();
+    if (spent) {
+      spent.generate += (t1 - t0) / 1000;
+      spent.reward += (performance.now() - t1) / 1000;
+    }
     return out;
   };
   progress.start(startStep);
@@ -290,36 +296,23 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       // 1-2. Sample numGenerations completions per prompt on the engine replicas and score them.
       // Dynamic sampling (DAPO) drops the groups whose rewards all agree (advantage 0 for every
       // sample: nothing to learn) and samples more prompts, up to maxRounds extra rounds, to refill.
-      const first = await sampleRound(step, 0);
+      const first = await sampleRound(step, 0, seconds);
       const rewards = first.rewards;
       let kept = first;
       let rounds = 1, droppedGroups = 0;
       if (cfg.dynamicSampling) {
-        const rowMultiple = cfg.stepsPerGeneration * cfg.gradientAccumulationSteps * trainerDp;
-        const pick = (r: Sampled, groups: number[]): Sampled => {
-          const rows = groups.flatMap((g) => Array.from({ length: G }, (_, i) => g * G + i));
-          return { prompts: rows.map((i) => r.prompts[i]!), completions: rows.map((i) => r.completions[i]!), engineLogprobs: rows.map((i) => r.engineLogprobs[i]!), rewards: rows.map((i) => r.rewards[i]!) };
-        };
-        const join = (x: Sampled, y: Sampled): Sampled => ({ prompts: [...x.prompts, ...y.prompts], completions: [...x.completions, ...y.completions], engineLogprobs: [...x.engineLogprobs, ...y.engineLogprobs], rewards: [...x.rewards, ...y.rewards] });
-        let pool_: Sampled = pick(first, groupsWithSpread(first.rewards, G, 1));
-        droppedGroups += cfg.promptsPerStep - pool_.rewards.length / G;
-        while (pool_.rewards.length / G < cfg.promptsPerStep && rounds <= cfg.dynamicSampling.maxRounds) {
-          const more = await sampleRound(step, rounds++);
-          const spread = groupsWithSpread(more.rewards, G, 1);
-          droppedGroups += cfg.promptsPerStep - spread.length;
-          pool_ = join(pool_, pick(more, spread));
+        let r = addInformative(null, first, G);
+        droppedGroups += r.flat;
+        while (r.kept.rewards.length / G < cfg.promptsPerStep && rounds <= cfg.dynamicSampling.maxRounds) {
+          r = addInformative(r.kept, await sampleRound(step, rounds++, seconds), G);
+          droppedGroups += r.flat;
         }
-        // At most promptsPerStep groups, cut to rows the update can split evenly.
-        const groups = Array.from({ length: Math.min(cfg.promptsPerStep, pool_.rewards.length / G) }, (_, g) => g);
-        while (groups.length && (groups.length * G) % rowMultiple !== 0) groups.pop();
-        kept = pick(pool_, groups);
+        kept = trimGroups(r.kept, cfg.promptsPerStep, cfg.stepsPerGeneration * cfg.gradientAccumulationSteps * trainerDp, G);
       }
       const { prompts, completions, engineLogprobs } = kept;
-      if (sleepLevel) await rollouts.call('sleep', sleepLevel as 1 | 2);
-      lap('generate');
+      t = performance.now(); // generation and rewards were timed inside the rounds
       if (kept.rewards.length === 0) {
-        // Every group was flat, even after resampling: no update, no sync this step.
-        if (sleepLevel) await rollouts.call('wake');
+        // Every group was flat, even after resampling: no update, no sync (and no sleep) this step.
         const mean = rewards.reduce((x, y) => x + y, 0) / rewards.length;
         ctx.log.info(`step ${step}: every sampled group has equal rewards (${rounds} rounds); no update`);
         const m: StepMetrics = {
@@ -331,6 +324,8 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         progress.update(m, (line) => ctx.log.info(line));
         continue;
       }
+      if (sleepLevel) await rollouts.call('sleep', sleepLevel as 1 | 2);
+      lap('generate'); // the engine's sleep
       // 3. Reference (and, for a KL penalty in the reward, old-policy) log-probs from the trainer.
       const batch = buildTrainBatch({ prompts, completions });
       const ref = cfg.beta > 0 ? assembleRows(batch, await trainers.call('computeRefLogprobs', batch, cfg.temperature)) : undefined;
