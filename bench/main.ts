@@ -18,6 +18,7 @@ const SUITES: Record<string, () => Promise<Suite>> = {
   'model-kernels': () => import('./model-kernels.js'),
   kernels: () => import('./kernels.js'),
   'train-step': () => import('./train-step.js'),
+  'grpo-step': () => import('./grpo-step.js'),
   trainer: () => import('./trainer.js'),
   sync: () => import('./sync.js'),
 };

@@ -88,7 +88,7 @@ describe('bench --help', () => {
   const bench = (...args: string[]) => spawnSync(process.execPath, ['dist/bench/main.js', ...args], { encoding: 'utf8', timeout: 60_000 });
 
   it('every suite prints its usage and exits 0; bad flags print the error and the usage (exit 2)', () => {
-    for (const suite of ['rpc', 'collectives', 'model-kernels', 'kernels', 'train-step', 'trainer', 'sync']) {
+    for (const suite of ['rpc', 'collectives', 'model-kernels', 'kernels', 'train-step', 'grpo-step', 'trainer', 'sync']) {
       const r = bench(suite, '--help');
       expect(r.status, `${suite}: ${r.stderr}`).toBe(0);
       expect(r.stdout, suite).toMatch(new RegExp(`^Usage: npm run bench -- ${suite}\\b`));
