@@ -17,6 +17,7 @@
  * every rank (gatherState); rank 0 writes; the outcome is agreed by an all-reduce so
  * a failed write raises on every rank instead of leaving the others waiting.
  */
+import { toFloat32 } from '../model/host-float.js';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
@@ -125,16 +126,13 @@ export interface LoadedCheckpoint {
   state: TrainerStateFile;
 }
 
-/** Every tensor of an F32 checkpoint (single file or sharded) as host fp32 arrays by name. */
+/** Every tensor of a checkpoint (single file or sharded; F32, BF16 or F16) as host fp32 arrays by name. */
 export async function readF32Checkpoint(dir: string): Promise<Map<string, HostParam>> {
   const ckpt = await Checkpoint.open(dir);
   const out = new Map<string, HostParam>();
   try {
     for await (const [info, bytes] of ckpt) {
-      if (info.dtype !== 'F32') throw new CheckpointFormatError(`${info.file}: ${info.name} is ${info.dtype}; training loads F32 checkpoints.`, { file: info.file, tensor: info.name });
-      const data = new Float32Array(bytes.byteLength / 4);
-      new Uint8Array(data.buffer).set(bytes);
-      out.set(info.name, { shape: [...info.shape], data });
+      out.set(info.name, { shape: [...info.shape], data: toFloat32(bytes, info.dtype, { file: info.file, tensor: info.name }) });
     }
   } finally {
     await ckpt.close();
