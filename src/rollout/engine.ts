@@ -339,7 +339,7 @@ export class RolloutEngine {
             if (done[b]) continue;
             out.tokens[b]!.push(tok![b] as number);
             out.logprobs[b]!.push(lps![b] as number);
-            if (tok![b] === sp.eosTokenId) {
+            if (tok![b] === sp.eosTokenId || sp.stopTokenIds.has(tok![b] as number)) {
               done[b] = true;
               out.finishReasons[b] = 'eos';
             }

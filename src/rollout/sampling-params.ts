@@ -26,11 +26,13 @@ export interface SamplingParams {
   seed?: number;
   /** Generation of a row stops after this token (included in the output). Default the synthetic task's EOS. */
   eosTokenId?: number;
+  /** More ids a row stops after (vLLM's stop_token_ids: e.g. every EOS id of generation_config.json). */
+  stopTokenIds?: readonly number[];
 }
 
-export type ResolvedSampling = Required<SamplingParams>;
+export type ResolvedSampling = Required<Omit<SamplingParams, 'stopTokenIds'>> & { stopTokenIds: ReadonlySet<number> };
 
-const KEYS = ['maxTokens', 'temperature', 'topK', 'topP', 'seed', 'eosTokenId'] as const;
+const KEYS = ['maxTokens', 'temperature', 'topK', 'topP', 'seed', 'eosTokenId', 'stopTokenIds'] as const;
 
 function num(v: unknown, name: string, ok: (x: number) => boolean, expected: string): number {
   if (typeof v !== 'number' || !ok(v)) throw new InvalidArgumentError(`Expected ${expected} for ${name} but received ${describe(v)}.`, { argument: name });
@@ -49,7 +51,14 @@ export function resolveSampling(p: SamplingParams, vocabSize: number): ResolvedS
     topP: num(p.topP ?? 1, 'topP', (x) => x > 0 && x <= 1, 'a number in (0, 1]'),
     seed: num(p.seed ?? 0, 'seed', (x) => isInt(x) && x >= 0, 'a non-negative integer < 2^53'),
     eosTokenId: num(p.eosTokenId ?? EOS, 'eosTokenId', (x) => isInt(x) && x >= 0 && x < vocabSize, `a token id in [0, ${vocabSize})`),
+    stopTokenIds: stopIds(p.stopTokenIds, vocabSize),
   };
+}
+
+function stopIds(v: unknown, vocabSize: number): ReadonlySet<number> {
+  if (v === undefined) return new Set();
+  if (!Array.isArray(v)) throw new InvalidArgumentError(`Expected an array of token ids for stopTokenIds but received ${describe(v)}.`, { argument: 'stopTokenIds' });
+  return new Set(v.map((x, i) => num(x, `stopTokenIds[${i}]`, (y) => isInt(y) && y >= 0 && y < vocabSize, `a token id in [0, ${vocabSize})`)));
 }
 
 /** The temperature the returned log-probs use for a sampling temperature (1 for greedy). */
