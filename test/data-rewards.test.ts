@@ -5,7 +5,7 @@ import { RewardError, RewardRunner, builtinRewards, type RewardInput } from '../
 import { ConfigError, TimeoutError } from '../src/runtime/errors.js';
 import { TaskPool } from '../src/runtime/task-pool.js';
 import { makeProblem, reward as digitReward } from '../src/model/synthetic-task.js';
-import { scoreBatch } from '../src/grpo/reward-task.js';
+import { rewardBatch as scoreBatch } from '../src/model/synthetic-task.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const MOD = join(here, '..', 'test', 'fixtures', 'data', 'rewards.mjs');
