@@ -20,7 +20,16 @@ function program(): Command {
   return new Command('grpo')
     .option('--config <file>', 'JSON config file (flags override it)')
     .option('--mode <mode>', 'server (trainer and engine on separate ranks) or colocate')
-    .option('--model <dir>', 'model folder with config.json')
+    .option('--model <dir>', 'Hugging Face model folder (config.json; weights, tokenizer, generation_config.json)')
+    .option('--init <how>', 'initial weights: auto (the folder\'s checkpoint when it has one), checkpoint or seed')
+    .option('--dataset <file>', 'prompts: a .jsonl or .parquet file with a prompt or messages column (default: the digit task)')
+    .option('--eval-dataset <file>', 'held-out prompts for --eval-every')
+    .option('--eval-every <n>', 'evaluate on held-out prompts every n steps', num('--eval-every'))
+    .option('--reward <module#export[:weight]>', 'a reward function (repeatable), or builtin:NAME[:weight]', (v: string, acc: string[] = []) => [...acc, v])
+    .option('--tokenizer <dir>', 'tokenizer folder (default: the model folder)')
+    .option('--max-prompt-length <n>', 'prompt tokens at most (longer prompts are dropped)', num('--max-prompt-length'))
+    .option('--mask-truncated-completions', 'completions cut by --max-new-tokens take no loss')
+    .option('--set <key=json>', 'any config key, e.g. --set lossType=\"grpo\" --set dataset.epochs=2 (repeatable)', (v: string, acc: string[] = []) => [...acc, v])
     .option('--steps <n>', 'GRPO steps', num('--steps'))
     .option('--seed <n>', 'seed', num('--seed'))
     .option('--strategy <s>', 'trainer strategy: fsdp2 or megatron')
@@ -85,6 +94,14 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
   };
   set('mode', o.mode);
   set('model', o.model);
+  set('init', o.init);
+  sub('dataset', 'path', o.dataset);
+  sub('dataset', 'maxPromptLength', o.maxPromptLength);
+  sub('eval', 'dataset', o.evalDataset);
+  sub('eval', 'every', o.evalEvery);
+  sub('tokenizer', 'path', o.tokenizer);
+  if (Array.isArray(o.reward)) c.rewards = (o.reward as string[]).map(parseRewardFlag);
+  if (o.maskTruncatedCompletions) c.maskTruncatedCompletions = true;
   set('steps', o.steps);
   set('seed', o.seed);
   sub('trainer', 'strategy', o.strategy);
@@ -107,7 +124,40 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
   set('log', o.log);
   if (o.logOverwrite) c.logOverwrite = true;
   if (o.progress === false) c.progress = false;
+  for (const kv of (o.set as string[] | undefined) ?? []) setPath(c, kv);
   return c as GrpoConfigInput;
+}
+
+/** `module#export[:weight]` or `builtin:NAME[:weight]` → a reward spec. */
+function parseRewardFlag(v: string): Record<string, unknown> {
+  const weighted = /^(.*?)(?::(-?[\d.eE+-]+))?$/.exec(v)!;
+  const body = weighted[1]!, weight = weighted[2] === undefined ? 1 : Number(weighted[2]);
+  if (!Number.isFinite(weight)) throw new ConfigError(`--reward ${v}: the weight after ':' must be a number.`);
+  if (body.startsWith('builtin:')) return { builtin: body.slice(8), weight };
+  const at = body.lastIndexOf('#');
+  if (at <= 0 || at === body.length - 1) throw new ConfigError(`--reward ${JSON.stringify(v)}: expected MODULE#EXPORT[:WEIGHT] (e.g. ./rewards.mjs#exact:1) or builtin:NAME[:WEIGHT].`);
+  return { module: body.slice(0, at), export: body.slice(at + 1), weight };
+}
+
+/** `a.b.c=JSON` (a bare word that is not JSON is a string) into `c`. */
+function setPath(c: Record<string, unknown>, kv: string): void {
+  const eq = kv.indexOf('=');
+  if (eq <= 0) throw new ConfigError(`--set ${JSON.stringify(kv)}: expected KEY=VALUE, e.g. --set lossType=grpo or --set dataset.epochs=2.`);
+  const path = kv.slice(0, eq).split('.');
+  const raw = kv.slice(eq + 1);
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    value = raw;
+  }
+  let at = c;
+  for (const p of path.slice(0, -1)) {
+    const next = at[p];
+    if (next !== undefined && (typeof next !== 'object' || next === null || Array.isArray(next))) throw new ConfigError(`--set ${kv}: ${p} is not an object.`);
+    at = at[p] = { ...((next as Record<string, unknown> | undefined) ?? {}) };
+  }
+  at[path.at(-1)!] = value;
 }
 
 /**

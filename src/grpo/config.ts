@@ -12,6 +12,7 @@ import { OptimizerConfigSchema } from '../train/config.js';
 import { ALGORITHM_SHAPE, checkAlgorithmConfig } from './algorithm-config.js';
 import { updatePlan } from './update-plan.js';
 import { RewardSpecSchema } from '../data/config.js';
+import { applyTrlAliases } from './aliases.js';
 
 const posInt = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
 
@@ -137,7 +138,7 @@ export type GrpoConfigInput = z.input<typeof GrpoConfigSchema>;
 
 /** Parses a config and checks it against the world size. */
 export function parseGrpoConfig(value: unknown, worldSize: number): GrpoConfig {
-  const c = parseConfig(GrpoConfigSchema, value, 'GRPO config');
+  const c = parseConfig(GrpoConfigSchema, applyTrlAliases(value), 'GRPO config');
   const trainerRanks = c.mode === 'colocate' ? worldSize : c.trainer.ranks ?? Math.floor(worldSize / 2);
   const engineRanks = c.mode === 'colocate' ? worldSize : worldSize - trainerRanks;
   if (trainerRanks < 1 || engineRanks < 1) {

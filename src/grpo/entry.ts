@@ -1,0 +1,16 @@
+/**
+ * The GRPO entry `ascent grpo` launches on every rank (also usable as
+ * `ascent launch --nproc N <this file> [flags]`): flags and `--config` as src/grpo/cli.ts
+ * reads them, no defaults beyond the config schema's (a model is required).
+ */
+import type { RankContext } from '../runtime/rank-context.js';
+import { checkGrpoArgs, grpoMain } from './cli.js';
+
+/** Called once by launch before the ranks start: a bad flag is one line, exit 2. */
+export async function validateArgs(a: { args: string[]; worldSize: number }): Promise<void> {
+  await checkGrpoArgs(a);
+}
+
+export async function main(ctx: RankContext): Promise<void> {
+  await grpoMain(ctx);
+}
