@@ -49,7 +49,7 @@ const base = () => ({
 describe('GRPO on your own model folder, dataset and rewards (launch)', () => {
   it('tokenizer + chat template + dataset + two weighted user rewards + SFT on the completion column + held-out eval', async () => {
     const log = join(dir, 'byo.jsonl');
-    const cfg = { ...base(), log, rewards: [{ module: rewardsModule, export: 'exact', weight: 1 }, { module: rewardsModule, export: 'brevity', weight: 0.5, name: 'brevity' }] };
+    const cfg = { ...base(), log, save: { dir: join(dir, 'saved'), dtype: 'bfloat16' }, rewards: [{ module: rewardsModule, export: 'exact', weight: 1 }, { module: rewardsModule, export: 'brevity', weight: 0.5, name: 'brevity' }] };
     // The scenario fixture resolves `model` by name; this run passes a folder, so use the plain entry.
     const r = await launchFixture(2, 'test/fixtures/grpo/run.mjs', [JSON.stringify(cfg)], {}, 170_000);
     expect(r.stderr, r.stdout.slice(-3000)).toBe('');
@@ -71,6 +71,11 @@ describe('GRPO on your own model folder, dataset and rewards (launch)', () => {
     const evals = recs.filter((x) => x.type === 'eval');
     expect(evals.map((e) => e.step)).toEqual([2, 3]);
     expect(evals.every((e) => e.samples === 4)).toBe(true);
+    // The final save: a Hugging Face folder with the input's config keys, tokenizer and generation config.
+    const saved = JSON.parse(readFileSync(join(dir, 'saved', 'config.json'), 'utf8'));
+    expect(saved).toMatchObject({ custom_field: { kept: true }, torch_dtype: 'bfloat16', vocab_size: 74 });
+    expect(readFileSync(join(dir, 'saved', 'tokenizer_config.json'), 'utf8')).toBe(readFileSync(join(model, 'tokenizer_config.json'), 'utf8'));
+    expect(r.stdout).toMatch(/saved the model as a Hugging Face folder: .*saved/);
   }, 180_000);
 
   it('a reward that throws fails the step with a message naming it', async () => {

@@ -13,6 +13,7 @@
  * its other splits (the GRPO driver runs the trainer's and the engine's setups
  * together).
  */
+import { exportHfModel, type SaveDtype } from '../train/hf-export.js';
 import type { Communicator } from '../runtime/comm.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/rank-context.js';
@@ -199,6 +200,11 @@ export class TrainerActor {
   /** Full HF-named state on every rank (tests, weight export). */
   gatherState(kind: StateKind): Promise<Map<string, HostParam>> {
     return this.strategy.gatherState(kind);
+  }
+
+  /** Writes the model as a Hugging Face folder transformers loads (train/hf-export.ts); collective over the trainer group. */
+  exportHf(dir: string, opts: { dtype?: SaveDtype; expertLayout?: 'per-expert' | 'fused' } = {}): Promise<string> {
+    return exportHfModel(this.strategy, { dir, source: this.config.model, ...opts, comm: this.#comm! });
   }
 
   save(root: string, step: number, extra?: Record<string, unknown>): Promise<string> {

@@ -28,6 +28,8 @@ function program(): Command {
     .option('--reward <module#export[:weight]>', 'a reward function (repeatable), or builtin:NAME[:weight]', (v: string, acc: string[] = []) => [...acc, v])
     .option('--tokenizer <dir>', 'tokenizer folder (default: the model folder)')
     .option('--max-prompt-length <n>', 'prompt tokens at most (longer prompts are dropped)', num('--max-prompt-length'))
+    .option('--save <dir>', 'after the last step, write the model as a Hugging Face folder here')
+    .option('--save-dtype <dtype>', 'float32, bfloat16 or float16 (default: the input checkpoint\'s)')
     .option('--mask-truncated-completions', 'completions cut by --max-new-tokens take no loss')
     .option('--set <key=json>', 'any config key, e.g. --set lossType=\"grpo\" --set dataset.epochs=2 (repeatable)', (v: string, acc: string[] = []) => [...acc, v])
     .option('--steps <n>', 'GRPO steps', num('--steps'))
@@ -102,6 +104,8 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
   sub('tokenizer', 'path', o.tokenizer);
   if (Array.isArray(o.reward)) c.rewards = (o.reward as string[]).map(parseRewardFlag);
   if (o.maskTruncatedCompletions) c.maskTruncatedCompletions = true;
+  sub('save', 'dir', o.save);
+  sub('save', 'dtype', o.saveDtype);
   set('steps', o.steps);
   set('seed', o.seed);
   sub('trainer', 'strategy', o.strategy);

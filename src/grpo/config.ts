@@ -109,6 +109,17 @@ export const GrpoConfigSchema = z
       .object({ dir: z.string().min(1), every: posInt('checkpoint.every').optional() })
       .strict()
       .optional(),
+    /** After the last step, write the model as a Hugging Face folder (config, generation config and tokenizer files of the input kept). */
+    save: z
+      .object({
+        dir: z.string().min(1),
+        /** Default: the input checkpoint's dtype (config.json torch_dtype / dtype), else float32. */
+        dtype: z.enum(['float32', 'bfloat16', 'float16']).optional(),
+        /** MoE experts per expert (transformers 4.x) or fused (transformers 5). */
+        expertLayout: z.enum(['per-expert', 'fused']).default('per-expert'),
+      })
+      .strict()
+      .optional(),
     /** Resume from the newest checkpoint in checkpoint.dir. */
     resume: z.boolean().default(false),
     /** JSONL run log: a header line (run id, config, versions, commit), then one line per step. */

@@ -438,6 +438,10 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     progress.stop();
     await pool.close();
   }
+  if (cfg.save) {
+    const [dir] = await trainers.call('exportHf', cfg.save.dir, { ...(cfg.save.dtype ? { dtype: cfg.save.dtype } : {}), expertLayout: cfg.save.expertLayout });
+    ctx.log.info(`saved the model as a Hugging Face folder: ${dir}`);
+  }
   const summary = { steps: metrics, evals, startStep, seconds: (Date.now() - t0) / 1000 };
   ctx.log.info(`\n${summaryTable(metrics)}\n(${summary.seconds.toFixed(1)} s, ${cfg.mode} mode, ${roles.trainerRanks.length} trainer / ${roles.engineRanks.length} engine ranks)`);
   for (const r of controls.ranks) if (r !== 0) await controls.ref(r).invoke('finish', [], opts);

@@ -1,0 +1,165 @@
+/**
+ * A trained model written as a Hugging Face model folder that transformers loads:
+ *
+ *   config.json             the input folder's config.json with every key kept (unknown keys
+ *                           round-trip), its dtype fields set to the saved dtype; without an
+ *                           input folder, the config Ascent parsed, in HF names
+ *   generation_config.json  copied from the input folder (else written from the config's ids)
+ *   tokenizer files         copied from the input folder (tokenizer.json, tokenizer_config.json,
+ *                           special_tokens_map.json, vocab.json, merges.txt, chat_template.jinja, ...)
+ *   model.safetensors       HF names, in the input's dtype by default (F32 / BF16 / F16, rounded to
+ *                           nearest even), sharded with model.safetensors.index.json past maxShardBytes;
+ *                           MoE experts per expert by default (what transformers 4.x loads) or fused
+ *
+ * Collective over the strategy's ranks (the state is gathered everywhere; rank 0 writes into a
+ * temporary folder renamed into place, and every rank learns the outcome).
+ */
+import { copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { existsSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { Communicator } from '../runtime/comm.js';
+import { CheckpointFormatError, ConfigError } from '../runtime/errors.js';
+import { writeCheckpoint } from '../model/checkpoint.js';
+import { toHFConfig } from '../model/config.js';
+import { convertExpertLayout, fromHostTensors, toHostTensors } from '../model/params.js';
+import type { HostParam } from '../model/param-store.js';
+import type { TensorSource } from '../model/safetensors.js';
+import { anyRank } from './any-rank.js';
+import type { TrainStrategy } from './strategy.js';
+
+export const SAVE_DTYPES = ['float32', 'bfloat16', 'float16'] as const;
+export type SaveDtype = (typeof SAVE_DTYPES)[number];
+
+/** Files of a HF model folder beside the weights that describe the tokenizer. */
+export const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'vocab.json', 'merges.txt', 'added_tokens.json', 'chat_template.jinja', 'chat_template.json'];
+
+export interface HfExportOptions {
+  /** The folder to write (must not exist, or be empty). */
+  dir: string;
+  /** The model folder training started from (config.json, generation_config.json and tokenizer files are taken from it). */
+  source?: string;
+  /** Default: the input config's torch_dtype / dtype, else float32. */
+  dtype?: SaveDtype;
+  /** Default per-expert. */
+  expertLayout?: 'per-expert' | 'fused';
+  maxShardBytes?: number;
+  comm?: Communicator;
+}
+
+const ST_DTYPE = { float32: 'F32', bfloat16: 'BF16', float16: 'F16' } as const;
+
+/** fp32 → bf16 bits, round to nearest even (NaN kept a NaN). */
+function bf16Bits(x: Float32Array): Uint16Array {
+  const u = new Uint32Array(x.buffer, x.byteOffset, x.length);
+  const out = new Uint16Array(x.length);
+  for (let i = 0; i < u.length; i++) {
+    const v = u[i]!;
+    out[i] = (v & 0x7fffffff) > 0x7f800000 ? (v >>> 16) | 0x40 : ((v + 0x7fff + ((v >>> 16) & 1)) >>> 16) & 0xffff;
+  }
+  return out;
+}
+
+/** fp32 → IEEE half bits, round to nearest even, overflow to ±inf. */
+export function halfBits(x: number): number {
+  const f = new Float32Array([x]);
+  const u = new Uint32Array(f.buffer)[0]!;
+  const sign = (u >>> 16) & 0x8000;
+  const exp = (u >>> 23) & 0xff;
+  let mant = u & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  let e = exp - 127 + 15;
+  if (e >= 31) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    let h = mant >>> shift;
+    const rem = mant & ((1 << shift) - 1), half = 1 << (shift - 1);
+    if (rem > half || (rem === half && (h & 1))) h++;
+    return sign | h;
+  }
+  let h = (e << 10) | (mant >>> 13);
+  const rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;
+  return sign | h;
+}
+
+function encode(p: HostParam, dtype: SaveDtype): Uint8Array {
+  if (dtype === 'float32') return new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength);
+  const bits = dtype === 'bfloat16' ? bf16Bits(p.data) : Uint16Array.from(p.data, halfBits);
+  return new Uint8Array(bits.buffer);
+}
+
+function sourceDir(source: string | undefined): string | null {
+  if (!source) return null;
+  return existsSync(source) && statSync(source).isDirectory() ? source : dirname(source);
+}
+
+async function readJsonIfAny(path: string): Promise<Record<string, unknown> | null> {
+  if (!existsSync(path)) return null;
+  try {
+    return JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;
+  } catch (e) {
+    throw new ConfigError(`${path}: not valid JSON (${(e as Error).message}). HINT: fix the input model folder.`, { path });
+  }
+}
+
+/** The dtype a checkpoint was stored in, from its config (torch_dtype, or transformers 5's dtype). */
+export function configDtype(raw: Record<string, unknown> | null): SaveDtype {
+  const d = raw?.torch_dtype ?? raw?.dtype;
+  return d === 'bfloat16' || d === 'float16' ? d : 'float32';
+}
+
+export async function exportHfModel(strategy: TrainStrategy, o: HfExportOptions): Promise<string> {
+  if (o.dtype !== undefined && !SAVE_DTYPES.includes(o.dtype)) throw new ConfigError(`exportHfModel(): dtype must be one of ${SAVE_DTYPES.join(', ')} but is ${JSON.stringify(o.dtype)}.`);
+  const params = await strategy.gatherState('params'); // collective: every rank
+  const rank = o.comm?.rank ?? 0;
+  let error: Error | null = null;
+  if (rank === 0) {
+    try {
+      await writeFolder(strategy, params, o);
+    } catch (e) {
+      error = e as Error;
+    }
+  }
+  const failed = o.comm ? await anyRank(o.comm, error !== null) : error !== null;
+  if (error) throw error;
+  if (failed) throw new CheckpointFormatError(`exportHfModel(${o.dir}) failed on rank 0 (see its error); nothing was written.`, { dir: o.dir });
+  return o.dir;
+}
+
+async function writeFolder(strategy: TrainStrategy, params: Map<string, HostParam>, o: HfExportOptions): Promise<void> {
+  const src = sourceDir(o.source);
+  const rawConfig = src ? await readJsonIfAny(join(src, 'config.json')) : null;
+  const dtype = o.dtype ?? configDtype(rawConfig);
+  let tensors = params;
+  if (strategy.cfg.moe && (o.expertLayout ?? 'per-expert') === 'per-expert') tensors = fromHostTensors(convertExpertLayout(toHostTensors(params), strategy.cfg, 'per-expert'));
+  // LoRA adapters are exported as PEFT adapters, not model weights.
+  const sources: TensorSource[] = [...tensors].filter(([n]) => !/\.lora_[AB](\.|$)/.test(n)).map(([name, p]) => ({ name, dtype: ST_DTYPE[dtype], shape: p.shape, data: () => encode(p, dtype) }));
+  const config = { ...(rawConfig ?? toHFConfig(strategy.cfg)) };
+  if ('torch_dtype' in config || !('dtype' in config)) config.torch_dtype = dtype;
+  if ('dtype' in config) config.dtype = dtype;
+  if (existsSync(o.dir) && (await readdir(o.dir)).length > 0) {
+    throw new ConfigError(`exportHfModel(): ${o.dir} exists and is not empty. HINT: choose a new folder (an export never overwrites one).`, { dir: o.dir });
+  }
+  const tmp = `${o.dir}.tmp-${process.pid}`;
+  await rm(tmp, { recursive: true, force: true });
+  await mkdir(tmp, { recursive: true });
+  try {
+    await writeCheckpoint(tmp, sources, { maxShardBytes: o.maxShardBytes ?? 2 ** 31, metadata: { format: 'pt' } });
+    await writeFile(join(tmp, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+    const gen = src ? join(src, 'generation_config.json') : null;
+    if (gen && existsSync(gen)) await copyFile(gen, join(tmp, 'generation_config.json'));
+    else {
+      const c = strategy.cfg as unknown as Record<string, unknown>;
+      const ids = Object.fromEntries(['bos_token_id', 'eos_token_id', 'pad_token_id'].map((k) => [k, (config as Record<string, unknown>)[k] ?? c[k]]).filter(([, v]) => v !== undefined && v !== null));
+      await writeFile(join(tmp, 'generation_config.json'), `${JSON.stringify(ids, null, 2)}\n`);
+    }
+    if (src) for (const f of TOKENIZER_FILES) if (existsSync(join(src, f))) await copyFile(join(src, f), join(tmp, f));
+    if (existsSync(o.dir)) await rm(o.dir, { recursive: true, force: true });
+    await rename(tmp, o.dir);
+  } catch (e) {
+    await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+    throw e;
+  }
+}

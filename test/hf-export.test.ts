@@ -1,0 +1,100 @@
+/**
+ * Models out: a trained model written as a Hugging Face folder — the input config.json with
+ * every key kept (unknown ones too) and its dtype set, generation_config.json and the
+ * tokenizer files copied, weights in the chosen dtype (rounded to nearest even), MoE experts
+ * per expert by default or fused — loads back into a trainer with exactly the saved values.
+ */
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { exportHfModel, halfBits } from '../src/train/hf-export.js';
+import { halfToFloat } from '../src/model/host-float.js';
+import { readF32Checkpoint } from '../src/train/checkpoint.js';
+import { createStrategy } from '../src/train/factory.js';
+import { parseTrainerConfig } from '../src/train/config.js';
+import { Device } from '../src/runtime/device.js';
+import { Checkpoint } from '../src/model/checkpoint.js';
+// @ts-expect-error plain JS fixture
+import { makeCharModel } from './fixtures/grpo/char-model.mjs';
+
+const dir = mkdtempSync(join(tmpdir(), 'ascent-export-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const one = { comm: { size: 1, rank: 0 } as never, device: Device.get(0) };
+const f32bits = (x: number) => new Uint32Array(Float32Array.of(x).buffer)[0]!;
+const bf16 = (x: number) => {
+  const u = f32bits(x);
+  return new Float32Array(Uint32Array.of(((((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff) << 16) >>> 0).buffer)[0]!;
+};
+
+describe('Hugging Face model folder export', () => {
+  it('fp32 → half rounds to nearest even and saturates like IEEE', () => {
+    for (const x of [0, 1, -2, 0.1, 65504, 65520, 1e-8, 6e-8, 2 ** -24, 3.140625, -0.333]) {
+      const h = halfToFloat(halfBits(x));
+      const err = Math.abs(h - x);
+      // Within half a unit in the last place of the half grid (or inf past the largest half).
+      if (Math.abs(x) >= 65520) expect(h).toBe(Math.sign(x) * Infinity);
+      else expect(err).toBeLessThanOrEqual(Math.max(2 ** -25, Math.abs(x) * 2 ** -11));
+    }
+    expect(halfBits(1)).toBe(0x3c00);
+    expect(halfBits(-2)).toBe(0xc000);
+    expect(halfBits(65504)).toBe(0x7bff);
+    expect(halfBits(2 ** -24)).toBe(1);
+  });
+
+  it('keeps every config key, copies generation config and tokenizer files, writes bf16, and loads back exactly', async () => {
+    const src = makeCharModel(join(dir, 'src'));
+    const s = await createStrategy(parseTrainerConfig({ strategy: 'single', model: src, init: { seed: 4 } }), one);
+    const out = join(dir, 'out-bf16');
+    try {
+      await exportHfModel(s, { dir: out, source: src, dtype: 'bfloat16' });
+      const cfg = JSON.parse(readFileSync(join(out, 'config.json'), 'utf8'));
+      expect(cfg.custom_field).toEqual({ kept: true });
+      expect(cfg.torch_dtype).toBe('bfloat16');
+      for (const f of ['generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) expect(readFileSync(join(out, f), 'utf8')).toBe(readFileSync(join(src, f), 'utf8'));
+      const ck = await Checkpoint.open(out);
+      const dtypes = new Set(ck.tensors.map((t) => t.dtype));
+      await ck.close();
+      expect([...dtypes]).toEqual(['BF16']);
+      const want = await s.gatherState('params');
+      const back = await createStrategy(parseTrainerConfig({ strategy: 'single', model: out, init: 'checkpoint' }), one);
+      try {
+        const got = await back.gatherState('params');
+        for (const [n, p] of want) expect([...got.get(n)!.data], n).toEqual([...p.data].map(bf16));
+      } finally {
+        back.release();
+      }
+      await expect(exportHfModel(s, { dir: out, source: src })).rejects.toThrow(/exists and is not empty/);
+    } finally {
+      s.release();
+    }
+  });
+
+  it('MoE experts per expert by default (transformers 4.x names), fused on request; both load back equal', async () => {
+    const cfgPath = new URL('../examples/models/tiny-moe/config.json', import.meta.url).pathname;
+    const src = join(dir, 'moe-src');
+    mkdirSync(src);
+    copyFileSync(cfgPath, join(src, 'config.json'));
+    const s = await createStrategy(parseTrainerConfig({ strategy: 'single', model: src, init: { seed: 5 } }), one);
+    try {
+      const want = await s.gatherState('params');
+      for (const [layout, name] of [['per-expert', 'model.layers.0.mlp.experts.3.gate_proj.weight'], ['fused', 'model.layers.0.mlp.experts.gate_up_proj']] as const) {
+        const out = join(dir, `moe-${layout}`);
+        await exportHfModel(s, { dir: out, source: src, expertLayout: layout });
+        const read = await readF32Checkpoint(out);
+        expect(read.has(name), name).toBe(true);
+        expect(JSON.parse(readFileSync(join(out, 'config.json'), 'utf8')).dtype).toBe('float32');
+        const back = await createStrategy(parseTrainerConfig({ strategy: 'single', model: out, init: 'checkpoint' }), one);
+        try {
+          const got = await back.gatherState('params');
+          for (const [n, p] of want) expect(Buffer.from(got.get(n)!.data.buffer).equals(Buffer.from(p.data.buffer)), `${layout} ${n}`).toBe(true);
+        } finally {
+          back.release();
+        }
+      }
+      expect(existsSync(join(dir, 'moe-fused', 'generation_config.json'))).toBe(true);
+    } finally {
+      s.release();
+    }
+  });
+});
