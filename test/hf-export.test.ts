@@ -98,3 +98,47 @@ describe('Hugging Face model folder export', () => {
     }
   });
 });
+
+describe('LoRA exports', () => {
+  it("PEFT's adapter folder (base_model.model. names, adapter_config.json) and the merged model W + (alpha/r)·B·A", async () => {
+    const cfgPath = new URL('../examples/models/tiny-dense/config.json', import.meta.url).pathname;
+    const src = join(dir, 'lora-src');
+    mkdirSync(src);
+    copyFileSync(cfgPath, join(src, 'config.json'));
+    const lora = { rank: 4, alpha: 8, targetModules: ['q', 'down'] };
+    const config = parseTrainerConfig({ strategy: 'single', model: src, init: { seed: 6 }, lora });
+    const s = await createStrategy(config, one);
+    try {
+      // PEFT starts B at zero: give the adapters values so the merge is visible.
+      const state = await s.gatherState('params');
+      for (const [n, p] of state) if (/lora_[AB]/.test(n)) p.data.forEach((_, i) => (p.data[i] = Math.sin(i + n.length) * 0.1));
+      await s.loadState({ params: state });
+      await exportHfModel(s, { dir: join(dir, 'adapter'), source: src, lora: config.lora! });
+      const ad = await readF32Checkpoint(join(dir, 'adapter', 'adapter_model.safetensors'));
+      const qa = 'base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight';
+      expect(ad.has(qa)).toBe(true);
+      expect([...ad.keys()].every((k) => k.startsWith('base_model.model.') && /lora_[AB]/.test(k))).toBe(true);
+      expect(ad.size).toBe(2 * 2 * 2); // 2 layers x (q, down) x (A, B)
+      expect(JSON.parse(readFileSync(join(dir, 'adapter', 'adapter_config.json'), 'utf8'))).toMatchObject({ peft_type: 'LORA', r: 4, lora_alpha: 8, target_modules: ['q_proj', 'down_proj'], task_type: 'CAUSAL_LM' });
+      await exportHfModel(s, { dir: join(dir, 'merged'), source: src, lora: config.lora!, merged: true });
+      const merged = await readF32Checkpoint(join(dir, 'merged'));
+      expect([...merged.keys()].some((k) => k.includes('lora'))).toBe(false);
+      const base = state.get('model.layers.0.mlp.down_proj.weight')!, A = state.get('model.layers.0.mlp.down_proj.lora_A.weight')!, B = state.get('model.layers.0.mlp.down_proj.lora_B.weight')!;
+      const [O, I] = base.shape as [number, number];
+      const got = merged.get('model.layers.0.mlp.down_proj.weight')!.data;
+      let worst = 0;
+      for (let i = 0; i < O; i++) {
+        for (let j = 0; j < I; j++) {
+          let d = 0;
+          for (let k = 0; k < 4; k++) d += B.data[i * 4 + k]! * A.data[k * I + j]!;
+          worst = Math.max(worst, Math.abs(got[i * I + j]! - (base.data[i * I + j]! + 2 * d)));
+        }
+      }
+      expect(worst).toBeLessThan(1e-6);
+      expect(worst).toBeGreaterThanOrEqual(0);
+      expect(Math.abs(got[0]! - base.data[0]!)).toBeGreaterThan(0); // the merge changed the weight
+    } finally {
+      s.release();
+    }
+  });
+});

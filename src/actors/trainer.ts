@@ -203,8 +203,8 @@ export class TrainerActor {
   }
 
   /** Writes the model as a Hugging Face folder transformers loads (train/hf-export.ts); collective over the trainer group. */
-  exportHf(dir: string, opts: { dtype?: SaveDtype; expertLayout?: 'per-expert' | 'fused' } = {}): Promise<string> {
-    return exportHfModel(this.strategy, { dir, source: this.config.model, ...opts, comm: this.#comm! });
+  exportHf(dir: string, opts: { dtype?: SaveDtype; expertLayout?: 'per-expert' | 'fused'; merged?: boolean } = {}): Promise<string> {
+    return exportHfModel(this.strategy, { dir, source: this.config.model, ...opts, ...(this.config.lora ? { lora: this.config.lora } : {}), comm: this.#comm! });
   }
 
   save(root: string, step: number, extra?: Record<string, unknown>): Promise<string> {

@@ -29,6 +29,7 @@ function program(): Command {
     .option('--tokenizer <dir>', 'tokenizer folder (default: the model folder)')
     .option('--max-prompt-length <n>', 'prompt tokens at most (longer prompts are dropped)', num('--max-prompt-length'))
     .option('--save <dir>', 'after the last step, write the model as a Hugging Face folder here')
+    .option('--save-merged', 'LoRA runs: save the merged model instead of the PEFT adapter folder')
     .option('--save-dtype <dtype>', 'float32, bfloat16 or float16 (default: the input checkpoint\'s)')
     .option('--mask-truncated-completions', 'completions cut by --max-new-tokens take no loss')
     .option('--set <key=json>', 'any config key, e.g. --set lossType=\"grpo\" --set dataset.epochs=2 (repeatable)', (v: string, acc: string[] = []) => [...acc, v])
@@ -106,6 +107,7 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
   if (o.maskTruncatedCompletions) c.maskTruncatedCompletions = true;
   sub('save', 'dir', o.save);
   sub('save', 'dtype', o.saveDtype);
+  if (o.saveMerged) sub('save', 'merged', true);
   set('steps', o.steps);
   set('seed', o.seed);
   sub('trainer', 'strategy', o.strategy);

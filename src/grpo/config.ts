@@ -117,6 +117,8 @@ export const GrpoConfigSchema = z
         dtype: z.enum(['float32', 'bfloat16', 'float16']).optional(),
         /** MoE experts per expert (transformers 4.x) or fused (transformers 5). */
         expertLayout: z.enum(['per-expert', 'fused']).default('per-expert'),
+        /** LoRA runs: the full model with the adapters merged instead of PEFT's adapter folder. */
+        merged: z.boolean().default(false),
       })
       .strict()
       .optional(),

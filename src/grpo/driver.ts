@@ -439,7 +439,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     await pool.close();
   }
   if (cfg.save) {
-    const [dir] = await trainers.call('exportHf', cfg.save.dir, { ...(cfg.save.dtype ? { dtype: cfg.save.dtype } : {}), expertLayout: cfg.save.expertLayout });
+    const [dir] = await trainers.call('exportHf', cfg.save.dir, { ...(cfg.save.dtype ? { dtype: cfg.save.dtype } : {}), expertLayout: cfg.save.expertLayout, merged: cfg.save.merged });
     ctx.log.info(`saved the model as a Hugging Face folder: ${dir}`);
   }
   const summary = { steps: metrics, evals, startStep, seconds: (Date.now() - t0) / 1000 };

@@ -26,6 +26,7 @@ import type { HostParam } from '../model/param-store.js';
 import type { TensorSource } from '../model/safetensors.js';
 import { anyRank } from './any-rank.js';
 import type { TrainStrategy } from './strategy.js';
+import { LORA_MODULES, resolveLoraTargets, type LoraConfig, type LoraTarget } from '../model/lora-config.js';
 
 export const SAVE_DTYPES = ['float32', 'bfloat16', 'float16'] as const;
 export type SaveDtype = (typeof SAVE_DTYPES)[number];
@@ -44,6 +45,13 @@ export interface HfExportOptions {
   expertLayout?: 'per-expert' | 'fused';
   maxShardBytes?: number;
   comm?: Communicator;
+  /**
+   * A LoRA run: its config. The export is then PEFT's adapter folder (adapter_model.safetensors
+   * with `base_model.model.` names + adapter_config.json, tokenizer files copied), or, with
+   * `merged`, the full model with W + (alpha / r)·B·A folded into every adapted weight.
+   */
+  lora?: LoraConfig;
+  merged?: boolean;
 }
 
 const ST_DTYPE = { float32: 'F32', bfloat16: 'BF16', float16: 'F16' } as const;
@@ -128,10 +136,52 @@ export async function exportHfModel(strategy: TrainStrategy, o: HfExportOptions)
   return o.dir;
 }
 
+/** base + scaling · B·A for one adapted weight ([out, in], or per expert [E, out, in]). */
+function mergeOne(base: HostParam, a: HostParam, b: HostParam, scaling: number): HostParam {
+  const out = Float32Array.from(base.data);
+  const experts = base.shape.length === 3 ? base.shape[0]! : 1;
+  const [O, I] = base.shape.slice(-2) as [number, number];
+  const r = a.shape.at(-2)!;
+  for (let e = 0; e < experts; e++) {
+    for (let i = 0; i < O; i++) {
+      for (let k = 0; k < r; k++) {
+        const bik = b.data[e * O * r + i * r + k]! * scaling;
+        if (bik === 0) continue;
+        const arow = e * r * I + k * I, orow = e * O * I + i * I;
+        for (let j = 0; j < I; j++) out[orow + j]! += bik * a.data[arow + j]!;
+      }
+    }
+  }
+  return { shape: [...base.shape], data: out };
+}
+
+async function writeAdapter(tmp: string, params: Map<string, HostParam>, targets: LoraTarget[], lora: LoraConfig, source: string | undefined): Promise<void> {
+  const sources: TensorSource[] = targets.flatMap((t) => [t.a, t.b]).map((name) => {
+    const p = params.get(name);
+    if (!p) throw new CheckpointFormatError(`exportHfModel(): the strategy's state has no LoRA parameter ${name}.`, { tensor: name });
+    return { name: `base_model.model.${name}`, dtype: 'F32' as const, shape: p.shape, data: new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength) };
+  });
+  const { writeSafetensors } = await import('../model/safetensors.js');
+  await writeSafetensors(join(tmp, 'adapter_model.safetensors'), sources, { metadata: { format: 'pt' } });
+  const modules = [...new Set(lora.targetModules.map((m) => LORA_MODULES[m].split('.').at(-1)!))];
+  const config = {
+    peft_type: 'LORA', task_type: 'CAUSAL_LM', base_model_name_or_path: source ?? null, r: lora.rank, lora_alpha: lora.alpha, lora_dropout: lora.dropout,
+    target_modules: modules, ...(lora.targetParameters.length ? { target_parameters: lora.targetParameters } : {}), bias: 'none', fan_in_fan_out: false,
+    inference_mode: true, init_lora_weights: true, use_rslora: false, use_dora: false, modules_to_save: null,
+  };
+  await writeFile(join(tmp, 'adapter_config.json'), `${JSON.stringify(config, null, 2)}\n`);
+}
+
 async function writeFolder(strategy: TrainStrategy, params: Map<string, HostParam>, o: HfExportOptions): Promise<void> {
   const src = sourceDir(o.source);
   const rawConfig = src ? await readJsonIfAny(join(src, 'config.json')) : null;
   const dtype = o.dtype ?? configDtype(rawConfig);
+  const targets = o.lora ? resolveLoraTargets(strategy.cfg, o.lora) : [];
+  if (o.lora && o.merged) {
+    const scaling = o.lora.alpha / o.lora.rank;
+    params = new Map(params);
+    for (const t of targets) params.set(t.base, mergeOne(params.get(t.base)!, params.get(t.a)!, params.get(t.b)!, scaling));
+  }
   let tensors = params;
   if (strategy.cfg.moe && (o.expertLayout ?? 'per-expert') === 'per-expert') tensors = fromHostTensors(convertExpertLayout(toHostTensors(params), strategy.cfg, 'per-expert'));
   // LoRA adapters are exported as PEFT adapters, not model weights.
@@ -146,8 +196,11 @@ async function writeFolder(strategy: TrainStrategy, params: Map<string, HostPara
   await rm(tmp, { recursive: true, force: true });
   await mkdir(tmp, { recursive: true });
   try {
-    await writeCheckpoint(tmp, sources, { maxShardBytes: o.maxShardBytes ?? 2 ** 31, metadata: { format: 'pt' } });
-    await writeFile(join(tmp, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+    if (o.lora && !o.merged) await writeAdapter(tmp, params, targets, o.lora, src ?? undefined);
+    else {
+      await writeCheckpoint(tmp, sources, { maxShardBytes: o.maxShardBytes ?? 2 ** 31, metadata: { format: 'pt' } });
+      await writeFile(join(tmp, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+    }
     const gen = src ? join(src, 'generation_config.json') : null;
     if (gen && existsSync(gen)) await copyFile(gen, join(tmp, 'generation_config.json'));
     else {
