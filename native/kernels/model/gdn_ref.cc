@@ -109,17 +109,24 @@ void Chunk(const Head& s, int64_t c0, int64_t n, Vec64& S, Vec64& o) {
   Vec64 G(n), U(n * Dv), W(n * Dk), D(n * Dv);
   double acc = 0;
   for (int64_t i = 0; i < n; ++i) G[i] = acc += s.g[c0 + i];
-  auto dot = [&](const Vec64& x, int64_t i, const Vec64& y, int64_t j) {
-    double r = 0;
-    for (int64_t c = 0; c < Dk; ++c) r += x[(c0 + i) * Dk + c] * y[(c0 + j) * Dk + c];
-    return r;
-  };
+  Vec64 KK(n * n), QK(n * n);  // in-chunk k_i.k_j and q_i.k_j
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double kk = 0, qk = 0;
+      for (int64_t c = 0; c < Dk; ++c) {
+        kk += s.k[(c0 + i) * Dk + c] * s.k[(c0 + j) * Dk + c];
+        qk += s.q[(c0 + i) * Dk + c] * s.k[(c0 + j) * Dk + c];
+      }
+      KK[i * n + j] = kk;
+      QK[i * n + j] = qk;
+    }
+  }
   for (int64_t i = 0; i < n; ++i) {
     const double bi = s.beta[c0 + i];
     for (int64_t c = 0; c < Dv; ++c) U[i * Dv + c] = bi * s.v[(c0 + i) * Dv + c];
     for (int64_t c = 0; c < Dk; ++c) W[i * Dk + c] = bi * std::exp(G[i]) * s.k[(c0 + i) * Dk + c];
     for (int64_t j = 0; j < i; ++j) {  // forward substitution: (I + L) [U W] = [beta V, beta e^G K]
-      const double l = bi * std::exp(G[i] - G[j]) * dot(s.k, i, s.k, j);
+      const double l = bi * std::exp(G[i] - G[j]) * KK[i * n + j];
       for (int64_t c = 0; c < Dv; ++c) U[i * Dv + c] -= l * U[j * Dv + c];
       for (int64_t c = 0; c < Dk; ++c) W[i * Dk + c] -= l * W[j * Dk + c];
     }
@@ -134,7 +141,7 @@ void Chunk(const Head& s, int64_t c0, int64_t n, Vec64& S, Vec64& o) {
       double x = 0;
       for (int64_t r = 0; r < Dk; ++r) x += s.q[(c0 + i) * Dk + r] * S[r * Dv + c];
       x *= std::exp(G[i]);
-      for (int64_t j = 0; j <= i; ++j) x += std::exp(G[i] - G[j]) * dot(s.q, i, s.k, j) * D[j * Dv + c];
+      for (int64_t j = 0; j <= i; ++j) x += std::exp(G[i] - G[j]) * QK[i * n + j] * D[j * Dv + c];
       o[(c0 + i) * Dv + c] = x;
     }
   }
