@@ -12,6 +12,8 @@ import { ConfigError, InvalidArgumentError, StreamError } from '../src/runtime/e
 import * as K from '../src/model/kernels/index.js';
 import * as G from './helpers/gdn-ref.js';
 import { fdGrad, rand } from './helpers/model-ref.js';
+import { Tape, Var } from '../src/model/autograd.js';
+import * as GF from '../src/model/gdn-functional.js';
 
 const d = Device.get(0);
 const f32 = (data: ArrayLike<number>, shape: number[]): Tensor => Tensor.fromArray(d, Float32Array.from(data), shape);
@@ -218,5 +220,34 @@ describe('causal conv1d, gated RMSNorm, gating', () => {
       close(await host(gr.daLog), fdGrad((x) => G.gdnGating(N, H, a, b, x, dt), aLog, cot), 1e-4, `${impl} daLog`);
       close(await host(gr.ddtBias), fdGrad((x) => G.gdnGating(N, H, a, b, aLog, x), dt, cot), 1e-4, `${impl} ddtBias`);
     }
+  });
+});
+
+describe('GDN ops on the autograd tape', () => {
+  it('gating -> gated delta rule -> gated RMSNorm: tape gradients match central differences of the fp64 composition', async () => {
+    const s = { B: 1, T: 6, Hk: 1, Hv: 2, Dk: 3, Dv: 4 };
+    const { B, T, Hk, Hv, Dk, Dv } = s;
+    const q = rand(B * T * Hk * Dk, 101), k = rand(B * T * Hk * Dk, 102), v = rand(B * T * Hv * Dv, 103);
+    const a = rand(B * T * Hv, 104), b = rand(B * T * Hv, 105), aLog = rand(Hv, 106, 0.5), dt = rand(Hv, 107, 0.5);
+    const z = rand(B * T * Hv * Dv, 108), w = rand(Dv, 109);
+    const seed = rand(B * T * Hv * Dv, 110);
+    const compose = (qq: ArrayLike<number>, aa: ArrayLike<number>, zz: ArrayLike<number>): Float64Array => {
+      const gb = G.gdnGating(B * T, Hv, aa, b, aLog, dt);
+      const o = G.gdn(s, qq, k, v, gb.subarray(0, B * T * Hv), gb.subarray(B * T * Hv), null, null).subarray(0, B * T * Hv * Dv);
+      return G.gatedRmsNorm(B * T * Hv, Dv, o, zz, w, 1e-6);
+    };
+    const tape = new Tape({ stream: d.defaultStream });
+    const V = (data: ArrayLike<number>, shape: number[], grad: boolean): Var => new Var(f32(data, shape), grad);
+    const qv = V(q, [B, T, Hk, Dk], true), av = V(a, [B, T, Hv], true), zv = V(z, [B * T * Hv, Dv], true);
+    const gating = GF.gdnGating(tape, av, V(b, [B, T, Hv], false), V(aLog, [Hv], false), V(dt, [Hv], false));
+    const o = GF.gatedDeltaRule(tape, qv, V(k, [B, T, Hk, Dk], false), V(v, [B, T, Hv, Dv], false), gating.g, gating.beta);
+    const flat = new Var(o.value.reshape([B * T * Hv, Dv]), false);
+    tape.record('reshape', [o], [flat], ([dy]) => [dy!.reshape(o.value.shape)]);
+    const y = GF.gatedRmsNorm(tape, flat, zv, V(w, [Dv], false), 1e-6);
+    tape.backward(y, f32(seed, [B * T * Hv, Dv]));
+    close(await host(qv.grad!), fdGrad((x) => compose(x, a, z), q, seed), 1e-4, 'tape dq');
+    close(await host(av.grad!), fdGrad((x) => compose(q, x, z), a, seed), 1e-4, 'tape da');
+    close(await host(zv.grad!), fdGrad((x) => compose(q, a, x), z, seed), 1e-4, 'tape dz');
+    tape.release();
   });
 });
