@@ -144,6 +144,8 @@ describe('gated delta rule arguments', () => {
     expect(() => K.gatedDeltaRule(z([1, 4, 2, 3]), z([1, 4, 2, 3]), z([1, 4, 3, 1]), z([1, 4, 3]), z([1, 4, 3])))
       .toThrow(/value heads \(3\) must be a multiple of key heads \(2\)/);
     expect(() => K.gatedDeltaRule(...args(), { initialState: f32([1, 2], [2]) })).toThrow(/initialState of shape \[B, Hv, Dk, Dv\]/);
+    expect(() => K.gatedDeltaRule(...args(), { chunkSize: 4096 })).toThrow(/chunkSize must be at most 1024/);
+    expect(() => K.gatedDeltaRule(...args(), { mode: 'parallel' as 'chunked' })).toThrow(/mode must be 'chunked' or 'recurrent'/);
   });
   it('a mask value other than 0 / 1 fails the stream when the op runs', async () => {
     await d.defaultStream.synchronize();

@@ -30,7 +30,7 @@ const nb = (t: Tensor | undefined): [Tensor['buffer'] | null, number] => (t ? [t
 export interface GatedDeltaRuleOptions extends KernelOptions {
   /** 'chunked' (default; prefill and training) or 'recurrent' (decode, token by token). */
   mode?: 'chunked' | 'recurrent';
-  /** Chunk length of the chunked form (default 64). */
+  /** Chunk length of the chunked form (default 64, at most 1024). */
   chunkSize?: number;
   /** L2-normalise q and k inside the kernel (eps 1e-6; default true, as Qwen3-Next). */
   useQkL2norm?: boolean;
@@ -90,6 +90,7 @@ export function gatedDeltaRule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta:
   const mode = o.mode ?? 'chunked';
   if (mode !== 'chunked' && mode !== 'recurrent') fail(fn, `mode must be 'chunked' or 'recurrent' but received ${String(mode)}.`, { argument: 'mode' });
   const chunk = mode === 'recurrent' ? 0 : intArg(fn, o.chunkSize ?? 64, 'chunkSize', 1);
+  if (chunk > 1024) fail(fn, `chunkSize must be at most 1024 but received ${chunk}. HINT: 64 is the usual chunk.`, { argument: 'chunkSize' });
   const l2 = boolArg(fn, o.useQkL2norm ?? true, 'useQkL2norm');
   const p = gdnPlacement(fn, { q, k, v, g, beta, ...extras(o) }, options, GDN_KEYS);
   return withOutputs(p.device, { o: [[d.B, d.T, d.Hv, d.Dv], 'fp32'], finalState: [[d.B, d.Hv, d.Dk, d.Dv], 'fp32'] }, (out) =>
