@@ -73,6 +73,15 @@ export async function main(argv: string[]): Promise<void> {
   const n = Math.round(4e6 * s), p = f([n], 15), gr = f([n], 16), m = Tensor.zeros(d, [n]), v2 = Tensor.zeros(d, [n]);
   const logits8 = f([8, V], 17, 4), peaked8 = f([8, V], 18, 20);
   const pos = Tensor.fromArray(d, Int32Array.from({ length: T }, (_, i) => i), [T]);
+  // Gated DeltaNet (Qwen3-Next head dims 128, 2 key / 4 value heads).
+  const Tg = Math.round(512 * s), Hkg = 2, Hvg = 4;
+  const gq = f([1, Tg, Hkg, 128], 22), gk = f([1, Tg, Hkg, 128], 23), gv = f([1, Tg, Hvg, 128], 24);
+  const gg = f([1, Tg, Hvg], 25, 0.1), gb = f([1, Tg, Hvg], 26, 0.4);
+  const dq1 = f([8, 1, Hkg, 128], 27), dv1 = f([8, 1, Hvg, 128], 28), dg1 = f([8, 1, Hvg], 29, 0.1), db1 = f([8, 1, Hvg], 30, 0.4);
+  const dh0 = f([8, Hvg, 128, 128], 31, 0.1);
+  const convC = 2 * Hkg * 128 + Hvg * 128;
+  const cx = f([1, Tg, convC], 32), cw = f([convC, 4], 33);
+  const nx = f([Tg * Hvg, 128], 34), nz = f([Tg * Hvg, 128], 35), nw = f([128], 36);
 
   const cases: [string, (impl: KernelImpl) => Tensor[] | void][] = [
     [`rmsNorm [${T},${H}]`, (impl) => Object.values(K.rmsNorm(x, w, 1e-6, { impl }))],
@@ -93,6 +102,11 @@ export async function main(argv: string[]): Promise<void> {
     [`sample [8,${V}] plain (temperature 1)`, (impl) => [K.sample(logits8, { seed: 1, impl })]],
     [`sample [8,${V}] topP 0.9, flat logits`, (impl) => [K.sample(logits8, { temperature: 0.7, topP: 0.9, seed: 1, impl })]],
     [`sample [8,${V}] topP 0.9, peaked logits`, (impl) => [K.sample(peaked8, { temperature: 0.7, topP: 0.9, seed: 1, impl })]],
+    [`gdn chunked prefill B1 T${Tg} ${Hkg}/${Hvg} heads D128`, (impl) => Object.values(K.gatedDeltaRule(gq, gk, gv, gg, gb, { impl, mode: 'chunked' }))],
+    [`gdn decode step B8 ${Hkg}/${Hvg} heads D128 (recurrent)`, (impl) => Object.values(K.gatedDeltaRule(dq1, dq1, dv1, dg1, db1, { impl, mode: 'recurrent', initialState: dh0 }))],
+    [`gdnBackward B1 T${Tg} ${Hkg}/${Hvg} heads D128`, (impl) => Object.values(K.gatedDeltaRuleBackward(gv, gq, gk, gv, gg, gb, { impl }))],
+    [`causalConv1d [${Tg},${convC}] K4`, (impl) => Object.values(K.causalConv1d(cx, cw, { impl }))],
+    [`gatedRmsNorm [${Tg * Hvg},128]`, (impl) => Object.values(K.gatedRmsNorm(nx, nz, nw, 1e-6, { impl }))],
   ];
   void gu;
   // What every row pays besides its kernel: allocating outputs and one enqueue +
@@ -107,5 +121,13 @@ export async function main(argv: string[]): Promise<void> {
     process.stderr.write(`${name}: done\n`);
   }
   printTable(rows);
-  console.log(`wrote ${writeResults('model-kernels', { quick, roundTripMs: round(roundTripMs, 3), rows })}`);
+  const prefill = rows.find((r) => r.kernel.startsWith('gdn chunked prefill'))!;
+  const decode = rows.find((r) => r.kernel.startsWith('gdn decode step'))!;
+  const gdn = {
+    prefillTokensPerSecFast: round(Tg / (prefill.fastMs / 1e3), 0), prefillTokensPerSecReference: round(Tg / (prefill.referenceMs / 1e3), 0),
+    prefillSpeedup: prefill.speedup, decodeStepMsFast: decode.fastMs, decodeStepMsReference: decode.referenceMs, decodeSpeedup: decode.speedup,
+  };
+  console.log(`GDN: chunked prefill ${gdn.prefillTokensPerSecFast} tokens/s fast vs ${gdn.prefillTokensPerSecReference} reference (x${gdn.prefillSpeedup}); `
+    + `decode step ${gdn.decodeStepMsFast} ms fast vs ${gdn.decodeStepMsReference} ms reference (x${gdn.decodeSpeedup})`);
+  console.log(`wrote ${writeResults('model-kernels', { quick, roundTripMs: round(roundTripMs, 3), rows, gdn })}`);
 }

@@ -14,6 +14,7 @@
 #include "args.h"
 #include "device/span.h"
 #include "device/stream.h"
+#include "kernels/model/gdn.h"
 #include "kernels/model/model_kernels.h"
 
 namespace ascent {
@@ -463,6 +464,8 @@ U Sample(StreamImpl& s, Reader& r) {
   return RUN("sample", Sample, a);
 }
 
+#include "model_ops_gdn.inc"
+
 #undef RUN
 
 const std::unordered_map<std::string, U (*)(StreamImpl&, Reader&)>& Handlers() {
@@ -491,6 +494,14 @@ const std::unordered_map<std::string, U (*)(StreamImpl&, Reader&)>& Handlers() {
       {"crossEntropyBackward", CrossEntropyBackward},
       {"adamw", AdamW},
       {"sample", Sample},
+      {"gdn", Gdn},
+      {"gdnBackward", GdnBackward},
+      {"causalConv", CausalConv},
+      {"causalConvBackward", CausalConvBackward},
+      {"gatedRmsNorm", GatedRmsNorm},
+      {"gatedRmsNormBackward", GatedRmsNormBackward},
+      {"gdnGating", GdnGating},
+      {"gdnGatingBackward", GdnGatingBackward},
   };
   return *table;
 }

@@ -34,6 +34,7 @@ export const ENV_VARS = [
   { name: 'ASCENT_COMM_MOVERS', kind: 'int', default: undefined, min: 1, description: 'Ranks that move the data of a large collective for the whole communicator (default: one per core, at most the number of ranks); read by the native communicator when a communicator is created.' },
   { name: 'ASCENT_TASK_POOL_THREADS', kind: 'int', default: '2', min: 1, description: 'Maximum threads of the Piscina task pool created with each World.' },
   { name: 'ASCENT_PROFILE', kind: 'string', default: undefined, description: 'Folder to write a Chrome / Perfetto trace per rank into (every stream op, host wait and actor call); `ascent profile <dir>` merges them and prints the top ops.' },
+  { name: 'ASCENT_GDN_BACKEND', kind: 'string', default: 'fused', description: 'Implementation of the Gated DeltaNet kernels when a call names none: `fused` (fast fp32 kernels) or `reference` (the plain double-accumulating loops).' },
   { name: 'ASCENT_LOG_PREFIX', kind: 'bool', default: '1', description: 'Prefix rank output lines with `[rank N]` under `launch`.' },
 ] as const satisfies readonly EnvVarSpec[];
 

@@ -176,6 +176,15 @@ export interface NativeModelOps {
   crossEntropy: [mode: number, T: number, V: number, ignoreIndex: number, scale: number, logits: B, zOff: number, targets: B, tOff: number, loss: B, lossOff: number, lse: B, lseOff: number];
   crossEntropyBackward: [T: number, V: number, ignoreIndex: number, scale: number, dLoss: B, dlOff: number, logits: B, zOff: number, targets: B, tOff: number, lse: B, lseOff: number, dLogits: B, dzOff: number];
   adamw: [n: number, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, step: number, param: B, pOff: number, grad: B, gOff: number, m: B, mOff: number, v: B, vOff: number];
+  /** Gated DeltaNet (native/kernels/model/gdn.h); null tensors are absent optionals. chunk 0 = recurrent. */
+  gdn: [B: number, T: number, Hk: number, Hv: number, Dk: number, Dv: number, chunk: number, l2norm: boolean, q: B, qOff: number, k: B, kOff: number, v: B, vOff: number, g: B, gOff: number, beta: B, bOff: number, mask: B | null, mOff: number, h0: B | null, h0Off: number, o: B, oOff: number, ht: B | null, htOff: number];
+  gdnBackward: [B: number, T: number, Hk: number, Hv: number, Dk: number, Dv: number, l2norm: boolean, q: B, qOff: number, k: B, kOff: number, v: B, vOff: number, g: B, gOff: number, beta: B, bOff: number, mask: B | null, mOff: number, h0: B | null, h0Off: number, dO: B, doOff: number, dht: B | null, dhtOff: number, dq: B, dqOff: number, dk: B, dkOff: number, dv: B, dvOff: number, dg: B, dgOff: number, dbeta: B, dbOff: number, dh0: B | null, dh0Off: number];
+  causalConv: [B: number, T: number, C: number, K: number, silu: boolean, x: B, xOff: number, w: B, wOff: number, s0: B | null, s0Off: number, y: B, yOff: number, st: B | null, stOff: number];
+  causalConvBackward: [B: number, T: number, C: number, K: number, silu: boolean, dy: B, dyOff: number, x: B, xOff: number, w: B, wOff: number, s0: B | null, s0Off: number, dx: B, dxOff: number, dw: B, dwOff: number, ds0: B | null, ds0Off: number];
+  gatedRmsNorm: [N: number, H: number, eps: number, x: B, xOff: number, z: B, zOff: number, w: B, wOff: number, y: B, yOff: number, rstd: B, rOff: number];
+  gatedRmsNormBackward: [N: number, H: number, dy: B, dyOff: number, x: B, xOff: number, z: B, zOff: number, w: B, wOff: number, rstd: B, rOff: number, dx: B, dxOff: number, dz: B, dzOff: number, dw: B, dwOff: number];
+  gdnGating: [N: number, H: number, a: B, aOff: number, b: B, bOff: number, aLog: B, alOff: number, dtBias: B, dtOff: number, g: B, gOff: number, beta: B, betaOff: number];
+  gdnGatingBackward: [N: number, H: number, dg: B, dgOff: number, dbeta: B, dbOff: number, a: B, aOff: number, b: B, bOff: number, aLog: B, alOff: number, dtBias: B, dtOff: number, da: B, daOff: number, db: B, dbOff2: number, daLog: B, dalOff: number, ddtBias: B, ddtOff: number];
   sample: [B: number, V: number, temperature: number, topK: number, topP: number, seedLo: number, seedHi: number, offsetLo: number, offsetHi: number, logits: B, zOff: number, out: B, outOff: number];
 }
 

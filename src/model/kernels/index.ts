@@ -20,3 +20,7 @@ export {
 } from './loss.js';
 export { adamw, type AdamWOptions } from './adamw.js';
 export { sample, philox4x32, type SampleOptions } from './sampling.js';
+export {
+  gatedDeltaRule, gatedDeltaRuleBackward, causalConv1d, causalConv1dBackward, gatedRmsNorm, gatedRmsNormBackward, gdnGating, gdnGatingBackward,
+  gdnBackendImpl, type GatedDeltaRuleOptions, type GatedDeltaRuleResult, type GatedDeltaRuleGrads, type CausalConvOptions,
+} from './gdn.js';
