@@ -15,6 +15,8 @@ import { createStrategy } from '../src/train/factory.js';
 import { parseTrainerConfig } from '../src/train/config.js';
 import { Device } from '../src/runtime/device.js';
 import { Checkpoint } from '../src/model/checkpoint.js';
+import { RolloutEngine } from '../src/rollout/engine.js';
+import { loadModelConfig } from '../src/model/config.js';
 // @ts-expect-error plain JS fixture
 import { makeCharModel } from './fixtures/grpo/char-model.mjs';
 
@@ -65,6 +67,16 @@ describe('Hugging Face model folder export', () => {
         back.release();
       }
       await expect(exportHfModel(s, { dir: out, source: src })).rejects.toThrow(/exists and is not empty/);
+      // The exported folder generates the same text as the weights it was written from (bf16-rounded), greedily.
+      const exported = await readF32Checkpoint(out);
+      const rounded = new Map([...want].map(([n, p]) => [n, { shape: p.shape, data: Float32Array.from(p.data, bf16) }]));
+      const gen = async (w: Map<string, { shape: readonly number[]; data: Float32Array }>) => {
+        const e = RolloutEngine.create(loadModelConfig(join(out, 'config.json')), { device: Device.get(0) });
+        e.loadWeights(w);
+        e.processWeightsAfterLoading();
+        return (await e.generate([[1, 5, 9, 14], [1, 20, 21]], { maxTokens: 8, temperature: 0, eosTokenId: 2 })).tokens;
+      };
+      expect(await gen(exported)).toEqual(await gen(rounded));
     } finally {
       s.release();
     }
