@@ -1,0 +1,88 @@
+"""Logits-parity fixtures: tiny Qwen3 dense and Qwen3-MoE checkpoints in BF16 and F32, written as Hugging
+Face model folders (config.json + model.safetensors, per-expert names), and the logits of a plain PyTorch
+forward written from the HF architecture (bench/torch_train_step.py's Model) for fixed inputs.
+
+Needs torch (Debian: apt-get install python3-torch; run with /usr/bin/python3). Not needed to run the tests:
+the fixtures are committed under test/fixtures/parity/.
+
+    /usr/bin/python3 scripts/make-parity-fixtures.py
+"""
+import json
+import os
+import struct
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "bench"))
+from torch_train_step import Model  # noqa: E402  (the bench's plain Qwen3 / Qwen3-MoE)
+
+OUT = os.path.join(HERE, "..", "test", "fixtures", "parity")
+
+BASE = {
+    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 8, "hidden_act": "silu", "attention_bias": False, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+    "max_position_embeddings": 64, "vocab_size": 48, "bos_token_id": 1, "eos_token_id": 2,
+}
+CONFIGS = {
+    "dense": {**BASE, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "tie_word_embeddings": True},
+    "moe": {**BASE, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "tie_word_embeddings": False,
+            "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": True,
+            "decoder_sparse_step": 1, "mlp_only_layers": []},
+}
+INPUTS = [[1, 5, 9, 14, 7, 3, 30, 2], [1, 40, 41, 8, 8, 8, 12, 19]]
+
+
+def hf_name(name):
+    return name if name.startswith("lm_head") else "model." + name
+
+
+def write_safetensors(path, tensors, dtype):
+    """tensors: name -> fp32 torch tensor; dtype 'F32' or 'BF16' (round to nearest even, as torch does)."""
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous()
+        raw = t.to(torch.bfloat16).view(torch.int16).numpy().tobytes() if dtype == "BF16" else t.float().numpy().tobytes()
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    header["__metadata__"] = {"format": "pt"}
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def main():
+    torch.manual_seed(0)
+    fixtures = {"inputs": INPUTS, "cases": []}
+    for kind, cfg in CONFIGS.items():
+        model = Model(cfg)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(torch.randn_like(p) * (0.3 if "norm" not in name else 0.1) + (1.0 if name.endswith("norm.weight") else 0.0))
+        for dtype in ("F32", "BF16"):
+            folder = f"{kind}-{dtype.lower()}"
+            os.makedirs(os.path.join(OUT, folder), exist_ok=True)
+            state = {hf_name(n): p for n, p in model.named_parameters()}
+            write_safetensors(os.path.join(OUT, folder, "model.safetensors"), state, dtype)
+            with open(os.path.join(OUT, folder, "config.json"), "w") as f:
+                json.dump({**cfg, "torch_dtype": "float32" if dtype == "F32" else "bfloat16"}, f, indent=2)
+            # The reference forward runs on exactly the stored values, in fp32.
+            ref = Model(cfg)
+            with torch.no_grad():
+                for (n, p), (_, q) in zip(ref.named_parameters(), model.named_parameters()):
+                    p.copy_(q.to(torch.bfloat16).float() if dtype == "BF16" else q)
+                logits = ref(torch.tensor(INPUTS)).float()
+            fixtures["cases"].append({"folder": folder, "logits": [round(float(x), 7) for x in logits.flatten()], "shape": list(logits.shape)})
+    with open(os.path.join(OUT, "logits.json"), "w") as f:
+        json.dump(fixtures, f)
+    print("wrote", OUT)
+
+
+if __name__ == "__main__":
+    main()
