@@ -23,5 +23,6 @@ export * from './actors/index.js';
 export * from './grpo/index.js';
 export * from './rollout/index.js';
 export * from './sync/index.js';
+export * from './data/index.js';
 export { PACKAGE_ROOT, builtFile } from './runtime/paths.js';
 export { runMeta, gitInfo, ascentVersion, type RunMeta, type GitInfo } from './runtime/run-meta.js';

