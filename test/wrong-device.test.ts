@@ -84,7 +84,9 @@ describe('wrong device or stream', () => {
     t.release();
     expect(() => add(t, t)).toThrow(/Tensor a was released/);
     const u = Tensor.empty(d0, [4]);
-    expect(() => add(u, u, { imp: 'fast' } as never)).toThrow(/Unknown option 'imp' for add\(\)\. Expected one of: stream, impl/);
+    expect(() => add(u, u, { imp: 'fast' } as never)).toThrow(/Unknown option 'imp' for add\(\)\. Did you mean 'impl'\? Expected one of: stream, impl/);
+    // No suggestion when nothing is close.
+    expect(() => add(u, u, { zzzzzzzz: 1 } as never)).toThrow(/Unknown option 'zzzzzzzz' for add\(\)\. Expected one of/);
     expect(() => add(u, u, { impl: 'slow' as never })).toThrow(/Expected 'fast' or 'reference' for impl but received 'slow' of type string/);
     expect(() => Tensor.empty(d0, [4], 'float32' as never)).toThrow(/HINT: did you mean 'fp32'\?/);
     expect(() => Tensor.fromArray(d0, [1, 2, 3], [2, 2])).toThrow(/Expected 4 elements for shape \[2, 2\] but received 3/);

@@ -5,7 +5,7 @@
  * the result from any of them (tokens and log-probs are identical on every TP rank).
  */
 import type { Communicator } from '../runtime/comm.js';
-import { InvalidArgumentError } from '../runtime/errors.js';
+import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/rank-context.js';
 import type { ModelConfig } from '../model/config.js';
 import { RolloutEngine, type GenerateResult, type SamplingParams } from '../rollout/index.js';
@@ -35,7 +35,7 @@ export class RolloutActor {
   }
 
   get engine(): RolloutEngine {
-    if (!this.#engine) throw new InvalidArgumentError('The rollout worker is not set up.');
+    if (!this.#engine) throw new InvalidStateError('The rollout worker is not set up. HINT: call setup() (or setupOn()) on every engine rank first.');
     return this.#engine;
   }
 

@@ -15,7 +15,7 @@
  */
 import { exportHfModel, type SaveDtype } from '../train/hf-export.js';
 import type { Communicator } from '../runtime/comm.js';
-import { InvalidArgumentError } from '../runtime/errors.js';
+import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/rank-context.js';
 import type { HostParam } from '../model/param-store.js';
 import { rowLogprobs, type RowLogprobs } from '../train/logprobs.js';
@@ -55,7 +55,7 @@ export class TrainerActor {
 
   /** Collective over the world: splits off the trainer group and builds the strategy. */
   async setup(): Promise<{ rank: number; groupRank: number; layout: string }> {
-    if (this.#strategy) throw new InvalidArgumentError('TrainerActor.setup() was already called on this rank.');
+    if (this.#strategy) throw new InvalidStateError('TrainerActor.setup() was already called on this rank. HINT: set a trainer up once; make a new TrainerActor for another model.');
     const { ctx } = this;
     const ranks = this.ranks ?? Array.from({ length: ctx.worldSize }, (_, i) => i);
     const comm = ranks.length === ctx.worldSize ? ctx.comm : await ctx.comm.split(ranks.includes(ctx.rank) ? 0 : null, ranks.indexOf(ctx.rank));
@@ -65,7 +65,7 @@ export class TrainerActor {
   }
 
   get strategy(): TrainStrategy {
-    if (!this.#strategy) throw new InvalidArgumentError('The trainer is not set up. HINT: call setup() on every trainer rank first.');
+    if (!this.#strategy) throw new InvalidStateError('The trainer is not set up. HINT: call setup() on every trainer rank first.');
     return this.#strategy;
   }
 
@@ -131,7 +131,7 @@ export class TrainerActor {
 
   /** Local setup on a trainer-group communicator the caller already formed (SPMD drivers). */
   async setupOn(comm: Communicator): Promise<TrainStrategy> {
-    if (this.#strategy) throw new InvalidArgumentError('TrainerActor.setup() was already called on this rank.');
+    if (this.#strategy) throw new InvalidStateError('TrainerActor.setup() was already called on this rank. HINT: set a trainer up once; make a new TrainerActor for another model.');
     this.#comm = comm;
     this.#strategy = await createStrategy(this.config, { comm, device: this.ctx.device });
     return this.#strategy;
@@ -155,7 +155,7 @@ export class TrainerActor {
    */
   async refreshReference(alpha: number): Promise<void> {
     if (!(alpha > 0 && alpha <= 1)) throw new InvalidArgumentError(`refreshReference(): alpha must be in (0, 1] but is ${alpha}.`, { alpha });
-    if (!this.#ref) throw new InvalidArgumentError('No reference policy to refresh: call setupReference() on every trainer rank first.');
+    if (!this.#ref) throw new InvalidStateError('No reference policy to refresh. HINT: call setupReference() on every trainer rank first.');
     const policy = await this.strategy.gatherState('params');
     if (alpha === 1) {
       await this.#ref.loadState({ params: policy });
@@ -176,7 +176,7 @@ export class TrainerActor {
    * reference it started with, not take the resumed policy); returns whether it wrote.
    */
   async saveReference(root: string): Promise<boolean> {
-    if (!this.#ref) throw new InvalidArgumentError('No reference policy to save: call setupReference() first.');
+    if (!this.#ref) throw new InvalidStateError('No reference policy to save. HINT: call setupReference() first.');
     if (await latestCheckpoint(root)) return false;
     await saveCheckpoint(this.#ref, { root, step: 0, comm: this.#comm! });
     return true;
@@ -193,7 +193,7 @@ export class TrainerActor {
 
   /** computeLogprobs() under the frozen reference policy. */
   computeRefLogprobs(batch: TrainBatch, temperature = 1): Promise<RowLogprobs> {
-    if (!this.#ref) throw new InvalidArgumentError('No reference policy: call setupReference() on every trainer rank first.');
+    if (!this.#ref) throw new InvalidStateError('No reference policy. HINT: call setupReference() on every trainer rank first.');
     return rowLogprobs(this.#ref, batch, temperature);
   }
 

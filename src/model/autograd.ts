@@ -14,7 +14,7 @@
  * which zeroes them between steps.
  */
 import { add, axpy, fill, Tensor, type Stream } from '../runtime/device-index.js';
-import { InvalidArgumentError } from '../runtime/errors.js';
+import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
 import type { KernelImpl } from '../runtime/patches.js';
 
 export class Var {
@@ -150,6 +150,6 @@ export class Tape {
   }
 
   private checkLive(): void {
-    if (this.released) throw new InvalidArgumentError('This tape was released; record a new step on a new Tape.');
+    if (this.released) throw new InvalidStateError('This tape was released. HINT: record a new step on a new Tape.');
   }
 }

@@ -11,6 +11,7 @@
  * rank that passes a wrong shape fails at once instead of leaving its peers waiting
  * (they time out in the split with a CollectiveTimeoutError naming it).
  */
+import { didYouMean } from '../runtime/options.js';
 import { Communicator, type SplitOptions } from '../runtime/comm.js';
 import { describe } from '../runtime/dtype.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
@@ -35,7 +36,7 @@ function checkMeshOptions(comm: unknown, options: unknown): { shape: number[]; n
     throw new InvalidArgumentError(`DeviceMesh.create(): expected { shape, names } but received ${describe(options)}.`);
   }
   const unknown = Object.keys(options).filter((k) => !['shape', 'names', 'split'].includes(k));
-  if (unknown.length) throw new InvalidArgumentError(`Unknown option '${unknown[0]}' for DeviceMesh.create(). Expected one of: shape, names, split.`, { option: unknown[0] });
+  if (unknown.length) throw new InvalidArgumentError(`Unknown option '${unknown[0]}' for DeviceMesh.create().${didYouMean(unknown[0]!, ['shape', 'names', 'split'])} Expected one of: shape, names, split.`, { option: unknown[0] });
   const { shape, names } = options as DeviceMeshOptions;
   if (!Array.isArray(shape) || shape.length === 0 || shape.some((d) => typeof d !== 'number' || !Number.isInteger(d) || d < 1)) {
     throw new InvalidArgumentError(`DeviceMesh.create(): expected shape to be a non-empty array of positive integers but received ${Array.isArray(shape) ? `[${shape.join(', ')}]` : describe(shape)}.`, { argument: 'shape' });

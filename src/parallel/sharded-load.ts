@@ -25,6 +25,7 @@
  *
  * The host holds one full tensor at a time (the host is not the scarce memory here).
  */
+import { didYouMean } from '../runtime/options.js';
 import type { Communicator } from '../runtime/comm.js';
 import { describe } from '../runtime/dtype.js';
 import { AscentError, CheckpointFormatError, InvalidArgumentError, errorFromCode } from '../runtime/errors.js';
@@ -67,7 +68,7 @@ function checkLoadOptions(path: unknown, options: unknown): Required<Pick<Sharde
   if (typeof path !== 'string' || path === '') throw new InvalidArgumentError(`${fn}: expected a checkpoint path but received ${describe(path)}.`, { argument: 'path' });
   if (typeof options !== 'object' || options === null) throw new InvalidArgumentError(`${fn}: expected options { mesh, placements?, mode?, bucketBytes? } but received ${describe(options)}.`);
   const unknown = Object.keys(options).find((k) => !OPTION_KEYS.includes(k));
-  if (unknown) throw new InvalidArgumentError(`Unknown option '${unknown}' for ${fn}. Expected one of: ${OPTION_KEYS.join(', ')}.`, { option: unknown });
+  if (unknown) throw new InvalidArgumentError(`Unknown option '${unknown}' for ${fn}.${didYouMean(unknown, OPTION_KEYS)} Expected one of: ${OPTION_KEYS.join(', ')}.`, { option: unknown });
   const o = options as ShardedLoadOptions;
   if (!(o.mesh instanceof DeviceMesh)) throw new InvalidArgumentError(`${fn}: expected a DeviceMesh for mesh but received ${describe(o.mesh)}.`, { argument: 'mesh' });
   const mode = o.mode ?? 'rank0-broadcast';

@@ -20,7 +20,7 @@
 import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
 import { copy } from '../runtime/ops.js';
 import type { Communicator } from '../runtime/comm.js';
-import { InvalidArgumentError, WeightLayoutError } from '../runtime/errors.js';
+import { InvalidArgumentError, WeightLayoutError, InvalidStateError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device.js';
 import { describe } from '../runtime/dtype.js';
 import type { ModelConfig } from '../model/config.js';
@@ -113,9 +113,9 @@ export class RolloutEngine {
   }
 
   private enter(what: string, allowAsleep = false): void {
-    if (this.busy) throw new InvalidArgumentError(`${what} called while ${this.busy} is running; await it first.`, { busy: this.busy });
+    if (this.busy) throw new InvalidStateError(`${what} called while ${this.busy} is running. HINT: await it first.`, { busy: this.busy });
     if (!allowAsleep && this.sleepLevel !== null) {
-      throw new InvalidArgumentError(`${what} called while the engine is asleep (level ${this.sleepLevel}). HINT: call wake() first.`, { level: this.sleepLevel });
+      throw new InvalidStateError(`${what} called while the engine is asleep (level ${this.sleepLevel}). HINT: call wake() first.`, { level: this.sleepLevel });
     }
   }
 

@@ -39,6 +39,25 @@ export class InvalidArgumentError extends AscentError {
 }
 
 /** A device allocation would exceed the device's capacity. */
+/**
+ * A call that is valid in general but not in the object's current state: not set up yet,
+ * already set up or already called, released or destroyed, asleep, or busy with another call.
+ * The message says which state and what to do first.
+ */
+export class InvalidStateError extends AscentError {
+  override readonly code = 'ASCENT_INVALID_STATE';
+}
+
+const BUG_HINT = 'HINT: this is a bug in Ascent, not in your program; please report it with this message and the stack.';
+
+/** A condition Ascent's own code should never reach (an internal invariant broke). The message ends with a HINT saying so. */
+export class InternalError extends AscentError {
+  override readonly code = 'ASCENT_INTERNAL';
+  constructor(message: string, details?: ErrorDetails, options?: { cause?: unknown }) {
+    super(message.includes('HINT:') || message === '' ? message : `${message} ${BUG_HINT}`, details, options);
+  }
+}
+
 export class DeviceOOMError extends AscentError {
   override readonly code = 'ASCENT_DEVICE_OOM';
 }
@@ -160,6 +179,8 @@ export function registerErrorClass(cls: AscentErrorClass): void {
 for (const cls of [
   AscentError,
   InvalidArgumentError,
+  InvalidStateError,
+  InternalError,
   DeviceOOMError,
   TimeoutError,
   StreamError,

@@ -12,7 +12,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { AscentError, errorFromCode, type ErrorDetails } from './errors.js';
+import { AscentError, errorFromCode, type ErrorDetails, InternalError } from './errors.js';
 
 /** A block of device memory; `id` is process-unique and importable from any thread. */
 export interface NativeBuffer {
@@ -233,7 +233,7 @@ export function packageRoot(): string {
       }
     }
     const parent = dirname(dir);
-    if (parent === dir) throw new Error('Could not find the ascent package root above ' + fileURLToPath(import.meta.url));
+    if (parent === dir) throw new InternalError('Could not find the ascent package root above ' + fileURLToPath(import.meta.url));
     dir = parent;
   }
 }

@@ -2,8 +2,16 @@
  * Option checks shared by the device, stream and event classes and the ops; a leaf
  * module so that device.ts, stream.ts and event.ts need not import each other's values.
  */
+import { closest, distance } from 'fastest-levenshtein';
 import { describe } from './dtype.js';
 import { InvalidArgumentError } from './errors.js';
+
+/** " Did you mean 'x'?" when a valid name is close to `name` (an edit distance of at most a third of it), else ''. */
+export function didYouMean(name: string, valid: readonly string[]): string {
+  if (valid.length === 0) return '';
+  const best = closest(name, [...valid]);
+  return distance(name.toLowerCase(), best.toLowerCase()) <= Math.max(2, Math.floor(name.length / 3)) ? ` Did you mean '${best}'?` : '';
+}
 
 export function checkOptions(opts: unknown, allowed: readonly string[], fn: string): void {
   if (opts === undefined) return;
@@ -13,7 +21,7 @@ export function checkOptions(opts: unknown, allowed: readonly string[], fn: stri
   for (const key of Object.keys(opts)) {
     if (!allowed.includes(key)) {
       throw new InvalidArgumentError(
-        `Unknown option '${key}' for ${fn}. Expected one of: ${allowed.join(', ')}.`,
+        `Unknown option '${key}' for ${fn}.${didYouMean(key, allowed)} Expected one of: ${allowed.join(', ')}.`,
         { fn, option: key, allowed: [...allowed] },
       );
     }

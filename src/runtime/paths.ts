@@ -6,14 +6,14 @@
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError, InternalError } from './errors.js';
 
 function findPackageRoot(start: string): string {
   let dir = start;
   for (;;) {
     if (existsSync(join(dir, 'package.json')) && existsSync(join(dir, 'binding.gyp'))) return dir;
     const up = dirname(dir);
-    if (up === dir) throw new Error(`Cannot find the Ascent package root above ${start}`);
+    if (up === dir) throw new InternalError(`Cannot find the Ascent package root above ${start}`);
     dir = up;
   }
 }

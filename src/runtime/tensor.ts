@@ -6,7 +6,7 @@
  */
 import { Device, checkOptions, checkOrdinal, checkSize, importBuffer, type DeviceBuffer } from './device.js';
 import { DTYPE_CODE, checkDType, describe, dtypeSize, isFloatDType, type DType } from './dtype.js';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError, InvalidStateError } from './errors.js';
 import { enqueueWithCompletion } from './native.js';
 import type { Stream } from './stream.js';
 import { checkTimeout } from './stream.js';
@@ -280,7 +280,7 @@ export class Tensor {
   /** @internal */
   checkLive(name: string): void {
     if (this.buffer.released) {
-      throw new InvalidArgumentError(`Tensor ${name} was released. HINT: do not use a tensor after release().`, { argument: name });
+      throw new InvalidStateError(`Tensor ${name} was released. HINT: do not use a tensor after release().`, { argument: name });
     }
   }
 

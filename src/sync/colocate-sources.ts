@@ -18,7 +18,7 @@
  *   already); otherwise each TP-split tensor is all-gathered over tp and re-cut.
  */
 import { copy, Tensor, type Stream } from '../runtime/device-index.js';
-import { InvalidArgumentError } from '../runtime/errors.js';
+import { InvalidArgumentError, InternalError } from '../runtime/errors.js';
 import { stridedRead, viewOf } from '../parallel/local-ops.js';
 import type { ModelConfig } from '../model/config.js';
 import { paramSpecs } from '../model/params.js';
@@ -204,7 +204,7 @@ function writeLocalShard(cfg: ModelConfig, name: string, layer: number, t: Tenso
   } else if (name.endsWith('linear_proj.weight')) same(`${p}.self_attn.o_proj.weight`);
   else if (name.endsWith('mlp.linear_fc1.weight')) same(`${p}.mlp.gate_up_proj.weight`);
   else if (name.endsWith('mlp.linear_fc2.weight')) same(`${p}.mlp.down_proj.weight`);
-  else throw new Error(`colocate sync: no local mapping for ${name}`);
+  else throw new InternalError(`colocate sync: no local mapping for ${name}`);
 }
 
 /** PEFT adapter parameter names (`….lora_A.weight`, `….lora_B`). */

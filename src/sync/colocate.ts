@@ -9,7 +9,7 @@
  * full sync (fingerprint-check.ts), the probe's log-prob parity when a probe is given.
  */
 import { Tensor } from '../runtime/device-index.js';
-import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
+import { InvalidArgumentError, WeightSyncError, InvalidStateError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device.js';
 import { hfDirectWrites } from '../rollout/direct-write.js';
 import type { RolloutEngine } from '../rollout/engine.js';
@@ -60,7 +60,7 @@ export class ColocateSync {
         throw new InvalidArgumentError(`ColocateSync.sync({ adapterOnly: true }): the ${strategy.kind} strategy has no LoRA adapters. HINT: create the strategy with { lora }, or run a full sync.`, { strategy: strategy.kind });
       }
       const { adapters } = lora;
-      if (adapters.merged) throw new InvalidArgumentError('ColocateSync.sync({ adapterOnly: true }): the adapters are merged into the base weights; a merged sync is a full sync. HINT: sync() without adapterOnly.');
+      if (adapters.merged) throw new InvalidStateError('ColocateSync.sync({ adapterOnly: true }): the adapters are merged into the base weights; a merged sync is a full sync. HINT: sync() without adapterOnly.');
       // Full adapters by PEFT name (collective for the sharded strategies; small next to the model).
       const host = await strategy.loraState();
       const up = (name: string) => {

@@ -12,6 +12,7 @@
  * Experts are not here: Megatron's per-expert linear_fc1 / linear_fc2 go to the engine
  * by expertDirectWrite (colocate) or as HF per-expert gate/up/down views (server).
  */
+import { InternalError } from '../runtime/errors.js';
 import type { Stream, Tensor } from '../runtime/device-index.js';
 import { stridedRead, viewOf } from '../parallel/local-ops.js';
 import type { ModelConfig } from '../model/config.js';
@@ -31,7 +32,7 @@ export function hfNameOfReplicated(spec: MegatronSpec): string {
   if (n.endsWith('k_layernorm.weight')) return `${p}.self_attn.k_norm.weight`;
   if (n.endsWith('pre_mlp_layernorm.weight') || n.endsWith('linear_fc1.layer_norm_weight')) return `${p}.post_attention_layernorm.weight`;
   if (n.endsWith('mlp.router.weight')) return `${p}.mlp.gate.weight`;
-  throw new Error(`megatron-hf: ${n} is not a replicated dense tensor`);
+  throw new InternalError(`megatron-hf: ${n} is not a replicated dense tensor`);
 }
 
 /**
@@ -69,7 +70,7 @@ export function hfFromShards(cfg: ModelConfig, spec: MegatronSpec, shards: Tenso
     const name = spec.name.endsWith('linear_proj.weight') ? `${p}.self_attn.o_proj.weight` : `${p}.mlp.down_proj.weight`;
     return [[name, full]];
   }
-  if (spec.tp === 'column') throw new Error(`megatron-hf: unexpected column tensor ${spec.name}`);
+  if (spec.tp === 'column') throw new InternalError(`megatron-hf: unexpected column tensor ${spec.name}`);
   return [[hfNameOfReplicated(spec), viewOf(shards, spec.shape)]];
 }
 
@@ -101,5 +102,5 @@ export function localShardWrites(cfg: ModelConfig, spec: MegatronSpec, shard: Tp
   if (spec.name.endsWith('linear_proj.weight')) return whole(`${p}.self_attn.o_proj.weight`);
   if (spec.name.endsWith('mlp.linear_fc1.weight')) return whole(`${p}.mlp.gate_up_proj.weight`);
   if (spec.name.endsWith('mlp.linear_fc2.weight')) return whole(`${p}.mlp.down_proj.weight`);
-  throw new Error(`megatron-hf: no local mapping for ${spec.name}`);
+  throw new InternalError(`megatron-hf: no local mapping for ${spec.name}`);
 }

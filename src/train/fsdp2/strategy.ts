@@ -20,7 +20,7 @@
  */
 import { copy, fill, Tensor, type Device, type Stream } from '../../runtime/device-index.js';
 import type { Communicator } from '../../runtime/comm.js';
-import { InvalidArgumentError } from '../../runtime/errors.js';
+import { InvalidArgumentError, InvalidStateError } from '../../runtime/errors.js';
 import { patchImpl } from '../../runtime/patches.js';
 import { Tape } from '../../model/autograd.js';
 import type { ModelConfig } from '../../model/config.js';
@@ -366,7 +366,7 @@ export class Fsdp2Strategy implements TrainStrategy {
   }
 
   private checkLive(what: string): void {
-    if (this.released) throw new InvalidArgumentError(`Fsdp2Strategy.${what}(): the strategy was released. HINT: create a new one (Fsdp2Strategy.create) after release().`);
+    if (this.released) throw new InvalidStateError(`Fsdp2Strategy.${what}(): the strategy was released. HINT: create a new one (Fsdp2Strategy.create) after release().`);
   }
 }
 

@@ -19,7 +19,7 @@
  * - embedding, output layer, norms, q/k layernorms, router: replicated over TP (the
  *   embedding and output layer are NOT vocab-parallel here; see strategy.ts).
  */
-import { InvalidArgumentError } from '../../runtime/errors.js';
+import { InvalidArgumentError, InternalError } from '../../runtime/errors.js';
 import { isMoeLayer, type ModelConfig } from '../../model/config.js';
 import type { HostParam } from '../../model/param-store.js';
 import { fusedExpertNames, paramSpecs } from '../../model/params.js';
@@ -173,7 +173,7 @@ export function hfToMegatron(cfg: ModelConfig, hf: ReadonlyMap<string, HostParam
       data = src.data.slice(spec.expert * n, (spec.expert + 1) * n);
     } else if (name.endsWith('mlp.linear_fc1.weight')) data = concat(get(`${p}.mlp.gate_proj.weight`).data, get(`${p}.mlp.up_proj.weight`).data);
     else if (name.endsWith('mlp.linear_fc2.weight')) data = copyOf(`${p}.mlp.down_proj.weight`).data;
-    else throw new Error(`bridge: no HF source for ${name}`);
+    else throw new InternalError(`bridge: no HF source for ${name}`);
     out.set(name, hp(shape, data));
   }
   return out;
@@ -208,7 +208,7 @@ export function megatronToHf(cfg: ModelConfig, meg: ReadonlyMap<string, HostPara
       const half = fc1.length / 2;
       data = name.endsWith('gate_proj.weight') ? fc1.slice(0, half) : fc1.slice(half);
     } else if (name.endsWith('down_proj.weight')) data = get(`${m}.mlp.linear_fc2.weight`).slice();
-    else throw new Error(`bridge: no Megatron source for ${name}`);
+    else throw new InternalError(`bridge: no Megatron source for ${name}`);
     out.set(name, hp(shape, data));
   }
   return out;

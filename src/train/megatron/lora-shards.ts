@@ -17,7 +17,7 @@
  * - fused experts: lora_A [E, r, in] / lora_B [E, out, r] split by expert over ep
  *   exactly like the experts (replicated over tp; gradients complete per rank).
  */
-import { InvalidArgumentError } from '../../runtime/errors.js';
+import { InvalidArgumentError, InternalError } from '../../runtime/errors.js';
 import type { HostParam } from '../../model/param-store.js';
 import type { LoraParamSpec } from '../../model/lora.js';
 import { tpGather, tpSlice, type TpSplit } from './bridge.js';
@@ -38,7 +38,7 @@ export function loraShardSpecs(specs: readonly LoraParamSpec[]): LoraShardSpec[]
   return specs.map((s) => {
     if (s.kind === 'experts') return { ...s, split: 'experts', partialOverTp: false };
     const column = COLUMN_BASE.test(s.base);
-    if (!column && !ROW_BASE.test(s.base)) throw new Error(`megatron LoRA: no TP split known for ${s.base}`);
+    if (!column && !ROW_BASE.test(s.base)) throw new InternalError(`megatron LoRA: no TP split known for ${s.base}`);
     if (column) return s.role === 'A' ? { ...s, split: 'replicated', partialOverTp: true } : { ...s, split: 'rows', partialOverTp: false };
     return s.role === 'A' ? { ...s, split: 'cols', partialOverTp: false } : { ...s, split: 'replicated', partialOverTp: true };
   });
