@@ -74,7 +74,7 @@ class Reader {
       const Named* on = Find(o);
       if (on == nullptr || !on->span.block) continue;
       for (const Named& other : spans_) {
-        if (other.name == on->name || other.span.block != on->span.block || other.span.bytes == 0 || on->span.bytes == 0) continue;
+        if (other.name == on->name || !Overlaps(on->span, other.span)) continue;
         bool allowed = false;
         for (auto& p : skip) {
           if ((p.first == on->name && p.second == other.name) || (p.second == on->name && p.first == other.name)) allowed = true;
@@ -84,9 +84,7 @@ class Reader {
             allowed = allowed || (other.span.offset == on->span.offset && other.span.bytes == on->span.bytes);
           }
         }
-        const Span& a = on->span;
-        const Span& b = other.span;
-        if (!allowed && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes) {
+        if (!allowed) {
           ThrowInvalidArgument(op_ + ": " + on->name + " overlaps " + other.name + "; this op cannot write in place.",
                                {Str("argument", on->name)});
         }

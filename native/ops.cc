@@ -23,8 +23,7 @@ Span StreamSpan(const Napi::CallbackInfo& info, size_t i, const char* name, uint
 }
 
 void CheckNoOverlap(const Span& out, const Span& in, const char* out_name, const char* in_name) {
-  if (out.block != in.block) return;
-  if (out.offset < in.offset + in.bytes && in.offset < out.offset + out.bytes) {
+  if (Overlaps(out, in)) {
     ThrowInvalidArgument(std::string(out_name) + " overlaps " + in_name + "; this op cannot run in place.",
                          {Str("argument", out_name)});
   }

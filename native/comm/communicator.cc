@@ -246,10 +246,6 @@ std::string ChildId(const std::string& parent, uint64_t seq, int color) {
   return buf;
 }
 
-bool Overlaps(const Span& a, const Span& b) {
-  return a.block == b.block && a.bytes && b.bytes && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- class

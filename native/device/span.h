@@ -24,6 +24,13 @@ struct Span {
   }
 };
 
+// The one overlap test of every enqueue point: same block, both non-empty, byte
+// ranges intersect.
+inline bool Overlaps(const Span& a, const Span& b) {
+  return a.block && a.block == b.block && a.bytes && b.bytes && a.offset < b.offset + b.bytes &&
+         b.offset < a.offset + a.bytes;
+}
+
 // a * b, or InvalidArgument naming `what` on overflow.
 uint64_t CheckedMul(uint64_t a, uint64_t b, const char* what);
 
