@@ -7,8 +7,9 @@
 import { z } from 'zod';
 import { byteSize, parseConfig } from '../runtime/config.js';
 import { ConfigError } from '../runtime/errors.js';
+import { DEFAULT_BUCKET_BYTES } from '../parallel/sharded-load.js';
 import { LoraConfigSchema } from '../model/lora-config.js';
-import { OptimizerConfigSchema } from '../train/config.js';
+import { OptimizerConfigSchema, TrainerConfigSchema } from '../train/config.js';
 import { ALGORITHM_SHAPE, checkAlgorithmConfig } from './algorithm-config.js';
 import { updatePlan } from './update-plan.js';
 import { RewardSpecSchema } from '../data/config.js';
@@ -61,9 +62,11 @@ export const GrpoConfigSchema = z
         ep: posInt('trainer.ep').default(1),
         /** LoRA adapters (only adapters train; syncs after the first send adapters only). */
         lora: LoraConfigSchema.optional(),
+        /** How fsdp2 reads a checkpoint (`init: checkpoint`): { mode: 'rank0-broadcast' | 'every-rank-reads', bucketBytes }. */
+        load: TrainerConfigSchema.shape.load,
       })
       .strict()
-      .default({ strategy: 'fsdp2', tp: 1, ep: 1 }),
+      .default({ strategy: 'fsdp2', tp: 1, ep: 1, load: { mode: 'rank0-broadcast', bucketBytes: DEFAULT_BUCKET_BYTES } }),
     engine: z
       .object({
         tp: z.union([z.literal(1), z.literal(2), z.literal(4)], { error: 'expected engine.tp to be 1, 2 or 4' }).default(1),

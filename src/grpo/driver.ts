@@ -168,7 +168,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   const trainer = roles.isTrainer
     ? new TrainerActor(ctx, {
         strategy: cfg.trainer.strategy, model: cfg.model, init: init === 'checkpoint' ? 'checkpoint' : { seed: cfg.seed }, tp: cfg.trainer.tp, ep: cfg.trainer.ep,
-        optimizer: cfg.optimizer, clipGradNorm: cfg.clipGradNorm, ...(cfg.trainer.lora ? { lora: cfg.trainer.lora } : {}),
+        optimizer: cfg.optimizer, clipGradNorm: cfg.clipGradNorm, load: cfg.trainer.load, ...(cfg.trainer.lora ? { lora: cfg.trainer.lora } : {}),
       } as TrainerConfigInput)
     : null;
   if (trainer) await trainer.setupOn(trainerComm!);

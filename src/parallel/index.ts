@@ -6,6 +6,6 @@ export {
 } from './placement.js';
 export { DTensor, type FromLocalOptions, type RedistributeOptions } from './dtensor.js';
 export {
-  loadSharded, sliceHost, LOAD_MODES, DEFAULT_BUCKET_BYTES,
-  type LoadMode, type ShardedLoadOptions, type PlacementPlan, type ParamMeta,
+  loadSharded, loadShardedHost, sliceHost, LOAD_MODES, DEFAULT_BUCKET_BYTES,
+  type LoadMode, type ShardedLoadOptions, type PlacementPlan, type ParamMeta, type HostShard,
 } from './sharded-load.js';

@@ -33,6 +33,7 @@ import type { Stream } from '../runtime/stream.js';
 import { Tensor, numelOf } from '../runtime/tensor.js';
 import { Checkpoint } from '../model/checkpoint.js';
 import { DEVICE_DTYPE, safetensorsDTypeSize, type SafetensorsDType } from '../model/safetensors.js';
+import { toFloat32 } from '../model/host-float.js';
 import { DeviceMesh, coordinateOf } from './device-mesh.js';
 import { DTensor } from './dtensor.js';
 import { chunkRange, formatPlacement, formatPlacements, localBox, normalizePlacements, Replicate, type Placement } from './placement.js';
@@ -41,6 +42,9 @@ export const LOAD_MODES = ['rank0-broadcast', 'every-rank-reads'] as const;
 export type LoadMode = (typeof LOAD_MODES)[number];
 
 export const DEFAULT_BUCKET_BYTES = 32 * 1024 * 1024;
+
+/** The checkpoint dtypes loadShardedHost() widens to fp32. */
+const HOST_DTYPES: readonly SafetensorsDType[] = ['F32', 'BF16', 'F16'];
 
 export interface ParamMeta {
   name: string;
@@ -59,12 +63,24 @@ export interface ShardedLoadOptions {
   /** Largest broadcast in 'rank0-broadcast' mode (bytes, default 32 MiB). Every rank must pass the same value. */
   bucketBytes?: number;
   stream?: Stream;
+  /**
+   * Checks the whole manifest (names, dtypes, shapes) on every rank before any data moves;
+   * what it throws stops every rank there, as a plan error does.
+   */
+  check?: (manifest: readonly ParamMeta[]) => void;
+  /**
+   * The tensors this rank keeps (default all). The others still pass through the
+   * collective in 'rank0-broadcast' mode (every rank takes part in every bucket) but are
+   * neither sliced nor stored; in 'every-rank-reads' mode they are not read.
+   */
+  select?: (param: ParamMeta) => boolean;
 }
 
-const OPTION_KEYS = ['mesh', 'placements', 'mode', 'bucketBytes', 'stream'];
+const OPTION_KEYS = ['mesh', 'placements', 'mode', 'bucketBytes', 'stream', 'check', 'select'];
 
-function checkLoadOptions(path: unknown, options: unknown): Required<Pick<ShardedLoadOptions, 'mesh' | 'mode' | 'bucketBytes'>> & ShardedLoadOptions {
-  const fn = 'loadSharded()';
+type CheckedOptions = Required<Pick<ShardedLoadOptions, 'mesh' | 'mode' | 'bucketBytes'>> & ShardedLoadOptions;
+
+function checkLoadOptions(path: unknown, options: unknown, fn: string): CheckedOptions {
   if (typeof path !== 'string' || path === '') throw new InvalidArgumentError(`${fn}: expected a checkpoint path but received ${describe(path)}.`, { argument: 'path' });
   if (typeof options !== 'object' || options === null) throw new InvalidArgumentError(`${fn}: expected options { mesh, placements?, mode?, bucketBytes? } but received ${describe(options)}.`);
   const unknown = Object.keys(options).find((k) => !OPTION_KEYS.includes(k));
@@ -77,6 +93,9 @@ function checkLoadOptions(path: unknown, options: unknown): Required<Pick<Sharde
   if (typeof bucketBytes !== 'number' || !Number.isSafeInteger(bucketBytes) || bucketBytes < 4 || bucketBytes % 4 !== 0) {
     throw new InvalidArgumentError(`${fn}: expected bucketBytes to be a positive multiple of 4 but received ${describe(bucketBytes)}.`, { argument: 'bucketBytes' });
   }
+  for (const k of ['check', 'select'] as const) {
+    if (o[k] !== undefined && typeof o[k] !== 'function') throw new InvalidArgumentError(`${fn}: expected a function for ${k} but received ${describe(o[k])}.`, { argument: k });
+  }
   const p = o.placements;
   if (p !== undefined && typeof p !== 'function' && (typeof p !== 'object' || p === null)) {
     throw new InvalidArgumentError(`${fn}: expected placements to be a record name -> placements or a function but received ${describe(p)}.`, { argument: 'placements' });
@@ -86,10 +105,57 @@ function checkLoadOptions(path: unknown, options: unknown): Required<Pick<Sharde
 
 /** Parameter name -> DTensor of its local shard, in checkpoint order. Collective over `mesh.parent`. */
 export async function loadSharded(path: string, options: ShardedLoadOptions): Promise<Map<string, DTensor>> {
-  const o = checkLoadOptions(path, options);
+  const o = checkLoadOptions(path, options, 'loadSharded()');
+  const stream = o.stream ?? o.mesh.device.defaultStream;
+  const out = new Map<string, DTensor>();
+  try {
+    await loadEach(path, o, 'loadSharded()', (bytes, meta, placements) => out.set(meta.name, upload(bytes, meta, placements, o.mesh, stream)));
+  } catch (e) {
+    for (const t of out.values()) t.release();
+    throw e;
+  }
+  return out;
+}
+
+/** One rank's piece of a checkpoint tensor, kept on the host and widened to fp32. */
+export interface HostShard {
+  /** The tensor's global shape. */
+  shape: number[];
+  /** The dtype the checkpoint stores it in. */
+  dtype: SafetensorsDType;
+  placements: Placement[];
+  /** This rank's box of the global tensor (torch.chunk semantics per Shard). */
+  box: { offset: number[]; shape: number[] };
+  /** The box's values, row-major, fp32. */
+  data: Float32Array;
+}
+
+/**
+ * As loadSharded(), but each rank keeps its box on the host as fp32 (BF16 / F16 widened
+ * exactly) instead of uploading it: for a strategy that lays its shards out itself (a
+ * flat FSDP unit). Device memory used: one bucket ('rank0-broadcast') or none; host
+ * memory: the local boxes plus one full tensor in flight. Only F32, BF16 and F16 tensors
+ * load (any other dtype is refused on every rank before data moves). Collective.
+ */
+export async function loadShardedHost(path: string, options: ShardedLoadOptions): Promise<Map<string, HostShard>> {
+  const o = checkLoadOptions(path, options, 'loadShardedHost()');
+  const out = new Map<string, HostShard>();
+  await loadEach(path, o, 'loadShardedHost()', (bytes, meta, placements) => {
+    const box = localBox(meta.shape, placements, o.mesh.shape, o.mesh.coordinate);
+    const local = sliceHost(bytes, meta.shape, safetensorsDTypeSize(meta.dtype), box);
+    out.set(meta.name, { shape: [...meta.shape], dtype: meta.dtype, placements, box, data: toFloat32(local, meta.dtype, { file: path, tensor: meta.name }) });
+  });
+  return out;
+}
+
+type OnTensor = (bytes: Uint8Array, meta: ParamMeta, placements: Placement[]) => void;
+
+/** The collective part both loaders share: manifest, plan, agreement, then every tensor's full bytes to `onTensor`. */
+async function loadEach(path: string, o: CheckedOptions, fn: string, onTensor: OnTensor): Promise<void> {
   const comm = o.mesh.parent;
   const stream = o.stream ?? o.mesh.device.defaultStream;
   const root = comm.rank === 0;
+  const toHost = fn === 'loadShardedHost()';
 
   // 1. The manifest: read by rank 0 and broadcast, or by every rank.
   let ckpt: Checkpoint | undefined;
@@ -113,53 +179,51 @@ export async function loadSharded(path: string, options: ShardedLoadOptions): Pr
     let plan: Array<{ meta: ParamMeta; placements: Placement[] }> = [];
     if (!localError && manifest) {
       try {
-        plan = planLoad(manifest!, o.placements, o.mesh, path);
+        o.check?.(manifest!);
+        plan = planLoad(manifest!, o.placements, o.mesh, path, fn, toHost);
       } catch (e) {
         localError = e as Error;
       }
     }
-    await agree(comm, stream, localError, o.mode === 'every-rank-reads' ? 'open and plan the checkpoint' : 'plan the load');
+    await agree(comm, stream, localError, o.mode === 'every-rank-reads' ? 'open and plan the checkpoint' : 'plan the load', fn);
 
     // 3. Data.
-    const out = new Map<string, DTensor>();
-    try {
-      if (o.mode === 'every-rank-reads') {
-        for (const { meta, placements } of plan) out.set(meta.name, upload(await ckpt!.read(meta.name), meta, placements, o.mesh, stream));
-      } else {
-        await broadcastBuckets(comm, stream, ckpt, plan, o.bucketBytes, (bytes, meta, placements) => out.set(meta.name, upload(bytes, meta, placements, o.mesh, stream)));
-      }
-    } catch (e) {
-      for (const t of out.values()) t.release();
-      throw e;
+    const keep = o.select ?? (() => true);
+    if (o.mode === 'every-rank-reads') {
+      for (const { meta, placements } of plan) if (keep(meta)) onTensor(await ckpt!.read(meta.name), meta, placements);
+    } else {
+      await broadcastBuckets(comm, stream, ckpt, plan, o.bucketBytes, (bytes, meta, placements) => keep(meta) && onTensor(bytes, meta, placements), fn);
     }
-    return out;
   } finally {
     await ckpt?.close();
   }
 }
 
-function planLoad(manifest: ParamMeta[], plan: PlacementPlan | undefined, mesh: DeviceMesh, path: string): Array<{ meta: ParamMeta; placements: Placement[] }> {
+function planLoad(manifest: ParamMeta[], plan: PlacementPlan | undefined, mesh: DeviceMesh, path: string, fn: string, toHost: boolean): Array<{ meta: ParamMeta; placements: Placement[] }> {
   if (plan !== undefined && typeof plan !== 'function') {
     const names = new Set(manifest.map((m) => m.name));
     const missing = Object.keys(plan).filter((k) => !names.has(k));
     if (missing.length) {
       throw new InvalidArgumentError(
-        `loadSharded(): placements name ${missing.map((k) => JSON.stringify(k)).join(', ')}, which ${missing.length === 1 ? 'is' : 'are'} not in ${path} (it holds ${manifest.length} tensors, e.g. ${manifest.slice(0, 3).map((m) => JSON.stringify(m.name)).join(', ')}).`,
+        `${fn}: placements name ${missing.map((k) => JSON.stringify(k)).join(', ')}, which ${missing.length === 1 ? 'is' : 'are'} not in ${path} (it holds ${manifest.length} tensors, e.g. ${manifest.slice(0, 3).map((m) => JSON.stringify(m.name)).join(', ')}).`,
         { missing },
       );
     }
   }
   return manifest.map((meta) => {
+    if (toHost && !HOST_DTYPES.includes(meta.dtype)) {
+      throw new CheckpointFormatError(`${path}: tensor ${JSON.stringify(meta.name)} is ${meta.dtype}; ${fn} widens F32, BF16 and F16 tensors to fp32 only. HINT: convert the checkpoint's floating-point weights to one of these.`, { file: path, tensor: meta.name, dtype: meta.dtype });
+    }
     if (DEVICE_DTYPE[meta.dtype] === undefined) {
       throw new CheckpointFormatError(`${path}: tensor ${JSON.stringify(meta.name)} is ${meta.dtype}, which the device has no dtype for (supported: ${Object.keys(DEVICE_DTYPE).join(', ')}).`, { file: path, tensor: meta.name });
     }
     const given = typeof plan === 'function' ? plan({ ...meta, shape: [...meta.shape] }) : plan?.[meta.name];
-    const placements = normalizePlacements(given ?? mesh.shape.map(() => Replicate()), mesh.ndim, meta.shape.length, `loadSharded() placements of ${JSON.stringify(meta.name)}`);
+    const placements = normalizePlacements(given ?? mesh.shape.map(() => Replicate()), mesh.ndim, meta.shape.length, `${fn} placements of ${JSON.stringify(meta.name)}`);
     const partial = placements.find((p) => p.kind === 'partial');
     if (partial) {
-      throw new InvalidArgumentError(`loadSharded(): parameter ${JSON.stringify(meta.name)} is planned as ${formatPlacements(placements)}, but a checkpoint holds full values; load it as Replicate() or Shard(d).`, { tensor: meta.name });
+      throw new InvalidArgumentError(`${fn}: parameter ${JSON.stringify(meta.name)} is planned as ${formatPlacements(placements)}, but a checkpoint holds full values; load it as Replicate() or Shard(d).`, { tensor: meta.name });
     }
-    checkNoEmptyShard(meta, placements, mesh);
+    checkNoEmptyShard(meta, placements, mesh, fn);
     return { meta, placements };
   });
 }
@@ -169,7 +233,7 @@ function planLoad(manifest: ParamMeta[], plan: PlacementPlan | undefined, mesh: 
  * error (naming the parameter, the dim and both sizes) unless it allows empty shards.
  * Checked over every coordinate, so every rank reaches the same verdict.
  */
-function checkNoEmptyShard(meta: ParamMeta, placements: Placement[], mesh: DeviceMesh): void {
+function checkNoEmptyShard(meta: ParamMeta, placements: Placement[], mesh: DeviceMesh, fn: string): void {
   for (let r = 0; r < mesh.size(); r++) {
     const coord = coordinateOf(r, mesh.shape);
     const size = [...meta.shape];
@@ -182,7 +246,7 @@ function checkNoEmptyShard(meta: ParamMeta, placements: Placement[], mesh: Devic
       if (e === s && level > 0 && !p.allowEmpty) {
         const chunks = Array.from({ length: n }, (_, q) => chunkRange(level, n, q)).map(([a, b]) => b - a);
         throw new InvalidArgumentError(
-          `loadSharded(): parameter ${JSON.stringify(meta.name)} (shape [${meta.shape.join(', ')}]): ${formatPlacement(p)} on mesh dim '${mesh.names[i]}' splits dim ${p.dim} of size ${level} over ${n} ranks as [${chunks.join(', ')}] (torch.chunk), so coordinate ${coord[i]} of '${mesh.names[i]}' would get an empty shard${level < n ? ` (dim ${p.dim} has size ${level}, smaller than the ${n} ranks of '${mesh.names[i]}')` : ''}. HINT: shard another dim, use Replicate(), or pass Shard(${p.dim}, { allowEmpty: true }) if empty shards are intended.`,
+          `${fn}: parameter ${JSON.stringify(meta.name)} (shape [${meta.shape.join(', ')}]): ${formatPlacement(p)} on mesh dim '${mesh.names[i]}' splits dim ${p.dim} of size ${level} over ${n} ranks as [${chunks.join(', ')}] (torch.chunk), so coordinate ${coord[i]} of '${mesh.names[i]}' would get an empty shard${level < n ? ` (dim ${p.dim} has size ${level}, smaller than the ${n} ranks of '${mesh.names[i]}')` : ''}. HINT: shard another dim, use Replicate(), or pass Shard(${p.dim}, { allowEmpty: true }) if empty shards are intended.`,
           { tensor: meta.name, dim: p.dim, dimSize: level, meshDim: mesh.names[i], meshDimSize: n },
         );
       }
@@ -281,7 +345,7 @@ async function broadcastJson(comm: Communicator, stream: Stream, value: unknown)
  * its own error, rank 0's (broadcast to all when rank 0 is among the failed, since it
  * is the one that read the file), or one naming the failed ranks.
  */
-async function agree(comm: Communicator, stream: Stream, localError: Error | undefined, what: string): Promise<void> {
+async function agree(comm: Communicator, stream: Stream, localError: Error | undefined, what: string, fn = 'loadSharded()'): Promise<void> {
   const flag = Tensor.fromArray(comm.device, Int32Array.from([localError ? 1 : 0]), [1], { stream });
   const all = Tensor.empty(comm.device, [comm.size], 'int32');
   let flags: number[];
@@ -301,7 +365,7 @@ async function agree(comm: Communicator, stream: Stream, localError: Error | und
   }
   if (localError) throw localError;
   if (rootError) throw fromWire(rootError, 'rank 0 read the checkpoint and broadcast this error');
-  throw new InvalidArgumentError(`loadSharded(): rank${failed.length === 1 ? '' : 's'} ${failed.join(', ')} could not ${what}; every rank stops here (see rank ${failed[0]}'s error).`, { failedRanks: failed });
+  throw new InvalidArgumentError(`${fn}: rank${failed.length === 1 ? '' : 's'} ${failed.join(', ')} could not ${what}; every rank stops here (see rank ${failed[0]}'s error).`, { failedRanks: failed });
 }
 
 /**
@@ -312,7 +376,7 @@ async function agree(comm: Communicator, stream: Stream, localError: Error | und
  */
 async function broadcastBuckets(
   comm: Communicator, stream: Stream, ckpt: Checkpoint | undefined, plan: Array<{ meta: ParamMeta; placements: Placement[] }>, bucketBytes: number,
-  onTensor: (bytes: Uint8Array, meta: ParamMeta, placements: Placement[]) => void,
+  onTensor: OnTensor, fn: string,
 ): Promise<void> {
   const root = comm.rank === 0;
   // Pieces [tensor, start, len) packed greedily into buckets; the same on every rank.
@@ -355,7 +419,7 @@ async function broadcastBuckets(
         localError = e as Error;
       }
     }
-    await agree(comm, stream, localError, 'read or load its part of the checkpoint');
+    await agree(comm, stream, localError, 'read or load its part of the checkpoint', fn);
     const words = used / 4;
     const dev = root ? Tensor.fromArray(comm.device, new Int32Array(host!.buffer, 0, words), [words], { stream }) : Tensor.empty(comm.device, [words], 'int32');
     let bytes: Uint8Array;
@@ -384,5 +448,5 @@ async function broadcastBuckets(
       localError = e as Error;
     }
   }
-  await agree(comm, stream, localError, 'read or load its part of the checkpoint');
+  await agree(comm, stream, localError, 'read or load its part of the checkpoint', fn);
 }

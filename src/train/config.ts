@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { parseConfig } from '../runtime/config.js';
 import { STRATEGY_KINDS } from './strategy.js';
 import { LoraConfigSchema } from '../model/lora-config.js';
+import { DEFAULT_BUCKET_BYTES, LOAD_MODES } from '../parallel/sharded-load.js';
 
 const size = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
 
@@ -33,6 +34,18 @@ export const TrainerConfigSchema = z
     optimizer: OptimizerConfigSchema.default({ lr: 1e-3 }),
     /** Max global gradient L2 norm; null disables clipping. */
     clipGradNorm: z.number().positive('expected a positive clipGradNorm (or null to disable)').nullable().default(1.0),
+    /**
+     * How `init: 'checkpoint'` reads the files under fsdp2: rank 0 reads and broadcasts in
+     * buckets of `bucketBytes` (device peak: the local shard plus one bucket), or every rank
+     * reads the files itself. Other strategies read the checkpoint on every rank.
+     */
+    load: z
+      .object({
+        mode: z.enum(LOAD_MODES, { error: `expected load.mode to be one of ${LOAD_MODES.join(', ')}` }).default('rank0-broadcast'),
+        bucketBytes: size('load.bucketBytes').refine((n) => n % 4 === 0, 'expected load.bucketBytes to be a multiple of 4').default(DEFAULT_BUCKET_BYTES),
+      })
+      .strict()
+      .default({ mode: 'rank0-broadcast', bucketBytes: DEFAULT_BUCKET_BYTES }),
     /** LoRA adapters (PEFT-like): only they train, base weights stay frozen; every strategy supports it. */
     lora: LoraConfigSchema.optional(),
   })

@@ -15,6 +15,7 @@ import { readF32Checkpoint } from './checkpoint.js';
 import { initialParams } from '../model/sft.js';
 import type { TrainerConfig } from './config.js';
 import { Fsdp2Strategy } from './fsdp2/strategy.js';
+import { loadFsdp2Shards } from './fsdp2/load-shards.js';
 import { MegatronStrategy } from './megatron/strategy.js';
 import { SingleDeviceStrategy } from './single.js';
 import type { TrainStrategy } from './strategy.js';
@@ -37,8 +38,13 @@ export interface StrategyContext {
 
 export async function createStrategy(config: TrainerConfig, ctx: StrategyContext): Promise<TrainStrategy> {
   const cfg = loadModelConfig(modelConfigPath(config.model));
-  const params = config.init === 'checkpoint' ? await readHfWeights(cfg, config.model) : initialParams(cfg, config.init.seed);
   const n = ctx.comm.size;
+  if (config.strategy === 'fsdp2' && config.init === 'checkpoint' && config.tp === 1 && config.ep === 1) {
+    // The sharded loader: each rank's host and device hold its own rows only.
+    const shards = await loadFsdp2Shards(dirname(modelConfigPath(config.model)), cfg, ctx.comm, config.load);
+    return Fsdp2Strategy.create({ comm: ctx.comm, cfg, params: shards, ...(config.lora ? { lora: { config: config.lora } } : {}) });
+  }
+  const params = config.init === 'checkpoint' ? await readHfWeights(cfg, config.model) : initialParams(cfg, config.init.seed);
   // LoRA: adapters start from the PEFT init (config.lora.seed); the base stays frozen.
   const lora = config.lora && { config: config.lora };
   switch (config.strategy) {

@@ -25,6 +25,7 @@ import type { LoraParamSpec } from '../../model/lora.js';
 import { paramSpecs } from '../../model/params.js';
 import type { ModelBlock } from '../../model/qwen3.js';
 import { chunkRange, chunkSize } from '../../parallel/placement.js';
+import type { HostShard } from '../../parallel/sharded-load.js';
 
 export interface FlatParam {
   name: string;
@@ -110,7 +111,12 @@ export function blockUnits(layout: FlatLayout, cfg: ModelConfig, block: ModelBlo
  * Checks full host parameters against the config: every name present, none extra,
  * every shape right. Returns the problems (empty when fine), each naming the parameter.
  */
-export function paramProblems(layout: FlatLayout, host: ReadonlyMap<string, HostParam>, what = 'parameter'): string[] {
+/**
+ * What is wrong with `host` for `layout`: missing, unexpected or misshapen parameters. A
+ * HostShard (this rank's piece, from loadShardedHost) must be the Shard(0) piece of rank
+ * `rank` of `dp` (torch.chunk rows), the piece shardFromHost() takes.
+ */
+export function paramProblems(layout: FlatLayout, host: ReadonlyMap<string, HostParam | HostShard>, dp = 1, rank = 0, what = 'parameter'): string[] {
   const problems: string[] = [];
   const missing = [...layout.unitOf.keys()].filter((n) => !host.has(n));
   const extra = [...host.keys()].filter((n) => !layout.unitOf.has(n));
@@ -123,6 +129,12 @@ export function paramProblems(layout: FlatLayout, host: ReadonlyMap<string, Host
       if (!h) continue;
       if (h.shape.length !== p.shape.length || h.shape.some((d, i) => d !== p.shape[i])) {
         problems.push(`${what} ${p.name} has shape [${h.shape.join(', ')}] but the config needs [${p.shape.join(', ')}]`);
+      } else if (isHostShard(h)) {
+        const [r0, r1] = chunkRange(p.shape[0]!, dp, rank);
+        const rows = h.box.offset.every((o, d) => (d === 0 ? o === r0 : o === 0)) && h.box.shape.every((n, d) => (d === 0 ? n === r1 - r0 : n === p.shape[d]));
+        if (!rows || h.data.length !== (r1 - r0) * p.rowNumel) {
+          problems.push(`${what} ${p.name}: this rank's piece covers offset [${h.box.offset.join(', ')}] shape [${h.box.shape.join(', ')}] but rank ${rank} of ${dp} owns rows [${r0}, ${r1}) (Shard(0))`);
+        }
       } else if (!(h.data instanceof Float32Array) || h.data.length !== numel(p.shape)) {
         problems.push(`${what} ${p.name} must hold a Float32Array of ${numel(p.shape)} elements (got ${h.data?.length})`);
       }
@@ -139,16 +151,23 @@ export function throwProblems(problems: string[], context: string): void {
   );
 }
 
-/** This rank's flat shard of `unit` from full host tensors (zero padding); a missing tensor leaves zeros. */
-export function shardFromHost(unit: FlatUnit, dp: number, rank: number, host: ReadonlyMap<string, HostParam>): Float32Array {
+/**
+ * This rank's flat shard of `unit` from full host tensors or from this rank's Shard(0)
+ * pieces (checked by paramProblems); zero padding, a missing tensor leaves zeros.
+ */
+export function shardFromHost(unit: FlatUnit, dp: number, rank: number, host: ReadonlyMap<string, HostParam | HostShard>): Float32Array {
   const out = new Float32Array(unit.shardNumel);
   for (const p of unit.params) {
     const h = host.get(p.name);
     if (!h) continue;
     const [r0, r1] = chunkRange(p.shape[0]!, dp, rank);
-    out.set(h.data.subarray(r0 * p.rowNumel, r1 * p.rowNumel), p.offset);
+    out.set(isHostShard(h) ? h.data : h.data.subarray(r0 * p.rowNumel, r1 * p.rowNumel), p.offset);
   }
   return out;
+}
+
+function isHostShard(h: HostParam | HostShard): h is HostShard {
+  return 'box' in h;
 }
 
 /** Full host tensors of `unit` from its all-gathered (rank-major, dp·S) flat data. */

@@ -31,6 +31,7 @@ import { LoraAdapters, loraParamSpecs, loraStepSeed, type LoraHooks } from '../.
 import type { LoraConfigInput } from '../../model/lora-config.js';
 import type { DeviceMesh } from '../../parallel/device-mesh.js';
 import { viewOf } from '../../parallel/local-ops.js';
+import type { HostShard } from '../../parallel/sharded-load.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
 import { anyRank } from '../any-rank.js';
 import { crossEntropyLoss, localRows, stepLoss } from '../rows.js';
@@ -45,8 +46,12 @@ export interface Fsdp2Options {
   /** ... or a mesh whose `dp` dim does (every other dim must have size 1). */
   mesh?: DeviceMesh;
   cfg: ModelConfig;
-  /** Full HF-named host parameters, experts fused (as SingleDeviceStrategy.create takes). */
-  params: ReadonlyMap<string, HostParam>;
+  /**
+   * Full HF-named host parameters, experts fused (as SingleDeviceStrategy.create takes),
+   * or this rank's Shard(0) pieces of them as loadShardedHost() returns them on a 1-D mesh
+   * over the same communicator (the host then never holds another rank's piece).
+   */
+  params: ReadonlyMap<string, HostParam> | ReadonlyMap<string, HostShard>;
   /** Free each block's unsharded parameters after its forward and re-gather them for backward (default true, as FSDP2). */
   reshardAfterForward?: boolean;
   /** LoRA adapters: only they train, the base is frozen. */
@@ -137,7 +142,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     const reshard = opts.reshardAfterForward ?? true;
     if (typeof reshard !== 'boolean') throw new InvalidArgumentError(`Fsdp2Strategy.create(): reshardAfterForward must be a boolean.`);
     let adapters: LoraAdapters | undefined;
-    let all: ReadonlyMap<string, HostParam> = params;
+    let all: ReadonlyMap<string, HostParam | HostShard> = params;
     if (opts.lora) {
       adapters = new LoraAdapters(cfg, opts.lora.config); // ConfigError on a bad config (same on every rank)
       const host = opts.lora.params ?? adapters.initHost();
@@ -145,7 +150,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       all = new Map([...params, ...host]);
     }
     const plan = planLayout(cfg, comm.size, adapters && loraParamSpecs(cfg, adapters.config));
-    const problems = paramProblems(plan, all);
+    const problems = paramProblems(plan, all, comm.size, comm.rank);
     await agree(comm, problems.length > 0, 'Fsdp2Strategy.create()', 'its parameters');
     throwProblems(problems, `Fsdp2Strategy.create(): the parameters do not match the ${cfg.modelType} config`);
     const device = comm.device;
@@ -321,7 +326,7 @@ export class Fsdp2Strategy implements TrainStrategy {
         if (!Number.isInteger(opt.step) || opt.step < 0) problems.push(`optimizer.step must be a non-negative integer (got ${String(opt.step)})`);
         for (const [what, m] of [['exp_avg', opt.expAvg], ['exp_avg_sq', opt.expAvgSq]] as const) {
           if (!(m instanceof Map)) problems.push(`optimizer ${what} must be a Map`);
-          else problems.push(...paramProblems(this.plan, m, what).filter((p) => !p.startsWith('missing')));
+          else problems.push(...paramProblems(this.plan, m, 1, 0, what).filter((p) => !p.startsWith('missing')));
         }
       }
     }
