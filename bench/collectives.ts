@@ -34,7 +34,6 @@ import { percentile, round, writeResults } from './stats.js';
 import { formatTable } from './table.js';
 
 const OPS: BenchOp[] = ['allReduce', 'allGather', 'reduceScatter', 'broadcast', 'allToAll'];
-const REDUCING = new Set<BenchOp>(['allReduce', 'reduceScatter']);
 
 export function trafficBytes(op: BenchOp, n: number, p: number): number {
   switch (op) {

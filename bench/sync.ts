@@ -63,6 +63,7 @@ Flags:
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the ranks' RESULT lines are plain JSON read field by field below
 function launchRanks(nproc: number, args: string[]): Promise<Array<Record<string, any>>> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [join(ROOT, 'bin', 'launch.mjs'), '--nproc', String(nproc), '--no-prefix', join(ROOT, 'dist', 'bench', 'sync-rank.js'), ...args], { cwd: ROOT, env: { ...process.env, ASCENT_DEVICE_MEMORY: '6GiB' } });

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Communicator } from '../src/runtime/comm-index.js';
 import { explainDump, FlightDumpSchema } from '../src/runtime/trace-explain.js';
-import { ensureBuilt, rankError, runAbortById, runScenario, type ErrInfo, type RankResult } from './helpers/comm-ranks.js';
+import { ensureBuilt, rankError, runAbortById, runScenario, type RankResult } from './helpers/comm-ranks.js';
 
 
 const traceDir = mkdtempSync(join(tmpdir(), 'ascent-culprit-'));

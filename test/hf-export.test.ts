@@ -4,7 +4,7 @@
  * tokenizer files copied, weights in the chosen dtype (rounded to nearest even), MoE experts
  * per expert by default or fused — loads back into a trainer with exactly the saved values.
  */
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, copyFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';

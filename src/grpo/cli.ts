@@ -32,7 +32,7 @@ function program(): Command {
     .option('--save-merged', 'LoRA runs: save the merged model instead of the PEFT adapter folder')
     .option('--save-dtype <dtype>', 'float32, bfloat16 or float16 (default: the input checkpoint\'s)')
     .option('--mask-truncated-completions', 'completions cut by --max-new-tokens take no loss')
-    .option('--set <key=json>', 'any config key, e.g. --set lossType=\"grpo\" --set dataset.epochs=2 (repeatable)', (v: string, acc: string[] = []) => [...acc, v])
+    .option('--set <key=json>', 'any config key, e.g. --set lossType=\'"grpo"\' --set dataset.epochs=2 (repeatable)', (v: string, acc: string[] = []) => [...acc, v])
     .option('--steps <n>', 'GRPO steps', num('--steps'))
     .option('--seed <n>', 'seed', num('--seed'))
     .option('--strategy <s>', 'trainer strategy: fsdp2 or megatron')

@@ -22,7 +22,6 @@ import type { Communicator } from '../runtime/comm.js';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/rank-context.js';
 import { TaskPool } from '../runtime/task-pool.js';
-import { builtFile } from '../runtime/paths.js';
 import { loadModelConfig } from '../model/config.js';
 import { latestCheckpoint, readTrainerState } from '../train/checkpoint.js';
 import { modelConfigPath } from '../train/factory.js';

@@ -4,7 +4,7 @@
  * blocking the event loop.
  */
 import type { Device } from './device.js';
-import { checkOptions, checkTimeout, type SynchronizeOptions } from './options.js';
+import { checkTimeout, type SynchronizeOptions } from './options.js';
 
 export { checkTimeout, type SynchronizeOptions } from './options.js';
 import { describe } from './dtype.js';

@@ -21,7 +21,7 @@
  * its own. Every engine rank's verdict is all-gathered, so trainer and engine ranks
  * return (or throw) the same, naming the engine rank that differs.
  */
-import { copy, Tensor, type Stream } from '../runtime/device-index.js';
+import { Tensor, type Stream } from '../runtime/device-index.js';
 import type { Communicator } from '../runtime/comm.js';
 import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device.js';

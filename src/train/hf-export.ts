@@ -75,7 +75,7 @@ export function halfBits(x: number): number {
   const exp = (u >>> 23) & 0xff;
   let mant = u & 0x7fffff;
   if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
-  let e = exp - 127 + 15;
+  const e = exp - 127 + 15;
   if (e >= 31) return sign | 0x7c00;
   if (e <= 0) {
     if (e < -10) return sign;

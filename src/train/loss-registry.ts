@@ -10,6 +10,7 @@ import { InvalidArgumentError } from '../runtime/errors.js';
 import type { LossFn } from './strategy.js';
 
 /** Builds one step's LossFn from the step's per-batch data and options (both plain, cloneable values). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- each loss module defines its own data and option shapes
 export type LossBuilder = (data: any, opts: any) => LossFn;
 
 const builders = new Map<string, LossBuilder>();

@@ -119,7 +119,10 @@ export function expectedRuntime(cfg: ModelConfig, host: Map<string, HostParam>, 
   const cat = (...xs: Float32Array[]) => {
     const o = new Float32Array(xs.reduce((s, x) => s + x.length, 0));
     let k = 0;
-    for (const x of xs) (o.set(x, k), (k += x.length));
+    for (const x of xs) {
+      o.set(x, k);
+      k += x.length;
+    }
     return o;
   };
   const hl = nH / tp, kvl = tp <= nKV ? nKV / tp : 1;

@@ -121,13 +121,12 @@ export class Fsdp2Strategy implements TrainStrategy {
   ) {
     this.ranks = comm.size;
     this.layout = `dp${comm.size}`;
-    const self = this;
     const source: ParamSource = {
-      param: (tape, name) => self.active().param(tape, name),
-      blockStart: (tape, block) => self.active().blockStart(tape, block),
-      blockEnd: (tape, block, out) => self.active().blockEnd(tape, block, out),
+      param: (tape, name) => this.active().param(tape, name),
+      blockStart: (tape, block) => this.active().blockStart(tape, block),
+      blockEnd: (tape, block, out) => this.active().blockEnd(tape, block, out),
     };
-    this.lora = adapters && { adapters, hooks: adapters.hooks((tape, name) => self.active().param(tape, name)) };
+    this.lora = adapters && { adapters, hooks: adapters.hooks((tape, name) => this.active().param(tape, name)) };
     this.model = new Qwen3Model(cfg, source, this.lora?.hooks);
   }
 
