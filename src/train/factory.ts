@@ -17,6 +17,8 @@ import type { TrainerConfig } from './config.js';
 import { Fsdp2Strategy } from './fsdp2/strategy.js';
 import { loadFsdp2Shards } from './fsdp2/load-shards.js';
 import { MegatronStrategy } from './megatron/strategy.js';
+import { loadMegatronShards } from './megatron/load-shards.js';
+import { checkParallelSizes } from './megatron/layout.js';
 import { SingleDeviceStrategy } from './single.js';
 import type { TrainStrategy } from './strategy.js';
 
@@ -43,6 +45,11 @@ export async function createStrategy(config: TrainerConfig, ctx: StrategyContext
     // The sharded loader: each rank's host and device hold its own rows only.
     const shards = await loadFsdp2Shards(dirname(modelConfigPath(config.model)), cfg, ctx.comm, config.load);
     return Fsdp2Strategy.create({ comm: ctx.comm, cfg, params: shards, ...(config.lora ? { lora: { config: config.lora } } : {}) });
+  }
+  if (config.strategy === 'megatron' && config.init === 'checkpoint') {
+    const sizes = checkParallelSizes(cfg, n, config);
+    const local = await loadMegatronShards(dirname(modelConfigPath(config.model)), cfg, ctx.comm, sizes, config.load);
+    return MegatronStrategy.create({ comm: ctx.comm, cfg, params: local, tp: config.tp, dp: sizes.dp, ep: config.ep, ...(config.lora ? { lora: { config: config.lora } } : {}) });
   }
   const params = config.init === 'checkpoint' ? await readHfWeights(cfg, config.model) : initialParams(cfg, config.init.seed);
   // LoRA: adapters start from the PEFT init (config.lora.seed); the base stays frozen.

@@ -44,6 +44,7 @@ import { PendingComms } from './comm-ops.js';
 import { checkParallelSizes, layoutName, type ParallelSizes } from './layout.js';
 import { MegatronModel, type ParallelLinearHook } from './model.js';
 import { GradBuckets, stackExperts, type Unit } from './units.js';
+import { MegatronLocalParams } from './local-params.js';
 import { LoraAdapters, loraParamSpecs, loraStepSeed } from '../../model/lora.js';
 import type { LoraConfigInput } from '../../model/lora-config.js';
 import { MegatronLoraHook } from './lora-hook.js';
@@ -54,8 +55,11 @@ export interface MegatronOptions {
   /** The world communicator (every rank calls create with the same options). */
   comm: Communicator;
   cfg: ModelConfig;
-  /** Full HF-named host parameters, fused experts (like SingleDeviceStrategy.create). */
-  params: ReadonlyMap<string, HostParam>;
+  /**
+   * Full HF-named host parameters, fused experts (like SingleDeviceStrategy.create), or
+   * this rank's Megatron pieces as loadMegatronShards() builds them from a checkpoint.
+   */
+  params: ReadonlyMap<string, HostParam> | MegatronLocalParams;
   tp?: number;
   /** Default: world size / tp. */
   dp?: number;
@@ -127,7 +131,9 @@ export class MegatronStrategy implements TrainStrategy {
   /** Collective over `comm`: builds the mesh and groups, and uploads this rank's shards. */
   static async create(o: MegatronOptions): Promise<MegatronStrategy> {
     const sizes = checkParallelSizes(o.cfg, o.comm.size, o);
-    const full = hfToMegatron(o.cfg, o.params); // validates names and shapes before any collective
+    const given = o.params instanceof MegatronLocalParams ? o.params : null;
+    // Full parameters: validates names and shapes before any collective.
+    const full = given ? null : hfToMegatron(o.cfg, o.params as ReadonlyMap<string, HostParam>);
     const lora = o.lora && prepareLora(o);
     const mesh = await DeviceMesh.create(o.comm, { shape: [sizes.dp, sizes.tp], names: ['dp', 'tp'] });
     const [d, t] = mesh.coordinate as [number, number];
@@ -144,12 +150,14 @@ export class MegatronStrategy implements TrainStrategy {
         if (spec.expert !== 0) continue;
         for (const fc of ['fc1', 'fc2'] as const) {
           const name = expertUnitName(spec.layer!, fc);
-          const shape = [El, ...full.get(expertNames(spec.layer!, 0)[fc])!.shape];
-          units.push({ name, group: 'expert', expert: { layer: spec.layer!, fc }, var: upload(stackExperts(full, spec.layer!, fc, (d % ep) * El, El), shape, name), grad: undefined! });
+          const { intermediateSize: I } = o.cfg.moe!;
+          const shape = fc === 'fc1' ? [El, 2 * I, o.cfg.hiddenSize] : [El, o.cfg.hiddenSize, I];
+          const data = given ? given.get(name, shape).data : stackExperts(full!, spec.layer!, fc, (d % ep) * El, El);
+          units.push({ name, group: 'expert', expert: { layer: spec.layer!, fc }, var: upload(data, shape, name), grad: undefined! });
         }
         continue;
       }
-      const local = tpSlice(spec, full.get(spec.name)!, tp, t);
+      const local = given ? given.get(spec.name, tpLocalShape(spec, tp)) : tpSlice(spec, full!.get(spec.name)!, tp, t);
       units.push({ name: spec.name, group: 'dense', spec, var: upload(local.data, local.shape, spec.name), grad: undefined! });
     }
     for (const spec of lora?.shards ?? []) {

@@ -1,5 +1,5 @@
 /**
- * The trainer's initial weights from a Hugging Face checkpoint under fsdp2 go through the
+ * The trainer's initial weights from a Hugging Face checkpoint under fsdp2 and megatron go through the
  * sharded loader (test/fixtures/train/sharded-init.mjs on 4 real ranks under launch, through
  * createStrategy as TrainerActor and `ascent grpo` call it): every parameter equals the
  * checkpoint's value widened to fp32, for a sharded F32 dense model, a per-expert BF16 MoE
@@ -100,8 +100,21 @@ describe('fsdp2 initial weights through the sharded loader', () => {
     }
   }, 200_000);
 
-  it('a missing tensor stops every rank with one error naming it and the folder', async () => {
-    const r = await launchFixture(4, FIXTURE, [missing, 'rank0-broadcast', String(BUCKET)], ENV, 120_000);
+  it('megatron (TP 2 and TP 2 × EP 2) starts from dense and MoE checkpoints exactly through the same loader', async () => {
+    for (const [model, strategy] of [[denseBig, 'megatron:2:1'], [moePerExpert, 'megatron:2:2'], [moeFused, 'megatron:2:2'], [moeFused, 'megatron:1:4']] as const) {
+      const r = await launchFixture(4, FIXTURE, [model, 'rank0-broadcast', String(BUCKET), strategy], ENV, 120_000);
+      expect(r.stderr, `${model} ${strategy}`).toBe('');
+      expect(r.code).toBe(0);
+      const results = r.results as unknown as Result[];
+      expect(results.length).toBe(4);
+      for (const x of results) expect(x.error, `${model} ${strategy} rank ${x.rank}`).toBeUndefined();
+      expect(results[0]!.mismatch, `${model} ${strategy}`).toEqual([]);
+    }
+  }, 300_000);
+
+  it('a missing tensor stops every rank with one error naming it and the folder (fsdp2 and megatron)', async () => {
+    for (const strategy of ['fsdp2', 'megatron:2:1']) {
+    const r = await launchFixture(4, FIXTURE, [missing, 'rank0-broadcast', String(BUCKET), strategy], ENV, 120_000);
     const results = r.results as unknown as Result[];
     expect(results.map((x) => x.rank)).toEqual([0, 1, 2, 3]);
     for (const x of results) {
@@ -110,5 +123,6 @@ describe('fsdp2 initial weights through the sharded loader', () => {
     }
     // Rank 0 read the files; the others got its error through the agreement.
     expect(results[0]!.error!.message).toContain(missing);
+    }
   }, 150_000);
 });
