@@ -7,7 +7,7 @@
  * loading a complete checkpoint and the next save cleans up, and bad loads are clear errors.
  */
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -46,6 +46,35 @@ async function train(s: SingleDeviceStrategy, steps: number, from: number): Prom
 
 describe.each(['dense', 'moe'] as const)('checkpoint save / load / resume, tiny %s', (which) => {
   const cfg = loadModelConfig(cfgPath(which));
+
+  it('a step folder is a Hugging Face model folder: the source config (unknown keys too), generation config and tokenizer files travel with it', async () => {
+    const source = join(dir, `source-${which}`);
+    cpSync(join(ROOT, `examples/models/tiny-${which}`), source, { recursive: true });
+    const raw = JSON.parse(readFileSync(join(source, 'config.json'), 'utf8'));
+    writeFileSync(join(source, 'config.json'), JSON.stringify({ ...raw, torch_dtype: 'bfloat16', my_custom_field: { keep: [1, 2] } }));
+    writeFileSync(join(source, 'generation_config.json'), JSON.stringify({ eos_token_id: [2, 5], temperature: 0.7 }));
+    writeFileSync(join(source, 'tokenizer_config.json'), JSON.stringify({ chat_template: '{{ messages }}' }));
+    const root = join(dir, `hf-step-${which}`);
+    const a = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 1));
+    const b = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 2));
+    try {
+      const saved = await saveCheckpoint(a, { root, step: 1, source });
+      const written = JSON.parse(readFileSync(join(saved, 'config.json'), 'utf8'));
+      expect(written.my_custom_field).toEqual({ keep: [1, 2] });
+      expect(written.torch_dtype).toBe('float32'); // the step folder's weights are fp32 master weights
+      expect(written.hidden_size).toBe(raw.hidden_size);
+      expect(JSON.parse(readFileSync(join(saved, 'generation_config.json'), 'utf8'))).toEqual({ eos_token_id: [2, 5], temperature: 0.7 });
+      expect(readFileSync(join(saved, 'tokenizer_config.json'), 'utf8')).toContain('chat_template');
+      // And it still resumes.
+      await loadCheckpoint(b, { path: saved });
+      const pa = await a.gatherState('params');
+      const pb = await b.gatherState('params');
+      for (const [n, p] of pa) expect(Buffer.from(pb.get(n)!.data.buffer).equals(Buffer.from(p.data.buffer)), n).toBe(true);
+    } finally {
+      a.release();
+      b.release();
+    }
+  });
 
   it('resume restores parameters and optimizer state exactly', async () => {
     const root = join(dir, `resume-${which}`);

@@ -208,7 +208,7 @@ export class TrainerActor {
   }
 
   save(root: string, step: number, extra?: Record<string, unknown>): Promise<string> {
-    return saveCheckpoint(this.strategy, { root, step, comm: this.#comm!, extra });
+    return saveCheckpoint(this.strategy, { root, step, comm: this.#comm!, extra, source: this.config.model });
   }
 
   async load(path: string): Promise<{ dir: string; step: number; extra: Record<string, unknown> }> {

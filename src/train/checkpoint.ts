@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { Checkpoint, writeCheckpoint } from '../model/checkpoint.js';
-import { parseModelConfig, toHFConfig, type ModelConfig } from '../model/config.js';
+import { parseModelConfig, type ModelConfig } from '../model/config.js';
 import type { HostParam } from '../model/param-store.js';
 import type { TensorSource } from '../model/safetensors.js';
 import { isJsonObject, parseStrictJson, type JsonValue } from '../model/strict-json.js';
@@ -31,6 +31,7 @@ import { describe } from '../runtime/dtype.js';
 import { makeDir } from '../model/file-ops.js';
 import { exists, LATEST_FILE, latestCheckpoint, publishStep, stepDirName, writeJson } from './checkpoint-dir.js';
 import { anyRank } from './any-rank.js';
+import { writeModelFiles } from './model-files.js';
 import type { FullState, TrainStrategy } from './strategy.js';
 
 export const TRAIN_STATE_FILE = 'trainer_state.json';
@@ -48,6 +49,8 @@ export interface SaveOptions {
   maxShardBytes?: number;
   /** JSON-serialisable trainer state to restore with the weights (data cursor, seeds, metrics). */
   extra?: Record<string, unknown>;
+  /** The model folder training started from: its config.json fields, generation config and tokenizer files go into every step folder. */
+  source?: string;
 }
 
 export interface TrainerStateFile {
@@ -106,7 +109,9 @@ async function writeStep(
     await writeCheckpoint(tmp, hostSources(params), { maxShardBytes, metadata: { format: 'pt' } });
     const optimizer = [...hostSources(expAvg, 'exp_avg.'), ...hostSources(expAvgSq, 'exp_avg_sq.')];
     await writeCheckpoint(join(tmp, 'optimizer'), optimizer, { maxShardBytes, metadata: { format: 'pt' } });
-    await writeJson(join(tmp, 'config.json'), toHFConfig(strategy.cfg));
+    // A step folder is a Hugging Face model folder too (fp32 weights): the source model's
+    // config (every field), generation config and tokenizer files travel with it.
+    await writeModelFiles(tmp, strategy.cfg, opts.source, 'float32');
     const state: TrainerStateFile = {
       format: CHECKPOINT_FORMAT, step: opts.step, optimizerSteps: strategy.optimizerSteps,
       strategy: strategy.kind, layout: strategy.layout, extra: opts.extra ?? {},

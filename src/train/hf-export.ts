@@ -14,25 +14,21 @@
  * Collective over the strategy's ranks (the state is gathered everywhere; rank 0 writes into a
  * temporary folder renamed into place, and every rank learns the outcome).
  */
-import { copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { existsSync, statSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Communicator } from '../runtime/comm.js';
 import { CheckpointFormatError, ConfigError } from '../runtime/errors.js';
 import { writeCheckpoint } from '../model/checkpoint.js';
-import { toHFConfig } from '../model/config.js';
 import { convertExpertLayout, fromHostTensors, toHostTensors } from '../model/params.js';
 import type { HostParam } from '../model/param-store.js';
 import type { TensorSource } from '../model/safetensors.js';
 import { anyRank } from './any-rank.js';
+import { configDtype, readJsonIfAny, SAVE_DTYPES, sourceDir, writeModelFiles, type SaveDtype } from './model-files.js';
 import type { TrainStrategy } from './strategy.js';
 import { LORA_MODULES, resolveLoraTargets, type LoraConfig, type LoraTarget } from '../model/lora-config.js';
 
-export const SAVE_DTYPES = ['float32', 'bfloat16', 'float16'] as const;
-export type SaveDtype = (typeof SAVE_DTYPES)[number];
-
-/** Files of a HF model folder beside the weights that describe the tokenizer. */
-export const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'vocab.json', 'merges.txt', 'added_tokens.json', 'chat_template.jinja', 'chat_template.json'];
+export { SAVE_DTYPES, TOKENIZER_FILES, configDtype, type SaveDtype } from './model-files.js';
 
 export interface HfExportOptions {
   /** The folder to write (must not exist, or be empty). */
@@ -96,26 +92,6 @@ function encode(p: HostParam, dtype: SaveDtype): Uint8Array {
   if (dtype === 'float32') return new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength);
   const bits = dtype === 'bfloat16' ? bf16Bits(p.data) : Uint16Array.from(p.data, halfBits);
   return new Uint8Array(bits.buffer);
-}
-
-function sourceDir(source: string | undefined): string | null {
-  if (!source) return null;
-  return existsSync(source) && statSync(source).isDirectory() ? source : dirname(source);
-}
-
-async function readJsonIfAny(path: string): Promise<Record<string, unknown> | null> {
-  if (!existsSync(path)) return null;
-  try {
-    return JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;
-  } catch (e) {
-    throw new ConfigError(`${path}: not valid JSON (${(e as Error).message}). HINT: fix the input model folder.`, { path });
-  }
-}
-
-/** The dtype a checkpoint was stored in, from its config (torch_dtype, or transformers 5's dtype). */
-export function configDtype(raw: Record<string, unknown> | null): SaveDtype {
-  const d = raw?.torch_dtype ?? raw?.dtype;
-  return d === 'bfloat16' || d === 'float16' ? d : 'float32';
 }
 
 export async function exportHfModel(strategy: TrainStrategy, o: HfExportOptions): Promise<string> {
@@ -186,9 +162,6 @@ async function writeFolder(strategy: TrainStrategy, params: Map<string, HostPara
   if (strategy.cfg.moe && (o.expertLayout ?? 'per-expert') === 'per-expert') tensors = fromHostTensors(convertExpertLayout(toHostTensors(params), strategy.cfg, 'per-expert'));
   // LoRA adapters are exported as PEFT adapters, not model weights.
   const sources: TensorSource[] = [...tensors].filter(([n]) => !/\.lora_[AB](\.|$)/.test(n)).map(([name, p]) => ({ name, dtype: ST_DTYPE[dtype], shape: p.shape, data: () => encode(p, dtype) }));
-  const config = { ...(rawConfig ?? toHFConfig(strategy.cfg)) };
-  if ('torch_dtype' in config || !('dtype' in config)) config.torch_dtype = dtype;
-  if ('dtype' in config) config.dtype = dtype;
   if (existsSync(o.dir) && (await readdir(o.dir)).length > 0) {
     throw new ConfigError(`exportHfModel(): ${o.dir} exists and is not empty. HINT: choose a new folder (an export never overwrites one).`, { dir: o.dir });
   }
@@ -196,19 +169,10 @@ async function writeFolder(strategy: TrainStrategy, params: Map<string, HostPara
   await rm(tmp, { recursive: true, force: true });
   await mkdir(tmp, { recursive: true });
   try {
-    if (o.lora && !o.merged) await writeAdapter(tmp, params, targets, o.lora, src ?? undefined);
-    else {
-      await writeCheckpoint(tmp, sources, { maxShardBytes: o.maxShardBytes ?? 2 ** 31, metadata: { format: 'pt' } });
-      await writeFile(join(tmp, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
-    }
-    const gen = src ? join(src, 'generation_config.json') : null;
-    if (gen && existsSync(gen)) await copyFile(gen, join(tmp, 'generation_config.json'));
-    else {
-      const c = strategy.cfg as unknown as Record<string, unknown>;
-      const ids = Object.fromEntries(['bos_token_id', 'eos_token_id', 'pad_token_id'].map((k) => [k, (config as Record<string, unknown>)[k] ?? c[k]]).filter(([, v]) => v !== undefined && v !== null));
-      await writeFile(join(tmp, 'generation_config.json'), `${JSON.stringify(ids, null, 2)}\n`);
-    }
-    if (src) for (const f of TOKENIZER_FILES) if (existsSync(join(src, f))) await copyFile(join(src, f), join(tmp, f));
+    const adapter = o.lora !== undefined && !o.merged;
+    if (adapter) await writeAdapter(tmp, params, targets, o.lora!, src ?? undefined);
+    else await writeCheckpoint(tmp, sources, { maxShardBytes: o.maxShardBytes ?? 2 ** 31, metadata: { format: 'pt' } });
+    await writeModelFiles(tmp, strategy.cfg, o.source, dtype, { config: !adapter });
     if (existsSync(o.dir)) await rm(o.dir, { recursive: true, force: true });
     await rename(tmp, o.dir);
   } catch (e) {
