@@ -77,8 +77,9 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     expect(err).toBeInstanceOf(WeightLayoutError);
     expect(err.message).toContain(missing);
     expect(new Set(e.layoutStates().values())).toEqual(new Set(['preprocessed'])); // nothing processed
-    e.loadWeights([[missing, perExpert.get(missing)!]]);
-    e.processWeightsAfterLoading();
+    const reload = e.beginReload();
+    reload.load([[missing, perExpert.get(missing)!]]);
+    reload.finish();
     const ref = Reference.create(cfg, 7);
     try {
       const p = prompts(1)[0]!;
@@ -90,8 +91,9 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
 
   it('writeRuntime checks layout against state and shape; a processed write (colocated sync) gives the trainer logits with no post-load', async () => {
     const e = make();
-    e.loadWeights(host);
-    e.processWeightsAfterLoading();
+    const reload = e.beginReload();
+    reload.load(host);
+    reload.finish();
     const other = initialParams(cfg, 8);
     const packed = expectedRuntime(cfg, other, 1, 0);
     const specShape = (n: string, layout: 'processed' | 'preprocessed') => {
@@ -143,8 +145,9 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
 
   it('sleep(1) offloads weights and KV cache (device memory freed); wake restores identical weights and outputs', async () => {
     const e = make();
-    e.loadWeights(host);
-    e.processWeightsAfterLoading();
+    const reload = e.beginReload();
+    reload.load(host);
+    reload.finish();
     const ps = prompts(3, 31);
     const before = await e.generate(ps, { maxTokens: 5, temperature: 0.9, seed: 5 });
     const sums = await e.checksums();
@@ -164,8 +167,9 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
 
   it('sleep(2) drops weights; after wake generation refuses until weights are written again', async () => {
     const e = make();
-    e.loadWeights(host);
-    e.processWeightsAfterLoading();
+    const reload = e.beginReload();
+    reload.load(host);
+    reload.finish();
     const ps = prompts(3, 41);
     const before = await e.generate(ps, { maxTokens: 5, temperature: 0 });
     const held = e.deviceBytes();
@@ -179,8 +183,9 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     expect(err.details).toMatchObject({ expected: 'processed', actual: 'dropped' });
     expect(err.message).toContain('sleep level 2');
     expect((await e.checksums()).get(firstLayer)!.checksum).toBeNull();
-    e.loadWeights(host);
-    e.processWeightsAfterLoading();
+    const reload = e.beginReload();
+    reload.load(host);
+    reload.finish();
     expect(await e.generate(ps, { maxTokens: 5, temperature: 0 })).toEqual(before);
   });
 
@@ -189,8 +194,9 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     expect(caught(() => e.loadWeights([['model.layers.9.mlp.up_proj.weight', host.get('model.norm.weight')!]])).message).toContain('unknown checkpoint tensor');
     expect(caught(() => e.loadWeights([['model.norm.weight', host.get('model.embed_tokens.weight')!]])).message).toContain('needs [128]');
     expect(caught(() => e.loadWeights([['model.norm.weight', { dtype: 'BF16', shape: [128], data: new Uint8Array(256) }]])).message).toContain('fp32');
-    e.loadWeights(host);
-    e.processWeightsAfterLoading();
+    const reload = e.beginReload();
+    reload.load(host);
+    reload.finish();
     const p = prompts(2);
     for (const [params, msg] of [
       [{ maxTokens: 0 }, 'maxTokens'],

@@ -44,7 +44,7 @@ describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
         expect(r.processCalls).toBe(0);
         expect(r.report.peakExtraBytes, `trainer rank ${r.rank}`).toBeLessThanOrEqual(2 * bucket);
       } else {
-        expect(r.processCalls, `engine rank ${r.rank}: processWeightsAfterLoading calls`).toBe(1);
+        expect(r.processCalls, `engine rank ${r.rank}: post-load processing runs`).toBe(1);
         // Received buckets stream straight into the engine's parameters: two slots at most.
         expect(r.report.peakExtraBytes, `engine rank ${r.rank}`).toBeGreaterThan(0);
         // Trainer tp (1) != engine tp (2): TP-split tensors are re-cut through one scratch
