@@ -73,8 +73,9 @@ export async function main(ctx: RankContext): Promise<void> {
     if (isTrainer) strategy = await MegatronStrategy.create({ comm: group, cfg, params, tp: trainerRanks });
     else {
       engine = RolloutEngine.create(cfg, { device: ctx.device, tp: group, maxBatch: 1, maxSeqLen: 8 });
-      engine.loadWeights(params);
-      engine.processWeightsAfterLoading();
+      const reload = engine.beginReload();
+      reload.load(params);
+      reload.finish();
     }
     trainer = `megatron tp${trainerRanks}`;
     engineOf = engine;

@@ -37,8 +37,9 @@ describe('error taxonomy', () => {
     expect(() => t.checkLive('t')).toThrow(InvalidStateError);
     const cfg = loadModelConfig(new URL('../examples/models/tiny-dense/config.json', import.meta.url).pathname);
     const e = RolloutEngine.create(cfg, { device: d });
-    e.loadWeights(initialParams(cfg, 1));
-    e.processWeightsAfterLoading();
+    const reload = e.beginReload();
+    reload.load(initialParams(cfg, 1));
+    reload.finish();
     const busy = e.generate([[1, 5, 6]], { maxTokens: 2 });
     expect(() => e.computeLogprobs([[1, 5, 6]], { temperature: 1 })).toThrow(InvalidStateError);
     await busy;

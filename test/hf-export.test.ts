@@ -72,8 +72,9 @@ describe('Hugging Face model folder export', () => {
       const rounded = new Map([...want].map(([n, p]) => [n, { shape: p.shape, data: Float32Array.from(p.data, bf16) }]));
       const gen = async (w: Map<string, { shape: readonly number[]; data: Float32Array }>) => {
         const e = RolloutEngine.create(loadModelConfig(join(out, 'config.json')), { device: Device.get(0) });
-        e.loadWeights(w);
-        e.processWeightsAfterLoading();
+        const reload = e.beginReload();
+        reload.load(w);
+        reload.finish();
         return (await e.generate([[1, 5, 9, 14], [1, 20, 21]], { maxTokens: 8, temperature: 0, eosTokenId: 2 })).tokens;
       };
       expect(await gen(exported)).toEqual(await gen(rounded));

@@ -52,8 +52,9 @@ describe('logits parity with a plain PyTorch Qwen3 / Qwen3-MoE', () => {
 
       const cfg = loadModelConfig(join(folder, 'config.json'));
       const e = RolloutEngine.create(cfg, { device: Device.get(0) });
-      e.loadWeights(toFusedParams(await readF32Checkpoint(folder), cfg));
-      e.processWeightsAfterLoading();
+      const reload = e.beginReload();
+      reload.load(toFusedParams(await readF32Checkpoint(folder), cfg));
+      reload.finish();
       const lps = await e.computeLogprobs(fx.inputs, { temperature: 1 });
       for (let b = 0; b < B; b++) {
         for (let t = 0; t < S - 1; t++) {

@@ -25,8 +25,9 @@ describe.each(['dense', 'moe'] as const)('rollout engine, tiny %s, tp = 1 (in pr
   beforeAll(() => {
     ref = Reference.create(cfg, SEED);
     engine = RolloutEngine.create(cfg, { device });
-    engine.loadWeights(initialParams(cfg, SEED));
-    engine.processWeightsAfterLoading();
+    const reload = engine.beginReload();
+    reload.load(initialParams(cfg, SEED));
+    reload.finish();
   });
   afterAll(() => {
     engine?.release();
@@ -124,8 +125,9 @@ describe('rollout engine on real tensor-parallel ranks (launch)', () => {
     const ref = new Reference(cfg, host);
     const single = RolloutEngine.create(cfg, { device: Device.get(0) });
     try {
-      single.loadWeights(host);
-      single.processWeightsAfterLoading();
+      const singleReload = single.beginReload();
+      singleReload.load(host);
+      singleReload.finish();
       const wantSampled = await single.generate(prompts(4, 13), SAMPLING);
       const wantLogits = await Promise.all(prompts(4, 5).map((p) => ref.logits(p)));
       const seqs = prompts(3, 9).map((p, i) => [...p, 4 + i, 5, EOS]);

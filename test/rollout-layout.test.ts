@@ -1,10 +1,10 @@
 /**
  * Layout states of the rollout engine's runtime parameters (tp = 1, in process, tiny
- * dense and MoE): the preprocessed → processed transition runs exactly once; a wrong-layout
- * write, a second processing, a partial reload or generating from unprocessed / dropped
- * weights is a WeightLayoutError naming the parameter and both layouts; checksums equal an
- * independent host packing; a direct processed write (colocated sync) gives the trainer's
- * logits; sleep levels 1 and 2 really free device memory and wake restores (or refuses
+ * dense and MoE): the preprocessed → processed transition (a reload session's finish())
+ * runs exactly once; a wrong-layout write, a second processing, a partial reload or
+ * generating from unprocessed / dropped weights is a WeightLayoutError naming the
+ * parameter and both layouts; checksums equal an independent host packing; a direct
+ * session's processed writes (colocated sync) give the trainer's logits; sleep levels 1 and 2 really free device memory and wake restores (or refuses
  * until a sync). Multi-rank slicing is checked in rollout-engine.test.ts.
  */
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -42,43 +42,53 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
   });
   const firstLayer = cfg.moe ? 'model.layers.0.mlp.experts.w13_weight' : 'model.layers.0.mlp.gate_up_proj.weight';
 
-  it('loaded weights are preprocessed (checksums = host packing); generating first, or processing twice, is a WeightLayoutError', async () => {
+  it('reloaded weights are preprocessed (checksums = host packing) until finish(); generating from an unfinished reload, or processing twice, is a WeightLayoutError', async () => {
     const e = make();
-    e.loadWeights(host);
+    const reload = e.beginReload();
+    reload.load(host);
     expect(new Set(e.layoutStates().values())).toEqual(new Set(['preprocessed']));
-    const sums = await e.checksums();
+    const sums = await e.checksums(); // reads are allowed while the session is open
     if (cfg.moe) {
       // At tp = 1 the preprocessed w13 / w2 are byte-for-byte the fused gate_up_proj / down_proj.
       const gu = host.get('model.layers.0.mlp.experts.gate_up_proj')!.data;
       expect(sums.get(firstLayer)).toEqual({ layout: 'preprocessed', shape: [8, 256, 128], checksum: runtimeChecksum(new Uint8Array(gu.buffer, gu.byteOffset, gu.byteLength)) });
     }
+    reload.abort(); // never finished: the weights stay preprocessed
     const err = caught(() => e.generate(prompts(2), { maxTokens: 2 }));
     expect(err).toBeInstanceOf(WeightLayoutError);
     expect(err.code).toBe('ASCENT_WEIGHT_LAYOUT');
     expect(err.details).toEqual({ parameter: 'model.embed_tokens.weight', expected: 'processed', actual: 'preprocessed' });
-    expect(err.message).toContain('processWeightsAfterLoading()');
+    expect(err.message).toContain('finish()');
 
-    e.processWeightsAfterLoading();
+    const full = e.beginReload();
+    full.load(host);
+    full.finish();
     const want = expectedChecksums(cfg, host, 1, 0);
     for (const [n, c] of await e.checksums()) expect([n, c.layout, c.checksum]).toEqual([n, 'processed', want[n]]);
     if (cfg.moe) expect((await e.checksums()).get(firstLayer)!.shape).toEqual([8, 128, 256]);
-    const twice = caught(() => e.processWeightsAfterLoading());
+    // A second processing of the same weights: a reload that wrote nothing finds them processed.
+    const empty = e.beginReload();
+    const twice = caught(() => empty.finish());
     expect(twice).toBeInstanceOf(WeightLayoutError);
     expect(twice.details).toMatchObject({ parameter: 'model.embed_tokens.weight', expected: 'preprocessed', actual: 'processed' });
     expect(twice.message).toContain('exactly once');
+    empty.abort();
+    for (const [n, c] of await e.checksums()) expect([n, c.layout, c.checksum]).toEqual([n, 'processed', want[n]]); // nothing changed
   });
 
-  it('a partial reload is refused by processWeightsAfterLoading, naming the missing checkpoint tensor', async () => {
+  it('a partial reload is refused by finish(), naming the missing checkpoint tensor; the session stays open to complete it', async () => {
     const e = make();
     const perExpert = cfg.moe ? convertExpertLayout(toHostTensors(host), cfg, 'per-expert') : toHostTensors(host);
     const missing = cfg.moe ? 'model.layers.1.mlp.experts.5.up_proj.weight' : 'model.layers.1.self_attn.k_proj.weight';
-    e.loadWeights([...perExpert].filter(([n]) => n !== missing));
-    const err = caught(() => e.processWeightsAfterLoading());
+    const reload = e.beginReload();
+    reload.load([...perExpert].filter(([n]) => n !== missing));
+    const err = caught(() => reload.finish());
     expect(err).toBeInstanceOf(WeightLayoutError);
     expect(err.message).toContain(missing);
     expect(new Set(e.layoutStates().values())).toEqual(new Set(['preprocessed'])); // nothing processed
-    e.loadWeights([[missing, perExpert.get(missing)!]]);
-    e.processWeightsAfterLoading();
+    expect(reload.open).toBe(true);
+    reload.load([[missing, perExpert.get(missing)!]]);
+    reload.finish();
     const ref = Reference.create(cfg, 7);
     try {
       const p = prompts(1)[0]!;
@@ -88,28 +98,24 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     }
   });
 
-  it('writeRuntime checks layout against state and shape; a processed write (colocated sync) gives the trainer logits with no post-load', async () => {
+  it('a direct session writes the processed layout (checked against state and shape) and gives the trainer logits with no post-load', async () => {
     const e = make();
-    e.loadWeights(host);
-    e.processWeightsAfterLoading();
+    const reload = e.beginReload();
+    reload.load(host);
+    reload.finish();
     const other = initialParams(cfg, 8);
     const packed = expectedRuntime(cfg, other, 1, 0);
-    const specShape = (n: string, layout: 'processed' | 'preprocessed') => {
-      const p = e.params.get(n);
-      return layout === 'processed' ? p.spec.procShape : p.spec.preShape;
-    };
-    // Preprocessed tensor into a processed parameter.
-    const pre = caught(() => e.writeRuntime(firstLayer, { shape: specShape(firstLayer, 'preprocessed'), data: packed.get(firstLayer)! }, { layout: 'preprocessed' }));
-    expect(pre).toBeInstanceOf(WeightLayoutError);
-    expect(pre.details).toEqual({ parameter: firstLayer, expected: 'processed', actual: 'preprocessed' });
-    // Wrong shape for the stated layout, unknown name, bad layout.
+    const procShape = (n: string) => e.params.get(n).spec.procShape;
+    const direct = e.beginDirect();
+    // A preprocessed-shape tensor where the processed layout is written (the experts' dims differ).
     if (cfg.moe) {
-      const bad = caught(() => e.writeRuntime(firstLayer, { shape: specShape(firstLayer, 'preprocessed'), data: packed.get(firstLayer)! }, { layout: 'processed' }));
+      const bad = caught(() => direct.write(firstLayer, { shape: e.params.get(firstLayer).spec.preShape, data: packed.get(firstLayer)! }));
       expect(bad).toBeInstanceOf(InvalidArgumentError);
       expect(bad.message).toContain('[8, 128, 256]');
     }
-    expect(caught(() => e.writeRuntime('model.layers.0.self_attn.q_proj.weight', { shape: [1], data: new Float32Array(1) }, { layout: 'processed' })).message).toContain('qkv_proj');
-    expect(caught(() => e.writeRuntime(firstLayer, packed.get(firstLayer) as any, { layout: 'runtime' as any }))).toBeInstanceOf(InvalidArgumentError);
+    // Unknown name, a source without a shape.
+    expect(caught(() => direct.write('model.layers.0.self_attn.q_proj.weight', { shape: [1], data: new Float32Array(1) })).message).toContain('qkv_proj');
+    expect(caught(() => direct.write(firstLayer, packed.get(firstLayer) as any))).toBeInstanceOf(InvalidArgumentError);
     const before = await e.checksums();
     expect(before.get(firstLayer)!.checksum).toBe(expectedChecksums(cfg, host, 1, 0)[firstLayer]); // failed writes changed nothing
 
@@ -117,14 +123,15 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     const tmp: Tensor[] = [];
     let i = 0;
     for (const [n, data] of packed) {
-      const shape = specShape(n, 'processed');
-      if (i++ % 2) e.writeRuntime(n, { shape, data }, { layout: 'processed' });
+      const shape = procShape(n);
+      if (i++ % 2) direct.write(n, { shape, data });
       else {
         const t = Tensor.fromArray(device, data, shape);
         tmp.push(t);
-        e.writeRuntime(n, t, { layout: 'processed' });
+        direct.write(n, t);
       }
     }
+    direct.finish();
     for (const t of tmp) t.release();
     const ref = Reference.create(cfg, 8);
     try {
@@ -132,19 +139,27 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     } finally {
       ref.release();
     }
-    const post = caught(() => e.processWeightsAfterLoading());
+    // Directly written weights need no processing: a reload that wrote nothing finds them processed.
+    const empty = e.beginReload();
+    const post = caught(() => empty.finish());
     expect(post).toBeInstanceOf(WeightLayoutError);
     expect(post.details.actual).toBe('processed');
-    // A processed tensor into a parameter mid-reload (preprocessed) is refused too.
-    e.loadWeights([['model.embed_tokens.weight', host.get('model.embed_tokens.weight')!]]);
-    const mid = caught(() => e.writeRuntime('model.embed_tokens.weight', host.get('model.embed_tokens.weight')!, { layout: 'processed' }));
+    // A processed tensor into a parameter an aborted reload left preprocessed is refused too.
+    empty.load([['model.embed_tokens.weight', host.get('model.embed_tokens.weight')!]]);
+    empty.abort();
+    const late = e.beginDirect();
+    const mid = caught(() => late.write('model.embed_tokens.weight', host.get('model.embed_tokens.weight')!));
+    expect(mid).toBeInstanceOf(WeightLayoutError);
     expect(mid.details).toEqual({ parameter: 'model.embed_tokens.weight', expected: 'preprocessed', actual: 'processed' });
+    expect(mid.message).toContain('beginReload()');
+    late.abort();
   });
 
   it('sleep(1) offloads weights and KV cache (device memory freed); wake restores identical weights and outputs', async () => {
     const e = make();
-    e.loadWeights(host);
-    e.processWeightsAfterLoading();
+    const reload = e.beginReload();
+    reload.load(host);
+    reload.finish();
     const ps = prompts(3, 31);
     const before = await e.generate(ps, { maxTokens: 5, temperature: 0.9, seed: 5 });
     const sums = await e.checksums();
@@ -164,8 +179,9 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
 
   it('sleep(2) drops weights; after wake generation refuses until weights are written again', async () => {
     const e = make();
-    e.loadWeights(host);
-    e.processWeightsAfterLoading();
+    const reload = e.beginReload();
+    reload.load(host);
+    reload.finish();
     const ps = prompts(3, 41);
     const before = await e.generate(ps, { maxTokens: 5, temperature: 0 });
     const held = e.deviceBytes();
@@ -179,18 +195,20 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     expect(err.details).toMatchObject({ expected: 'processed', actual: 'dropped' });
     expect(err.message).toContain('sleep level 2');
     expect((await e.checksums()).get(firstLayer)!.checksum).toBeNull();
-    e.loadWeights(host);
-    e.processWeightsAfterLoading();
+    const again = e.beginReload();
+    again.load(host);
+    again.finish();
     expect(await e.generate(ps, { maxTokens: 5, temperature: 0 })).toEqual(before);
   });
 
   it('bad inputs are InvalidArgumentErrors that say what was wrong', () => {
     const e = make();
-    expect(caught(() => e.loadWeights([['model.layers.9.mlp.up_proj.weight', host.get('model.norm.weight')!]])).message).toContain('unknown checkpoint tensor');
-    expect(caught(() => e.loadWeights([['model.norm.weight', host.get('model.embed_tokens.weight')!]])).message).toContain('needs [128]');
-    expect(caught(() => e.loadWeights([['model.norm.weight', { dtype: 'BF16', shape: [128], data: new Uint8Array(256) }]])).message).toContain('fp32');
-    e.loadWeights(host);
-    e.processWeightsAfterLoading();
+    const reload = e.beginReload();
+    expect(caught(() => reload.load([['model.layers.9.mlp.up_proj.weight', host.get('model.norm.weight')!]])).message).toContain('unknown checkpoint tensor');
+    expect(caught(() => reload.load([['model.norm.weight', host.get('model.embed_tokens.weight')!]])).message).toContain('needs [128]');
+    expect(caught(() => reload.load([['model.norm.weight', { dtype: 'BF16', shape: [128], data: new Uint8Array(256) }]])).message).toContain('fp32');
+    reload.load(host); // refused loads leave the session usable
+    reload.finish();
     const p = prompts(2);
     for (const [params, msg] of [
       [{ maxTokens: 0 }, 'maxTokens'],

@@ -35,11 +35,12 @@ describe.each([
     const s = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 7), { lora: { config: { ...loraCfg, targetModules: [...loraCfg.targetModules] } as never } });
     const engine = RolloutEngine.create(cfg, { device });
     released.push(s, engine);
+    // Post-load processing runs only in a reload session's finish(): count the reloads opened.
     let processCalls = 0;
-    const proc = engine.processWeightsAfterLoading.bind(engine);
-    engine.processWeightsAfterLoading = () => {
+    const begin = engine.beginReload.bind(engine);
+    engine.beginReload = () => {
       processCalls++;
-      proc();
+      return begin();
     };
     const sync = new ColocateSync({ strategy: s, engine });
     const verify = { probe: { ids: probe(cfg.vocabSize), temperature: 0.9 }, tolerance: 1e-4 };

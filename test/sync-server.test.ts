@@ -6,6 +6,7 @@
  * and its log-probs that engine's; the verification verdict (trainer vs engine log-probs
  * within 1e-4) is the same on every rank; the extra memory of trainer AND engine ranks is
  * at most two buckets (engine ranks stream received buckets into their parameters). A bucket smaller than one tensor works.
+ * A sync that fails on the engine ranks before processing leaves no reload session open.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
@@ -41,10 +42,14 @@ describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
       expect(r.report.verified.maxLogprobDiff).toBeLessThan(1e-4);
       diffs.add(r.report.verified.maxLogprobDiff);
       if (r.trainer) {
+        expect(r.failed, `trainer rank ${r.rank}: the injected engine failure`).toBeNull();
         expect(r.processCalls).toBe(0);
         expect(r.report.peakExtraBytes, `trainer rank ${r.rank}`).toBeLessThanOrEqual(2 * bucket);
       } else {
-        expect(r.processCalls, `engine rank ${r.rank}: processWeightsAfterLoading calls`).toBe(1);
+        // The failed first sync threw and left no session open; only the second one processed.
+        expect(r.failed).toContain('injected failure before processing');
+        expect(r.leftOpen, `engine rank ${r.rank}: a session left open`).toBe(false);
+        expect(r.processCalls, `engine rank ${r.rank}: post-load processing runs`).toBe(1);
         // Received buckets stream straight into the engine's parameters: two slots at most.
         expect(r.report.peakExtraBytes, `engine rank ${r.rank}`).toBeGreaterThan(0);
         // Trainer tp (1) != engine tp (2): TP-split tensors are re-cut through one scratch

@@ -16,8 +16,9 @@ const ds = await PromptDataset.load({ path: join(task, 'eval.jsonl'), shuffle: f
 const cfg = loadModelConfig(join(saved, 'config.json'));
 const prompts = ds.samples.slice(0, 32);
 const engine = RolloutEngine.create(cfg, { device: Device.get(0), maxBatch: prompts.length, maxSeqLen: ds.stats.maxPromptTokens + 8 });
-engine.loadWeights(await readHfWeights(cfg, saved));
-engine.processWeightsAfterLoading();
+const reload = engine.beginReload();
+reload.load(await readHfWeights(cfg, saved));
+reload.finish();
 const [eos, ...stop] = tok.eosIds;
 const out = await engine.generate(prompts.map((s) => s.promptIds), { maxTokens: 4, temperature: 0, eosTokenId: eos, stopTokenIds: stop });
 let right = 0;

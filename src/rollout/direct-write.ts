@@ -1,7 +1,7 @@
 /**
  * Direct writes into the engine's PROCESSED (runtime) layout, skipping the loader's
- * preprocessed stage and processWeightsAfterLoading(): what a colocated weight sync and a
- * LoRA adapter sync do. Each write is one strided device read from a full source tensor
+ * preprocessed stage and the post-load processing: what a colocated weight sync and a
+ * LoRA adapter sync do (through a DirectSession). Each write is one strided device read from a full source tensor
  * into a contiguous region of the rank's local runtime tensor:
  *
  * - HF tensors whose runtime layout equals the preprocessed one (everything but the

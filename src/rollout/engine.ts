@@ -2,10 +2,13 @@
  * RolloutEngine: a vLLM-like inference engine on one rank of a tensor-parallel group
  * (tp = 1, 2, 4 over a `tp` communicator; every rank of the group makes the same calls).
  *
- * Weights: loadWeights(HF tensors) slices for this rank into the preprocessed packed
- * layout, processWeightsAfterLoading() turns it into the runtime layout exactly once;
- * writeRuntime() writes one runtime parameter directly in a stated layout; checksums()
- * hashes the runtime bytes. See runtime-params.ts for names, shapes and states.
+ * Weights enter only through a session (weight-session.ts), one open at a time:
+ * beginReload() gives a ReloadSession that slices HF tensors (or local shards) for this
+ * rank into the preprocessed packed layout, and whose finish() turns them into the
+ * runtime layout exactly once; beginDirect() gives a DirectSession that writes runtime
+ * parameters already in the processed layout (weight sync, LoRA adapters). While a
+ * session is open, generation, scoring and sleep are refused. checksums() hashes the
+ * runtime bytes. See runtime-params.ts for names, shapes and states.
  *
  * Generation: a batch of prompts of different lengths is right-padded to the longest
  * (each row's real length is kept; causal attention never lets a real token see a pad,
@@ -18,21 +21,20 @@
  * Log-probs follow the convention in sampling-params.ts.
  */
 import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
-import { copy } from '../runtime/ops.js';
 import type { Communicator } from '../runtime/comm.js';
-import { InvalidArgumentError, WeightLayoutError, InvalidStateError } from '../runtime/errors.js';
+import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device.js';
 import { describe } from '../runtime/dtype.js';
 import type { ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { forward, type ForwardContext } from './forward.js';
 import { KvCache } from './kv-cache.js';
-import { hfLoadPlan, hfNameOfPart, loadLocal, loadOne, loadRange, markLoaded, markLocalLoaded, rangeTarget, type HfEntry, type WeightSource } from './loader.js';
-import { checkWriteShape, runtimeParamSpecs, RuntimeParams, type LayoutState, type WriteLayout } from './runtime-params.js';
+import { hfLoadPlan, type HfEntry } from './loader.js';
+import { runtimeParamSpecs, RuntimeParams, type LayoutState } from './runtime-params.js';
 import { checkSequences, logprobTemperature, resolveSampling, type SamplingParams } from './sampling-params.js';
 import { sleepParams, wakeParams, type SleepLevel } from './sleep.js';
 import { tpShard, type TpShard } from './tp-shard.js';
-import type { SliceGeometry } from './slice-range.js';
+import { DirectSession, ReloadSession, type SessionHost, type WeightSession } from './weight-session.js';
 
 export interface RolloutEngineOptions {
   device: Device;
@@ -65,6 +67,8 @@ export class RolloutEngine {
   private readonly comm: Communicator | null;
   private sleepLevel: SleepLevel | null = null;
   private busy: string | null = null;
+  /** The open weight session, if any (one at a time). */
+  private session: WeightSession | null = null;
   private readonly timeoutMs: number;
 
   private constructor(
@@ -112,156 +116,53 @@ export class RolloutEngine {
     return new Map([...this.params.params].map(([n, p]) => [n, p.state]));
   }
 
-  private enter(what: string, allowAsleep = false): void {
+  /**
+   * State checks of every entry point: nothing while a generate() / sleep() runs; nothing
+   * but reads (checksums(), which may inspect a reload mid-way) while a weight session is
+   * open; only reads and wake() while asleep.
+   */
+  private enter(what: string, allowAsleep = false, allowSession = false): void {
     if (this.busy) throw new InvalidStateError(`${what} called while ${this.busy} is running. HINT: await it first.`, { busy: this.busy });
+    if (this.session && !allowSession) {
+      throw new InvalidStateError(`${what} called while ${this.session.label} is open. HINT: finish() it first (or abort() it when it failed).`, { session: this.session.kind });
+    }
     if (!allowAsleep && this.sleepLevel !== null) {
       throw new InvalidStateError(`${what} called while the engine is asleep (level ${this.sleepLevel}). HINT: call wake() first.`, { level: this.sleepLevel });
     }
   }
 
   /**
-   * Full reload, step 1: HF-named tensors (per-expert or fused experts; host or device,
-   * fp32, full unsharded shapes). Each is sliced for this TP rank into the preprocessed
-   * layout. Returns how many tensors were loaded.
+   * Opens a full reload in the preprocessed layout (see weight-session.ts); its finish()
+   * runs the post-load processing exactly once. Refused while another session is open.
    */
-  loadWeights(weights: Iterable<readonly [string, WeightSource]>): number {
-    this.enter('loadWeights()');
-    let n = 0;
-    for (const [name, src] of weights) {
-      const entry = this.plan.get(name);
-      if (!entry) {
-        throw new InvalidArgumentError(`loadWeights(): unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.cfg.modelType} config. HINT: pass HF names (q_proj/k_proj/v_proj, gate_proj/up_proj/down_proj, mlp.experts.{e}.* or mlp.experts.gate_up_proj/down_proj).`, { tensor: name });
-      }
-      loadOne(this.params, name, entry, src, this.stream);
-      n++;
-    }
-    return n;
+  beginReload(): ReloadSession {
+    this.enter('beginReload()');
+    return this.open(new ReloadSession(this.sessionHost()));
   }
 
-  /**
-   * Full reload, step 1 streamed: elements [from, from + piece.numel) of the full HF tensor
-   * `name` (a contiguous fp32 device piece, e.g. a segment of a received bucket) are
-   * sliced for this TP rank straight into the preprocessed layout, with no temporaries.
-   * Call loadWeightDone(name) once every element of the tensor was passed.
-   */
-  loadWeightRange(name: string, piece: Tensor, from: number): void {
-    this.enter('loadWeightRange()');
-    loadRange(this.params, name, this.entryOf(name), piece, from, this.stream);
+  /** Opens direct writes in the processed (runtime) layout (see weight-session.ts); no processing follows. */
+  beginDirect(): DirectSession {
+    this.enter('beginDirect()');
+    return this.open(new DirectSession(this.sessionHost()));
   }
 
-  /** Streaming reload: every element of `name` was passed to loadWeightRange(); its parts count as loaded. */
-  loadWeightDone(name: string): void {
-    this.enter('loadWeightDone()');
-    markLoaded(this.params, this.entryOf(name));
+  private open<S extends WeightSession>(s: S): S {
+    this.session = s;
+    return s;
   }
 
-  /**
-   * Streaming reload of a source that is already this rank's shard (e.g. a Megatron TP
-   * shard when trainer tp == engine tp): elements [from, from + piece.numel) of it,
-   * written into runtime parameter `param` (preprocessed layout) by the slice writes
-   * `geometry`. Call loadLocalDone(param) once the whole shard was passed.
-   */
-  loadLocalRange(param: string, piece: Tensor, from: number, geometry: readonly SliceGeometry[]): void {
-    this.enter('loadLocalRange()');
-    loadLocal(this.params, param, piece, from, geometry, this.stream);
-  }
-
-  /** Streaming reload: every part of runtime parameter `param` was written by loadLocalRange(). */
-  loadLocalDone(param: string): void {
-    this.enter('loadLocalDone()');
-    markLocalLoaded(this.params, param);
-  }
-
-  /**
-   * Streaming reload, zero copy: the region of this rank's preprocessed parameter that
-   * elements [from, from + count) of HF tensor `name` (or, with `local`, of a local shard
-   * written into runtime parameter `local.param` by `local.geometry`) go to, when it is one
-   * contiguous region; else null (use loadWeightRange / loadLocalRange). The caller fills
-   * the returned view on this engine's stream, then calls loadWeightDone / loadLocalDone.
-   */
-  reloadTarget(name: string, from: number, count: number, local?: { param: string; geometry: readonly SliceGeometry[] }): Tensor | null {
-    this.enter('reloadTarget()');
-    const writes = local ? local.geometry.map((g) => ({ ...g, param: local.param })) : this.entryOf(name).writes;
-    return rangeTarget(this.params, writes, from, count);
-  }
-
-  /** The loader plan entry of HF tensor `name` on this rank (its full shape and writes). */
-  entryOf(name: string): HfEntry {
-    const entry = this.plan.get(name);
-    if (!entry) {
-      throw new InvalidArgumentError(`Unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.cfg.modelType} config. HINT: pass HF names (q_proj/k_proj/v_proj, gate_proj/up_proj/down_proj, mlp.experts.{e}.* or mlp.experts.gate_up_proj/down_proj).`, { tensor: name });
-    }
-    return entry;
-  }
-
-  /** Full reload, step 2: exactly once, after every tensor was loaded. */
-  processWeightsAfterLoading(): void {
-    this.enter('processWeightsAfterLoading()');
-    this.params.process(this.stream, (p, part) => hfNameOfPart(this.plan, p, part));
-  }
-
-  /**
-   * Direct write of one runtime parameter (this rank's local tensor) in `layout`. The
-   * layout must match the parameter's state (a parameter dropped by sleep(2) takes
-   * either); the shape must be the local shape of that layout. No processing follows.
-   */
-  writeRuntime(name: string, src: WeightSource, options: { layout: WriteLayout }): void {
-    this.enter('writeRuntime()');
-    checkOptions(options, ['layout'], 'writeRuntime()');
-    const layout = options?.layout;
-    if (layout !== 'processed' && layout !== 'preprocessed') {
-      throw new InvalidArgumentError(`Expected 'processed' or 'preprocessed' for layout but received ${describe(layout)}.`, { argument: 'layout' });
-    }
-    const p = this.params.get(name);
-    if (p.state !== 'dropped' && p.state !== layout) {
-      throw new WeightLayoutError(
-        `writeRuntime(${name}): the tensor is in the '${layout}' layout but the parameter is '${p.state}'; expected a '${p.state}' tensor. HINT: ${p.state === 'processed' ? 'write runtime-layout (processed) tensors after processing; a preprocessed write belongs to a full reload (loadWeights + processWeightsAfterLoading).' : 'finish the reload with processWeightsAfterLoading() before writing processed tensors.'}`,
-        { parameter: name, expected: p.state, actual: layout },
-      );
-    }
-    const shape = src instanceof Tensor ? src.shape : src?.shape;
-    if (!Array.isArray(shape)) throw new InvalidArgumentError(`writeRuntime(${name}): expected a Tensor or { shape, data: Float32Array } but received ${describe(src)}.`, { parameter: name });
-    checkWriteShape(p, shape, layout);
-    const dst = this.params.ensureAllocated(p).reshape([p.tensor!.numel]);
-    if (src instanceof Tensor) {
-      src.checkLive('src');
-      if (src.dtype !== 'fp32') throw new InvalidArgumentError(`writeRuntime(${name}): expected fp32 but received ${src.dtype}. HINT: cast() first.`, { parameter: name });
-      copy(dst, src.reshape([src.numel]), { stream: this.stream });
-    } else {
-      if (!(src.data instanceof Float32Array)) throw new InvalidArgumentError(`writeRuntime(${name}): host data must be a Float32Array but received ${describe(src.data)}.`, { parameter: name });
-      const tmp = Tensor.fromArray(this.device, src.data, [src.data.length], { stream: this.stream });
-      copy(dst, tmp, { stream: this.stream });
-      tmp.release();
-    }
-    p.state = layout;
-    for (const k of p.spec.parts) p.filled.add(k);
-  }
-
-  /**
-   * Direct runtime-layout write of one parameter by a writer that fills it in place
-   * (weight sync, LoRA adapter sync): `write(dst)` enqueues on the engine's stream writes
-   * covering the whole processed-layout tensor `dst` (possibly in several parts, from
-   * different sources). Allowed on a 'processed' or 'dropped' parameter; no processing
-   * follows. The parameter is 'processed' afterwards.
-   */
-  writeRuntimeDirect(name: string, write: (dst: Tensor, stream: Stream) => void): void {
-    this.enter('writeRuntimeDirect()');
-    const p = this.params.get(name);
-    if (p.state !== 'dropped' && p.state !== 'processed') {
-      throw new WeightLayoutError(
-        `writeRuntimeDirect(${name}): a direct write is in the processed layout but the parameter is '${p.state}'. HINT: ${p.state === 'preprocessed' ? 'finish the reload with processWeightsAfterLoading() first.' : 'call wake() first.'}`,
-        { parameter: name, expected: 'processed', actual: p.state },
-      );
-    }
-    this.params.ensureAllocated(p);
-    write(p.view('processed'), this.stream);
-    p.state = 'processed';
-    for (const k of p.spec.parts) p.filled.add(k);
+  private sessionHost(): SessionHost {
+    return {
+      cfg: this.cfg, device: this.device, stream: this.stream, params: this.params, plan: this.plan,
+      closed: (s) => {
+        if (this.session === s) this.session = null;
+      },
+    };
   }
 
   /** Checksums of the runtime parameters' local bytes (see runtimeChecksum). */
   checksums(): ReturnType<RuntimeParams['checksums']> {
-    this.enter('checksums()', true);
+    this.enter('checksums()', true, true);
     return this.params.checksums(this.stream, this.timeoutMs);
   }
 
@@ -451,8 +352,9 @@ export class RolloutEngine {
     this.sleepLevel = null;
   }
 
-  /** Frees every device tensor (the engine is unusable afterwards). */
+  /** Frees every device tensor (the engine is unusable afterwards; an open session is aborted). */
   release(): void {
+    if (this.session?.open) this.session.abort();
     for (const p of this.params.params.values()) {
       p.tensor?.release();
       p.tensor = null;

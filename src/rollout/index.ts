@@ -1,9 +1,10 @@
 /**
  * Public API of the rollout engine (vLLM-like inference per rank, tensor parallel):
- * the engine, its packed runtime parameters and layout states, the checkpoint loader's
- * plan, sampling parameters. Re-exported by src/index.ts.
+ * the engine, its weight sessions, its packed runtime parameters and layout states, the
+ * checkpoint loader's plan, sampling parameters. Re-exported by src/index.ts.
  */
 export { RolloutEngine, type RolloutEngineOptions, type GenerateResult } from './engine.js';
+export type { ReloadSession, DirectSession } from './weight-session.js';
 export { runtimeParamSpecs, runtimeChecksum, type RuntimeParamSpec, type LayoutState, type WriteLayout } from './runtime-params.js';
 export { hfLoadPlan, type WeightSource } from './loader.js';
 export { tpShard, type TpShard } from './tp-shard.js';

@@ -20,7 +20,7 @@ import type { RuntimeParam, RuntimeParams } from './runtime-params.js';
 import type { TpShard } from './tp-shard.js';
 import { contiguousTarget, writeSliceRange, type SliceGeometry } from './slice-range.js';
 
-/** What loadWeights accepts per HF name: a device tensor, a safetensors-style host tensor, or fp32 host data. */
+/** What ReloadSession.load() accepts per HF name: a device tensor, a safetensors-style host tensor, or fp32 host data. */
 export type WeightSource = Tensor | HostTensor | { shape: readonly number[]; data: Float32Array };
 
 export interface SliceWrite {
@@ -104,7 +104,7 @@ const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 function hostFloats(name: string, src: WeightSource): Float32Array | null {
   if (src instanceof Tensor) return null;
   if (src === null || typeof src !== 'object' || !('data' in src) || !('shape' in src)) {
-    throw new InvalidArgumentError(`loadWeights(): ${name} must be a Tensor, a HostTensor or { shape, data: Float32Array } but received ${describe(src)}.`, { tensor: name });
+    throw new InvalidArgumentError(`ReloadSession.load(): ${name} must be a Tensor, a HostTensor or { shape, data: Float32Array } but received ${describe(src)}.`, { tensor: name });
   }
   if (src.data instanceof Float32Array) return src.data;
   if ('dtype' in src && src.dtype === 'F32' && src.data instanceof Uint8Array) {
@@ -112,7 +112,7 @@ function hostFloats(name: string, src: WeightSource): Float32Array | null {
     return d.byteOffset % 4 === 0 ? new Float32Array(d.buffer, d.byteOffset, d.byteLength / 4) : new Float32Array(d.slice().buffer);
   }
   throw new InvalidArgumentError(
-    `loadWeights(): ${name} is ${'dtype' in src ? String(src.dtype) : describe(src.data)}; the rollout engine holds fp32 weights. HINT: convert to F32 before loading.`,
+    `ReloadSession.load(): ${name} is ${'dtype' in src ? String(src.dtype) : describe(src.data)}; the rollout engine holds fp32 weights. HINT: convert to F32 before loading.`,
     { tensor: name },
   );
 }
@@ -133,16 +133,16 @@ export function loadOne(params: RuntimeParams, name: string, entry: HfEntry, src
   const host = hostFloats(name, src);
   const shape = src instanceof Tensor ? src.shape : src.shape;
   if (shape.length !== entry.shape.length || shape.some((d, i) => d !== entry.shape[i])) {
-    throw new InvalidArgumentError(`loadWeights(): ${name} has shape [${shape.join(', ')}] but the config needs [${entry.shape.join(', ')}] (the full, unsharded HF tensor).`, { tensor: name });
+    throw new InvalidArgumentError(`ReloadSession.load(): ${name} has shape [${shape.join(', ')}] but the config needs [${entry.shape.join(', ')}] (the full, unsharded HF tensor).`, { tensor: name });
   }
   if (src instanceof Tensor) {
     src.checkLive(name);
-    if (src.dtype !== 'fp32') throw new InvalidArgumentError(`loadWeights(): ${name} is ${src.dtype}; the rollout engine holds fp32 weights. HINT: cast() it first.`, { tensor: name });
+    if (src.dtype !== 'fp32') throw new InvalidArgumentError(`ReloadSession.load(): ${name} is ${src.dtype}; the rollout engine holds fp32 weights. HINT: cast() it first.`, { tensor: name });
     if (src.device.ordinal !== params.device.ordinal) {
-      throw new InvalidArgumentError(`loadWeights(): ${name} is on device ${src.device.ordinal} but the engine is on device ${params.device.ordinal}. HINT: pass a host tensor or copyPeer() it first.`, { tensor: name });
+      throw new InvalidArgumentError(`ReloadSession.load(): ${name} is on device ${src.device.ordinal} but the engine is on device ${params.device.ordinal}. HINT: pass a host tensor or copyPeer() it first.`, { tensor: name });
     }
   } else if (host!.length !== numel(entry.shape)) {
-    throw new InvalidArgumentError(`loadWeights(): ${name} holds ${host!.length} floats; [${entry.shape.join(', ')}] needs ${numel(entry.shape)}.`, { tensor: name });
+    throw new InvalidArgumentError(`ReloadSession.load(): ${name} holds ${host!.length} floats; [${entry.shape.join(', ')}] needs ${numel(entry.shape)}.`, { tensor: name });
   }
   for (const w of entry.writes) {
     const p = params.get(w.param);
@@ -180,10 +180,10 @@ export function loadRange(params: RuntimeParams, name: string, entry: HfEntry, p
   piece.checkLive(name);
   const total = numel(entry.shape);
   if (piece.dtype !== 'fp32' || piece.device.ordinal !== params.device.ordinal) {
-    throw new InvalidArgumentError(`loadRange(): a piece of ${name} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`, { tensor: name });
+    throw new InvalidArgumentError(`ReloadSession.loadRange(): a piece of ${name} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`, { tensor: name });
   }
   if (!Number.isSafeInteger(from) || from < 0 || from + piece.numel > total) {
-    throw new InvalidArgumentError(`loadRange(): elements [${from}, ${from + piece.numel}) are outside ${name}, which has ${total} ([${entry.shape.join(', ')}]).`, { tensor: name });
+    throw new InvalidArgumentError(`ReloadSession.loadRange(): elements [${from}, ${from + piece.numel}) are outside ${name}, which has ${total} ([${entry.shape.join(', ')}]).`, { tensor: name });
   }
   for (const w of entry.writes) {
     const p = params.get(w.param);
@@ -206,12 +206,12 @@ export function loadLocal(params: RuntimeParams, param: string, piece: Tensor, f
   const p = params.get(param);
   piece.checkLive(param);
   if (piece.dtype !== 'fp32' || piece.device.ordinal !== params.device.ordinal) {
-    throw new InvalidArgumentError(`loadLocalRange(): a piece for ${param} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`, { parameter: param });
+    throw new InvalidArgumentError(`ReloadSession.loadLocalRange(): a piece for ${param} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`, { parameter: param });
   }
   const dst = params.ensureAllocated(p);
   for (const g of geometry) {
     if (g.dstOffset + (numel(g.view) / g.view[g.dim]!) * g.len > dst.numel) {
-      throw new InvalidArgumentError(`loadLocalRange(): a write of ${g.len} rows at element ${g.dstOffset} does not fit ${param} (${dst.numel} elements on this rank).`, { parameter: param });
+      throw new InvalidArgumentError(`ReloadSession.loadLocalRange(): a write of ${g.len} rows at element ${g.dstOffset} does not fit ${param} (${dst.numel} elements on this rank).`, { parameter: param });
     }
     writeSliceRange(dst, piece, from, g, stream);
   }

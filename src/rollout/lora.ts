@@ -6,7 +6,8 @@
  * B·A is formed as the full HF-shaped delta (batched per expert for fused experts), cut
  * for this TP rank by the same direct writes a full colocated sync uses (zero outside
  * the adapted part, e.g. k/v of qkv_proj when only q_proj is adapted), and added to the
- * base. processWeightsAfterLoading() never runs; nothing else changes.
+ * base. The writes are one DirectSession, so no post-load processing can run; nothing else
+ * changes.
  */
 import { axpy, copy, fill, matmul, Tensor } from '../runtime/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
@@ -42,8 +43,9 @@ export function releaseEngineLora(engine: RolloutEngine): void {
 }
 
 /**
- * Adapter sync: every runtime parameter touched by `adapters` becomes base + scaling·ΣB·A.
- * Returns the runtime parameters written.
+ * Adapter sync: every runtime parameter touched by `adapters` becomes base + scaling·ΣB·A,
+ * in one direct session (opened here; aborted when a write fails, so the engine takes the
+ * next sync). Returns the runtime parameters written.
  */
 export function applyEngineAdapters(engine: RolloutEngine, adapters: readonly EngineAdapter[], scaling: number): string[] {
   if (!(typeof scaling === 'number' && Number.isFinite(scaling))) throw new InvalidArgumentError(`applyEngineAdapters(): scaling must be a finite number but is ${String(scaling)}.`);
@@ -57,34 +59,42 @@ export function applyEngineAdapters(engine: RolloutEngine, adapters: readonly En
       l.push({ ad, write: w });
     }
   }
-  let s = state.get(engine);
-  if (!s) state.set(engine, (s = { base: null }));
-  if (!s.base) {
-    s.base = new Map();
-    for (const name of byParam.keys()) {
-      const p = engine.params.get(name);
-      if (p.state !== 'processed' || !p.tensor) throw new InvalidArgumentError(`Adapter sync: runtime parameter ${name} is '${p.state}'; the engine needs its base weights first. HINT: run a full sync before the first adapter sync.`, { parameter: name });
-      const t = Tensor.empty(engine.device, p.tensor.shape, 'fp32');
-      copy(t, p.tensor, { stream });
-      s.base.set(name, t);
+  // Opened before the base copy is taken, so an engine that refuses the session (busy,
+  // asleep, another session open) is left as it was.
+  const session = engine.beginDirect();
+  try {
+    let s = state.get(engine);
+    if (!s) state.set(engine, (s = { base: null }));
+    if (!s.base) {
+      s.base = new Map();
+      for (const name of byParam.keys()) {
+        const p = engine.params.get(name);
+        if (p.state !== 'processed' || !p.tensor) throw new InvalidArgumentError(`Adapter sync: runtime parameter ${name} is '${p.state}'; the engine needs its base weights first. HINT: run a full sync before the first adapter sync.`, { parameter: name });
+        const t = Tensor.empty(engine.device, p.tensor.shape, 'fp32');
+        copy(t, p.tensor, { stream });
+        s.base.set(name, t);
+      }
     }
-  }
-  for (const [param, list] of byParam) {
-    const base = s.base.get(param);
-    if (!base) throw new InvalidArgumentError(`Adapter sync: no base copy of ${param} (the adapted set changed since the last full sync). HINT: run a full sync first.`, { parameter: param });
-    const delta = Tensor.empty(engine.device, base.shape, 'fp32');
-    fill(delta, 0, { stream });
-    for (const { ad, write } of list) {
-      const ba = matmul(ad.b, ad.a, { stream });
-      write.write(delta.reshape(engine.params.get(param).spec.procShape), ba, stream);
-      ba.release();
+    for (const [param, list] of byParam) {
+      const base = s.base!.get(param);
+      if (!base) throw new InvalidArgumentError(`Adapter sync: no base copy of ${param} (the adapted set changed since the last full sync). HINT: run a full sync first.`, { parameter: param });
+      const delta = Tensor.empty(engine.device, base.shape, 'fp32');
+      fill(delta, 0, { stream });
+      for (const { ad, write } of list) {
+        const ba = matmul(ad.b, ad.a, { stream });
+        write.write(delta.reshape(engine.params.get(param).spec.procShape), ba, stream);
+        ba.release();
+      }
+      session.writeInPlace(param, (dst, st) => {
+        const flat = dst.reshape([dst.numel]);
+        copy(flat, base.reshape([base.numel]), { stream: st });
+        axpy(flat, scaling, delta.reshape([delta.numel]), { stream: st });
+      });
+      delta.release();
     }
-    engine.writeRuntimeDirect(param, (dst, st) => {
-      const flat = dst.reshape([dst.numel]);
-      copy(flat, base.reshape([base.numel]), { stream: st });
-      axpy(flat, scaling, delta.reshape([delta.numel]), { stream: st });
-    });
-    delta.release();
+    session.finish();
+  } finally {
+    if (session.open) session.abort();
   }
   return [...byParam.keys()];
 }

@@ -10,8 +10,8 @@
  *   model.layers.L.mlp.experts.w2_weight       preprocessed [E, H, Im_tp]   → processed [E, Im_tp, H]
  *   embedding, norms, router (mlp.gate.weight), lm_head: HF names and shapes, replicated.
  *
- * States: 'preprocessed' (written by the checkpoint loader, waiting for
- * processWeightsAfterLoading), 'processed' (what the forward reads), 'offloaded' (sleep
+ * States: 'preprocessed' (written by the checkpoint loader, waiting for the reload
+ * session's finish()), 'processed' (what the forward reads), 'offloaded' (sleep
  * level 1: bytes on the host), 'dropped' (sleep level 2: no bytes anywhere). Processing is
  * the identity for every parameter but the experts, whose two dims swap; it must run
  * exactly once per full reload, so every parameter records its state and the parts of it
@@ -148,8 +148,8 @@ export class RuntimeParams {
     for (const p of this.params.values()) {
       if (p.state === 'processed') continue;
       const hint =
-        p.state === 'preprocessed' ? 'call processWeightsAfterLoading() after loadWeights() before generating.'
-        : p.state === 'dropped' ? 'weights were dropped (sleep level 2, or never loaded): write them with loadWeights() + processWeightsAfterLoading() or writeRuntime(..., { layout: "processed" }) first.'
+        p.state === 'preprocessed' ? 'a reload was not finished: finish() the reload session (engine.beginReload() … finish()) before generating; an aborted reload must be run again.'
+        : p.state === 'dropped' ? 'weights were dropped (sleep level 2, or never loaded): write them with a full reload (engine.beginReload() … finish()) or a direct session (engine.beginDirect() … write()) first.'
         : 'the engine is asleep: call wake() first.';
       throw p.layoutError('processed', hint);
     }
@@ -163,16 +163,16 @@ export class RuntimeParams {
   process(stream: Stream, hfNamesOfPart: (p: RuntimeParam, part: string) => string): void {
     for (const p of this.params.values()) {
       if (p.state === 'processed') {
-        throw p.layoutError('preprocessed', 'processWeightsAfterLoading() runs exactly once after a full loadWeights(); these weights are already processed (a second processing, or a direct runtime write, which needs none).');
+        throw p.layoutError('preprocessed', 'the post-load processing (ReloadSession.finish()) runs exactly once per full reload, on weights the reload wrote; these are already processed (this reload never wrote them: an earlier reload or a direct write, which needs none). Pass every checkpoint tensor to the reload session before finish().');
       }
       if (p.state !== 'preprocessed') {
-        throw p.layoutError('preprocessed', p.state === 'offloaded' ? 'call wake() first.' : 'load every checkpoint tensor with loadWeights() first.');
+        throw p.layoutError('preprocessed', p.state === 'offloaded' ? 'call wake() first.' : 'load every checkpoint tensor into the reload session before finish().');
       }
       const missing = p.spec.parts.filter((k) => !p.filled.has(k));
       if (missing.length) {
         const names = missing.slice(0, 4).map((k) => hfNamesOfPart(p, k));
         throw new WeightLayoutError(
-          `Runtime parameter ${p.name} is only partly loaded: missing ${names.join(', ')}${missing.length > 4 ? ` and ${missing.length - 4} more` : ''}. HINT: a full reload must pass every checkpoint tensor to loadWeights() before processWeightsAfterLoading().`,
+          `Runtime parameter ${p.name} is only partly loaded: missing ${names.join(', ')}${missing.length > 4 ? ` and ${missing.length - 4} more` : ''}. HINT: a full reload must pass every checkpoint tensor to the reload session (load, loadRange or loadLocalRange) before finish(); load the missing ones and finish() again, or abort().`,
           { parameter: p.name, expected: 'preprocessed (complete)', actual: 'preprocessed (partial)', missing: names },
         );
       }
@@ -225,7 +225,7 @@ export function checkWriteShape(p: RuntimeParam, shape: readonly number[], layou
   const want = p.shapeOf(layout);
   if (shape.length !== want.length || shape.some((d, i) => d !== want[i])) {
     throw new InvalidArgumentError(
-      `writeRuntime(${p.name}): a '${layout}' tensor must have shape ${fmt(want)} on this TP rank but received ${fmt(shape)}.`,
+      `DirectSession.write(${p.name}): a '${layout}' tensor must have shape ${fmt(want)} on this TP rank but received ${fmt(shape)}.`,
       { parameter: p.name, layout, expected: want, actual: [...shape] },
     );
   }

@@ -1,7 +1,7 @@
 /**
  * The trainer side of a colocated full sync, one function per strategy, all on device:
  * each turns what the rank owns into the engine's processed runtime layout through
- * `out` (direct writes; no post-load processing). Everything is enqueued on `stream`
+ * `out` (writes of the sync's one direct session; no post-load processing). Everything is enqueued on `stream`
  * (the engine's stream), so buffers are reused in stream order without host waits.
  *
  * - single: every HF tensor of the store, written directly.
@@ -23,6 +23,7 @@ import { stridedRead, viewOf } from '../parallel/local-ops.js';
 import type { ModelConfig } from '../model/config.js';
 import { paramSpecs } from '../model/params.js';
 import type { RolloutEngine } from '../rollout/engine.js';
+import type { DirectSession } from '../rollout/weight-session.js';
 import { expertDirectWrite, type DirectWrite } from '../rollout/direct-write.js';
 import { writeSliceRange } from '../rollout/slice-range.js';
 import type { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
@@ -34,6 +35,8 @@ import { hfFromShards, hfNameOfReplicated } from './megatron-hf.js';
 
 export interface ColocateOut {
   engine: RolloutEngine;
+  /** The sync's direct session on `engine`: every write goes through it. */
+  session: DirectSession;
   stream: Stream;
   bucketBytes: number;
   /** Writes the full HF tensor `name` into the engine (direct, processed layout). */
@@ -67,7 +70,7 @@ export function syncFsdp2(s: Fsdp2Strategy, out: ColocateOut): number {
   const list: Array<{ p: FlatParam; shard: Tensor }> = [];
   // LoRA adapters are not engine weights (an adapter sync sends them); the base goes in full.
   for (const u of plan.units) for (const p of u.params) if (!isLoraName(p.name)) list.push({ p, shard: shards.get(u.key)!.param });
-  const { stream, engine } = out;
+  const { stream, engine, session } = out;
   const gathers = (chunk: number) => Math.max(1, Math.ceil(chunk / per));
   // Staging: one bucket at most (dp pieces of `per`), only as large as a piece actually needs.
   let staging: Tensor | null = null;
@@ -82,7 +85,7 @@ export function syncFsdp2(s: Fsdp2Strategy, out: ColocateOut): number {
       if (gathers(p.chunk) === 1 && pad === total && writes.length === 1 && isWhole(writes[0]!)) {
         // The full tensor is one contiguous region of the engine parameter: gather straight into it.
         const w = writes[0]!;
-        engine.writeRuntimeDirect(w.param, (dst, st) => {
+        session.writeInPlace(w.param, (dst, st) => {
           out.pending.push(comm.allGather(viewOf(shard, [p.chunk], p.offset), viewOf(dst.reshape([dst.numel]), [pad], w.range!.dstOffset), st));
         });
         continue;
@@ -96,7 +99,7 @@ export function syncFsdp2(s: Fsdp2Strategy, out: ColocateOut): number {
           for (let q = 0; q < dp; q++) {
             const from = q * p.chunk + off, m = Math.max(0, Math.min(n, total - from));
             if (!m) continue;
-            for (const w of writes) engine.writeRuntimeDirect(w.param, (dst, st) => writeSliceRange(dst, viewOf(buf, [m], q * n), from, w.range!, st));
+            for (const w of writes) session.writeInPlace(w.param, (dst, st) => writeSliceRange(dst, viewOf(buf, [m], q * n), from, w.range!, st));
           }
           if (n === 0) break;
         }
@@ -118,7 +121,7 @@ export function syncFsdp2(s: Fsdp2Strategy, out: ColocateOut): number {
           for (let q = 0; q < dp; q++) copy(viewOf(asm, [n], q * p.chunk + off), viewOf(buf, [n], q * n), { stream });
         }
       }
-      for (const w of writes) engine.writeRuntimeDirect(w.param, (dst, st) => w.write(dst, viewOf(full, p.shape), st));
+      for (const w of writes) session.writeInPlace(w.param, (dst, st) => w.write(dst, viewOf(full, p.shape), st));
       asm?.release(); // freed once the enqueued work that reads it is done
     }
   } finally {
@@ -134,7 +137,7 @@ function isWhole(w: DirectWrite): boolean {
 
 export function syncMegatron(s: MegatronStrategy, out: ColocateOut): number {
   const { cfg } = s;
-  const { engine, stream } = out;
+  const { engine, session, stream } = out;
   const tp = s.sizes.tp;
   // Expert parallel: this rank holds experts [epRank·El, (epRank+1)·El) under local indices;
   // local expert j of every ep rank arrives with one all-gather over the ep group.
@@ -160,11 +163,11 @@ export function syncMegatron(s: MegatronStrategy, out: ColocateOut): number {
         for (let q = 0; q < ep; q++) {
           const w = expertDirectWrite(cfg, engine.shard, spec.layer!, q * El + spec.expert, fc);
           const piece = viewOf(all, t.shape, q * t.numel);
-          engine.writeRuntimeDirect(w.param, (dst, st) => w.write(dst, piece, st));
+          session.writeInPlace(w.param, (dst, st) => w.write(dst, piece, st));
         }
       } else if (spec.expert !== undefined) {
         const w = expertDirectWrite(cfg, engine.shard, spec.layer!, spec.expert, spec.name.endsWith('linear_fc1.weight') ? 'fc1' : 'fc2');
-        engine.writeRuntimeDirect(w.param, (dst, st) => w.write(dst, t, st));
+        session.writeInPlace(w.param, (dst, st) => w.write(dst, t, st));
       } else if (spec.tp === 'replicated') out.writeHf(hfNameOfReplicated(spec), t);
       else if (fast) writeLocalShard(cfg, spec.name, spec.layer!, t, out);
       else {
@@ -186,15 +189,15 @@ export function syncMegatron(s: MegatronStrategy, out: ColocateOut): number {
 /** Engine tp == trainer tp: a local Megatron TP shard is (a permutation of) the engine's local runtime tensor. */
 function writeLocalShard(cfg: ModelConfig, name: string, layer: number, t: Tensor, out: ColocateOut): void {
   const p = `model.layers.${layer}`;
-  const { engine } = out;
-  const same = (param: string) => engine.writeRuntimeDirect(param, (dst, st) => copy(dst.reshape([dst.numel]), t.reshape([t.numel]), { stream: st }));
+  const { engine, session } = out;
+  const same = (param: string) => session.writeInPlace(param, (dst, st) => copy(dst.reshape([dst.numel]), t.reshape([t.numel]), { stream: st }));
   if (name.endsWith('linear_qkv.weight')) {
     const { hiddenSize: H, headDim: D, numHeads: nH, numKvHeads: nKV } = cfg;
     const g = nH / nKV;
     const groups = engine.shard.kvHeadsLocal;
     const grp = (g + 2) * D * H;
     const hl = groups * g * D * H, kvl = groups * D * H;
-    engine.writeRuntimeDirect(`${p}.self_attn.qkv_proj.weight`, (dst, st) => {
+    session.writeInPlace(`${p}.self_attn.qkv_proj.weight`, (dst, st) => {
       const flat = dst.reshape([dst.numel]);
       const src = t.reshape([t.numel]);
       stridedRead(viewOf(flat, [hl], 0), src, [groups, g * D * H], [grp, 1], 0, st);

@@ -1,8 +1,9 @@
 /**
  * ColocateSync: trainer and rollout engine on the same ranks (the strategy's ranks are
  * the engine world). A full sync turns what each rank's strategy owns into the engine's
- * processed runtime layout on the device (colocate-sources.ts) — no loader, no
- * post-load processing — on the engine's stream, after the trainer's stream (event).
+ * processed runtime layout on the device (colocate-sources.ts) — one direct session of
+ * the engine: no loader, no post-load processing — on the engine's stream, after the
+ * trainer's stream (event). A failed sync aborts the session (the engine stays usable).
  * An adapter sync (single-device LoRA strategy) sends only the adapters (rollout/lora.ts).
  * The extra device memory of a sync is measured (device peak minus what was allocated
  * before) and reported; verification is optional (verify.ts): exact fingerprints after a
@@ -82,26 +83,33 @@ export class ColocateSync {
       tensors = list.length * 2;
     } else {
       const plan = hfLoadPlan(engine.cfg, engine.shard);
-      const fault = syncFault(engine, plan, 'colocate');
-      const out: ColocateOut = {
-        engine, stream, bucketBytes: this.bucketBytes, pending: [],
-        directWrites: (name: string) => (fault?.skips(name) ? [] : hfDirectWrites(engine.cfg, engine.shard, plan, name)),
-        writeHf: (name: string, full: Tensor) => {
-          if (fault?.skips(name)) return;
-          for (const w of hfDirectWrites(engine.cfg, engine.shard, plan, name)) engine.writeRuntimeDirect(w.param, (dst, st) => w.write(dst, full, st));
-        },
-      };
+      // The whole sync is one direct session; a failure aborts it, so the engine takes the next attempt.
+      const session = engine.beginDirect();
       try {
-        if (strategy instanceof SingleDeviceStrategy) tensors = syncSingle(strategy, out);
-        else if (strategy instanceof Fsdp2Strategy) tensors = syncFsdp2(strategy, out);
-        else if (strategy instanceof MegatronStrategy) tensors = syncMegatron(strategy, out);
-        else throw new InvalidArgumentError(`ColocateSync: unsupported strategy kind ${String((strategy as TrainStrategy).kind)}.`);
+        const fault = syncFault(engine, (name) => plan.get(name), 'colocate');
+        const out: ColocateOut = {
+          engine, session, stream, bucketBytes: this.bucketBytes, pending: [],
+          directWrites: (name: string) => (fault?.skips(name) ? [] : hfDirectWrites(engine.cfg, engine.shard, plan, name)),
+          writeHf: (name: string, full: Tensor) => {
+            if (fault?.skips(name)) return;
+            for (const w of hfDirectWrites(engine.cfg, engine.shard, plan, name)) session.writeInPlace(w.param, (dst, st) => w.write(dst, full, st));
+          },
+        };
+        try {
+          if (strategy instanceof SingleDeviceStrategy) tensors = syncSingle(strategy, out);
+          else if (strategy instanceof Fsdp2Strategy) tensors = syncFsdp2(strategy, out);
+          else if (strategy instanceof MegatronStrategy) tensors = syncMegatron(strategy, out);
+          else throw new InvalidArgumentError(`ColocateSync: unsupported strategy kind ${String((strategy as TrainStrategy).kind)}.`);
+        } finally {
+          await Promise.allSettled(out.pending);
+          fault?.restore();
+        }
+        await Promise.all(out.pending);
+        fault?.after();
+        session.finish();
       } finally {
-        await Promise.allSettled(out.pending);
-        fault?.restore();
+        if (session.open) session.abort();
       }
-      await Promise.all(out.pending);
-      fault?.after();
       markEngineBaseWeights(engine);
       bytes = paramBytes(engine.cfg);
     }

@@ -44,17 +44,18 @@ export interface FaultHooks {
 
 /**
  * The armed fault's hooks for a full sync into `engine` (null when none is armed).
- * `plan`: the loader plan the sync writes through when it is not the engine's own (colocated).
+ * `entryOf`: the loader plan entry the sync writes HF tensor `name` through (colocated: its
+ * own plan; server: the reload session's), shifted in place for 'wrong-slice' until restore().
  */
-export function syncFault(engine: RolloutEngine, plan: Map<string, HfEntry> | null, mode: 'colocate' | 'server'): FaultHooks | null {
+export function syncFault(engine: RolloutEngine, entryOf: (name: string) => HfEntry | undefined, mode: 'colocate' | 'server'): FaultHooks | null {
   const f = armed;
   if (!f) return null;
   const stream = engine.stream;
   const undo: Array<() => void> = [];
   let snapshot: Tensor | null = null;
   if (f.kind === 'wrong-slice') {
-    for (const entry of [plan?.get(f.tensor), engine.entryOf(f.tensor)]) {
-      if (!entry) continue;
+    const entry = entryOf(f.tensor);
+    if (entry) {
       const old = entry.writes[0]!;
       entry.writes[0] = { ...old, start: (old.start + old.len) % old.view[old.dim]! };
       undo.push(() => (entry.writes[0] = old));

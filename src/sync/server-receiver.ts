@@ -9,6 +9,7 @@ import { viewOf } from '../parallel/local-ops.js';
 import type { ModelConfig } from '../model/config.js';
 import { perExpertNames } from '../model/params.js';
 import type { RolloutEngine } from '../rollout/engine.js';
+import type { ReloadSession } from '../rollout/weight-session.js';
 import type { Bucket, Segment } from './buckets.js';
 import { hfFromShards, hfNameOfReplicated, localShardWrites } from './megatron-hf.js';
 import { assemblies, type Assembly, type SourceHeader } from './server-plan.js';
@@ -19,11 +20,11 @@ import { assemblies, type Assembly, type SourceHeader } from './server-plan.js';
  * parameter on this rank (whole tensors like the embedding, rows of a TP slice, a local
  * shard) the broadcast delivers it there directly; otherwise it lands in a slot and is
  * sliced from there: fsdp2 chunks and whole Megatron tensors
- * (replicated, experts) are flat ranges of HF tensors (engine.loadWeightRange); Megatron
+ * (replicated, experts) are flat ranges of HF tensors (ReloadSession.loadRange); Megatron
  * TP shards go to the engine rank of the same tp rank as its local shard
- * (engine.loadLocalRange) when trainer tp == engine tp. Only with a different tp are
+ * (ReloadSession.loadLocalRange) when trainer tp == engine tp. Only with a different tp are
  * TP-split tensors re-cut on the device (hfFromShards into one reused scratch, then
- * loadWeights) — from the slot when a tensor arrives in one piece, else after assembling
+ * ReloadSession.load) — from the slot when a tensor arrives in one piece, else after assembling
  * it whole (a buffer per tensor until its last piece arrives).
  */
 export class Receiver {
@@ -39,6 +40,8 @@ export class Receiver {
 
   constructor(
     private readonly engine: RolloutEngine,
+    /** The sync's reload session on `engine`: every load goes through it. */
+    private readonly session: ReloadSession,
     private readonly cfg: ModelConfig,
     private readonly header: SourceHeader,
     private readonly stream: Stream,
@@ -91,41 +94,41 @@ export class Receiver {
 
   /** The engine-parameter region elements [off, off + n) of part `part` of `a` go to, when contiguous (else null). */
   private target(a: Assembly, part: number, off: number, n: number): Tensor | null {
-    const { engine } = this;
+    const { engine, session } = this;
     if (this.header.kind === 'fsdp2') {
       const from = part * a.partNumel + off;
-      return from + n <= numelOf(a.shape) ? engine.reloadTarget(a.name, from, n) : null; // padding is not delivered into the engine
+      return from + n <= numelOf(a.shape) ? session.target(a.name, from, n) : null; // padding is not delivered into the engine
     }
     const spec = a.spec!;
     if (spec.expert !== undefined || spec.tp === 'replicated') {
       const hit = this.wholeNames(spec).find(([, lo, hi]) => off >= lo && off + n <= hi);
-      return hit ? engine.reloadTarget(hit[0], off - hit[1], n) : null;
+      return hit ? session.target(hit[0], off - hit[1], n) : null;
     }
-    if (this.sameTp && part === engine.shard.tpRank) return engine.reloadTarget(spec.name, off, n, localShardWrites(this.cfg, spec, engine.shard));
+    if (this.sameTp && part === engine.shard.tpRank) return session.target(spec.name, off, n, localShardWrites(this.cfg, spec, engine.shard));
     return null;
   }
 
   /** Elements [off, off + piece.numel) of part `part` of `a`. */
   private write(a: Assembly, part: number, piece: Tensor, off: number): void {
-    const { engine } = this;
+    const { engine, session } = this;
     if (this.header.kind === 'fsdp2') {
       // Chunk `part` of the padded full tensor: elements part·partNumel + off… (padding dropped).
       const from = part * a.partNumel + off, m = Math.min(piece.numel, numelOf(a.shape) - from);
-      if (m > 0) engine.loadWeightRange(a.name, viewOf(piece, [m]), from);
+      if (m > 0) session.loadRange(a.name, viewOf(piece, [m]), from);
       return;
     }
     const spec = a.spec!;
     if (spec.expert !== undefined || spec.tp === 'replicated') {
       for (const [hf, lo, hi] of this.wholeNames(spec)) {
         const from = Math.max(lo, off), to = Math.min(hi, off + piece.numel);
-        if (to > from) engine.loadWeightRange(hf, viewOf(piece, [to - from], from - off), from - lo);
+        if (to > from) session.loadRange(hf, viewOf(piece, [to - from], from - off), from - lo);
       }
       return;
     }
     if (this.sameTp) {
       if (part !== engine.shard.tpRank) return; // the other engine rank's shard
       const w = localShardWrites(this.cfg, spec, engine.shard);
-      engine.loadLocalRange(w.param, piece, off, w.geometry);
+      session.loadLocalRange(w.param, piece, off, w.geometry);
       return;
     }
     if (piece.numel === a.parts * a.partNumel) {
@@ -147,18 +150,18 @@ export class Receiver {
 
   /** Every byte of `a` arrived: mark it loaded (or, assembled, re-cut and load it). */
   private finish(a: Assembly): void {
-    const { engine } = this;
+    const { engine, session } = this;
     this.done.add(a.name);
-    if (this.header.kind === 'fsdp2') engine.loadWeightDone(a.name);
-    else if (a.spec!.expert !== undefined || a.spec!.tp === 'replicated') for (const [hf] of this.wholeNames(a.spec!)) engine.loadWeightDone(hf);
-    else if (this.sameTp) engine.loadLocalDone(localShardWrites(this.cfg, a.spec!, engine.shard).param);
+    if (this.header.kind === 'fsdp2') session.loadDone(a.name);
+    else if (a.spec!.expert !== undefined || a.spec!.tp === 'replicated') for (const [hf] of this.wholeNames(a.spec!)) session.loadDone(hf);
+    else if (this.sameTp) session.loadLocalDone(localShardWrites(this.cfg, a.spec!, engine.shard).param);
     else {
       const t = this.whole.get(a.name) ?? this.open.get(a.name)!;
       const owned = !this.whole.delete(a.name);
       this.open.delete(a.name);
       // One scratch (the largest TP-split tensor) for every re-cut, reused in stream order.
       this.scratch ??= Tensor.empty(engine.device, [Math.max(...[...this.plan.values()].filter((x) => x.spec?.tp !== 'replicated' && x.spec?.expert === undefined).map((x) => x.parts * x.partNumel))], 'fp32');
-      engine.loadWeights(hfFromShards(this.cfg, a.spec!, t, a.parts, this.scratch, this.stream));
+      session.load(hfFromShards(this.cfg, a.spec!, t, a.parts, this.scratch, this.stream));
       if (owned) t.release();
     }
     this.loaded++;

@@ -13,8 +13,9 @@
  *      region of a preprocessed parameter on this rank is delivered straight into it;
  *      the rest lands in two alternating slots (sized to what goes through them) and is
  *      sliced into the parameters from there (Receiver). Nothing is assembled whole unless
- *      trainer tp != engine tp. After the last round the slots are freed and
- *      processWeightsAfterLoading() runs exactly once.
+ *      trainer tp != engine tp. The whole sync is one reload session of the engine: after
+ *      the last round the slots are freed and its finish() runs the post-load processing
+ *      once (a failed sync aborts the session, so the engine takes the next attempt).
  * Verification (optional): after a full sync, exact fingerprints of every tensor region
  * on every engine rank against the trainers' (fingerprint-check.ts); with a probe, the
  * trainers all-reduce their probe log-probs to every rank and each engine rank compares
@@ -57,7 +58,7 @@ const WAIT = { timeoutMs: 300_000 };
 const key = (name: string, part: number) => `${name}#${part}`;
 
 export class ServerSync {
-  /** Times this side ran processWeightsAfterLoading() (engine ranks: once per full sync). */
+  /** Times this side finished a reload session, i.e. ran the post-load processing (engine ranks: once per full sync). */
   processCount = 0;
   readonly stream: Stream;
 
@@ -140,54 +141,62 @@ export class ServerSync {
     const plans = strategyRanks.map((sr) => planBuckets(piecesOf(this.cfg, header, sr).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })), this.bucketBytes, { keepWhole: true }));
     const sources = this.role === 'trainer' ? this.sourceTensors(header) : null;
     const fanout = await this.fanoutComms();
-    const fault = this.engine ? syncFault(this.engine, null, 'server') : null;
-    const receiver = this.role === 'engine' ? new Receiver(this.engine!, this.cfg, header, stream) : null;
-    // Engine ranks: where each segment is received — straight into a parameter, or packed
-    // into a slot (two slots alternate, each as large as the most any bucket puts there, at
-    // most one bucket). Trainer ranks need none: a root broadcasts each segment in place
-    // from the parameter it owns (the broadcast never writes the root's buffer).
-    const routes = receiver ? plans.map((pl, r) => (fanout[r] ? pl.map((b) => receiver.route(b)) : [])) : null;
-    const slotElems = routes ? Math.max(16, ...routes.flat().map((x) => x.elems)) : 0;
-    const slots = receiver ? [0, 1].map(() => Tensor.empty(device, [slotElems], 'fp32')) : [];
-    const pending: Promise<void>[] = [];
-    let k = 0;
+    // Engine ranks: the whole sync is one reload session, whose finish() processes it once;
+    // a failure aborts it (finally), so the engine takes the next attempt.
+    const session = this.role === 'engine' ? this.engine!.beginReload() : null;
+    let receiver: Receiver | null = null;
     try {
-      const rounds = Math.max(...plans.map((p) => p.length));
-      for (let b = 0; b < rounds; b++) {
-        for (let r = 0; r < this.trainerRanks; r++) {
-          const bucket: Bucket | undefined = plans[r]![b];
-          if (!bucket) continue;
-          const c = fanout[r];
-          if (!c) continue; // another trainer rank's bucket
-          const slot = receiver ? slots[k++ % 2]! : null;
-          const route = routes?.[r]![b];
-          bucket.segments.forEach((seg, i) => {
-            const rx = receiver?.begin(seg, route!.direct[i] ?? viewOf(slot!, [seg.bytes / 4], route!.offsets[i]), !!route!.direct[i]);
-            if (seg.bytes) {
-              const buf = rx ? rx.buf : viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4);
-              pending.push(c.broadcast(buf, buf, 0, stream));
-            }
-            rx?.end();
-          });
+      const fault = session ? syncFault(this.engine!, (name) => session.entry(name), 'server') : null;
+      const rx = (receiver = session ? new Receiver(this.engine!, session, this.cfg, header, stream) : null);
+      // Engine ranks: where each segment is received — straight into a parameter, or packed
+      // into a slot (two slots alternate, each as large as the most any bucket puts there, at
+      // most one bucket). Trainer ranks need none: a root broadcasts each segment in place
+      // from the parameter it owns (the broadcast never writes the root's buffer).
+      const routes = rx ? plans.map((pl, r) => (fanout[r] ? pl.map((b) => rx.route(b)) : [])) : null;
+      const slotElems = routes ? Math.max(16, ...routes.flat().map((x) => x.elems)) : 0;
+      const slots = rx ? [0, 1].map(() => Tensor.empty(device, [slotElems], 'fp32')) : [];
+      const pending: Promise<void>[] = [];
+      let k = 0;
+      try {
+        const rounds = Math.max(...plans.map((p) => p.length));
+        for (let b = 0; b < rounds; b++) {
+          for (let r = 0; r < this.trainerRanks; r++) {
+            const bucket: Bucket | undefined = plans[r]![b];
+            if (!bucket) continue;
+            const c = fanout[r];
+            if (!c) continue; // another trainer rank's bucket
+            const slot = rx ? slots[k++ % 2]! : null;
+            const route = routes?.[r]![b];
+            bucket.segments.forEach((seg, i) => {
+              const got = rx?.begin(seg, route!.direct[i] ?? viewOf(slot!, [seg.bytes / 4], route!.offsets[i]), !!route!.direct[i]);
+              if (seg.bytes) {
+                const buf = got ? got.buf : viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4);
+                pending.push(c.broadcast(buf, buf, 0, stream));
+              }
+              got?.end();
+            });
+          }
         }
+        await Promise.all(pending);
+        for (const s of slots) s.release();
+        slots.length = 0;
+        if (rx && session) {
+          rx.checkComplete();
+          session.finish();
+          this.processCount++;
+          fault?.after();
+          markEngineBaseWeights(this.engine!);
+          await this.engine!.stream.synchronize(WAIT);
+        }
+        await stream.synchronize(WAIT);
+      } finally {
+        await Promise.allSettled(pending);
+        for (const s of slots) s.release();
+        rx?.release();
+        fault?.restore();
       }
-      await Promise.all(pending);
-      for (const s of slots) s.release();
-      slots.length = 0;
-      if (receiver) {
-        receiver.checkComplete();
-        this.engine!.processWeightsAfterLoading();
-        this.processCount++;
-        fault?.after();
-        markEngineBaseWeights(this.engine!);
-        await this.engine!.stream.synchronize(WAIT);
-      }
-      await stream.synchronize(WAIT);
     } finally {
-      await Promise.allSettled(pending);
-      for (const s of slots) s.release();
-      receiver?.release();
-      fault?.restore();
+      if (session?.open) session.abort();
     }
     const seconds = (performance.now() - t0) / 1000;
     const report = finishReport({ mode: 'server', kind: 'full', bytes: paramBytes(this.cfg), seconds, peakExtraBytes: meter.peakExtra(), tensors: receiver ? receiver.loaded : plans[comm.rank]!.reduce((a, bk) => a + bk.segments.filter((s) => s.last).length, 0) });
