@@ -5,6 +5,8 @@
  *
  *   runtime ← model ← parallel ← train | rollout ← data ← sync ← actors ← grpo ← cli ← src/index.ts, src/internal.ts
  *
+ * and inside runtime: core (the files directly in src/runtime) ← device ← comm ← actor-system.
+ *
  * train and rollout sit side by side and must not import each other; data (the
  * dataset layer) may import only runtime and model. Import cycles of runtime values
  * are forbidden everywhere (type-only imports may point back). bench/, examples/ and test/
@@ -53,8 +55,29 @@ module.exports = {
       to: { path: '^src/(index|internal)\\.ts$' },
     },
     {
+      name: 'runtime-core-imports-nothing-above',
+      comment: 'The files directly in src/runtime (errors, env, config, logger, paths, patches, native, profiler) sit below device/, comm/ and actor-system/. HINT: move the shared piece down, or pass it in.',
+      severity: 'error',
+      from: { path: '^src/runtime/[^/]+$' },
+      to: { path: '^src/runtime/(device|comm|actor-system)/' },
+    },
+    {
+      name: 'runtime-device-below-comm-and-actors',
+      comment: 'src/runtime/device may import only the runtime core and itself (comm and the actor system sit above it).',
+      severity: 'error',
+      from: { path: '^src/runtime/device/' },
+      to: { path: '^src/runtime/(comm|actor-system)/' },
+    },
+    {
+      name: 'runtime-comm-below-actors',
+      comment: 'src/runtime/comm may import the runtime core and device, not the actor system.',
+      severity: 'error',
+      from: { path: '^src/runtime/comm/' },
+      to: { path: '^src/runtime/actor-system/' },
+    },
+    {
       name: 'no-circular',
-      comment: 'No import cycles of runtime values (type-only imports are erased and may point back). HINT: move the shared piece into a leaf module both import, as src/runtime/options.ts does for device, stream and event.',
+      comment: 'No import cycles of runtime values (type-only imports are erased and may point back). HINT: move the shared piece into a leaf module both import, as src/runtime/device/options.ts does for device, stream and event.',
       severity: 'error',
       from: { path: '^src/' },
       to: { circular: true, viaOnly: { dependencyTypesNot: ['type-only'] } },

@@ -12,24 +12,24 @@ export {
 } from './runtime/errors.js';
 
 // World, actors, launch, task pool.
-export { World } from './runtime/world.js';
-export { ActorRef } from './runtime/actor-ref.js';
-export { ActorMesh } from './runtime/actor-mesh.js';
-export type { RankContext, RankActors } from './runtime/rank-context.js';
+export { World } from './runtime/actor-system/world.js';
+export { ActorRef } from './runtime/actor-system/actor-ref.js';
+export { ActorMesh } from './runtime/actor-system/actor-mesh.js';
+export type { RankContext, RankActors } from './runtime/actor-system/rank-context.js';
 export type { Logger } from './runtime/logger.js';
-export { TaskPool } from './runtime/task-pool.js';
+export { TaskPool } from './runtime/actor-system/task-pool.js';
 export type { WorldOptions, ActorSpec, CallOptions, LaunchOptions } from './runtime/config.js';
-export { launch } from './runtime/launcher.js';
+export { launch } from './runtime/actor-system/launcher.js';
 export { ENV_VARS } from './runtime/env.js';
 
 // Devices, streams, events, tensors and their ops; collectives.
-export { Device, configureDevice } from './runtime/device.js';
-export { Stream } from './runtime/stream.js';
-export { Event } from './runtime/event.js';
-export { Tensor } from './runtime/tensor.js';
-export type { DType } from './runtime/dtype.js';
-export { fill, arange, cast, add, mul, scale, axpy, permute, transpose, matmul, copy, copyPeer } from './runtime/ops.js';
-export { Communicator, type ReduceOp } from './runtime/comm.js';
+export { Device, configureDevice } from './runtime/device/device.js';
+export { Stream } from './runtime/device/stream.js';
+export { Event } from './runtime/device/event.js';
+export { Tensor } from './runtime/device/tensor.js';
+export type { DType } from './runtime/device/dtype.js';
+export { fill, arange, cast, add, mul, scale, axpy, permute, transpose, matmul, copy, copyPeer } from './runtime/device/ops.js';
+export { Communicator, type ReduceOp } from './runtime/comm/comm.js';
 
 // Device meshes, placements, DTensor.
 export { DeviceMesh } from './parallel/device-mesh.js';
@@ -39,8 +39,8 @@ export { DTensor } from './parallel/dtensor.js';
 // Model.
 export { loadModelConfig, parseModelConfig, type ModelConfig } from './model/config.js';
 export { Qwen3Model } from './model/qwen3.js';
-export { SupervisedTrainer, cosineLr } from './model/sft.js';
-export * as syntheticTask from './model/synthetic-task.js';
+export { SupervisedTrainer, cosineLr } from './grpo/sft.js';
+export * as syntheticTask from './data/synthetic-task.js';
 export { LoraConfigSchema } from './model/lora-config.js';
 
 // Training: strategies, trainer actor, losses, checkpoints.

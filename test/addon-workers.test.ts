@@ -3,7 +3,7 @@ import { existsSync, statSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { Device, Tensor, add, matmul } from '../src/runtime/device-index.js';
+import { Device, Tensor, add, matmul } from '../src/runtime/device/device-index.js';
 import { packageRoot } from '../src/runtime/native.js';
 
 const root = packageRoot();

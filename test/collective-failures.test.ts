@@ -7,8 +7,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Communicator } from '../src/runtime/comm-index.js';
-import { Device, Tensor } from '../src/runtime/device-index.js';
+import { Communicator } from '../src/runtime/comm/comm-index.js';
+import { Device, Tensor } from '../src/runtime/device/device-index.js';
 import { ensureBuilt, rankError, runAbortById, runScenario, type ErrInfo, type RankResult } from './helpers/comm-ranks.js';
 
 

@@ -1,7 +1,7 @@
 /**
  * Every collective x dtype x reduce op x {1,2,3,4,8,16} ranks x sizes (0, odd, and
  * large enough for the two-phase all-reduce), in place and out of place, compared
- * exactly with the JS reference (src/runtime/comm-reference.ts): #wrong must be 0,
+ * exactly with the JS reference (src/runtime/comm/comm-reference.ts): #wrong must be 0,
  * nccl-tests style. Each rank count runs all its cases inside one long-lived set of
  * worker ranks (real threads, real native collectives).
  */

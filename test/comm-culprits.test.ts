@@ -10,8 +10,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Communicator } from '../src/runtime/comm-index.js';
-import { explainDump, FlightDumpSchema } from '../src/runtime/trace-explain.js';
+import { Communicator } from '../src/runtime/comm/comm-index.js';
+import { explainDump, FlightDumpSchema } from '../src/runtime/actor-system/trace-explain.js';
 import { ensureBuilt, rankError, runAbortById, runScenario, type RankResult } from './helpers/comm-ranks.js';
 
 

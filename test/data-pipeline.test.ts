@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChatTemplate, PromptDataset, RewardRunner, loadTokenizer } from '../src/data/index.js';
-import { TaskPool } from '../src/runtime/task-pool.js';
+import { TaskPool } from '../src/runtime/actor-system/task-pool.js';
 import { REPO_ROOT, makeQwen3Folder } from './fixtures/data/qwen3-folder.js';
 
 let model: string;

@@ -3,9 +3,9 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RewardError, RewardRunner, builtinRewards, type RewardInput } from '../src/data/index.js';
 import { ConfigError, TimeoutError } from '../src/runtime/errors.js';
-import { TaskPool } from '../src/runtime/task-pool.js';
-import { makeProblem, reward as digitReward } from '../src/model/synthetic-task.js';
-import { rewardBatch as scoreBatch } from '../src/model/synthetic-task.js';
+import { TaskPool } from '../src/runtime/actor-system/task-pool.js';
+import { makeProblem, reward as digitReward } from '../src/data/synthetic-task.js';
+import { rewardBatch as scoreBatch } from '../src/data/synthetic-task.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const MOD = join(here, '..', 'test', 'fixtures', 'data', 'rewards.mjs');

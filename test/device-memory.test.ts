@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { Device, Tensor, configureDevice, fill, loadNative } from '../src/runtime/device-index.js';
+import { Device, Tensor, configureDevice, fill, loadNative } from '../src/runtime/device/device-index.js';
 import { DeviceOOMError, InvalidArgumentError } from '../src/runtime/errors.js';
 
 const KiB = 1024;

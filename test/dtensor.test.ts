@@ -8,9 +8,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
-import { Communicator } from '../src/runtime/comm.js';
-import { Device } from '../src/runtime/device.js';
-import { Tensor } from '../src/runtime/tensor.js';
+import { Communicator } from '../src/runtime/comm/comm.js';
+import { Device } from '../src/runtime/device/device.js';
+import { Tensor } from '../src/runtime/device/tensor.js';
 import { DTensor, DeviceMesh, Partial, Replicate, Shard, chunkRange, localBox } from '../src/parallel/index.js';
 
 beforeAll(() => ensureParallelBuilt(), 120_000);

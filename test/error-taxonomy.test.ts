@@ -6,13 +6,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { InternalError, InvalidArgumentError, InvalidStateError, AscentError } from '../src/runtime/errors.js';
-import { decodeError, encodeError, fromWireError } from '../src/runtime/error-wire.js';
-import { didYouMean } from '../src/runtime/options.js';
-import { Device } from '../src/runtime/device.js';
-import { Tensor } from '../src/runtime/tensor.js';
+import { decodeError, encodeError, fromWireError } from '../src/runtime/actor-system/error-wire.js';
+import { didYouMean } from '../src/runtime/device/options.js';
+import { Device } from '../src/runtime/device/device.js';
+import { Tensor } from '../src/runtime/device/tensor.js';
 import { RolloutEngine } from '../src/rollout/engine.js';
 import { loadModelConfig } from '../src/model/config.js';
-import { initialParams } from '../src/model/sft.js';
+import { initialParams } from '../src/model/params.js';
 
 describe('error taxonomy', () => {
   it('codes, the bug HINT of InternalError, and classes kept across the wire', () => {

@@ -7,7 +7,7 @@
  * model-kernels.test.ts (|got - want| <= tol (1 + |want|)).
  */
 import { describe, expect, it } from 'vitest';
-import { Device, Tensor, type KernelImpl } from '../src/runtime/device-index.js';
+import { Device, Tensor, type KernelImpl } from '../src/runtime/device/device-index.js';
 import { ConfigError, InvalidArgumentError, StreamError } from '../src/runtime/errors.js';
 import * as K from '../src/model/kernels/index.js';
 import * as G from './helpers/gdn-ref.js';

@@ -7,16 +7,16 @@
  * fraction of 1.
  */
 import { describe, expect, it } from 'vitest';
-import { Device } from '../src/runtime/device.js';
+import { Device } from '../src/runtime/device/device.js';
 import { loadModelConfig } from '../src/model/config.js';
-import { initialParams } from '../src/model/sft.js';
-import { makeBatch } from '../src/model/synthetic-task.js';
+import { initialParams } from '../src/model/params.js';
+import { makeBatch } from '../src/data/synthetic-task.js';
 import { SingleDeviceStrategy } from '../src/train/single.js';
 import { groupAdvantages, groupsWithSpread } from '../src/grpo/advantages.js';
 import { tokenTerms } from '../src/grpo/token-terms.js';
 import { grpoLoss } from '../src/grpo/loss.js';
 import { tokenLogprobs } from '../src/train/logprobs.js';
-import { Tensor } from '../src/runtime/tensor.js';
+import { Tensor } from '../src/runtime/device/tensor.js';
 import type { LossFn } from '../src/train/strategy.js';
 
 describe('group advantages', () => {

@@ -13,7 +13,7 @@ import { halfToFloat } from '../src/model/host-float.js';
 import { readF32Checkpoint } from '../src/train/checkpoint.js';
 import { createStrategy } from '../src/train/factory.js';
 import { parseTrainerConfig } from '../src/train/config.js';
-import { Device } from '../src/runtime/device.js';
+import { Device } from '../src/runtime/device/device.js';
 import { Checkpoint } from '../src/model/checkpoint.js';
 import { RolloutEngine } from '../src/rollout/engine.js';
 import { loadModelConfig } from '../src/model/config.js';

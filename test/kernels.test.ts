@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   DTYPES, Device, Tensor, add, loadNative, arange, axpy, cast, fill, matmul, mul, permute, scale, transpose,
   type DType, type KernelImpl,
-} from '../src/runtime/device-index.js';
+} from '../src/runtime/device/device-index.js';
 
 const d = Device.get(0);
 

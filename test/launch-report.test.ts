@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { describeRanks, groupFailures, isUsageFailure, pickCulprit, type RankOutcome } from '../src/runtime/launch-report.js';
+import { describeRanks, groupFailures, isUsageFailure, pickCulprit, type RankOutcome } from '../src/runtime/actor-system/launch-report.js';
 
 const timeout = (rank: number, missing: number[] | undefined, order: number): RankOutcome => ({
   rank,

@@ -16,7 +16,7 @@ import { readF32Checkpoint } from '../src/train/checkpoint.js';
 import { loadModelConfig } from '../src/model/config.js';
 import { toFusedParams } from '../src/model/params.js';
 import { RolloutEngine } from '../src/rollout/engine.js';
-import { Device } from '../src/runtime/device.js';
+import { Device } from '../src/runtime/device/device.js';
 import type { LossFn } from '../src/train/strategy.js';
 
 const DIR = fileURLToPath(new URL('./fixtures/parity/', import.meta.url));

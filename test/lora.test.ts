@@ -13,13 +13,13 @@
  * - training steps move only the adapters (base weights bit-identical) and lower the loss.
  */
 import { describe, expect, it } from 'vitest';
-import { Device } from '../src/runtime/device.js';
-import { Tensor } from '../src/runtime/device-index.js';
+import { Device } from '../src/runtime/device/device.js';
+import { Tensor } from '../src/runtime/device/device-index.js';
 import { ConfigError, InvalidArgumentError } from '../src/runtime/errors.js';
 import { Tape, Var } from '../src/model/autograd.js';
 import { loadModelConfig, type ModelConfig } from '../src/model/config.js';
-import { initialParams } from '../src/model/sft.js';
-import { makeBatch } from '../src/model/synthetic-task.js';
+import { initialParams } from '../src/model/params.js';
+import { makeBatch } from '../src/data/synthetic-task.js';
 import { uploadBatch } from '../src/model/qwen3.js';
 import type { HostParam } from '../src/model/param-store.js';
 import { LoraAdapters, loraParamSpecs, type LoraConfigInput } from '../src/model/index.js';

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { loadModelConfig, type ModelConfig } from '../src/model/config.js';
-import { initialParams } from '../src/model/sft.js';
+import { initialParams } from '../src/model/params.js';
 import type { HostParam } from '../src/model/param-store.js';
 import { hfToMegatron, megatronSpecs, megatronToHf, tpGather, tpSlice } from '../src/train/megatron/bridge.js';
 import { checkParallelSizes, layoutName } from '../src/train/megatron/layout.js';

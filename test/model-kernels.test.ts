@@ -12,7 +12,7 @@
  * reference: 2e-5 (the fast kernels use a ~2 ulp polynomial exp and fp32 sums).
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { Device, Tensor, loadNative, type KernelImpl, type Stream } from '../src/runtime/device-index.js';
+import { Device, Tensor, loadNative, type KernelImpl, type Stream } from '../src/runtime/device/device-index.js';
 import { StreamError, InvalidArgumentError } from '../src/runtime/errors.js';
 import * as K from '../src/model/kernels/index.js';
 import * as R from './helpers/model-ref.js';

@@ -14,8 +14,8 @@ import { readF32Checkpoint } from '../src/train/checkpoint.js';
 import { createStrategy } from '../src/train/factory.js';
 import { parseTrainerConfig } from '../src/train/config.js';
 import { loadModelConfig } from '../src/model/config.js';
-import { initialParams } from '../src/model/sft.js';
-import { Device } from '../src/runtime/device.js';
+import { initialParams } from '../src/model/params.js';
+import { Device } from '../src/runtime/device/device.js';
 import { CheckpointFormatError } from '../src/runtime/errors.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'ascent-dtypes-'));

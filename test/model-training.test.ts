@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Device, loadModelConfig, setModelPatchesEnabled, type ModelConfig } from '../src/internal.js';
-import { cosineLr, SupervisedTrainer } from '../src/model/sft.js';
-import { makeBatch } from '../src/model/synthetic-task.js';
+import { cosineLr, SupervisedTrainer } from '../src/grpo/sft.js';
+import { makeBatch } from '../src/data/synthetic-task.js';
 
 const cfgOf = (which: 'dense' | 'moe'): ModelConfig => loadModelConfig(new URL(`../examples/models/tiny-${which}/config.json`, import.meta.url).pathname);
 

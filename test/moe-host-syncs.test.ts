@@ -8,7 +8,7 @@
  * against finite differences).
  */
 import { describe, expect, it } from 'vitest';
-import { Device, Tensor, add, matmul, type KernelImpl } from '../src/runtime/device-index.js';
+import { Device, Tensor, add, matmul, type KernelImpl } from '../src/runtime/device/device-index.js';
 import * as K from '../src/model/kernels/index.js';
 import * as R from './helpers/model-ref.js';
 

@@ -63,7 +63,7 @@ describe('examples/own-project.sh in a new project outside the repository', () =
     const files = list.stdout.trim().split('\n').map((f) => f.replace(/^package\//, ''));
     const allowed = /^(LICENSE|README\.md|package\.json|binding\.gyp|scripts\/build-native\.mjs|bin\/[\w-]+\.mjs|native\/[\w/-]+\.(cc|h|inc)|dist\/src\/[\w/-]+\.(js|d\.ts))$/;
     expect(files.filter((f) => !allowed.test(f))).toEqual([]);
-    for (const f of ['LICENSE', 'README.md', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/cli/launch.js', 'dist/src/runtime/rank-worker.js', 'bin/launch.mjs', 'bin/ascent.mjs', 'native/addon.cc', 'binding.gyp', 'scripts/build-native.mjs']) {
+    for (const f of ['LICENSE', 'README.md', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/cli/launch.js', 'dist/src/runtime/actor-system/rank-worker.js', 'bin/launch.mjs', 'bin/ascent.mjs', 'native/addon.cc', 'binding.gyp', 'scripts/build-native.mjs']) {
       expect(files).toContain(f);
     }
     const license = readFileSync(join(project, 'node_modules/ascent/LICENSE'), 'utf8');

@@ -6,7 +6,7 @@
  * the contiguous dim in different places and outer dims around it, in every element size.
  */
 import { describe, expect, it } from 'vitest';
-import { Device, Tensor, cast, permute } from '../src/runtime/device-index.js';
+import { Device, Tensor, cast, permute } from '../src/runtime/device/device-index.js';
 
 const d = Device.get(0);
 

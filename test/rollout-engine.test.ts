@@ -6,10 +6,10 @@
  * both tiny-dense and tiny-moe.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Device } from '../src/runtime/device.js';
-import { initialParams } from '../src/model/sft.js';
+import { Device } from '../src/runtime/device/device.js';
+import { initialParams } from '../src/model/params.js';
 import { RolloutEngine } from '../src/rollout/index.js';
-import { EOS } from '../src/model/synthetic-task.js';
+import { EOS } from '../src/data/synthetic-task.js';
 import { cfgOf, expectedChecksums, maxRelErr, prompts, Reference } from './helpers/rollout-reference.js';
 import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
 

@@ -8,10 +8,10 @@
  * until a sync). Multi-rank slicing is checked in rollout-engine.test.ts.
  */
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Device } from '../src/runtime/device.js';
-import { Tensor } from '../src/runtime/tensor.js';
+import { Device } from '../src/runtime/device/device.js';
+import { Tensor } from '../src/runtime/device/tensor.js';
 import { InvalidArgumentError, WeightLayoutError } from '../src/runtime/errors.js';
-import { initialParams } from '../src/model/sft.js';
+import { initialParams } from '../src/model/params.js';
 import { convertExpertLayout, toHostTensors } from '../src/model/params.js';
 import { RolloutEngine, runtimeChecksum, tpShard } from '../src/rollout/index.js';
 import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';

@@ -7,12 +7,12 @@
  * fails mid-way leaves no session open, so the next sync runs.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { Device } from '../src/runtime/device.js';
-import { Tensor } from '../src/runtime/tensor.js';
-import { copy } from '../src/runtime/ops.js';
-import { viewOf } from '../src/parallel/local-ops.js';
+import { Device } from '../src/runtime/device/device.js';
+import { Tensor } from '../src/runtime/device/tensor.js';
+import { copy } from '../src/runtime/device/ops.js';
+import { viewOf } from '../src/runtime/device/views.js';
 import { InternalError, InvalidArgumentError, InvalidStateError, WeightLayoutError } from '../src/runtime/errors.js';
-import { initialParams } from '../src/model/sft.js';
+import { initialParams } from '../src/model/params.js';
 import { RolloutEngine, applyEngineAdapters } from '../src/rollout/index.js';
 import { DirectSession, ReloadSession } from '../src/rollout/weight-session.js';
 import { SingleDeviceStrategy } from '../src/train/single.js';

@@ -7,7 +7,7 @@
  * when a piece lands in one contiguous region, and where.
  */
 import { describe, expect, it } from 'vitest';
-import { Device, Tensor } from '../src/runtime/device-index.js';
+import { Device, Tensor } from '../src/runtime/device/device-index.js';
 import { contiguousTarget, writeSliceRange, type SliceGeometry } from '../src/rollout/slice-range.js';
 
 const device = Device.get(0);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { Device, Tensor, axpy, fill, scale } from '../src/runtime/device-index.js';
+import { Device, Tensor, axpy, fill, scale } from '../src/runtime/device/device-index.js';
 import { InvalidArgumentError, StreamError, TimeoutError } from '../src/runtime/errors.js';
 
 const d = Device.get(0);

@@ -6,8 +6,8 @@
  * swapped elements change it.
  */
 import { describe, expect, it } from 'vitest';
-import { Device } from '../src/runtime/device.js';
-import { Tensor, permute } from '../src/runtime/device-index.js';
+import { Device } from '../src/runtime/device/device.js';
+import { Tensor, permute } from '../src/runtime/device/device-index.js';
 import { enqueueFingerprint, flatView, type AffineView, type RegionFilter } from '../src/sync/fingerprint.js';
 
 const device = Device.get(0);

@@ -8,8 +8,8 @@
  * sync), within 1e-4. Tiny-dense (q, v, down adapted) and tiny-moe (q + fused experts).
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { Device } from '../src/runtime/device.js';
-import { initialParams } from '../src/model/sft.js';
+import { Device } from '../src/runtime/device/device.js';
+import { initialParams } from '../src/model/params.js';
 import { syntheticTask } from '../src/model/index.js';
 import { RolloutEngine } from '../src/rollout/index.js';
 import { SingleDeviceStrategy } from '../src/train/single.js';

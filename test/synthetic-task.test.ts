@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../src/runtime/errors.js';
-import { TaskPool } from '../src/runtime/task-pool.js';
+import { TaskPool } from '../src/runtime/actor-system/task-pool.js';
 import {
   BOS, DIGIT_BASE, EOS, IGNORE_INDEX, MAX_LEN, MIN_LEN, PAD, SEP, VOCAB_SIZE, detokenize, digitTokens, makeBatch, makeProblem,
   promptDigits, reward, rewardBatch,
-} from '../src/model/synthetic-task.js';
+} from '../src/data/synthetic-task.js';
 import { Prng } from '../src/model/prng.js';
 
 describe('problems', () => {
@@ -117,7 +117,7 @@ describe('reward', () => {
       const problems = Array.from({ length: 4 }, (_, i) => makeProblem(8, i));
       const arg = { prompts: problems.map((p) => p.prompt), completions: problems.map((p, i) => (i % 2 ? p.answer : p.answer.slice(0, -1))) };
       expect(rewardBatch(arg)).toEqual([0.9, 1, 0.9, 1].map((x) => expect.closeTo(x, 10)));
-      const viaPool = await pool.run<number[]>({ module: new URL('../dist/src/model/synthetic-task.js', import.meta.url), export: 'rewardBatch' }, arg);
+      const viaPool = await pool.run<number[]>({ module: new URL('../dist/src/data/synthetic-task.js', import.meta.url), export: 'rewardBatch' }, arg);
       expect(viaPool).toEqual(rewardBatch(arg));
     } finally {
       await pool.close();

@@ -11,11 +11,11 @@ import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, wri
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Device } from '../src/runtime/device.js';
+import { Device } from '../src/runtime/device/device.js';
 import { Checkpoint } from '../src/model/checkpoint.js';
 import { loadModelConfig } from '../src/model/config.js';
-import { initialParams } from '../src/model/sft.js';
-import { makeBatch } from '../src/model/synthetic-task.js';
+import { initialParams } from '../src/model/params.js';
+import { makeBatch } from '../src/data/synthetic-task.js';
 import { SingleDeviceStrategy } from '../src/train/single.js';
 import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../src/train/checkpoint.js';
 import { ensureParallelBuilt, ROOT } from './helpers/parallel-launch.js';

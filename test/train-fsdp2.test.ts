@@ -12,7 +12,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ensureParallelBuilt, launchFixture, type LaunchRun } from './helpers/parallel-launch.js';
 import { loadModelConfig } from '../src/model/config.js';
-import { initialParams } from '../src/model/sft.js';
+import { initialParams } from '../src/model/params.js';
 import { hostFromGathered, planLayout, shardFromHost } from '../src/train/fsdp2/layout.js';
 
 beforeAll(() => ensureParallelBuilt(), 120_000);

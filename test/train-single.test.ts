@@ -5,10 +5,11 @@
  * state exactly (two strategies stepped from the same state stay bit-identical).
  */
 import { describe, expect, it } from 'vitest';
-import { Device } from '../src/runtime/device.js';
+import { Device } from '../src/runtime/device/device.js';
 import { loadModelConfig, type ModelConfig } from '../src/model/config.js';
-import { initialParams, SupervisedTrainer } from '../src/model/sft.js';
-import { makeBatch } from '../src/model/synthetic-task.js';
+import { SupervisedTrainer } from '../src/grpo/sft.js';
+import { initialParams } from '../src/model/params.js';
+import { makeBatch } from '../src/data/synthetic-task.js';
 import { SingleDeviceStrategy } from '../src/train/single.js';
 
 const cfgOf = (which: 'dense' | 'moe'): ModelConfig => loadModelConfig(new URL(`../examples/models/tiny-${which}/config.json`, import.meta.url).pathname);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { Device, Tensor, add, axpy, copyPeer, loadNative, matmul } from '../src/runtime/device-index.js';
+import { Device, Tensor, add, axpy, copyPeer, loadNative, matmul } from '../src/runtime/device/device-index.js';
 import { InvalidArgumentError } from '../src/runtime/errors.js';
 
 const d0 = Device.get(0);

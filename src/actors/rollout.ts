@@ -4,9 +4,9 @@
  * replica with the same prompts (the engine's collectives need all of them) and reads
  * the result from any of them (tokens and log-probs are identical on every TP rank).
  */
-import type { Communicator } from '../runtime/comm.js';
+import type { Communicator } from '../runtime/comm/comm.js';
 import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
-import type { RankContext } from '../runtime/rank-context.js';
+import type { RankContext } from '../runtime/actor-system/rank-context.js';
 import type { ModelConfig } from '../model/config.js';
 import { RolloutEngine, type GenerateResult, type SamplingParams } from '../rollout/index.js';
 

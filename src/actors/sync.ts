@@ -3,9 +3,9 @@
  * the mode's coordinator (src/sync: ColocateSync or ServerSync). `sync()` is
  * collective over every rank of the run: the controller calls it on all ranks.
  */
-import type { Communicator } from '../runtime/comm.js';
+import type { Communicator } from '../runtime/comm/comm.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
-import type { RankContext } from '../runtime/rank-context.js';
+import type { RankContext } from '../runtime/actor-system/rank-context.js';
 import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/index.js';
 import type { TrainStrategy } from '../train/strategy.js';

@@ -14,9 +14,9 @@
  * together).
  */
 import { exportHfModel, type SaveDtype } from '../train/hf-export.js';
-import type { Communicator } from '../runtime/comm.js';
+import type { Communicator } from '../runtime/comm/comm.js';
 import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
-import type { RankContext } from '../runtime/rank-context.js';
+import type { RankContext } from '../runtime/actor-system/rank-context.js';
 import type { HostParam } from '../model/param-store.js';
 import { rowLogprobs, type RowLogprobs } from '../train/logprobs.js';
 import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../train/checkpoint.js';

@@ -11,7 +11,7 @@
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
 import { InvalidArgumentError } from '../runtime/errors.js';
-import { explainDump, formatReport, readDumps } from '../runtime/trace-explain.js';
+import { explainDump, formatReport, readDumps } from '../runtime/actor-system/trace-explain.js';
 import { registerInspect } from './inspect.js';
 import { registerPlot } from './plot.js';
 import { registerSchema } from './schema.js';

@@ -9,10 +9,10 @@
 import { Command, CommanderError, Option } from 'commander';
 import { LaunchOptionsSchema, formatIssues } from '../runtime/config.js';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
-import { EXIT_USAGE, launch } from '../runtime/launcher.js';
-import { resolveModuleUrl } from '../runtime/module-loader.js';
+import { EXIT_USAGE, launch } from '../runtime/actor-system/launcher.js';
+import { resolveModuleUrl } from '../runtime/actor-system/module-loader.js';
 import { parsePatchSwitch } from '../runtime/patches.js';
-import { ascentVersion } from '../runtime/run-meta.js';
+import { ascentVersion } from '../runtime/actor-system/run-meta.js';
 
 const ENTRY_EXT = /\.(ts|mts|cts|js|mjs|cjs)$/;
 

@@ -2,7 +2,7 @@
  * Built-in reward functions, referable by name (`{ builtin: 'accuracy', column: 'answer' }`).
  * They run in the Piscina pool like user rewards; options arrive in `input.options`.
  */
-import { rewardBatch } from '../model/synthetic-task.js';
+import { rewardBatch } from './synthetic-task.js';
 import type { RewardInput, RewardValues } from './reward-types.js';
 
 /**

@@ -6,3 +6,4 @@ export * from './dataset.js';
 export * from './reward-types.js';
 export * from './rewards.js';
 export * as builtinRewards from './builtin-rewards.js';
+export * as syntheticTask from './synthetic-task.js';

@@ -8,7 +8,7 @@
 import { basename } from 'node:path';
 import { AscentError, ConfigError, TimeoutError } from '../runtime/errors.js';
 import { builtFile } from '../runtime/paths.js';
-import type { TaskPool } from '../runtime/task-pool.js';
+import type { TaskPool } from '../runtime/actor-system/task-pool.js';
 import { RewardsConfigSchema, parseConfig, type RewardSpec, type RewardsConfig } from './config.js';
 import type { RewardInput, RewardValues } from './reward-types.js';
 

@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { ConfigError } from '../runtime/errors.js';
-import type { RankContext } from '../runtime/rank-context.js';
+import type { RankContext } from '../runtime/actor-system/rank-context.js';
 import type { GrpoConfigInput } from './config.js';
 import { checkGrpoConfig, runGrpo, type GrpoSummary } from './driver.js';
 

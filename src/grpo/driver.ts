@@ -18,10 +18,10 @@
  */
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { Communicator } from '../runtime/comm.js';
+import type { Communicator } from '../runtime/comm/comm.js';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
-import type { RankContext } from '../runtime/rank-context.js';
-import { TaskPool } from '../runtime/task-pool.js';
+import type { RankContext } from '../runtime/actor-system/rank-context.js';
+import { TaskPool } from '../runtime/actor-system/task-pool.js';
 import { loadModelConfig } from '../model/config.js';
 import { latestCheckpoint, readTrainerState } from '../train/checkpoint.js';
 import { modelConfigPath } from '../train/factory.js';

@@ -3,7 +3,7 @@
  * `ascent launch --nproc N <this file> [flags]`): flags and `--config` as src/grpo/cli.ts
  * reads them, no defaults beyond the config schema's (a model is required).
  */
-import type { RankContext } from '../runtime/rank-context.js';
+import type { RankContext } from '../runtime/actor-system/rank-context.js';
 import { checkGrpoArgs, grpoMain } from './cli.js';
 
 /** Called once by launch before the ranks start: a bad flag is one line, exit 2. */

@@ -8,3 +8,4 @@ export { RunLog, readRunLog, runLogMode, checkRunLogTarget, RUN_LOG_FORMAT, type
 export { buildTrainBatch, alignToTargets, assembleRows, type Sequences } from './rollout-batch.js';
 export { runGrpo, type GrpoSummary } from './driver.js';
 export { checkGrpoArgs, grpoMain, grpoConfigFromArgs } from './cli.js';
+export { SupervisedTrainer, cosineLr, type StepResult } from './sft.js';

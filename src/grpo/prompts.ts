@@ -16,12 +16,12 @@
 import { dirname, resolve } from 'node:path';
 import { existsSync, statSync } from 'node:fs';
 import { ConfigError } from '../runtime/errors.js';
-import { detokenize, EOS, makeProblem, VOCAB_SIZE } from '../model/synthetic-task.js';
+import { detokenize, EOS, makeProblem, VOCAB_SIZE } from '../data/synthetic-task.js';
 import { loadTokenizer, type LoadedTokenizer } from '../data/tokenizer.js';
 import { ChatTemplate } from '../data/chat-template.js';
 import { PromptDataset } from '../data/dataset.js';
 import type { DatasetConfig } from '../data/config.js';
-import { makeBatch } from '../model/synthetic-task.js';
+import { makeBatch } from '../data/synthetic-task.js';
 import type { TrainBatch } from '../train/strategy.js';
 import { buildTrainBatch } from './rollout-batch.js';
 

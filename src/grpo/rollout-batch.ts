@@ -6,7 +6,7 @@
  * that token.
  */
 import { InvalidArgumentError } from '../runtime/errors.js';
-import { IGNORE_INDEX, PAD } from '../model/synthetic-task.js';
+import { IGNORE_INDEX, PAD } from '../data/synthetic-task.js';
 import type { TrainBatch } from '../train/strategy.js';
 
 export interface Sequences {

@@ -15,7 +15,7 @@ import { appendFileSync, existsSync, mkdirSync, readFileSync, statSync, truncate
 import { randomUUID } from 'node:crypto';
 import { dirname } from 'node:path';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
-import { runMeta, type RunMeta } from '../runtime/run-meta.js';
+import { runMeta, type RunMeta } from '../runtime/actor-system/run-meta.js';
 
 export const RUN_LOG_FORMAT = 'ascent.grpo.log/1';
 

@@ -5,7 +5,7 @@
  * learning rate of its place in the schedule. Returns what the step logs: loss and
  * gradient norm averaged over its optimizer steps, the loss's stats summed over all of them.
  */
-import type { ActorMesh } from '../runtime/actor-mesh.js';
+import type { ActorMesh } from '../runtime/actor-system/actor-mesh.js';
 import type { TrainStepResult } from '../actors/trainer.js';
 import type { TrainerActor } from '../actors/trainer.js';
 import type { TrainBatch } from '../train/strategy.js';

@@ -13,7 +13,7 @@
  * gradients); `release()` frees them. Leaf gradients belong to the leaf's owner,
  * which zeroes them between steps.
  */
-import { add, axpy, fill, Tensor, type Stream } from '../runtime/device-index.js';
+import { add, axpy, fill, Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
 import type { KernelImpl } from '../runtime/patches.js';
 

@@ -10,7 +10,7 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
-import { describe } from '../runtime/dtype.js';
+import { describe } from '../runtime/device/dtype.js';
 import { removeFile } from './file-ops.js';
 import { isJsonObject, parseStrictJson } from './strict-json.js';
 import { MAX_HEADER_BYTES, SafetensorsFile, asFormatError, atomicWrite, tensorBytes, writeSafetensors, type TensorInfo, type TensorSource } from './safetensors.js';

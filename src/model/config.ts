@@ -13,7 +13,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
-import { describe } from '../runtime/dtype.js';
+import { describe } from '../runtime/device/dtype.js';
 
 export const MODEL_TYPES = ['qwen3', 'qwen3_moe'] as const;
 export type ModelType = (typeof MODEL_TYPES)[number];

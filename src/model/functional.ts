@@ -3,7 +3,7 @@
  * stream, with the implementation the model-patch registry picks (fast, or the
  * reference kernel when patches are off), and records its backward.
  */
-import { add as addOp, matmul, type Tensor } from '../runtime/device-index.js';
+import { add as addOp, matmul, type Tensor } from '../runtime/device/device-index.js';
 import type { KernelImpl } from '../runtime/patches.js';
 import { registerPatch } from '../runtime/patches.js';
 import { Var, type Tape } from './autograd.js';

@@ -3,7 +3,7 @@
  * src/model/kernels/gdn.ts), on the tape's stream with the implementation
  * ASCENT_GDN_BACKEND selects. Model wiring (Qwen3.5 layers) builds on these.
  */
-import { Tensor } from '../runtime/tensor.js';
+import { Tensor } from '../runtime/device/tensor.js';
 import { Var, type Tape } from './autograd.js';
 import * as K from './kernels/index.js';
 

@@ -1,6 +1,6 @@
 /**
  * Public API of the model layer (host side): HF config, safetensors and sharded checkpoints,
- * parameter specs and expert layouts, the synthetic task. Re-exported by src/index.ts.
+ * parameter specs and expert layouts. Re-exported by src/index.ts.
  */
 export {
   MODEL_TYPES, ROPE_TYPES, parseModelConfig, loadModelConfig, isMoeLayer, toHFConfig,
@@ -16,16 +16,14 @@ export {
   type ShardedIndex, type CheckpointTensor, type ShardedWriteOptions,
 } from './checkpoint.js';
 export {
-  EXPERT_LAYOUTS, paramSpecs, detectExpertLayout, convertExpertLayout, checkParamsAgainstConfig, initParams, toHostTensors,
+  EXPERT_LAYOUTS, paramSpecs, detectExpertLayout, convertExpertLayout, checkParamsAgainstConfig, initParams, initialParams, toHostTensors,
   fusedExpertNames, perExpertNames,
   type ExpertLayout, type ParamKind, type ParamSpec, type HostTensor,
 } from './params.js';
 export { Prng } from './prng.js';
-export * as syntheticTask from './synthetic-task.js';
 export { Tape, Var, type TapeOptions } from './autograd.js';
 export { ParamStore, type AdamWHyper, type HostParam } from './param-store.js';
 export { Qwen3Model, uploadBatch, type Batch as ModelBatch } from './qwen3.js';
-export { SupervisedTrainer, cosineLr, initialParams, type StepResult } from './sft.js';
 export * as kernels from './kernels/index.js';
 export * as functional from './functional.js';
 export {

@@ -11,7 +11,7 @@
  * [T, in] floats per adapted projection and step; fine for the model sizes here, and the
  * place to swap in an on-device Philox kernel later.
  */
-import { axpy, copy, mul, scale, Tensor } from '../runtime/device-index.js';
+import { axpy, copy, mul, scale, Tensor } from '../runtime/device/device-index.js';
 import type { Tape, Var } from './autograd.js';
 import * as F from './functional.js';
 import { hashString, mixSeed, Prng } from './prng.js';

@@ -19,7 +19,7 @@
  * gathered adapter Vars. `merge()` / `unmerge()` fold s·B·A into (out of) the base weights on
  * the device; while merged, the hooks refuse to run (they would apply the update twice).
  */
-import { axpy, matmul, Tensor, type Stream } from '../runtime/device-index.js';
+import { axpy, matmul, Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import type { Tape, Var } from './autograd.js';
 import type { ModelConfig } from './config.js';

@@ -3,7 +3,7 @@
  * gradient buffers and AdamW state. MoE experts are held in the Transformers-5
  * fused layout (gate_up_proj [E, 2I, H], down_proj [E, H, I]).
  */
-import { copy, fill, Tensor, type Device, type Stream } from '../runtime/device-index.js';
+import { copy, fill, Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { Var } from './autograd.js';
 import type { ModelConfig } from './config.js';

@@ -256,6 +256,11 @@ export function fromHostTensors(tensors: ReadonlyMap<string, HostTensor>): Map<s
 }
 
 /** Full HF-named fp32 parameters in the fused expert layout (converted when they are per-expert). */
+/** Seeded initial parameters in the fused expert layout, as fp32 host arrays. */
+export function initialParams(cfg: ModelConfig, seed: number): Map<string, { shape: number[]; data: Float32Array }> {
+  return toFusedParams(initParams(cfg, seed), cfg);
+}
+
 export function toFusedParams(params: ReadonlyMap<string, { shape: readonly number[]; data: Float32Array }>, cfg: ModelConfig): Map<string, { shape: number[]; data: Float32Array }> {
   if (!cfg.moe || detectExpertLayout(params.keys(), cfg) !== 'per-expert') return new Map([...params].map(([n, p]) => [n, { shape: [...p.shape], data: p.data }]));
   return fromHostTensors(convertExpertLayout(toHostTensors(params), cfg, 'fused'));

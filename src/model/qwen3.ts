@@ -5,7 +5,7 @@
  * MoE block + residual] → final RMSNorm → LM head (tied to the embedding when
  * the config says so). Parameters carry HF names (see params.ts).
  */
-import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
+import { Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
 import type { Var, Tape } from './autograd.js';
 import { isMoeLayer, type ModelConfig } from './config.js';
 import * as F from './functional.js';

@@ -20,8 +20,8 @@ import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
-import { describe } from '../runtime/dtype.js';
-import type { DType } from '../runtime/dtype.js';
+import { describe } from '../runtime/device/dtype.js';
+import type { DType } from '../runtime/device/dtype.js';
 import { beforeFileOp, createFile, renamePath, syncDir, syncFile } from './file-ops.js';
 import { StrictJsonError, isJsonObject, parseStrictJson, type JsonObject, type JsonValue } from './strict-json.js';
 

@@ -11,9 +11,9 @@
  * rank that passes a wrong shape fails at once instead of leaving its peers waiting
  * (they time out in the split with a CollectiveTimeoutError naming it).
  */
-import { didYouMean } from '../runtime/options.js';
-import { Communicator, type SplitOptions } from '../runtime/comm.js';
-import { describe } from '../runtime/dtype.js';
+import { didYouMean } from '../runtime/device/options.js';
+import { Communicator, type SplitOptions } from '../runtime/comm/comm.js';
+import { describe } from '../runtime/device/dtype.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 
 export interface DeviceMeshOptions {

@@ -31,15 +31,15 @@
  * Shard(d) is one strided read of the chunk; Shard(a) -> Shard(b) is one permute of
  * the input, n strided reads of the received blocks and one permute of the result.
  */
-import type { Communicator } from '../runtime/comm.js';
-import type { DType } from '../runtime/dtype.js';
-import { describe } from '../runtime/dtype.js';
+import type { Communicator } from '../runtime/comm/comm.js';
+import type { DType } from '../runtime/device/dtype.js';
+import { describe } from '../runtime/device/dtype.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
-import { add as addOp, copy as copyOp, fill, mul as mulOp } from '../runtime/ops.js';
-import type { Stream } from '../runtime/stream.js';
-import { Tensor, numelOf } from '../runtime/tensor.js';
+import { add as addOp, copy as copyOp, fill, mul as mulOp } from '../runtime/device/ops.js';
+import type { Stream } from '../runtime/device/stream.js';
+import { Tensor, numelOf } from '../runtime/device/tensor.js';
 import { DeviceMesh } from './device-mesh.js';
-import { Temps, copyRange, inversePermutation, narrow, permuteOrView, stridedRead, viewOf } from './local-ops.js';
+import { Temps, copyRange, inversePermutation, narrow, permuteOrView, stridedRead, viewOf } from '../runtime/device/views.js';
 import {
   Replicate, chunkRange, chunkSize, formatPlacements, localBox, normalizePlacements, samePlacement, samePlacements,
   type PartialPlacement, type Placement,

@@ -10,9 +10,9 @@
  * A list of placements has one entry per mesh dim; shards of the same tensor dim on
  * several mesh dims nest in mesh-dim order (torch's "left to right" rule).
  */
-import type { ReduceOp } from '../runtime/comm.js';
-import { REDUCE_OPS } from '../runtime/comm.js';
-import { describe } from '../runtime/dtype.js';
+import type { ReduceOp } from '../runtime/comm/comm.js';
+import { REDUCE_OPS } from '../runtime/comm/comm.js';
+import { describe } from '../runtime/device/dtype.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import type { DeviceMesh } from './device-mesh.js';
 

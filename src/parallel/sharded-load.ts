@@ -25,12 +25,12 @@
  *
  * The host holds one full tensor at a time (the host is not the scarce memory here).
  */
-import { didYouMean } from '../runtime/options.js';
-import type { Communicator } from '../runtime/comm.js';
-import { describe } from '../runtime/dtype.js';
+import { didYouMean } from '../runtime/device/options.js';
+import type { Communicator } from '../runtime/comm/comm.js';
+import { describe } from '../runtime/device/dtype.js';
 import { AscentError, CheckpointFormatError, InvalidArgumentError, errorFromCode } from '../runtime/errors.js';
-import type { Stream } from '../runtime/stream.js';
-import { Tensor, numelOf } from '../runtime/tensor.js';
+import type { Stream } from '../runtime/device/stream.js';
+import { Tensor, numelOf } from '../runtime/device/tensor.js';
 import { Checkpoint } from '../model/checkpoint.js';
 import { DEVICE_DTYPE, safetensorsDTypeSize, type SafetensorsDType } from '../model/safetensors.js';
 import { toFloat32 } from '../model/host-float.js';

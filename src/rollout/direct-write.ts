@@ -15,9 +15,9 @@
  * Per-expert HF gate_proj / up_proj are not direct-writable (their processed columns
  * interleave with the other half); they are a loader (full reload) input.
  */
-import type { Stream, Tensor } from '../runtime/device-index.js';
+import type { Stream, Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
-import { stridedRead, viewOf } from '../parallel/local-ops.js';
+import { stridedRead, viewOf } from '../runtime/device/views.js';
 import type { ModelConfig } from '../model/config.js';
 import type { HfEntry, SliceWrite } from './loader.js';
 import type { TpShard } from './tp-shard.js';

@@ -20,11 +20,11 @@
  * read per decode step (the sampled tokens, to check EOS) — the scheduler's only sync.
  * Log-probs follow the convention in sampling-params.ts.
  */
-import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
-import type { Communicator } from '../runtime/comm.js';
+import { Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
+import type { Communicator } from '../runtime/comm/comm.js';
 import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
-import { checkOptions } from '../runtime/device.js';
-import { describe } from '../runtime/dtype.js';
+import { checkOptions } from '../runtime/device/device.js';
+import { describe } from '../runtime/device/dtype.js';
 import type { ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { forward, type ForwardContext } from './forward.js';

@@ -11,9 +11,9 @@
  * All-reduces are enqueued on the stream (ordered with the kernels around them); their
  * completion promises are collected in `pending` for the caller to await.
  */
-import { Tensor, type Stream } from '../runtime/device-index.js';
-import { add, matmul } from '../runtime/ops.js';
-import type { Communicator } from '../runtime/comm.js';
+import { Tensor, type Stream } from '../runtime/device/device-index.js';
+import { add, matmul } from '../runtime/device/ops.js';
+import type { Communicator } from '../runtime/comm/comm.js';
 import { patchImpl } from '../runtime/patches.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';

@@ -6,8 +6,8 @@
  * writes are plain device copies at host-computed offsets. Sleep offloads it to the
  * host (level 1) or drops it (level 2); wake allocates it again.
  */
-import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
-import { copy } from '../runtime/ops.js';
+import { Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
+import { copy } from '../runtime/device/ops.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 
 export interface KvCacheShape {

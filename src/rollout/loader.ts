@@ -10,10 +10,10 @@
  * gate_up_proj [E, 2I, H] seen as [E, 2, I, H] sliced on dim 2 is exactly the
  * preprocessed w13_weight [E, 2·Im_tp, H]; down_proj [E, H, I] sliced on dim 2 is w2_weight.
  */
-import { Tensor, type Stream } from '../runtime/device-index.js';
-import { copy } from '../runtime/ops.js';
+import { Tensor, type Stream } from '../runtime/device/device-index.js';
+import { copy } from '../runtime/device/ops.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
-import { describe } from '../runtime/dtype.js';
+import { describe } from '../runtime/device/dtype.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import { fusedExpertNames, perExpertNames, type HostTensor } from '../model/params.js';
 import type { RuntimeParam, RuntimeParams } from './runtime-params.js';

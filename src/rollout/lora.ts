@@ -9,7 +9,7 @@
  * base. The writes are one DirectSession, so no post-load processing can run; nothing else
  * changes.
  */
-import { axpy, copy, fill, matmul, Tensor } from '../runtime/device-index.js';
+import { axpy, copy, fill, matmul, Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { hfDirectWrites } from './direct-write.js';
 import type { RolloutEngine } from './engine.js';

@@ -18,8 +18,8 @@
  * the loader has filled, and every transition is checked here.
  */
 import { createHash } from 'node:crypto';
-import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
-import { stridedRead } from '../parallel/local-ops.js';
+import { Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
+import { stridedRead } from '../runtime/device/views.js';
 import { InvalidArgumentError, WeightLayoutError } from '../runtime/errors.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import type { TpShard } from './tp-shard.js';

@@ -9,9 +9,8 @@
  * temperature explicitly and gives the same numbers for the same sequences.
  */
 import { InvalidArgumentError } from '../runtime/errors.js';
-import { describe } from '../runtime/dtype.js';
-import { checkOptions } from '../runtime/device.js';
-import { EOS } from '../model/synthetic-task.js';
+import { describe } from '../runtime/device/dtype.js';
+import { checkOptions } from '../runtime/device/device.js';
 
 export interface SamplingParams {
   /** Tokens to generate at most per prompt (required). */
@@ -41,6 +40,9 @@ function num(v: unknown, name: string, ok: (x: number) => boolean, expected: str
 
 const isInt = (x: number) => Number.isSafeInteger(x);
 
+/** The default stop token: id 2, the EOS of the built-in digit task and of the tiny example models. */
+const DEFAULT_EOS = 2;
+
 export function resolveSampling(p: SamplingParams, vocabSize: number): ResolvedSampling {
   checkOptions(p, KEYS, 'generate()');
   if (p === undefined) throw new InvalidArgumentError('generate() requires sampling params with at least { maxTokens }.', { argument: 'params' });
@@ -50,7 +52,7 @@ export function resolveSampling(p: SamplingParams, vocabSize: number): ResolvedS
     topK: num(p.topK ?? 0, 'topK', (x) => isInt(x) && x >= 0, 'a non-negative integer (0 = all tokens)'),
     topP: num(p.topP ?? 1, 'topP', (x) => x > 0 && x <= 1, 'a number in (0, 1]'),
     seed: num(p.seed ?? 0, 'seed', (x) => isInt(x) && x >= 0, 'a non-negative integer < 2^53'),
-    eosTokenId: num(p.eosTokenId ?? EOS, 'eosTokenId', (x) => isInt(x) && x >= 0 && x < vocabSize, `a token id in [0, ${vocabSize})`),
+    eosTokenId: num(p.eosTokenId ?? DEFAULT_EOS, 'eosTokenId', (x) => isInt(x) && x >= 0 && x < vocabSize, `a token id in [0, ${vocabSize})`),
     stopTokenIds: stopIds(p.stopTokenIds, vocabSize),
   };
 }

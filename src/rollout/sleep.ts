@@ -5,8 +5,8 @@
  * ('dropped'; wake allocates fresh memory and the parameters stay 'dropped' until weights
  * are written again, so a generate() in between is a WeightLayoutError, never garbage).
  */
-import { Tensor, type Stream } from '../runtime/device-index.js';
-import { copy } from '../runtime/ops.js';
+import { Tensor, type Stream } from '../runtime/device/device-index.js';
+import { copy } from '../runtime/device/ops.js';
 import type { RuntimeParams } from './runtime-params.js';
 
 export type SleepLevel = 1 | 2;

@@ -12,9 +12,9 @@
  * piece by piece (each element written exactly once over all pieces) instead of being
  * assembled first. The whole tensor is the piece with from = 0.
  */
-import type { Stream, Tensor } from '../runtime/device-index.js';
-import { copy } from '../runtime/ops.js';
-import { stridedRead, viewOf } from '../parallel/local-ops.js';
+import type { Stream, Tensor } from '../runtime/device/device-index.js';
+import { copy } from '../runtime/device/ops.js';
+import { stridedRead, viewOf } from '../runtime/device/views.js';
 
 /** The geometry of a slice write (a subset of loader.ts SliceWrite). */
 export interface SliceGeometry {

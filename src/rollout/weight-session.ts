@@ -19,10 +19,10 @@
  * completely loaded) changes nothing and leaves the session open: load what is missing
  * and finish again, or abort().
  */
-import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
-import { copy } from '../runtime/ops.js';
+import { Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
+import { copy } from '../runtime/device/ops.js';
 import { InvalidArgumentError, InvalidStateError, WeightLayoutError } from '../runtime/errors.js';
-import { describe } from '../runtime/dtype.js';
+import { describe } from '../runtime/device/dtype.js';
 import type { ModelConfig } from '../model/config.js';
 import { hfNameOfPart, loadLocal, loadOne, loadRange, markLoaded, markLocalLoaded, rangeTarget, type HfEntry, type WeightSource } from './loader.js';
 import { checkWriteShape, type RuntimeParams } from './runtime-params.js';

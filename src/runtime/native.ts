@@ -93,7 +93,7 @@ export interface NativeDeviceStats {
   totalAllocs: number;
 }
 
-// ---- communicators (native/comm/communicator.cc; owned by the comm layer, src/runtime/comm.ts) ----
+// ---- communicators (native/comm/communicator.cc; owned by the comm layer, src/runtime/comm/comm.ts) ----
 
 /**
  * One rank's communicator. Counts are per rank (NCCL convention), offsets in

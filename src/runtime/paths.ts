@@ -20,7 +20,7 @@ function findPackageRoot(start: string): string {
 
 export const PACKAGE_ROOT = findPackageRoot(dirname(fileURLToPath(import.meta.url)));
 
-/** URL of a built file under dist/src, e.g. `builtFile('runtime/rank-worker.js')`. */
+/** URL of a built file under dist/src, e.g. `builtFile('runtime/actor-system/rank-worker.js')`. */
 export function builtFile(rel: string): URL {
   const path = join(PACKAGE_ROOT, 'dist', 'src', rel);
   if (!existsSync(path)) {

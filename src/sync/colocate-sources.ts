@@ -17,9 +17,9 @@
  *   straight to the engine's shards (qkv de-interleaved per query group, fc1 = gate ‖ up
  *   already); otherwise each TP-split tensor is all-gathered over tp and re-cut.
  */
-import { copy, Tensor, type Stream } from '../runtime/device-index.js';
+import { copy, Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError, InternalError } from '../runtime/errors.js';
-import { stridedRead, viewOf } from '../parallel/local-ops.js';
+import { stridedRead, viewOf } from '../runtime/device/views.js';
 import type { ModelConfig } from '../model/config.js';
 import { paramSpecs } from '../model/params.js';
 import type { RolloutEngine } from '../rollout/engine.js';

@@ -9,9 +9,9 @@
  * before) and reported; verification is optional (verify.ts): exact fingerprints after a
  * full sync (fingerprint-check.ts), the probe's log-prob parity when a probe is given.
  */
-import { Tensor } from '../runtime/device-index.js';
+import { Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError, WeightSyncError, InvalidStateError } from '../runtime/errors.js';
-import { checkOptions } from '../runtime/device.js';
+import { checkOptions } from '../runtime/device/device.js';
 import { hfDirectWrites } from '../rollout/direct-write.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { applyEngineAdapters, engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';

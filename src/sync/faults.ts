@@ -12,8 +12,8 @@
  *   scale         `param` multiplied by `factor`
  *   process-twice the post-load processing (the experts' dim swap) applied a second time
  */
-import { copy, permute, scale, axpy, Tensor } from '../runtime/device-index.js';
-import { stridedRead, viewOf } from '../parallel/local-ops.js';
+import { copy, permute, scale, axpy, Tensor } from '../runtime/device/device-index.js';
+import { stridedRead, viewOf } from '../runtime/device/views.js';
 import type { HfEntry } from '../rollout/loader.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 

@@ -12,8 +12,8 @@
  *      same WeightSyncError, naming each engine rank that differs, the tensor and both
  *      fingerprints.
  */
-import { Tensor, type Stream } from '../runtime/device-index.js';
-import type { Communicator } from '../runtime/comm.js';
+import { Tensor, type Stream } from '../runtime/device/device-index.js';
+import type { Communicator } from '../runtime/comm/comm.js';
 import { WeightSyncError } from '../runtime/errors.js';
 import type { ModelConfig } from '../model/config.js';
 import { hfLoadPlan } from '../rollout/loader.js';

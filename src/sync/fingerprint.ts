@@ -9,7 +9,7 @@
  * exactly; changing one element always changes it (mix64 is a bijection of the bits for a
  * fixed index), moving elements changes it except with probability ~2^-64.
  */
-import { Tensor, type Stream } from '../runtime/device-index.js';
+import { Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 
 /** Element i (multi-index) is local element localOffset + Σ i_d·local_d, canonical index globalOffset + Σ i_d·global_d. */

@@ -13,8 +13,8 @@
  * by expertDirectWrite (colocate) or as HF per-expert gate/up/down views (server).
  */
 import { InternalError } from '../runtime/errors.js';
-import type { Stream, Tensor } from '../runtime/device-index.js';
-import { stridedRead, viewOf } from '../parallel/local-ops.js';
+import type { Stream, Tensor } from '../runtime/device/device-index.js';
+import { stridedRead, viewOf } from '../runtime/device/views.js';
 import type { ModelConfig } from '../model/config.js';
 import type { MegatronSpec } from '../train/megatron/bridge.js';
 import type { TpShard } from '../rollout/tp-shard.js';

@@ -3,7 +3,7 @@
  * device-memory meter: extra bytes = device peak during the sync minus what was
  * allocated when it started (Device.resetPeakStats + stats()).
  */
-import type { Device } from '../runtime/device-index.js';
+import type { Device } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import type { ModelConfig } from '../model/config.js';
 import { paramSpecs } from '../model/params.js';

@@ -6,8 +6,8 @@
  * affected runtime parameters as base + scaling·B·A (rollout/lora.ts). No full reload,
  * no post-load processing.
  */
-import type { Communicator } from '../runtime/comm.js';
-import { Tensor, type Stream } from '../runtime/device-index.js';
+import type { Communicator } from '../runtime/comm/comm.js';
+import { Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import type { LoraAdapters } from '../model/lora.js';
 import type { HostParam } from '../model/param-store.js';

@@ -3,9 +3,9 @@
  * goes and how it reaches the engine's preprocessed parameters, without building
  * whole-model (or, when trainer tp == engine tp, any whole-tensor) temporaries.
  */
-import { copy, Tensor, type Stream } from '../runtime/device-index.js';
+import { copy, Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
-import { viewOf } from '../parallel/local-ops.js';
+import { viewOf } from '../runtime/device/views.js';
 import type { ModelConfig } from '../model/config.js';
 import { perExpertNames } from '../model/params.js';
 import type { RolloutEngine } from '../rollout/engine.js';

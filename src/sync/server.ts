@@ -22,11 +22,11 @@
  * its own. Every engine rank's verdict is all-gathered, so trainer and engine ranks
  * return (or throw) the same, naming the engine rank that differs.
  */
-import { Tensor, type Stream } from '../runtime/device-index.js';
-import type { Communicator } from '../runtime/comm.js';
+import { Tensor, type Stream } from '../runtime/device/device-index.js';
+import type { Communicator } from '../runtime/comm/comm.js';
 import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
-import { checkOptions } from '../runtime/device.js';
-import { viewOf } from '../parallel/local-ops.js';
+import { checkOptions } from '../runtime/device/device.js';
+import { viewOf } from '../runtime/device/views.js';
 import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { serverAdapterSync } from './server-lora.js';

@@ -12,7 +12,7 @@
  *   tensors on rank (0, 0); experts (whole per expert) on tp rank 0 of the first
  *   expert-data-parallel replica, at their global expert index.
  */
-import type { Tensor } from '../runtime/device-index.js';
+import type { Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import type { ModelConfig } from '../model/config.js';
 import { fusedExpertNames } from '../model/params.js';

@@ -4,8 +4,8 @@
  * write) makes every rank throw instead of leaving the others waiting in the next
  * collective.
  */
-import type { Communicator } from '../runtime/comm.js';
-import { Tensor } from '../runtime/device-index.js';
+import type { Communicator } from '../runtime/comm/comm.js';
+import { Tensor } from '../runtime/device/device-index.js';
 
 export async function anyRank(comm: Communicator, flag: boolean): Promise<boolean> {
   if (comm.size === 1) return flag;

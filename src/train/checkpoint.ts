@@ -20,14 +20,14 @@
 import { toFloat32 } from '../model/host-float.js';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Communicator } from '../runtime/comm.js';
+import type { Communicator } from '../runtime/comm/comm.js';
 import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.js';
 import { Checkpoint, writeCheckpoint } from '../model/checkpoint.js';
 import { parseModelConfig, type ModelConfig } from '../model/config.js';
 import type { HostParam } from '../model/param-store.js';
 import type { TensorSource } from '../model/safetensors.js';
 import { isJsonObject, parseStrictJson, type JsonValue } from '../model/strict-json.js';
-import { describe } from '../runtime/dtype.js';
+import { describe } from '../runtime/device/dtype.js';
 import { makeDir } from '../model/file-ops.js';
 import { exists, LATEST_FILE, latestCheckpoint, publishStep, stepDirName, writeJson } from './checkpoint-dir.js';
 import { anyRank } from './any-rank.js';

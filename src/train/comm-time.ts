@@ -3,7 +3,7 @@
  * flight recorders: the union of [started, ended] intervals of ops that overlap the
  * window (waiting for peers included, as a profiler would show it).
  */
-import type { Communicator } from '../runtime/comm.js';
+import type { Communicator } from '../runtime/comm/comm.js';
 
 export function commMillis(comms: readonly Communicator[], fromMs: number, toMs: number): number {
   const spans: Array<[number, number]> = [];

@@ -5,14 +5,13 @@
  */
 import { existsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { Communicator } from '../runtime/comm.js';
-import type { Device } from '../runtime/device-index.js';
+import type { Communicator } from '../runtime/comm/comm.js';
+import type { Device } from '../runtime/device/device-index.js';
 import { ConfigError } from '../runtime/errors.js';
 import { loadModelConfig, type ModelConfig } from '../model/config.js';
 import type { HostParam } from '../model/param-store.js';
-import { toFusedParams } from '../model/params.js';
+import { initialParams, toFusedParams } from '../model/params.js';
 import { readF32Checkpoint } from './checkpoint.js';
-import { initialParams } from '../model/sft.js';
 import type { TrainerConfig } from './config.js';
 import { Fsdp2Strategy } from './fsdp2/strategy.js';
 import { loadFsdp2Shards } from './fsdp2/load-shards.js';

@@ -3,7 +3,7 @@
  * (g·gᵀ, fp32 accumulation) and in-place scaling. A strategy sums the squares of what
  * it owns, all-reduces that one number over its ranks and reads it once on the host.
  */
-import { add, copy, matmul, scale, type Stream, type Tensor } from '../runtime/device-index.js';
+import { add, copy, matmul, scale, type Stream, type Tensor } from '../runtime/device/device-index.js';
 
 /** Σ over `tensors` of Σ g², as a [1, 1] fp32 tensor on the stream (caller releases). */
 export function sumSquares(tensors: readonly Tensor[], stream: Stream): Tensor | null {

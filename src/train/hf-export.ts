@@ -17,7 +17,7 @@
 import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Communicator } from '../runtime/comm.js';
+import type { Communicator } from '../runtime/comm/comm.js';
 import { CheckpointFormatError, ConfigError } from '../runtime/errors.js';
 import { writeCheckpoint } from '../model/checkpoint.js';
 import { convertExpertLayout, fromHostTensors, toHostTensors } from '../model/params.js';

@@ -4,7 +4,7 @@
  * eval-mode pass that reads them for a rank's rows of a batch (old-policy, reference and
  * weight-sync probe log-probs all come from it).
  */
-import { Tensor } from '../runtime/device-index.js';
+import { Tensor } from '../runtime/device/device-index.js';
 import type { Tape, Var } from '../model/autograd.js';
 import { PATCHES } from '../model/functional.js';
 import * as K from '../model/kernels/index.js';

@@ -2,11 +2,11 @@
  * Data-parallel row shares of a global batch and the default loss (token-mean
  * cross-entropy over the whole global batch).
  */
-import { Tensor } from '../runtime/device-index.js';
+import { Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import * as F from '../model/functional.js';
-import { IGNORE_INDEX } from '../model/synthetic-task.js';
-import type { Stream } from '../runtime/device-index.js';
+import { IGNORE_INDEX } from '../model/labels.js';
+import type { Stream } from '../runtime/device/device-index.js';
 import type { LocalRows, LossFn, LossTerms, StepLoss, TrainBatch } from './strategy.js';
 
 /** Checks a global batch's shapes (every strategy calls this first). */

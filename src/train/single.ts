@@ -3,7 +3,7 @@
  * reference the sharded strategies are checked against, and the 1-rank row of the
  * trainer benchmark.
  */
-import { Tensor, type Device } from '../runtime/device-index.js';
+import { Tensor, type Device } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { patchImpl } from '../runtime/patches.js';
 import { Tape } from '../model/autograd.js';

@@ -10,8 +10,8 @@
  * HF names and the Transformers-5 fused expert layout, so the results of two
  * strategies on the same seed and batch can be compared directly.
  */
-import type { Communicator } from '../runtime/comm.js';
-import type { Tensor } from '../runtime/device-index.js';
+import type { Communicator } from '../runtime/comm/comm.js';
+import type { Tensor } from '../runtime/device/device-index.js';
 import type { Tape, Var } from '../model/autograd.js';
 import type { ModelConfig } from '../model/config.js';
 import type { AdamWHyper, HostParam } from '../model/param-store.js';

@@ -9,8 +9,8 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { expect } from 'vitest';
-import { Communicator } from '../../src/runtime/comm-index.js';
-import { Device } from '../../src/runtime/device-index.js';
+import { Communicator } from '../../src/runtime/comm/comm-index.js';
+import { Device } from '../../src/runtime/device/device-index.js';
 import { packageRoot } from '../../src/runtime/native.js';
 
 const root = packageRoot();

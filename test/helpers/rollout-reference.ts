@@ -4,14 +4,14 @@
  * cache. Logits, token log-probs (K.tokenLogprobs) and a greedy decode that re-runs the
  * full forward every step (host argmax, ties to the lower id like K.sample).
  */
-import { Device } from '../../src/runtime/device.js';
-import { Tensor } from '../../src/runtime/tensor.js';
+import { Device } from '../../src/runtime/device/device.js';
+import { Tensor } from '../../src/runtime/device/tensor.js';
 import { loadModelConfig, type ModelConfig } from '../../src/model/config.js';
 import { Tape } from '../../src/model/autograd.js';
 import { ParamStore, type HostParam } from '../../src/model/param-store.js';
 import { Qwen3Model, uploadBatch } from '../../src/model/qwen3.js';
-import { initialParams } from '../../src/model/sft.js';
-import { makeProblem, EOS } from '../../src/model/synthetic-task.js';
+import { initialParams } from '../../src/model/params.js';
+import { makeProblem, EOS } from '../../src/data/synthetic-task.js';
 import * as K from '../../src/model/kernels/index.js';
 import { runtimeChecksum } from '../../src/rollout/index.js';
 

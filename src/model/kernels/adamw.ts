@@ -1,6 +1,6 @@
 /** AdamW optimizer step, in place (native/kernels/model/adamw.cc). */
 import { InvalidArgumentError } from '../../runtime/errors.js';
-import type { Tensor } from '../../runtime/tensor.js';
+import type { Tensor } from '../../runtime/device/tensor.js';
 import { enqueue, intArg, numberArg, placement, shapeArg, tensorArg, type KernelOptions } from './common.js';
 
 export interface AdamWOptions extends KernelOptions {

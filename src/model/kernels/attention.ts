@@ -1,5 +1,5 @@
 /** Causal grouped-query attention: forward, backward, KV-cache decode (native/kernels/model/attention.cc). */
-import type { Tensor } from '../../runtime/tensor.js';
+import type { Tensor } from '../../runtime/device/tensor.js';
 import { enqueue, fail, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 function dims(fn: string, q: Tensor, k: Tensor): { B: number; S: number; nH: number; nKV: number; D: number } {

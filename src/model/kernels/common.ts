@@ -1,16 +1,16 @@
 /**
- * Shared validation for the model kernels, in the style of src/runtime/ops.ts:
+ * Shared validation for the model kernels, in the style of src/runtime/device/ops.ts:
  * every tensor live, contiguous, on the stream's device, with the expected dtype
  * and shape, every option known, all checked in TS with precise messages before
  * one native enqueue (stream.native.modelOp) with plain numbers and handles.
  * Nothing is allocated or enqueued when validation fails.
  */
-import { checkOptions, type Device } from '../../runtime/device.js';
-import { describe, type DType } from '../../runtime/dtype.js';
+import { checkOptions, type Device } from '../../runtime/device/device.js';
+import { describe, type DType } from '../../runtime/device/dtype.js';
 import { InvalidArgumentError } from '../../runtime/errors.js';
 import type { NativeModelOps } from '../../runtime/native.js';
-import type { Stream } from '../../runtime/stream.js';
-import { Tensor, resolveStream } from '../../runtime/tensor.js';
+import type { Stream } from '../../runtime/device/stream.js';
+import { Tensor, resolveStream } from '../../runtime/device/tensor.js';
 
 export type KernelImpl = 'fast' | 'reference';
 

@@ -1,6 +1,6 @@
 /** Token embedding lookup and its scatter-add backward (native/kernels/model/embedding.cc). */
-import { DTYPE_CODE } from '../../runtime/dtype.js';
-import type { Tensor } from '../../runtime/tensor.js';
+import { DTYPE_CODE } from '../../runtime/device/dtype.js';
+import type { Tensor } from '../../runtime/device/tensor.js';
 import { enqueue, intArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 /**

@@ -6,7 +6,7 @@
  */
 import { envString } from '../../runtime/env.js';
 import { ConfigError } from '../../runtime/errors.js';
-import type { Tensor } from '../../runtime/tensor.js';
+import type { Tensor } from '../../runtime/device/tensor.js';
 import {
   boolArg, enqueue, fail, intArg, numberArg, placement, shapeArg, tensorArg, withOutputs, type KernelImpl, type KernelOptions, type Placement,
 } from './common.js';

@@ -1,6 +1,6 @@
 /** Log-softmax, cross-entropy, token log-probs and their backward (native/kernels/model/softmax_ce.cc). */
-import { scale as scaleOp } from '../../runtime/ops.js';
-import type { Tensor } from '../../runtime/tensor.js';
+import { scale as scaleOp } from '../../runtime/device/ops.js';
+import type { Tensor } from '../../runtime/device/tensor.js';
 import { enqueue, intArg, numberArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 export const IGNORE_INDEX = -100;

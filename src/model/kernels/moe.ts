@@ -10,9 +10,9 @@
  *   ys  = groupedMatmul(h, down_proj [E, H, I], offsets)           [T*k, H]
  *   y   = moeCombine(ys, order, weights)                           [T, H]
  */
-import { DTYPE_CODE, type DType } from '../../runtime/dtype.js';
-import { checkDType } from '../../runtime/dtype.js';
-import type { Tensor } from '../../runtime/tensor.js';
+import { DTYPE_CODE, type DType } from '../../runtime/device/dtype.js';
+import { checkDType } from '../../runtime/device/dtype.js';
+import type { Tensor } from '../../runtime/device/tensor.js';
 import { boolArg, enqueue, fail, intArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 export interface MoeDispatchResult {

@@ -1,5 +1,5 @@
 /** RMSNorm forward and backward (native/kernels/model/rmsnorm.cc). */
-import type { Tensor } from '../../runtime/tensor.js';
+import type { Tensor } from '../../runtime/device/tensor.js';
 import { enqueue, numberArg, placement, prod, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 export interface RmsNormResult {

@@ -1,5 +1,5 @@
 /** Rotary position embedding, rotate-half convention (native/kernels/model/rope.cc). */
-import type { Tensor } from '../../runtime/tensor.js';
+import type { Tensor } from '../../runtime/device/tensor.js';
 import { enqueue, fail, numberArg, placement, prod, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 function ropeImpl(fn: string, x: Tensor, positions: Tensor, theta: number, inverse: boolean, options?: KernelOptions): Tensor {

@@ -1,5 +1,5 @@
 /** MoE router: softmax, top-k, optional renormalisation, and backward (native/kernels/model/router.cc). */
-import type { Tensor } from '../../runtime/tensor.js';
+import type { Tensor } from '../../runtime/device/tensor.js';
 import { boolArg, enqueue, fail, intArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 export interface RouterResult {

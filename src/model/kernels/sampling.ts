@@ -6,8 +6,8 @@
  */
 import { InvalidArgumentError } from '../../runtime/errors.js';
 import { loadNative } from '../../runtime/native.js';
-import type { Tensor } from '../../runtime/tensor.js';
-import { Device } from '../../runtime/device.js';
+import type { Tensor } from '../../runtime/device/tensor.js';
+import { Device } from '../../runtime/device/device.js';
 import { enqueue, intArg, numberArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 export interface SampleOptions extends KernelOptions {

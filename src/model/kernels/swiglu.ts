@@ -1,5 +1,5 @@
 /** SwiGLU activation, separate or fused gate_up, and backward (native/kernels/model/swiglu.cc). */
-import type { Tensor } from '../../runtime/tensor.js';
+import type { Tensor } from '../../runtime/device/tensor.js';
 import { enqueue, fail, placement, prod, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 function rows(fn: string, t: Tensor, name: string): [number, number] {

@@ -14,7 +14,7 @@
  * so a missing, unexpected or misshapen tensor stops every rank with one error naming the
  * tensors and the checkpoint.
  */
-import type { Communicator } from '../../runtime/comm.js';
+import type { Communicator } from '../../runtime/comm/comm.js';
 import { CheckpointFormatError } from '../../runtime/errors.js';
 import { isMoeLayer, type ModelConfig } from '../../model/config.js';
 import { checkParamsAgainstConfig, fusedExpertNames, perExpertNames } from '../../model/params.js';

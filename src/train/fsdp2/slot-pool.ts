@@ -11,7 +11,7 @@
  * previous user's reads (FIFO), like a stream-ordered caching allocator. Peak memory
  * is therefore (slots in use at once) x (slot size), whatever the host/stream lag.
  */
-import { Tensor, type Device } from '../../runtime/device-index.js';
+import { Tensor, type Device } from '../../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../../runtime/errors.js';
 
 export class SlotPool {

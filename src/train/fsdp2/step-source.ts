@@ -14,8 +14,8 @@
  * the input gradients) but get no gradient slot and no reduce-scatter.
  */
 import { InvalidArgumentError } from '../../runtime/errors.js';
-import type { Communicator } from '../../runtime/comm.js';
-import type { Stream, Tensor } from '../../runtime/device-index.js';
+import type { Communicator } from '../../runtime/comm/comm.js';
+import type { Stream, Tensor } from '../../runtime/device/device-index.js';
 import { Var, type Tape } from '../../model/autograd.js';
 import type { ModelConfig } from '../../model/config.js';
 import type { ModelBlock, ParamSource } from '../../model/qwen3.js';

@@ -18,8 +18,8 @@
  *   carry the adapters by PEFT name (grads and moments: adapters only), loraState()
  *   gathers the adapters alone (for an adapter-only weight sync).
  */
-import { copy, fill, Tensor, type Device, type Stream } from '../../runtime/device-index.js';
-import type { Communicator } from '../../runtime/comm.js';
+import { copy, fill, Tensor, type Device, type Stream } from '../../runtime/device/device-index.js';
+import type { Communicator } from '../../runtime/comm/comm.js';
 import { InvalidArgumentError, InvalidStateError } from '../../runtime/errors.js';
 import { patchImpl } from '../../runtime/patches.js';
 import { Tape } from '../../model/autograd.js';
@@ -30,7 +30,7 @@ import { Qwen3Model, uploadBatch, type ParamSource } from '../../model/qwen3.js'
 import { LoraAdapters, loraParamSpecs, loraStepSeed, type LoraHooks } from '../../model/lora.js';
 import type { LoraConfigInput } from '../../model/lora-config.js';
 import type { DeviceMesh } from '../../parallel/device-mesh.js';
-import { viewOf } from '../../parallel/local-ops.js';
+import { viewOf } from '../../runtime/device/views.js';
 import type { HostShard } from '../../parallel/sharded-load.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
 import { anyRank } from '../any-rank.js';

@@ -4,9 +4,9 @@
  * parameters, and the reduce-scatter (sum) of the unit's unsharded flat gradient into
  * this rank's shard gradient. Layout: see layout.ts.
  */
-import { axpy, fill, type Stream, type Tensor } from '../../runtime/device-index.js';
-import type { Communicator } from '../../runtime/comm.js';
-import { copyRange, stridedRead, viewOf } from '../../parallel/local-ops.js';
+import { axpy, fill, type Stream, type Tensor } from '../../runtime/device/device-index.js';
+import type { Communicator } from '../../runtime/comm/comm.js';
+import { copyRange, stridedRead, viewOf } from '../../runtime/device/views.js';
 import type { FlatUnit } from './layout.js';
 import type { SlotPool } from './slot-pool.js';
 

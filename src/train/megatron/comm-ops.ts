@@ -11,8 +11,8 @@
  * Collective promises go to a PendingComms, awaited at the end of the step so a failed
  * collective surfaces as a rejection of forwardBackward (never unhandled).
  */
-import { Tensor } from '../../runtime/device-index.js';
-import type { Communicator } from '../../runtime/comm.js';
+import { Tensor } from '../../runtime/device/device-index.js';
+import type { Communicator } from '../../runtime/comm/comm.js';
 import { Var, type Tape } from '../../model/autograd.js';
 
 /** Completion promises of the collectives one step enqueued. */

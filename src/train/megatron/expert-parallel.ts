@@ -16,8 +16,8 @@
  * Backward runs the reverse all-to-alls (comm-ops.ts). The row permutations are
  * moeGather with k = 1 (its backward scatters rows back).
  */
-import { copy, Tensor } from '../../runtime/device-index.js';
-import type { Communicator } from '../../runtime/comm.js';
+import { copy, Tensor } from '../../runtime/device/device-index.js';
+import type { Communicator } from '../../runtime/comm/comm.js';
 import type { Tape, Var } from '../../model/autograd.js';
 import * as F from '../../model/functional.js';
 import * as K from '../../model/kernels/index.js';

@@ -14,7 +14,7 @@
  * gate rows then up rows; experts stacked), equal to tpSlice() of the full Megatron tensors.
  * The whole manifest is checked against the config on every rank before any data moves.
  */
-import type { Communicator } from '../../runtime/comm.js';
+import type { Communicator } from '../../runtime/comm/comm.js';
 import { CheckpointFormatError, InternalError } from '../../runtime/errors.js';
 import type { ModelConfig } from '../../model/config.js';
 import type { HostParam } from '../../model/param-store.js';

@@ -15,7 +15,7 @@
  * Dropout masks are windows of the single-device global mask (dropoutMaskWindow):
  * this dp rank's token rows and, for row-parallel inputs, this TP rank's columns.
  */
-import { copy, fill, permute, Tensor } from '../../runtime/device-index.js';
+import { copy, fill, permute, Tensor } from '../../runtime/device/device-index.js';
 import type { Tape, Var } from '../../model/autograd.js';
 import type { ModelConfig } from '../../model/config.js';
 import * as F from '../../model/functional.js';

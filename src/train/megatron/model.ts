@@ -14,7 +14,7 @@
  * parallel A replicated / B sharded on out, row parallel A sharded on in / B replicated),
  * the local experts' grouped matmuls through `expertsHook` (see lora-hook.ts).
  */
-import type { Communicator } from '../../runtime/comm.js';
+import type { Communicator } from '../../runtime/comm/comm.js';
 import type { Tape, Var } from '../../model/autograd.js';
 import { isMoeLayer, type ModelConfig } from '../../model/config.js';
 import * as F from '../../model/functional.js';

@@ -7,7 +7,7 @@
  * Forward: one permute to [g+2, T, nKV, D] (parts become contiguous), then q is
  * permuted back; backward writes dq / dk / dv into one buffer and permutes it back.
  */
-import { copy, fill, permute, Tensor } from '../../runtime/device-index.js';
+import { copy, fill, permute, Tensor } from '../../runtime/device/device-index.js';
 import { Var, type Tape } from '../../model/autograd.js';
 import { viewOf } from './views.js';
 

@@ -26,8 +26,8 @@
  *   adapters only, as the single-device LoRA); loraState() gathers the adapters alone
  *   (the tensors an adapter-only weight sync needs).
  */
-import { axpy, copy, fill, Tensor, type Stream } from '../../runtime/device-index.js';
-import type { Communicator } from '../../runtime/comm.js';
+import { axpy, copy, fill, Tensor, type Stream } from '../../runtime/device/device-index.js';
+import type { Communicator } from '../../runtime/comm/comm.js';
 import { InvalidArgumentError } from '../../runtime/errors.js';
 import { patchImpl } from '../../runtime/patches.js';
 import { DeviceMesh } from '../../parallel/device-mesh.js';

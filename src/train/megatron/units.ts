@@ -14,7 +14,7 @@
  * all-reduced as ONE collective per group; `acc` accumulates the reduced steps (what
  * zeroGrad clears, clipping scales and AdamW reads).
  */
-import { fill, Tensor, type Device, type Stream } from '../../runtime/device-index.js';
+import { fill, Tensor, type Device, type Stream } from '../../runtime/device/device-index.js';
 import { Var } from '../../model/autograd.js';
 import type { HostParam } from '../../model/param-store.js';
 import { concat, expertNames, type MegatronSpec } from './bridge.js';

@@ -3,8 +3,8 @@
  * tensors (bucketed gradients, the fused local experts seen per expert). A view
  * shares its buffer, so only the owner of the flat tensor may release it.
  */
-import { Tensor } from '../../runtime/device-index.js';
-import { dtypeSize } from '../../runtime/dtype.js';
+import { Tensor } from '../../runtime/device/device-index.js';
+import { dtypeSize } from '../../runtime/device/dtype.js';
 
 /** The tensor of `shape` starting `elemOffset` elements into contiguous `base`. */
 export function viewOf(base: Tensor, elemOffset: number, shape: readonly number[]): Tensor {

@@ -6,7 +6,7 @@
  */
 import { Device, checkOptions } from './device.js';
 import { DTYPE_CODE, checkDType, describe, dtypeSize, isFloatDType, type DType } from './dtype.js';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError } from '../errors.js';
 import type { Stream } from './stream.js';
 import { Tensor, resolveStream } from './tensor.js';
 

@@ -7,7 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { arch, cpus, hostname, loadavg, platform } from 'node:os';
-import { PACKAGE_ROOT } from './paths.js';
+import { PACKAGE_ROOT } from '../paths.js';
 
 export interface GitInfo {
   commit: string;

@@ -3,4 +3,4 @@ export {
   Communicator, REDUCE_OPS, COMM_DTYPES,
   type ReduceOp, type InitRankOptions, type SplitOptions, type CommTimeouts, type CommSettings, type FlightRecord, type FlightEntry, type FlightMark,
 } from './comm.js';
-export { CollectiveMismatchError, CollectiveTimeoutError, CommAbortedError, P2PDeadlockError } from './errors.js';
+export { CollectiveMismatchError, CollectiveTimeoutError, CommAbortedError, P2PDeadlockError } from '../errors.js';

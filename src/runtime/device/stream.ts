@@ -8,8 +8,8 @@ import { checkTimeout, type SynchronizeOptions } from './options.js';
 
 export { checkTimeout, type SynchronizeOptions } from './options.js';
 import { describe } from './dtype.js';
-import { InvalidArgumentError, TimeoutError } from './errors.js';
-import { profiler } from './profiler.js';
+import { InvalidArgumentError, TimeoutError } from '../errors.js';
+import { profiler } from '../profiler.js';
 import type { Event } from './event.js';
 import {
   enqueueWithCompletion,
@@ -19,7 +19,7 @@ import {
   type NativePendingOp,
   type NativeStream,
   type NativeStreamStats,
-} from './native.js';
+} from '../native.js';
 
 export type PendingOp = NativePendingOp;
 export type StreamStats = NativeStreamStats;

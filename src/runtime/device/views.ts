@@ -4,12 +4,12 @@
  * with offsets), narrow(), and permutes that become free views when only size-1
  * dims move. Every function validates in TS before enqueueing.
  */
-import type { DeviceBuffer } from '../runtime/device.js';
-import { dtypeSize } from '../runtime/dtype.js';
-import { InvalidArgumentError } from '../runtime/errors.js';
-import { copy, permute } from '../runtime/ops.js';
-import type { Stream } from '../runtime/stream.js';
-import { Tensor, numelOf } from '../runtime/tensor.js';
+import type { DeviceBuffer } from './device.js';
+import { dtypeSize } from './dtype.js';
+import { InvalidArgumentError } from '../errors.js';
+import { copy, permute } from './ops.js';
+import type { Stream } from './stream.js';
+import { Tensor, numelOf } from './tensor.js';
 
 /** A contiguous view of `shape` starting `elemOffset` elements into `t` (shares t's buffer: release one of them only). */
 export function viewOf(t: Tensor, shape: readonly number[], elemOffset = 0): Tensor {

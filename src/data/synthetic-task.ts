@@ -13,8 +13,8 @@
  * pool (`rewardBatch` takes the single argument a pool task gets).
  */
 import { InvalidArgumentError } from '../runtime/errors.js';
-import { describe } from '../runtime/dtype.js';
-import { Prng, mixSeed } from './prng.js';
+import { describe } from '../runtime/device/dtype.js';
+import { Prng, mixSeed } from '../model/prng.js';
 
 export const PAD = 0;
 export const BOS = 1;
@@ -26,7 +26,8 @@ export const NUM_DIGITS = 10;
 export const MIN_LEN = 4;
 export const MAX_LEN = 8;
 /** Targets at prompt and padding positions (the PyTorch cross-entropy default). */
-export const IGNORE_INDEX = -100;
+export { IGNORE_INDEX } from '../model/labels.js';
+import { IGNORE_INDEX } from '../model/labels.js';
 /** Best reward of a completion that is not an exact match (so exact is always strictly better). */
 export const PARTIAL_CREDIT_MAX = 0.9;
 

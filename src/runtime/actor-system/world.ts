@@ -16,15 +16,15 @@ import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import * as Comlink from 'comlink';
 import { ActorMesh, type BroadcastErrorHandler } from './actor-mesh.js';
 import { ActorRef, nodePortEndpoint, RankLiveness } from './actor-ref.js';
-import { ActorSpecSchema, parseConfig, WorldOptionsSchema, type ActorSpec, type ResolvedWorldOptions, type WorldOptions } from './config.js';
-import { Communicator } from './comm.js';
-import { configureDevice } from './device.js';
-import { envBytes, envInt, applyRuntimeEnvDefaults, validateEnv } from './env.js';
+import { ActorSpecSchema, parseConfig, WorldOptionsSchema, type ActorSpec, type ResolvedWorldOptions, type WorldOptions } from '../config.js';
+import { Communicator } from '../comm/comm.js';
+import { configureDevice } from '../device/device.js';
+import { envBytes, envInt, applyRuntimeEnvDefaults, validateEnv } from '../env.js';
 import { decodeError, fromWireError, installComlinkErrorHandler } from './error-wire.js';
-import { ActorDiedError, AscentError, InvalidArgumentError, TimeoutError } from './errors.js';
+import { ActorDiedError, AscentError, InvalidArgumentError, TimeoutError } from '../errors.js';
 import { resolveModuleUrl } from './module-loader.js';
-import { loadNative } from './native.js';
-import { builtFile } from './paths.js';
+import { loadNative } from '../native.js';
+import { builtFile } from '../paths.js';
 import { RankOutput } from './rank-output.js';
 import type { BrokerApi, RankEvent, RankHostApi, RankWorkerData } from './rank-protocol.js';
 import { TaskPool } from './task-pool.js';
@@ -143,7 +143,7 @@ export class World extends EventEmitter<WorldEvents> {
 
   private async start(spmd?: SpmdOptions): Promise<void> {
     const { size } = this.options;
-    const workerUrl = builtFile('runtime/rank-worker.js');
+    const workerUrl = builtFile('runtime/actor-system/rank-worker.js');
     const callTimeoutMs = this.options.callTimeoutMs ?? envInt('ASCENT_ACTOR_CALL_TIMEOUT_MS')!;
     const ready: Promise<void>[] = [];
     for (let rank = 0; rank < size; rank++) {

@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError } from '../errors.js';
 import { assertTsIsEsm } from './ts-module-kind.js';
 
 const TS_EXT = /\.(c|m)?tsx?$/;

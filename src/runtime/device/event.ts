@@ -1,7 +1,7 @@
 /** Events order work across streams and time it (elapsedTime in ms). */
 import type { Device } from './device.js';
-import { InvalidArgumentError } from './errors.js';
-import { awaitCompletion, enqueueWithCompletion, isCompletionPending, loadNative, type NativeEvent } from './native.js';
+import { InvalidArgumentError } from '../errors.js';
+import { awaitCompletion, enqueueWithCompletion, isCompletionPending, loadNative, type NativeEvent } from '../native.js';
 import type { Stream } from './stream.js';
 import { checkTimeout, type SynchronizeOptions } from './options.js';
 

@@ -11,9 +11,9 @@
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { LaunchOptionsSchema, parseConfig, type LaunchOptions } from './config.js';
-import { validateEnv } from './env.js';
-import type { AscentError } from './errors.js';
+import { LaunchOptionsSchema, parseConfig, type LaunchOptions } from '../config.js';
+import { validateEnv } from '../env.js';
+import type { AscentError } from '../errors.js';
 import { describeRanks, groupFailures, isCollectiveError, isFailure, isUsageFailure, pickCulprit, type RankEnd, type RankErrorInfo, type RankOutcome } from './launch-report.js';
 import { importModule, resolveModuleUrl } from './module-loader.js';
 import { World } from './world.js';

@@ -4,7 +4,7 @@
  * `callOne(rank)`, and `broadcast` (every rank, no reply awaited).
  */
 import type { ActorRef, CallOpts, MethodArgs, MethodName, MethodResult } from './actor-ref.js';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError } from '../errors.js';
 
 export type BroadcastErrorHandler = (err: Error, rank: number, actor: string, method: string) => void;
 

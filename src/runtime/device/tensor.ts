@@ -6,8 +6,8 @@
  */
 import { Device, checkOptions, checkOrdinal, checkSize, importBuffer, type DeviceBuffer } from './device.js';
 import { DTYPE_CODE, checkDType, describe, dtypeSize, isFloatDType, type DType } from './dtype.js';
-import { InvalidArgumentError, InvalidStateError } from './errors.js';
-import { enqueueWithCompletion } from './native.js';
+import { InvalidArgumentError, InvalidStateError } from '../errors.js';
+import { enqueueWithCompletion } from '../native.js';
 import type { Stream } from './stream.js';
 import { checkTimeout } from './stream.js';
 

@@ -4,8 +4,8 @@
  * (reading 'apply')"; the guard answers with an InvalidArgumentError naming the
  * actor, the method and the methods it has.
  */
-import { InvalidArgumentError } from './errors.js';
-import { profiler } from './profiler.js';
+import { InvalidArgumentError } from '../errors.js';
+import { profiler } from '../profiler.js';
 
 /** Callable members of `obj`, own and inherited (not Object's own, not the constructor). */
 export function actorMethods(obj: object): string[] {

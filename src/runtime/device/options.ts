@@ -4,7 +4,7 @@
  */
 import { closest, distance } from 'fastest-levenshtein';
 import { describe } from './dtype.js';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError } from '../errors.js';
 
 /** " Did you mean 'x'?" when a valid name is close to `name` (an edit distance of at most a third of it), else ''. */
 export function didYouMean(name: string, valid: readonly string[]): string {

@@ -3,20 +3,16 @@
  * digit-reversal task): forward, per-token cross-entropy averaged over answer
  * tokens, backward, AdamW. One host sync per step when the loss is read.
  */
-import { Tensor, type Device, type Stream } from '../runtime/device-index.js';
+import { Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
 import { patchImpl } from '../runtime/patches.js';
-import { Tape } from './autograd.js';
-import type { ModelConfig } from './config.js';
-import * as F from './functional.js';
-import { ParamStore, type AdamWHyper, type HostParam } from './param-store.js';
-import { initParams, toFusedParams } from './params.js';
-import { Qwen3Model, uploadBatch } from './qwen3.js';
-import { makeBatch } from './synthetic-task.js';
+import { Tape } from '../model/autograd.js';
+import type { ModelConfig } from '../model/config.js';
+import * as F from '../model/functional.js';
+import { ParamStore, type AdamWHyper } from '../model/param-store.js';
+import { initialParams } from '../model/params.js';
+import { Qwen3Model, uploadBatch } from '../model/qwen3.js';
+import { makeBatch } from '../data/synthetic-task.js';
 
-/** Seeded initial parameters in the fused expert layout, as fp32 host arrays. */
-export function initialParams(cfg: ModelConfig, seed: number): Map<string, HostParam> {
-  return toFusedParams(initParams(cfg, seed), cfg);
-}
 
 export interface StepResult {
   /** Mean cross-entropy over answer tokens (only when `readLoss`). */

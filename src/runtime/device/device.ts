@@ -2,13 +2,13 @@
  * The TS face of one emulated NPU device: its memory pool (process-global, shared
  * by every thread) and this thread's streams and events on it.
  */
-import { envBytes, parseBytes } from './env.js';
-import { InvalidArgumentError } from './errors.js';
+import { envBytes, parseBytes } from '../env.js';
+import { InvalidArgumentError } from '../errors.js';
 import { Event } from './event.js';
 import { checkOptions } from './options.js';
 
 export { checkOptions } from './options.js';
-import { loadNative, type NativeBuffer, type NativeDeviceStats } from './native.js';
+import { loadNative, type NativeBuffer, type NativeDeviceStats } from '../native.js';
 import { Stream } from './stream.js';
 import { describe } from './dtype.js';
 

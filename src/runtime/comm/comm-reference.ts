@@ -6,7 +6,7 @@
  * dtype; int32 wraps; avg divides the sum by the rank count (ints truncate toward
  * zero) — exactly what native/comm/reduce.cc does.
  */
-import type { DType } from './dtype.js';
+import type { DType } from '../device/dtype.js';
 import type { ReduceOp } from './comm.js';
 
 export type Values = number[] | bigint[];

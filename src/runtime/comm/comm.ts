@@ -32,13 +32,13 @@
  */
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Device, checkOptions } from './device.js';
-import { DTYPE_CODE, describe, type DType } from './dtype.js';
-import { envInt, envString } from './env.js';
-import { InvalidArgumentError, StreamError } from './errors.js';
-import { enqueueWithCompletion, loadNative, withCallerStack, type NativeCommunicator } from './native.js';
-import { Stream } from './stream.js';
-import { Tensor } from './tensor.js';
+import { Device, checkOptions } from '../device/device.js';
+import { DTYPE_CODE, describe, type DType } from '../device/dtype.js';
+import { envInt, envString } from '../env.js';
+import { InvalidArgumentError, StreamError } from '../errors.js';
+import { enqueueWithCompletion, loadNative, withCallerStack, type NativeCommunicator } from '../native.js';
+import { Stream } from '../device/stream.js';
+import { Tensor } from '../device/tensor.js';
 
 export type ReduceOp = 'sum' | 'prod' | 'max' | 'min' | 'avg';
 export const REDUCE_OPS: readonly ReduceOp[] = ['sum', 'prod', 'max', 'min', 'avg'];

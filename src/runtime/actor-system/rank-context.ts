@@ -6,10 +6,10 @@
 import * as Comlink from 'comlink';
 import { ActorMesh } from './actor-mesh.js';
 import { ActorRef, RankLiveness, type CallOpts } from './actor-ref.js';
-import type { Communicator } from './comm.js';
-import type { Device } from './device.js';
-import { InvalidArgumentError, TimeoutError } from './errors.js';
-import type { Logger } from './logger.js';
+import type { Communicator } from '../comm/comm.js';
+import type { Device } from '../device/device.js';
+import { InvalidArgumentError, TimeoutError } from '../errors.js';
+import type { Logger } from '../logger.js';
 import type { BrokerApi } from './rank-protocol.js';
 
 export interface RankActors {

@@ -9,10 +9,10 @@
  *  - remote errors keep class, `code`, rank, actor and remote stack (`error-wire.ts`);
  *    with ASCENT_ACTOR_CALLSITES=1 the caller's stack is appended too.
  */
-import { profiler } from './profiler.js';
+import { profiler } from '../profiler.js';
 import * as Comlink from 'comlink';
-import { ActorAbortedError, ActorDiedError, ActorTimeoutError, InvalidArgumentError } from './errors.js';
-import { envBool } from './env.js';
+import { ActorAbortedError, ActorDiedError, ActorTimeoutError, InvalidArgumentError } from '../errors.js';
+import { envBool } from '../env.js';
 import { installComlinkErrorHandler, tagError } from './error-wire.js';
 
 // Capturing the caller's stack at every call costs ~15 µs (V8 walks the async

@@ -6,7 +6,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError } from '../errors.js';
 
 /** The nearest package.json above `file`, or undefined when there is none. */
 function nearestPackageJson(file: string): string | undefined {

@@ -14,8 +14,8 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
-import { formatIssues } from './config.js';
-import { InvalidArgumentError } from './errors.js';
+import { formatIssues } from '../config.js';
+import { InvalidArgumentError } from '../errors.js';
 
 const Mark = z.object({ id: z.number(), seq: z.number().nullable(), op: z.string(), atMs: z.number() }).nullable();
 const Entry = z.object({

@@ -9,7 +9,7 @@
  */
 import * as Comlink from 'comlink';
 import { Packr } from 'msgpackr';
-import { AscentError, errorFromCode, RemoteError, remoteErrorClass, type ErrorDetails } from './errors.js';
+import { AscentError, errorFromCode, RemoteError, remoteErrorClass, type ErrorDetails } from '../errors.js';
 
 export interface WireError {
   name: string;

@@ -7,7 +7,7 @@ import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
-import { rankPrefix } from './logger.js';
+import { rankPrefix } from '../logger.js';
 
 export interface RankOutputOptions {
   prefix: boolean;

@@ -8,4 +8,4 @@ export {
   fill, arange, cast, add, mul, scale, axpy, permute, transpose, matmul, copy, copyPeer,
   type OpOptions, type KernelImpl, type ArangeOptions, type MatmulOptions,
 } from './ops.js';
-export { loadNative } from './native.js';
+export { loadNative } from '../native.js';

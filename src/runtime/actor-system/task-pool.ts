@@ -4,9 +4,9 @@
  * function receives the (structured-clonable) argument and returns the result.
  */
 import { Piscina } from 'piscina';
-import { InvalidArgumentError, RemoteError } from './errors.js';
+import { InvalidArgumentError, RemoteError } from '../errors.js';
 import { resolveModuleUrl } from './module-loader.js';
-import { builtFile } from './paths.js';
+import { builtFile } from '../paths.js';
 
 export interface TaskSpec {
   /** Module path or file URL (relative to the current directory). */
@@ -25,7 +25,7 @@ export class TaskPool {
 
   constructor(opts: { maxThreads: number }) {
     this.pool = new Piscina({
-      filename: builtFile('runtime/task-worker.js').href,
+      filename: builtFile('runtime/actor-system/task-worker.js').href,
       maxThreads: opts.maxThreads,
       minThreads: 0,
       idleTimeout: 5_000,

@@ -4,18 +4,18 @@
  * Sets up the rank's context, exposes a RankHost to the main thread, then either
  * waits for actors to be spawned (World) or runs the entry's `main(ctx)` (SPMD).
  */
-import { flushProfile } from './profiler.js';
+import { flushProfile } from '../profiler.js';
 import { parentPort, workerData } from 'node:worker_threads';
 import * as Comlink from 'comlink';
 import { guardActor } from './actor-guard.js';
 import { nodePortEndpoint } from './actor-ref.js';
-import { Communicator } from './comm.js';
-import { Device } from './device.js';
+import { Communicator } from '../comm/comm.js';
+import { Device } from '../device/device.js';
 import { installComlinkErrorHandler, encodeError, tagError } from './error-wire.js';
-import { ConfigError, InvalidArgumentError } from './errors.js';
-import { createLogger } from './logger.js';
+import { ConfigError, InvalidArgumentError } from '../errors.js';
+import { createLogger } from '../logger.js';
 import { importModule, isClass } from './module-loader.js';
-import { loadNative } from './native.js';
+import { loadNative } from '../native.js';
 import { RankActorTable, type RankContext } from './rank-context.js';
 import type { BrokerApi, RankEvent, RankHostApi, RankWorkerData, SpawnRequest } from './rank-protocol.js';
 

@@ -2,7 +2,7 @@
  * Element types of device tensors. The numeric codes are the native `DType` enum
  * (native/kernels/dtype.h) and must stay in sync with it.
  */
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError } from '../errors.js';
 
 export const DTYPES = ['fp32', 'bf16', 'fp16', 'int32', 'int64', 'uint8'] as const;
 export type DType = (typeof DTYPES)[number];
