@@ -8,10 +8,10 @@ import { packageRoot } from '../src/runtime/native.js';
 
 const root = packageRoot();
 const fixtures = join(root, 'test', 'fixtures');
-const distEntry = join(root, 'dist', 'src', 'runtime', 'device-index.js');
+const distEntry = join(root, 'dist', 'src', 'runtime', 'device', 'device-index.js');
 
 function newestMtime(dir: string): number {
-  return Math.max(...readdirSync(dir).filter((f) => f.endsWith('.ts')).map((f) => statSync(join(dir, f)).mtimeMs));
+  return Math.max(...readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts')).map((f) => statSync(join(dir, f)).mtimeMs));
 }
 
 beforeAll(() => {

@@ -10,7 +10,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { Device } from '../src/runtime/device/device.js';
 import { initialParams } from '../src/model/params.js';
-import { syntheticTask } from '../src/model/index.js';
+import { syntheticTask } from '../src/data/index.js';
 import { RolloutEngine } from '../src/rollout/index.js';
 import { SingleDeviceStrategy } from '../src/train/single.js';
 import { ColocateSync } from '../src/sync/index.js';

@@ -17,12 +17,12 @@ const root = packageRoot();
 const worker = join(root, 'test', 'fixtures', 'comm-worker.mjs');
 
 function newestMtime(dir: string): number {
-  return Math.max(...readdirSync(dir).filter((f) => f.endsWith('.ts')).map((f) => statSync(join(dir, f)).mtimeMs));
+  return Math.max(...readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts')).map((f) => statSync(join(dir, f)).mtimeMs));
 }
 
 /** Builds dist/ when it is missing or older than src/runtime, and loads the addon in the main thread first. */
 export function ensureBuilt(): void {
-  const entry = join(root, 'dist', 'src', 'runtime', 'comm-index.js');
+  const entry = join(root, 'dist', 'src', 'runtime', 'comm', 'comm-index.js');
   if (!existsSync(entry) || statSync(entry).mtimeMs < newestMtime(join(root, 'src', 'runtime'))) {
     spawnSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.json')], { stdio: 'inherit' });
   }

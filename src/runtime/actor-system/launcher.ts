@@ -63,7 +63,7 @@ function errorInfo(err: AscentError | undefined): RankErrorInfo | undefined {
 function withoutRuntimeFrames(stack: string | undefined): string | undefined {
   return stack
     ?.split('\n')
-    .filter((l) => !/^\s+at .*[/\\]runtime[/\\]rank-worker\.js:/.test(l))
+    .filter((l) => !/^\s+at .*[/\\]runtime[/\\]actor-system[/\\]rank-worker\.js:/.test(l))
     .join('\n');
 }
 
