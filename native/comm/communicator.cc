@@ -160,7 +160,8 @@ Span CommSpan(const Napi::CallbackInfo& info, size_t i, const char* name, uint64
 uint64_t Mul(uint64_t a, uint64_t b) { return CheckedMul(a, b, "a collective's size"); }
 
 DType ArgCommDType(const Napi::CallbackInfo& info, size_t i) {
-  DType t = ArgDType(info, i, "dtype");
+  Reader r(info, "collective");
+  DType t = r.At(i).Dtype("dtype");
   if (t == DType::kU8) ThrowInvalidArgument("Collectives support fp32, bf16, fp16, int32 and int64, not uint8.");
   return t;
 }
