@@ -321,21 +321,21 @@ StreamImpl& CommWrap::ReadStream(Reader& r, Napi::Object* js) {
   return s;
 }
 
-// The one checked enqueue point: every argument was validated by the caller; from
-// here on the call has effects (flight record, seq) and enqueues exactly one op.
-uint64_t CommWrap::Submit(Napi::Env env, StreamImpl& stream, const std::string& name, uint64_t seq,
-                          const std::string& fp, uint64_t token, std::vector<std::shared_ptr<Block>> keep,
-                          std::function<void(Clock::time_point)> body) {
+// The one checked submission path. Every argument was validated by the caller and
+// Dispatch ran CheckUsable; from here on the call has effects: a flight-record
+// entry (the seq and fingerprint the caller stamped), then ONE unit of work that
+// runs `body` under a deadline of `timeout_ms` from its start. Collectives and P2P
+// run as an op on `stream`; the split takes no stream (it is a rendezvous, like
+// init), so with no stream the work runs on a thread of this env that the env
+// cleanup hook joins. Either way a failure is recorded and reaches the token with
+// its original error (see communicator.h).
+uint64_t CommWrap::Submit(Napi::Env env, StreamImpl* stream, Work w) {
   std::shared_ptr<CommGroup> group = impl_->group;
   const int rank = impl_->rank;
-  const double timeout = impl_->exec_timeout_ms;
   EnvData* data = EnvData::Get(env);
-  uint64_t fr = group->slot(rank).recorder.Enqueued(seq, name, fp);
-  auto op = std::make_unique<Op>();
-  op->name = name;
-  op->token = token;
-  op->keep = std::move(keep);
-  op->run = [group, rank, timeout, data, fr, body = std::move(body)](Op& self) {
+  const uint64_t fr = group->slot(rank).recorder.Enqueued(w.seq, w.name, w.fingerprint);
+  // Runs the body with its flight record; rethrows its error after recording it.
+  auto run = [group, rank, fr, timeout = w.timeout_ms, body = std::move(w.body)] {
     FlightRecorder& rec = group->slot(rank).recorder;
     rec.Started(fr);
     try {
@@ -343,13 +343,36 @@ uint64_t CommWrap::Submit(Napi::Env env, StreamImpl& stream, const std::string& 
       rec.Ended(fr, true);
     } catch (const AscentException& e) {
       rec.Ended(fr, false, e.info().code);
+      throw;
+    }
+  };
+  if (stream == nullptr) {
+    const uint64_t token = w.token;
+    GetCommEnv(env)->Spawn([run = std::move(run), data, token] {
+      try {
+        run();
+        PostCompletion(data, token, nullptr);
+      } catch (const AscentException& e) {
+        PostCompletion(data, token, &e.info());
+      }
+    });
+    return w.seq;
+  }
+  auto op = std::make_unique<Op>();
+  op->name = w.name;
+  op->token = w.token;
+  op->keep = std::move(w.keep);
+  op->run = [run = std::move(run), data](Op& self) {
+    try {
+      run();
+    } catch (const AscentException& e) {
       // Report the original error to the awaiting promise (see communicator.h).
       PostCompletion(data, self.token, &e.info());
       self.token = 0;
       throw;
     }
   };
-  return stream.Enqueue(std::move(op));
+  return stream->Enqueue(std::move(op));
 }
 
 void CommWrap::Stamp(Desc& d) {
@@ -363,12 +386,11 @@ uint64_t CommWrap::EnqueueCollective(Napi::Env env, StreamImpl& stream, Desc d, 
   std::shared_ptr<CommGroup> group = impl_->group;
   const int rank = impl_->rank;
   const double timeout = impl_->exec_timeout_ms;
-  std::string fp = d.fingerprint;
-  uint64_t seq = d.seq;
-  return Submit(env, stream, CollOpName(d.op), seq, fp, token, std::move(keep),
-                [group, rank, timeout, d = std::move(d)](Clock::time_point deadline) mutable {
-                  RunCollective(*group, rank, d, deadline, timeout);
-                });
+  Work w{CollOpName(d.op), d.seq, d.fingerprint, token, std::move(keep), timeout,
+         [group, rank, timeout, d = std::move(d)](Clock::time_point deadline) mutable {
+           RunCollective(*group, rank, d, deadline, timeout);
+         }};
+  return Submit(env, &stream, std::move(w));
 }
 
 // ---------------------------------------------------------------- collectives
@@ -575,11 +597,12 @@ Napi::Value CommWrap::P2P(Reader& r, bool is_send) {
   std::shared_ptr<CommGroup> group = c.group;
   int rank = c.rank;
   double timeout = c.exec_timeout_ms;
-  return Seq(r, Submit(r.Env(), s, what, 0, fp, token, r.Blocks(),
-                       [group, rank, timeout, item, desc](Clock::time_point deadline) {
-                         if (group->aborted()) group->ThrowAborted(rank, kNoSeq, desc);
-                         group->p2p().Run(*group, rank, {item}, false, deadline, timeout, desc);
-                       }));
+  Work w{what, 0, fp, token, r.Blocks(), timeout,
+         [group, rank, timeout, item, desc](Clock::time_point deadline) {
+           if (group->aborted()) group->ThrowAborted(rank, kNoSeq, desc);
+           group->p2p().Run(*group, rank, {item}, false, deadline, timeout, desc);
+         }};
+  return Seq(r, Submit(r.Env(), &s, std::move(w)));
 }
 
 Napi::Value CommWrap::Send(Reader& r) { return P2P(r, true); }
@@ -619,11 +642,12 @@ Napi::Value CommWrap::GroupEnd(Reader& r) {
   int rank = c.rank;
   double timeout = c.exec_timeout_ms;
   std::string desc = "groupEnd of " + std::to_string(items.size()) + " send/recv";
-  return Seq(r, Submit(r.Env(), *s, "groupEnd", 0, fp, token, std::move(keep),
-                       [group, rank, timeout, items, desc](Clock::time_point deadline) {
-                         if (group->aborted()) group->ThrowAborted(rank, kNoSeq, desc);
-                         group->p2p().Run(*group, rank, items, true, deadline, timeout, desc);
-                       }));
+  Work w{"groupEnd", 0, fp, token, std::move(keep), timeout,
+         [group, rank, timeout, items, desc](Clock::time_point deadline) {
+           if (group->aborted()) group->ThrowAborted(rank, kNoSeq, desc);
+           group->p2p().Run(*group, rank, items, true, deadline, timeout, desc);
+         }};
+  return Seq(r, Submit(r.Env(), s, std::move(w)));
 }
 
 // ---------------------------------------------------------------- split, abort, destroy
@@ -645,50 +669,35 @@ Napi::Value CommWrap::Split(Reader& r) {
   child->connect_timeout_ms = connect_ms;
   child->trace_dir = trace_dir;
   Napi::Object obj = NewInstance(r.Env(), child);
-  uint64_t seq = c.next_seq++;
+  Desc d;
+  d.op = CollOp::kSplit;
+  d.color = color;
+  d.key = key;
+  Stamp(d);
+  // MPI_Comm_split over the parent: the collective gathers every rank's (color, key)
+  // and orders each color's members by key, then parent rank; color -1 gets none.
+  // The split is a rendezvous, so the whole of it (the collective and the child's
+  // join) runs under the connect timeout (its own connectTimeoutMs option, else the
+  // parent's, else HCCL_CONNECT_TIMEOUT), like init, on a thread rather than a stream.
   std::shared_ptr<CommGroup> parent = c.group;
-  int prank = c.rank;
-  // The split is a rendezvous: it waits under the connect timeout (its own
-  // connectTimeoutMs option, else the parent's, else HCCL_CONNECT_TIMEOUT), like init.
-  uint64_t fr = parent->slot(prank).recorder.Enqueued(seq, "split", "split()");
-  EnvData* data = EnvData::Get(r.Env());
-  GetCommEnv(r.Env())->Spawn([=] {
-    FlightRecorder& rec = parent->slot(prank).recorder;
-    try {
-      rec.Started(fr);
-      Desc d;
-      d.op = CollOp::kSplit;
-      d.seq = seq;
-      d.color = color;
-      d.key = key;
-      d.fingerprint = Fingerprint(d);
-      SplitResult res;
-      try {
-        RunCollective(*parent, prank, d, Deadline(connect_ms), connect_ms, &res,
-                      "connectTimeoutMs / HCCL_CONNECT_TIMEOUT");
-        rec.Ended(fr, true);
-      } catch (const AscentException& e) {
-        rec.Ended(fr, false, e.info().code);
-        throw;
-      }
-      if (color >= 0) {
-        std::shared_ptr<CommGroup> g =
-            GroupTable::Get().Join(ChildId(parent->id(), seq, color), res.new_size, res.new_rank, child->device,
-                                   trace_dir, res.member_world_ranks, false);
-        {
-          std::lock_guard<std::mutex> lock(child->mu);
-          child->group = g;
-          child->rank = res.new_rank;
-          child->size = res.new_size;
-        }
-        g->WaitAllJoined(res.new_rank, Deadline(connect_ms), connect_ms);
-        child->ready.store(true, std::memory_order_release);
-      }
-      PostCompletion(data, token, nullptr);
-    } catch (const AscentException& e) {
-      PostCompletion(data, token, &e.info());
-    }
-  });
+  const int prank = c.rank;
+  Work w{"split", d.seq, d.fingerprint, token, {}, connect_ms,
+         [parent, prank, d, child, connect_ms, trace_dir](Clock::time_point deadline) mutable {
+           SplitResult res;
+           RunCollective(*parent, prank, d, deadline, connect_ms, &res, "connectTimeoutMs / HCCL_CONNECT_TIMEOUT");
+           if (d.color < 0) return;
+           std::shared_ptr<CommGroup> g = GroupTable::Get().Join(ChildId(parent->id(), d.seq, d.color), res.new_size, res.new_rank,
+                                                                 child->device, trace_dir, res.member_world_ranks, false);
+           {
+             std::lock_guard<std::mutex> lock(child->mu);
+             child->group = g;
+             child->rank = res.new_rank;
+             child->size = res.new_size;
+           }
+           g->WaitAllJoined(res.new_rank, deadline, connect_ms);
+           child->ready.store(true, std::memory_order_release);
+         }};
+  Submit(r.Env(), nullptr, std::move(w));
   return obj;
 }
 

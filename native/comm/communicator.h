@@ -102,14 +102,24 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   void CheckUsable(const char* what);
   // A Stream on the communicator's device that is not destroyed.
   StreamImpl& ReadStream(Reader& r, Napi::Object* js = nullptr);
-  // Assigns the collective's seq and fingerprint (JS thread, call order).
+  // One unit of communicator work: what the flight recorder shows and what runs.
+  struct Work {
+    std::string name;  // "allReduce", "send", "groupEnd", "split"
+    uint64_t seq = 0;  // collective sequence number (Stamp); 0 for P2P
+    std::string fingerprint;
+    uint64_t token = 0;
+    std::vector<std::shared_ptr<Block>> keep;
+    double timeout_ms = 0;  // the body's deadline, counted from its start
+    std::function<void(Clock::time_point deadline)> body;
+  };
+  // Assigns the collective's seq and fingerprint (JS thread, call order: every rank
+  // stamps its collectives in the same order, so equal seqs meet).
   void Stamp(Desc& d);
-  // Stamps `d` and submits RunCollective of it on `stream`.
+  // Stamps `d` and submits RunCollective of it on `stream` under the exec timeout.
   uint64_t EnqueueCollective(Napi::Env env, StreamImpl& stream, Desc d, uint64_t token,
                              std::vector<std::shared_ptr<Block>> keep);
-  uint64_t Submit(Napi::Env env, StreamImpl& stream, const std::string& name, uint64_t seq, const std::string& fp,
-                  uint64_t token, std::vector<std::shared_ptr<Block>> keep,
-                  std::function<void(Clock::time_point)> body);
+  // The one checked submission path of collectives, P2P and split (see communicator.cc).
+  uint64_t Submit(Napi::Env env, StreamImpl* stream, Work w);
   Napi::Value P2P(Reader& r, bool is_send);
 
   std::shared_ptr<CommImpl> impl_;
