@@ -4,6 +4,9 @@
 // enqueues one Op keeping the Reader's blocks alive, returning the op's seq.
 // Base ops (ops.cc, fingerprint_op.cc) are one JS method each; model kernels
 // (model_ops.cc) share one method, stream.modelOp(name, ...args).
+//
+// The tables are constants built once and never changed, so they are shared by
+// every env (they hold no per-env state; that lives in EnvData, env_data.h).
 #pragma once
 
 #include <napi.h>

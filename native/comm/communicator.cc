@@ -3,11 +3,10 @@
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <thread>
-#include <unordered_map>
 
 #include "args.h"
 #include "comm/collectives.h"
+#include "comm/comm_env.h"
 #include "device/registry.h"
 #include "device/span.h"
 #include "device/stream.h"
@@ -17,126 +16,11 @@ namespace ascent {
 namespace comm {
 namespace {
 
-// ---------------------------------------------------------------- per-env state
-
-// A thread that waits for a rendezvous (initRank, split). Joined by the env
-// cleanup hook after the abort woke it, so it never posts to a dead env.
-struct Task {
-  std::thread thread;
-  std::shared_ptr<std::atomic<bool>> done;
-};
-
-struct CommEnv {
-  napi_env env = nullptr;
-  EnvData* data = nullptr;
-  Napi::FunctionReference ctor;
-  std::mutex mu;
-  std::vector<std::weak_ptr<CommImpl>> comms;
-  std::vector<Task> tasks;
-
-  void Spawn(std::function<void()> fn);
-  void AddComm(const std::shared_ptr<CommImpl>& impl);
-};
-
-std::mutex& EnvsMutex() {
-  static std::mutex* mu = new std::mutex();
-  return *mu;
-}
-std::unordered_map<napi_env, CommEnv*>& Envs() {
-  static auto* m = new std::unordered_map<napi_env, CommEnv*>();
-  return *m;
-}
-
-CommEnv* GetCommEnv(Napi::Env env) {
-  std::lock_guard<std::mutex> lock(EnvsMutex());
-  auto it = Envs().find(env);
-  if (it == Envs().end()) ThrowInvalidArgument("Communicators were not initialised in this thread.");
-  return it->second;
-}
-
-void CommEnv::Spawn(std::function<void()> fn) {
-  std::vector<Task> finished;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    std::vector<Task> live;
-    for (auto& t : tasks) (t.done->load() ? finished : live).push_back(std::move(t));
-    tasks.swap(live);
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    tasks.push_back(Task{std::thread([fn = std::move(fn), done] {
-                           fn();
-                           done->store(true);
-                         }),
-                         done});
-  }
-  for (auto& t : finished) t.thread.join();
-}
-
-void CommEnv::AddComm(const std::shared_ptr<CommImpl>& impl) {
-  std::lock_guard<std::mutex> lock(mu);
-  std::vector<std::weak_ptr<CommImpl>> live;
-  for (auto& w : comms) {
-    if (!w.expired()) live.push_back(std::move(w));
-  }
-  live.push_back(impl);
-  comms.swap(live);
-}
-
-// Runs before the device layer's stream teardown (registered later, runs first):
-// abort every communicator this env's ranks belong to, so peers fail now instead
-// of after the exec timeout, and so our own stream ops blocked in a collective
-// wake and let their stream threads be joined.
-void AbortAll(CommEnv* ce) {
-  std::vector<std::shared_ptr<CommImpl>> comms;
-  {
-    std::lock_guard<std::mutex> lock(ce->mu);
-    for (auto& w : ce->comms) {
-      if (auto p = w.lock()) comms.push_back(std::move(p));
-    }
-  }
-  for (auto& c : comms) {
-    std::shared_ptr<CommGroup> g;
-    int rank, device;
-    {
-      std::lock_guard<std::mutex> lock(c->mu);
-      g = c->group;
-      rank = c->rank;
-      device = c->device;
-    }
-    if (!g || c->destroyed || g->aborted()) continue;
-    ErrorInfo info{kCommAborted,
-                   g->Who(rank) + "'s worker exited (device " + std::to_string(device) + ") while communicator " +
-                       g->short_id() + " was live.",
-                   {Num("deadRank", g->WorldRank(rank)), Num("device", device)}};
-    g->SetCulprits(info, {rank});  // the rank that left, never the peers it left waiting
-    g->Abort(std::move(info), 0, g->AnyInFlight());
-  }
-}
-
-void CleanupHook(void* arg) {
-  auto* ce = static_cast<CommEnv*>(arg);
-  AbortAll(ce);
-  std::vector<Task> tasks;
-  {
-    std::lock_guard<std::mutex> lock(ce->mu);
-    tasks.swap(ce->tasks);
-  }
-  // A split thread may publish its child group just after the abort above; abort
-  // again until every rendezvous thread has returned, so the joins cannot block
-  // for a whole connect timeout.
-  for (int i = 0; i < 5000; ++i) {
-    bool all_done = true;
-    for (auto& t : tasks) all_done = all_done && t.done->load();
-    if (all_done) break;
-    AbortAll(ce);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  for (auto& t : tasks) t.thread.join();
-  {
-    std::lock_guard<std::mutex> lock(EnvsMutex());
-    Envs().erase(ce->env);
-  }
-  ce->ctor.Reset();
-  delete ce;
+// This env's communicator state, part of its EnvData (the one per-env registry).
+CommEnv& GetCommEnv(Napi::Env env) {
+  EnvData* data = EnvData::Get(env);
+  if (data == nullptr || !data->comm) ThrowInvalidArgument("Communicators were not initialised in this thread.");
+  return *data->comm;
 }
 
 void PostCompletion(EnvData* data, uint64_t token, const ErrorInfo* error) {
@@ -241,10 +125,10 @@ Napi::Value CommWrap::Dispatch(const Napi::CallbackInfo& info) {
 }
 
 Napi::Object CommWrap::NewInstance(Napi::Env env, std::shared_ptr<CommImpl> impl) {
-  CommEnv* ce = GetCommEnv(env);
-  Napi::Object obj = ce->ctor.New({});
+  CommEnv& ce = GetCommEnv(env);
+  Napi::Object obj = EnvData::Get(env)->comm_ctor.New({});
   CommWrap::Unwrap(obj)->impl_ = impl;
-  ce->AddComm(impl);
+  ce.AddComm(impl);
   return obj;
 }
 
@@ -348,7 +232,7 @@ uint64_t CommWrap::Submit(Napi::Env env, StreamImpl* stream, Work w) {
   };
   if (stream == nullptr) {
     const uint64_t token = w.token;
-    GetCommEnv(env)->Spawn([run = std::move(run), data, token] {
+    GetCommEnv(env).Spawn([run = std::move(run), data, token] {
       try {
         run();
         PostCompletion(data, token, nullptr);
@@ -763,7 +647,7 @@ Napi::Value InitRank(Reader& r) {
   double exec_ms = r.Timeout("execTimeoutMs");
   std::string trace_dir = r.String("traceDir");
   uint64_t token = r.Token();
-  comm::CommEnv* ce = comm::GetCommEnv(r.Env());
+  comm::CommEnv& ce = comm::GetCommEnv(r.Env());
   // A communicator made by initRank is a world: its ranks are world ranks.
   std::vector<int> world(nranks);
   for (size_t q = 0; q < world.size(); ++q) world[q] = static_cast<int>(q);
@@ -781,7 +665,7 @@ Napi::Value InitRank(Reader& r) {
   Napi::Object obj = comm::CommWrap::NewInstance(r.Env(), impl);
   EnvData* data = EnvData::Get(r.Env());
   int me = impl->rank;
-  ce->Spawn([g, impl, me, connect_ms, data, token] {
+  ce.Spawn([g, impl, me, connect_ms, data, token] {
     try {
       g->WaitAllJoined(me, comm::Deadline(connect_ms), connect_ms);
       impl->ready.store(true, std::memory_order_release);
@@ -835,16 +719,10 @@ Napi::Value RunModuleFunction(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitComm(Napi::Env env, Napi::Object exports) {
-  auto* ce = new comm::CommEnv();
-  ce->env = env;
-  ce->data = EnvData::Get(env);
+  EnvData* data = EnvData::Get(env);
   Napi::Function ctor = comm::CommWrap::Define(env);
-  ce->ctor = Napi::Persistent(ctor);
-  {
-    std::lock_guard<std::mutex> lock(comm::EnvsMutex());
-    comm::Envs()[env] = ce;
-  }
-  napi_add_env_cleanup_hook(env, comm::CleanupHook, ce);
+  data->comm_ctor = Napi::Persistent(ctor);
+  data->comm = std::make_unique<comm::CommEnv>();
   exports.Set("Communicator", ctor);
   for (const ModuleRow& row : kModuleFunctions) {
     exports.Set(row.name, Napi::Function::New(env, RunModuleFunction, row.name, const_cast<ModuleRow*>(&row)));

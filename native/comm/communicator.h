@@ -127,9 +127,8 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
 
 }  // namespace comm
 
-// Adds Communicator, commUniqueId, commInitRank and commAbortById to the exports.
-// Call after EnvData::Install (the env cleanup hook registered here must run
-// before the device layer's stream teardown; hooks run in reverse order).
+// Adds Communicator, commUniqueId, commInitRank and commAbortById to the exports and
+// this env's communicator state to its EnvData. Call after EnvData::Install.
 void InitComm(Napi::Env env, Napi::Object exports);
 
 }  // namespace ascent
