@@ -1,11 +1,34 @@
 #include "comm/comm_env.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "comm/communicator.h"
+#include "env_data.h"
 
 namespace ascent {
 namespace comm {
+
+CommEnv& GetCommEnv(Napi::Env env) {
+  EnvData* data = EnvData::Get(env);
+  if (data == nullptr || !data->comm) ThrowInvalidArgument("Communicators were not initialised in this thread.");
+  return *data->comm;
+}
+
+void PostCompletion(EnvData* data, uint64_t token, const ErrorInfo* error) {
+  if (token == 0) return;
+  auto c = std::make_unique<Completion>();
+  c->token = token;
+  if (error) {
+    c->ok = false;
+    c->error = *error;
+  }
+  data->Post(std::move(c));
+}
+
+Clock::time_point Deadline(double ms) {
+  return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(std::min(ms, 1e12) * 1000.0));
+}
 
 void CommEnv::Spawn(std::function<void()> fn) {
   std::vector<Task> finished;

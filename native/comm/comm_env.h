@@ -4,6 +4,8 @@
 // Teardown before it stops the env's streams.
 #pragma once
 
+#include <napi.h>
+
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -11,7 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include "comm/futex.h"
+#include "errors.h"
+
 namespace ascent {
+
+class EnvData;
+
 namespace comm {
 
 struct CommImpl;
@@ -40,6 +48,14 @@ class CommEnv {
   std::vector<std::weak_ptr<CommImpl>> comms_;
   std::vector<Task> tasks_;
 };
+
+// This env's communicator state (InvalidArgument before InitComm ran in this env).
+CommEnv& GetCommEnv(Napi::Env env);
+// Completes `token` (0: nobody awaits) with `error`, or successfully when null.
+// Any thread.
+void PostCompletion(EnvData* data, uint64_t token, const ErrorInfo* error);
+// `ms` from now (capped, so "practically never" does not overflow).
+Clock::time_point Deadline(double ms);
 
 }  // namespace comm
 }  // namespace ascent

@@ -1,8 +1,9 @@
 // The per-rank Communicator (JS class, one per rank per communicator) and the one
-// checked enqueue point every collective and P2P call goes through (Submit):
-// validate synchronously (usable, stream and buffers on the communicator's device,
-// sizes in bounds; InvalidArgument / CommAborted before any side effect), assign the
-// seq, record "enqueued" in the flight recorder, enqueue ONE op on the stream.
+// checked submission path every collective, P2P call and split goes through
+// (Dispatch, then Submit): validate synchronously (usable, stream and buffers on the
+// communicator's device, sizes in bounds; InvalidArgument / CommAborted before any
+// side effect), assign the seq, record "enqueued" in the flight recorder, then run
+// ONE unit of work: an op on the stream, or for split a rendezvous thread.
 //
 // Collectives complete through the op's completion token. A failing op posts its
 // own completion with the original error (CollectiveMismatch, CollectiveTimeout,
