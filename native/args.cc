@@ -78,8 +78,14 @@ std::string Reader::Say(std::string sentence) const {
   return prefix_ + sentence;
 }
 
+// Only a direct native call gets here (the TS API validates first), so the hint
+// points at where the native signatures are written down.
+std::string Reader::Hint() const {
+  return " HINT: pass " + op_ + "'s arguments in the order and types src/runtime/native.ts lists.";
+}
+
 void Reader::Expected(const char* what, const char* name, const Napi::Value& got) {
-  ThrowInvalidArgument(Say(std::string("Expected ") + what + " for " + name + " but received " + Describe(got) + "."),
+  ThrowInvalidArgument(Say(std::string("Expected ") + what + " for " + name + " but received " + Describe(got) + ".") + Hint(),
                        {Str("argument", name), Str("op", op_)});
 }
 
@@ -156,7 +162,7 @@ std::vector<uint64_t> Reader::Counts(const char* name, long n, size_t max) {
   if (!v.IsArray()) Expected(want.c_str(), name, v);
   Napi::Array a = v.As<Napi::Array>();
   if ((n >= 0 && a.Length() != static_cast<uint32_t>(n)) || (n < 0 && a.Length() > max)) {
-    ThrowInvalidArgument(Say("Expected " + want + " for " + name + " but received " + std::to_string(a.Length()) + " of them."),
+    ThrowInvalidArgument(Say("Expected " + want + " for " + name + " but received " + std::to_string(a.Length()) + " of them.") + Hint(),
                          {Str("argument", name), Str("op", op_)});
   }
   std::vector<uint64_t> out(a.Length());
@@ -164,7 +170,7 @@ std::vector<uint64_t> Reader::Counts(const char* name, long n, size_t max) {
     Napi::Value e = a.Get(q);
     if (!e.IsNumber() || !IsIndex(e.As<Napi::Number>().DoubleValue())) {
       ThrowInvalidArgument(Say("Expected non-negative integers in " + std::string(name) + " but element " +
-                               std::to_string(q) + " is " + Describe(e) + "."),
+                               std::to_string(q) + " is " + Describe(e) + ".") + Hint(),
                            {Str("argument", name), Str("op", op_)});
     }
     out[q] = static_cast<uint64_t>(e.As<Napi::Number>().DoubleValue());

@@ -99,7 +99,9 @@ class Reader {
   const Named* Find(const char* name) const;
   // The message `sentence` in this reader's voice: "op: expected ..." or "Expected ...".
   std::string Say(std::string sentence) const;
-  // Throws "Expected <what> for <name> but received <value>.".
+  // " HINT: ..." of argument errors.
+  std::string Hint() const;
+  // Throws "Expected <what> for <name> but received <value>. HINT: ...".
   [[noreturn]] void Expected(const char* what, const char* name, const Napi::Value& got);
 
   const Napi::CallbackInfo& info_;
