@@ -1,5 +1,6 @@
 // Module init. The addon is context-aware: each env (main thread, every worker)
-// gets its own EnvData; the device registry behind it is process-global.
+// gets its own EnvData, the one per-env registry (env_data.h); the device registry
+// and the communicator group table behind it are process-global on purpose.
 #include <napi.h>
 
 #include "args.h"
@@ -172,7 +173,7 @@ Napi::Object ModuleInit(Napi::Env env, Napi::Object exports) {
   exports.Set("importBuffer", Napi::Function::New<ImportBuffer>(env, "importBuffer"));
   exports.Set("hostMemory", Napi::Function::New<HostMemory>(env, "hostMemory"));
   exports.Set("cpuFeatures", Napi::Function::New<CpuFeatures>(env, "cpuFeatures"));
-  InitComm(env, exports);  // after EnvData::Install: its cleanup hook must run after ours
+  InitComm(env, exports);  // after EnvData::Install: it adds its state to the env's EnvData
   exports.Set("setMatmulKernel", Napi::Function::New<SetMatmulKernel>(env, "setMatmulKernel"));
   InitBlasBaseline(env, exports);
   return exports;

@@ -1,60 +1,117 @@
-// Argument readers for the native entry points. TS validates every argument with
-// precise messages first; these are the safety net that keeps a bad call from
-// reaching a kernel, and they throw InvalidArgument (never crash).
+// Argument reading for the native entry points. TS validates every argument with
+// precise messages first; this is the safety net that keeps a bad call from
+// reaching a kernel or a collective, and it throws InvalidArgument (never crashes).
+//
+// Every entry point reads its arguments through one Reader: it knows which call it
+// serves, where its cursor is, and on which device buffers must live, so each
+// error names the argument, what was expected and what was received. The free
+// Arg* functions below are the same checks for the few module-level functions
+// that take one or two scalars.
 #pragma once
 
 #include <napi.h>
 
 #include <cmath>
+#include <initializer_list>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "device/span.h"
 #include "errors.h"
 #include "kernels/dtype.h"
 
 namespace ascent {
 
+// "a string", "undefined", "-1.5", ...: what a bad argument was, for messages.
+std::string Describe(const Napi::Value& v);
+
 inline Napi::Value Arg(const Napi::CallbackInfo& info, size_t i) {
   return i < info.Length() ? info[i] : info.Env().Undefined();
 }
 
-inline double ArgNumber(const Napi::CallbackInfo& info, size_t i, const char* name) {
-  Napi::Value v = Arg(info, i);
-  if (!v.IsNumber()) ThrowInvalidArgument(std::string("Expected a number for ") + name + ".", {Str("argument", name)});
-  return v.As<Napi::Number>().DoubleValue();
-}
-
+double ArgNumber(const Napi::CallbackInfo& info, size_t i, const char* name);
 // Non-negative safe integer.
-inline uint64_t ArgIndex(const Napi::CallbackInfo& info, size_t i, const char* name) {
-  double d = ArgNumber(info, i, name);
-  if (!(d >= 0) || d > 9007199254740991.0 || std::floor(d) != d) {
-    ThrowInvalidArgument(std::string("Expected a non-negative integer for ") + name + " but received " +
-                             std::to_string(d) + ".",
-                         {Str("argument", name), Num("value", d)});
-  }
-  return static_cast<uint64_t>(d);
-}
-
-inline bool ArgBool(const Napi::CallbackInfo& info, size_t i, const char* name) {
-  Napi::Value v = Arg(info, i);
-  if (!v.IsBoolean()) ThrowInvalidArgument(std::string("Expected a boolean for ") + name + ".", {Str("argument", name)});
-  return v.As<Napi::Boolean>().Value();
-}
-
-inline DType ArgDType(const Napi::CallbackInfo& info, size_t i, const char* name) {
-  uint64_t v = ArgIndex(info, i, name);
-  if (v >= static_cast<uint64_t>(kNumDTypes)) {
-    ThrowInvalidArgument(std::string("Unknown dtype code for ") + name + ".", {Str("argument", name), Num("value", static_cast<double>(v))});
-  }
-  return static_cast<DType>(v);
-}
-
-// 0: fast, 1: reference.
-inline bool ArgUseReference(const Napi::CallbackInfo& info, size_t i) {
-  uint64_t v = ArgIndex(info, i, "impl");
-  if (v > 1) ThrowInvalidArgument("Expected impl 0 (fast) or 1 (reference).");
-  return v == 1;
-}
-
+uint64_t ArgIndex(const Napi::CallbackInfo& info, size_t i, const char* name);
+bool ArgBool(const Napi::CallbackInfo& info, size_t i, const char* name);
 inline uint64_t ArgToken(const Napi::CallbackInfo& info, size_t i) { return ArgIndex(info, i, "token"); }
+
+class Reader {
+ public:
+  // `op` names the call in details; with `prefix`, every message starts "op: ".
+  // Reading starts at argument `first` (1 when argument 0 named the handler).
+  Reader(const Napi::CallbackInfo& info, std::string op, size_t first = 0, bool prefix = false);
+
+  // Buffers read from here on must live on `device` (no check when device < 0);
+  // `owner` says whose device that is ("stream belongs to device 2") and `key` is
+  // the details key carrying it ("streamDevice").
+  void SetDevice(int device, std::string owner, const char* key);
+
+  // Moves the cursor: entry points whose sizes follow their buffers read the sizes first.
+  Reader& At(size_t i) {
+    i_ = i;
+    return *this;
+  }
+  size_t pos() const { return i_; }
+  Napi::Env Env() const { return info_.Env(); }
+  const std::string& op() const { return op_; }
+  // The next argument as it is (an event, a host array ...).
+  Napi::Value Value() { return Arg(info_, i_++); }
+
+  uint64_t Index(const char* name);     // non-negative safe integer
+  uint64_t Positive(const char* name);  // integer >= 1
+  int64_t Int(const char* name);        // int32
+  double Number(const char* name);
+  double Timeout(const char* name);     // positive, finite ms
+  bool Bool(const char* name);
+  DType Dtype(const char* name);
+  bool Impl();  // 0: fast, 1: reference
+  uint64_t Token() { return Index("token"); }
+  std::string String(const char* name);
+  // An array of exactly `n` non-negative integers (n < 0: any length up to `max`).
+  std::vector<uint64_t> Counts(const char* name, long n, size_t max = SIZE_MAX);
+
+  // (buffer, byteOffset) covering `bytes` from the offset, offset aligned to `align`;
+  // with `optional`, a null buffer means "not given" (an empty Span). Every span
+  // read is remembered: Blocks() keeps them alive, CheckOutputs() tests overlaps.
+  Span Buffer(const char* name, uint64_t bytes, size_t align, bool optional = false);
+  // A tensor of `numel` elements of `t`.
+  Span Tensor(const char* name, uint64_t numel, DType t, bool optional = false);
+
+  using Pairs = std::initializer_list<std::pair<const char*, const char*>>;
+  // Outputs must not overlap any other span read (inputs or other outputs), except
+  // pairs in `same` when they are exactly the same range (an allowed in-place alias)
+  // and pairs in `skip` (the caller checks those itself).
+  void CheckOutputs(std::initializer_list<const char*> outs, Pairs same = {}, Pairs skip = {});
+  // `out` must not overlap `in` at all (ops that cannot run in place).
+  void CheckNoOverlap(const Span& out, const Span& in, const char* out_name, const char* in_name);
+
+  std::vector<std::shared_ptr<Block>> Blocks() const;
+
+  [[noreturn]] void Fail(const std::string& what, std::vector<Detail> details = {});
+
+ private:
+  struct Named {
+    Span span;
+    std::string name;
+  };
+  const Named* Find(const char* name) const;
+  // The message `sentence` in this reader's voice: "op: expected ..." or "Expected ...".
+  std::string Say(std::string sentence) const;
+  // " HINT: ..." of argument errors.
+  std::string Hint() const;
+  // Throws "Expected <what> for <name> but received <value>. HINT: ...".
+  [[noreturn]] void Expected(const char* what, const char* name, const Napi::Value& got);
+
+  const Napi::CallbackInfo& info_;
+  std::string op_;
+  std::string prefix_;
+  size_t i_;
+  int device_ = -1;
+  std::string owner_;
+  const char* owner_key_ = "streamDevice";
+  std::vector<Named> spans_;
+};
 
 }  // namespace ascent

@@ -1,5 +1,6 @@
 #include "env_data.h"
 
+#include "comm/comm_env.h"
 #include "device/stream.h"
 
 namespace ascent {
@@ -83,12 +84,21 @@ void EnvData::AddStream(std::shared_ptr<StreamImpl> stream) {
   streams_.swap(keep);
 }
 
+EnvData::~EnvData() = default;
+
 void EnvData::Teardown() {
-  std::vector<std::shared_ptr<StreamImpl>> streams;
   {
     std::lock_guard<std::mutex> lock(streams_mu_);
     if (torn_down_) return;
     torn_down_ = true;
+  }
+  // Communicators first: the abort wakes our stream ops blocked in a collective,
+  // so the stream threads below can be joined; the rendezvous threads may still
+  // post their completions.
+  if (comm) comm->Teardown();
+  std::vector<std::shared_ptr<StreamImpl>> streams;
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
     streams.swap(streams_);
   }
   // Nothing may reach JS from here on: the env is going away.

@@ -1,8 +1,15 @@
-// Per-env (main thread or worker) state, kept as napi instance data: the JS error
-// factory, class constructors, the completion thread-safe function and the streams
-// this env created. The env cleanup hook stops and joins every one of those stream
-// threads, so a worker may exit or be terminated at any point without a stream
-// thread touching a dead env.
+// The one per-env registry: everything the addon keeps per env (main thread or
+// worker) lives here, as napi instance data: the JS error factory, class
+// constructors, the completion thread-safe function, the streams this env created
+// and its communicator state (comm/comm_env.h). Its one env cleanup hook first
+// aborts this env's communicators and joins their rendezvous threads, then stops
+// and joins every stream thread, so a worker may exit or be terminated at any point
+// without a thread of ours touching a dead env.
+//
+// What is NOT here is process-global on purpose: device memory (device/registry.h)
+// and communicator groups (comm/group.h) are shared by the main thread and every
+// worker, so ranks in different workers meet in them. The addon is loaded in the
+// main thread before any worker, so that state lives as long as the process.
 #pragma once
 
 #include <napi.h>
@@ -18,6 +25,9 @@ namespace ascent {
 
 class EnvData;
 class StreamImpl;
+namespace comm {
+class CommEnv;
+}
 
 // What a stream thread reports for an op that carried a completion token.
 struct Completion {
@@ -42,6 +52,7 @@ class EnvData {
  public:
   static EnvData* Get(Napi::Env env) { return env.GetInstanceData<EnvData>(); }
   static void Install(Napi::Env env);
+  ~EnvData();
 
   // Installs the JS side: errorFactory(code, message, details) and
   // onComplete(token, error | undefined, ArrayBuffer | undefined).
@@ -59,6 +70,9 @@ class EnvData {
   Napi::FunctionReference buffer_ctor;
   Napi::FunctionReference stream_ctor;
   Napi::FunctionReference event_ctor;
+  Napi::FunctionReference comm_ctor;
+  // Set by InitComm; torn down before the streams.
+  std::unique_ptr<comm::CommEnv> comm;
 
  private:
   static void CleanupHook(void* arg);

@@ -9,13 +9,13 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <unordered_map>
 
 #include "args.h"
 #include "device/span.h"
 #include "device/stream.h"
 #include "kernels/model/gdn.h"
 #include "kernels/model/model_kernels.h"
+#include "op_table.h"
 
 namespace ascent {
 namespace {
@@ -29,110 +29,13 @@ uint64_t Mul(std::initializer_list<uint64_t> xs, const char* what) {
   return r;
 }
 
-class Reader {
- public:
-  Reader(const Napi::CallbackInfo& info, StreamImpl* s, const std::string& op) : info_(info), s_(s), op_(op) {}
-
-  uint64_t Index(const char* name) { return ArgIndex(info_, i_++, name); }
-  uint64_t Positive(const char* name) {
-    uint64_t v = Index(name);
-    if (v == 0) ThrowInvalidArgument(op_ + ": expected a positive integer for " + name + ".", {Str("argument", name)});
-    return v;
-  }
-  int64_t Int(const char* name) {
-    double d = ArgNumber(info_, i_++, name);
-    if (std::floor(d) != d || std::fabs(d) > 2147483647.0) ThrowInvalidArgument(op_ + ": expected an int32 for " + name + ".");
-    return static_cast<int64_t>(d);
-  }
-  double Number(const char* name) { return ArgNumber(info_, i_++, name); }
-  bool Bool(const char* name) { return ArgBool(info_, i_++, name); }
-  DType Dtype(const char* name) { return ArgDType(info_, i_++, name); }
-  bool Impl() { return ArgUseReference(info_, i_++); }
-  uint64_t Token() { return ArgToken(info_, i_++); }
-
-  // A tensor of `numel` elements of `t`; with `optional`, null means "not wanted".
-  Span Tensor(const char* name, uint64_t numel, DType t, bool optional = false) {
-    size_t es = DTypeSize(t);
-    uint64_t bytes = Mul({numel, es}, name);
-    if (optional && Arg(info_, i_).IsNull()) {
-      i_ += 2;
-      return Span{};
-    }
-    const int sd = s_->device().ordinal;
-    Span sp = ArgSpan(info_, i_, name, bytes, es, sd, "stream belongs to device " + std::to_string(sd), "streamDevice", op_ + ": ");
-    i_ += 2;
-    spans_.push_back({sp, name});
-    return sp;
-  }
-
-  using Pairs = std::initializer_list<std::pair<const char*, const char*>>;
-  // Outputs must not overlap any other tensor (inputs or other outputs), except pairs
-  // in `same` when they are exactly the same range (an allowed in-place alias) and
-  // pairs in `skip` (the caller checks those itself).
-  void CheckOutputs(std::initializer_list<const char*> outs, Pairs same = {}, Pairs skip = {}) {
-    for (const char* o : outs) {
-      const Named* on = Find(o);
-      if (on == nullptr || !on->span.block) continue;
-      for (const Named& other : spans_) {
-        if (other.name == on->name || !Overlaps(on->span, other.span)) continue;
-        bool allowed = false;
-        for (auto& p : skip) {
-          if ((p.first == on->name && p.second == other.name) || (p.second == on->name && p.first == other.name)) allowed = true;
-        }
-        for (auto& p : same) {
-          if ((p.first == on->name && p.second == other.name) || (p.second == on->name && p.first == other.name)) {
-            allowed = allowed || (other.span.offset == on->span.offset && other.span.bytes == on->span.bytes);
-          }
-        }
-        if (!allowed) {
-          ThrowInvalidArgument(op_ + ": " + on->name + " overlaps " + other.name + "; this op cannot write in place.",
-                               {Str("argument", on->name)});
-        }
-      }
-    }
-  }
-
-  std::vector<std::shared_ptr<Block>> Blocks() const {
-    std::vector<std::shared_ptr<Block>> b;
-    for (const Named& n : spans_) {
-      if (n.span.block) b.push_back(n.span.block);
-    }
-    return b;
-  }
-
-  [[noreturn]] void Fail(const std::string& what) { ThrowInvalidArgument(op_ + ": " + what, {Str("op", op_)}); }
-
- private:
-  struct Named {
-    Span span;
-    std::string name;
-  };
-  const Named* Find(const char* name) const {
-    for (const Named& n : spans_) {
-      if (n.name == name) return &n;
-    }
-    return nullptr;
-  }
-
-  const Napi::CallbackInfo& info_;
-  StreamImpl* s_;
-  std::string op_;
-  size_t i_ = 1;
-  std::vector<Named> spans_;
-};
-
 // Reads impl and token (always the last two arguments) and enqueues fn(a).
 template <typename A>
 uint64_t Run(StreamImpl& s, const char* name, Reader& r, void (*ref_fn)(const A&), void (*fast_fn)(const A&), const A& a) {
   const bool reference = r.Impl();
   const uint64_t token = r.Token();
-  auto op = std::make_unique<Op>();
-  op->name = name;
-  op->token = token;
-  op->keep = r.Blocks();
   void (*fn)(const A&) = reference ? ref_fn : fast_fn;
-  op->run = [fn, a](Op&) { fn(a); };
-  return s.Enqueue(std::move(op));
+  return EnqueueOp(s, r, name, token, [fn, a](Op&) { fn(a); });
 }
 
 #define RUN(name, Kernel, args) Run(s, name, r, ref::Kernel, fast::Kernel, args)
@@ -466,8 +369,10 @@ U Sample(StreamImpl& s, Reader& r) {
 
 #undef RUN
 
-const std::unordered_map<std::string, U (*)(StreamImpl&, Reader&)>& Handlers() {
-  static const auto* table = new std::unordered_map<std::string, U (*)(StreamImpl&, Reader&)>{
+}  // namespace
+
+const std::vector<OpRow>& ModelOps() {
+  static const auto* table = new std::vector<OpRow>{
       {"embedding", Embedding},
       {"embeddingBackward", EmbeddingBackward},
       {"rmsNorm", RmsNorm},
@@ -504,13 +409,16 @@ const std::unordered_map<std::string, U (*)(StreamImpl&, Reader&)>& Handlers() {
   return *table;
 }
 
+namespace {
+
 // philox(keyLo, keyHi, c0, c1, c2, c3) -> [4 words]: the RNG itself, for known-answer
 // tests; runs synchronously on the calling thread (no device work).
 Napi::Value Philox(const Napi::CallbackInfo& info) {
+  Reader r(info, "philox", 1, true);
   uint32_t key[2], ctr[4], out[4];
   for (int i = 0; i < 6; ++i) {
-    uint64_t w = ArgIndex(info, 1 + i, "word");
-    if (w > 0xffffffffu) ThrowInvalidArgument("philox: words must be uint32.");
+    uint64_t w = r.Index("word");
+    if (w > 0xffffffffu) r.Fail("words must be uint32 but received " + std::to_string(w) + ".");
     (i < 2 ? key[i] : ctr[i - 2]) = static_cast<uint32_t>(w);
   }
   Philox4x32(key, ctr, out);
@@ -524,14 +432,16 @@ Napi::Value Philox(const Napi::CallbackInfo& info) {
 Napi::Value StreamWrap::ModelOp(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&]() -> Napi::Value {
     Napi::Value n = Arg(info, 0);
-    if (!n.IsString()) ThrowInvalidArgument("modelOp: expected the kernel name as the first argument.");
+    if (!n.IsString()) ThrowInvalidArgument("modelOp: expected the kernel name as the first argument but received " + Describe(n) + ".");
     std::string name = n.As<Napi::String>().Utf8Value();
     if (name == "philox") return Philox(info);
-    const auto& table = Handlers();
-    auto it = table.find(name);
-    if (it == table.end()) ThrowInvalidArgument("modelOp: unknown kernel '" + name + "'.", {Str("op", name)});
-    Reader r(info, impl_.get(), name);
-    return Napi::Number::New(info.Env(), static_cast<double>(it->second(*impl_, r)));
+    for (const OpRow& row : ModelOps()) {
+      if (name != row.name) continue;
+      Reader r(info, name, 1, true);
+      BindToStream(r, *impl_);
+      return Napi::Number::New(info.Env(), static_cast<double>(row.run(*impl_, r)));
+    }
+    ThrowInvalidArgument("modelOp: unknown kernel '" + name + "'.", {Str("op", name)});
   });
 }
 

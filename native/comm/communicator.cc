@@ -2,12 +2,11 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
-#include <thread>
-#include <unordered_map>
+#include <cstdio>
 
 #include "args.h"
 #include "comm/collectives.h"
+#include "comm/comm_env.h"
 #include "device/registry.h"
 #include "device/span.h"
 #include "device/stream.h"
@@ -17,216 +16,23 @@ namespace ascent {
 namespace comm {
 namespace {
 
-// ---------------------------------------------------------------- per-env state
-
-// A thread that waits for a rendezvous (initRank, split). Joined by the env
-// cleanup hook after the abort woke it, so it never posts to a dead env.
-struct Task {
-  std::thread thread;
-  std::shared_ptr<std::atomic<bool>> done;
-};
-
-struct CommEnv {
-  napi_env env = nullptr;
-  EnvData* data = nullptr;
-  Napi::FunctionReference ctor;
-  std::mutex mu;
-  std::vector<std::weak_ptr<CommImpl>> comms;
-  std::vector<Task> tasks;
-
-  void Spawn(std::function<void()> fn);
-  void AddComm(const std::shared_ptr<CommImpl>& impl);
-};
-
-std::mutex& EnvsMutex() {
-  static std::mutex* mu = new std::mutex();
-  return *mu;
-}
-std::unordered_map<napi_env, CommEnv*>& Envs() {
-  static auto* m = new std::unordered_map<napi_env, CommEnv*>();
-  return *m;
-}
-
-CommEnv* GetCommEnv(Napi::Env env) {
-  std::lock_guard<std::mutex> lock(EnvsMutex());
-  auto it = Envs().find(env);
-  if (it == Envs().end()) ThrowInvalidArgument("Communicators were not initialised in this thread.");
-  return it->second;
-}
-
-void CommEnv::Spawn(std::function<void()> fn) {
-  std::vector<Task> finished;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    std::vector<Task> live;
-    for (auto& t : tasks) (t.done->load() ? finished : live).push_back(std::move(t));
-    tasks.swap(live);
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    tasks.push_back(Task{std::thread([fn = std::move(fn), done] {
-                           fn();
-                           done->store(true);
-                         }),
-                         done});
-  }
-  for (auto& t : finished) t.thread.join();
-}
-
-void CommEnv::AddComm(const std::shared_ptr<CommImpl>& impl) {
-  std::lock_guard<std::mutex> lock(mu);
-  std::vector<std::weak_ptr<CommImpl>> live;
-  for (auto& w : comms) {
-    if (!w.expired()) live.push_back(std::move(w));
-  }
-  live.push_back(impl);
-  comms.swap(live);
-}
-
-// Runs before the device layer's stream teardown (registered later, runs first):
-// abort every communicator this env's ranks belong to, so peers fail now instead
-// of after the exec timeout, and so our own stream ops blocked in a collective
-// wake and let their stream threads be joined.
-void AbortAll(CommEnv* ce) {
-  std::vector<std::shared_ptr<CommImpl>> comms;
-  {
-    std::lock_guard<std::mutex> lock(ce->mu);
-    for (auto& w : ce->comms) {
-      if (auto p = w.lock()) comms.push_back(std::move(p));
-    }
-  }
-  for (auto& c : comms) {
-    std::shared_ptr<CommGroup> g;
-    int rank, device;
-    {
-      std::lock_guard<std::mutex> lock(c->mu);
-      g = c->group;
-      rank = c->rank;
-      device = c->device;
-    }
-    if (!g || c->destroyed || g->aborted()) continue;
-    ErrorInfo info{kCommAborted,
-                   g->Who(rank) + "'s worker exited (device " + std::to_string(device) + ") while communicator " +
-                       g->short_id() + " was live.",
-                   {Num("deadRank", g->WorldRank(rank)), Num("device", device)}};
-    g->SetCulprits(info, {rank});  // the rank that left, never the peers it left waiting
-    g->Abort(std::move(info), 0, g->AnyInFlight());
-  }
-}
-
-void CleanupHook(void* arg) {
-  auto* ce = static_cast<CommEnv*>(arg);
-  AbortAll(ce);
-  std::vector<Task> tasks;
-  {
-    std::lock_guard<std::mutex> lock(ce->mu);
-    tasks.swap(ce->tasks);
-  }
-  // A split thread may publish its child group just after the abort above; abort
-  // again until every rendezvous thread has returned, so the joins cannot block
-  // for a whole connect timeout.
-  for (int i = 0; i < 5000; ++i) {
-    bool all_done = true;
-    for (auto& t : tasks) all_done = all_done && t.done->load();
-    if (all_done) break;
-    AbortAll(ce);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  for (auto& t : tasks) t.thread.join();
-  {
-    std::lock_guard<std::mutex> lock(EnvsMutex());
-    Envs().erase(ce->env);
-  }
-  ce->ctor.Reset();
-  delete ce;
-}
-
-void PostCompletion(EnvData* data, uint64_t token, const ErrorInfo* error) {
-  if (token == 0) return;
-  auto c = std::make_unique<Completion>();
-  c->token = token;
-  if (error) {
-    c->ok = false;
-    c->error = *error;
-  }
-  data->Post(std::move(c));
-}
-
 // ---------------------------------------------------------------- argument readers
-
-// Buffers of a collective must be on the communicator's own device.
-Span CommSpan(const Napi::CallbackInfo& info, size_t i, const char* name, uint64_t bytes, size_t align, int device) {
-  return ArgSpan(info, i, name, bytes, align, device, "the communicator is on device " + std::to_string(device), "commDevice");
-}
 
 uint64_t Mul(uint64_t a, uint64_t b) { return CheckedMul(a, b, "a collective's size"); }
 
-DType ArgCommDType(const Napi::CallbackInfo& info, size_t i) {
-  DType t = ArgDType(info, i, "dtype");
-  if (t == DType::kU8) ThrowInvalidArgument("Collectives support fp32, bf16, fp16, int32 and int64, not uint8.");
+DType CommDtype(Reader& r) {
+  DType t = r.Dtype("dtype");
+  if (t == DType::kU8) r.Fail("Collectives support fp32, bf16, fp16, int32 and int64, not uint8.", {Str("argument", "dtype")});
   return t;
 }
 
-RedOp ArgRedOp(const Napi::CallbackInfo& info, size_t i) {
-  uint64_t v = ArgIndex(info, i, "op");
-  if (v >= static_cast<uint64_t>(kNumRedOps)) ThrowInvalidArgument("Unknown reduce op code " + std::to_string(v) + ".");
+RedOp ReadRedOp(Reader& r) {
+  uint64_t v = r.Index("op");
+  if (v >= static_cast<uint64_t>(kNumRedOps)) {
+    r.Fail("Unknown reduce op code " + std::to_string(v) + "; expected 0 (sum) to " + std::to_string(kNumRedOps - 1) + ".",
+           {Str("argument", "op")});
+  }
   return static_cast<RedOp>(v);
-}
-
-int ArgIntValue(const Napi::Value& v, const char* name) {
-  double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : 0.5;
-  if (std::floor(d) != d || d < 0 || d > 2147483647.0) {
-    ThrowInvalidArgument(std::string("Expected non-negative integers in ") + name + ".", {Str("argument", name)});
-  }
-  return static_cast<int>(d);
-}
-
-int ArgInt(const Napi::CallbackInfo& info, size_t i, const char* name) {
-  double d = ArgNumber(info, i, name);
-  if (std::floor(d) != d || d < -2147483648.0 || d > 2147483647.0) {
-    ThrowInvalidArgument(std::string("Expected a 32-bit integer for ") + name + ".", {Str("argument", name)});
-  }
-  return static_cast<int>(d);
-}
-
-std::string ArgString(const Napi::CallbackInfo& info, size_t i, const char* name) {
-  Napi::Value v = Arg(info, i);
-  if (!v.IsString()) ThrowInvalidArgument(std::string("Expected a string for ") + name + ".", {Str("argument", name)});
-  return v.As<Napi::String>().Utf8Value();
-}
-
-double ArgTimeout(const Napi::CallbackInfo& info, size_t i, const char* name) {
-  double d = ArgNumber(info, i, name);
-  if (!(d > 0) || !std::isfinite(d)) ThrowInvalidArgument(std::string("Expected a positive number of ms for ") + name + ".");
-  return d;
-}
-
-std::vector<uint64_t> ArgCounts(const Napi::CallbackInfo& info, size_t i, const char* name, int n) {
-  Napi::Value v = Arg(info, i);
-  if (!v.IsArray() || v.As<Napi::Array>().Length() != static_cast<uint32_t>(n)) {
-    ThrowInvalidArgument(std::string("Expected an array of ") + std::to_string(n) + " counts for " + name + ".",
-                         {Str("argument", name)});
-  }
-  Napi::Array a = v.As<Napi::Array>();
-  std::vector<uint64_t> out(n);
-  for (int q = 0; q < n; ++q) {
-    Napi::Value e = a.Get(static_cast<uint32_t>(q));
-    double d = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : -1;
-    if (!(d >= 0) || std::floor(d) != d || d > 9007199254740991.0) {
-      ThrowInvalidArgument(std::string("Expected non-negative integers in ") + name + ".", {Str("argument", name)});
-    }
-    out[q] = static_cast<uint64_t>(d);
-  }
-  return out;
-}
-
-Clock::time_point Deadline(double ms) {
-  return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(std::min(ms, 1e12) * 1000.0));
-}
-
-std::string RandomHex128() {
-  std::random_device rd;
-  char buf[33];
-  for (int i = 0; i < 4; ++i) std::snprintf(buf + 8 * i, 9, "%08x", static_cast<unsigned>(rd()));
-  return std::string(buf, 32);
 }
 
 // Child communicator id for (parent, seq, color): the same on every member, unique
@@ -250,37 +56,50 @@ std::string ChildId(const std::string& parent, uint64_t seq, int color) {
 
 // ---------------------------------------------------------------- class
 
+const std::vector<CommWrap::Row>& CommWrap::Methods() {
+  static const auto* rows = new std::vector<Row>{
+      {"abortCause", &CommWrap::AbortCause, false},     {"allReduce", &CommWrap::AllReduce, true},
+      {"broadcast", &CommWrap::Broadcast, true},        {"allGather", &CommWrap::AllGather, true},
+      {"reduceScatter", &CommWrap::ReduceScatter, true}, {"allToAll", &CommWrap::AllToAll, true},
+      {"allToAllV", &CommWrap::AllToAllV, true},        {"barrier", &CommWrap::Barrier, true},
+      {"send", &CommWrap::Send, true},                  {"recv", &CommWrap::Recv, true},
+      {"groupStart", &CommWrap::GroupStart, true},
+      // groupEnd checks usability itself, after it closed the group (see GroupEnd).
+      {"groupEnd", &CommWrap::GroupEnd, false},         {"split", &CommWrap::Split, true},
+      {"abort", &CommWrap::Abort, false},               {"destroy", &CommWrap::Destroy, false},
+      {"flightRecord", &CommWrap::FlightRecord, false},
+  };
+  return *rows;
+}
+
 Napi::Function CommWrap::Define(Napi::Env env) {
-  return DefineClass(env, "Communicator",
-                     {InstanceAccessor<&CommWrap::GetRank>("rank"),
-                      InstanceAccessor<&CommWrap::GetSize>("size"),
-                      InstanceAccessor<&CommWrap::GetDevice>("device"),
-                      InstanceAccessor<&CommWrap::GetId>("id"),
-                      InstanceAccessor<&CommWrap::GetAborted>("aborted"),
-                      InstanceAccessor<&CommWrap::GetDestroyed>("destroyed"),
-                      InstanceMethod<&CommWrap::AbortCause>("abortCause"),
-                      InstanceMethod<&CommWrap::AllReduce>("allReduce"),
-                      InstanceMethod<&CommWrap::Broadcast>("broadcast"),
-                      InstanceMethod<&CommWrap::AllGather>("allGather"),
-                      InstanceMethod<&CommWrap::ReduceScatter>("reduceScatter"),
-                      InstanceMethod<&CommWrap::AllToAll>("allToAll"),
-                      InstanceMethod<&CommWrap::AllToAllV>("allToAllV"),
-                      InstanceMethod<&CommWrap::Barrier>("barrier"),
-                      InstanceMethod<&CommWrap::Send>("send"),
-                      InstanceMethod<&CommWrap::Recv>("recv"),
-                      InstanceMethod<&CommWrap::GroupStart>("groupStart"),
-                      InstanceMethod<&CommWrap::GroupEnd>("groupEnd"),
-                      InstanceMethod<&CommWrap::Split>("split"),
-                      InstanceMethod<&CommWrap::Abort>("abort"),
-                      InstanceMethod<&CommWrap::Destroy>("destroy"),
-                      InstanceMethod<&CommWrap::FlightRecord>("flightRecord")});
+  std::vector<PropertyDescriptor> props = {InstanceAccessor<&CommWrap::GetRank>("rank"),
+                                           InstanceAccessor<&CommWrap::GetSize>("size"),
+                                           InstanceAccessor<&CommWrap::GetDevice>("device"),
+                                           InstanceAccessor<&CommWrap::GetId>("id"),
+                                           InstanceAccessor<&CommWrap::GetAborted>("aborted"),
+                                           InstanceAccessor<&CommWrap::GetDestroyed>("destroyed")};
+  for (const Row& row : Methods()) {
+    props.push_back(InstanceMethod<&CommWrap::Dispatch>(row.name, napi_default, const_cast<Row*>(&row)));
+  }
+  return DefineClass(env, "Communicator", props);
+}
+
+Napi::Value CommWrap::Dispatch(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    const Row* row = static_cast<const Row*>(info.Data());
+    if (row->usable) CheckUsable(row->name);
+    Reader r(info, row->name);
+    r.SetDevice(impl_->device, "the communicator is on device " + std::to_string(impl_->device), "commDevice");
+    return (this->*row->run)(r);
+  });
 }
 
 Napi::Object CommWrap::NewInstance(Napi::Env env, std::shared_ptr<CommImpl> impl) {
-  CommEnv* ce = GetCommEnv(env);
-  Napi::Object obj = ce->ctor.New({});
+  CommEnv& ce = GetCommEnv(env);
+  Napi::Object obj = EnvData::Get(env)->comm_ctor.New({});
   CommWrap::Unwrap(obj)->impl_ = impl;
-  ce->AddComm(impl);
+  ce.AddComm(impl);
   return obj;
 }
 
@@ -305,14 +124,14 @@ Napi::Value CommWrap::GetDestroyed(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), impl_->destroyed);
 }
 
-Napi::Value CommWrap::AbortCause(const Napi::CallbackInfo& info) {
+Napi::Value CommWrap::AbortCause(Reader& r) {
   std::shared_ptr<CommGroup> g;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     g = impl_->group;
   }
-  if (!g || !g->aborted()) return info.Env().Null();
-  return MakeJsError(info.Env(), g->cause());
+  if (!g || !g->aborted()) return r.Env().Null();
+  return MakeJsError(r.Env(), g->cause());
 }
 
 void CommWrap::CheckUsable(const char* what) {
@@ -338,11 +157,11 @@ void CommWrap::CheckUsable(const char* what) {
   }
 }
 
-StreamImpl& CommWrap::ArgStream(const Napi::CallbackInfo& info, size_t i, Napi::Object* js) {
-  Napi::Value v = Arg(info, i);
-  EnvData* data = EnvData::Get(info.Env());
+StreamImpl& CommWrap::ReadStream(Reader& r, Napi::Object* js) {
+  Napi::Value v = r.Value();
+  EnvData* data = EnvData::Get(r.Env());
   if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(data->stream_ctor.Value())) {
-    ThrowInvalidArgument("Expected a Stream for the stream argument.", {Str("argument", "stream")});
+    r.Fail("Expected a Stream for the stream argument but received " + Describe(v) + ".", {Str("argument", "stream")});
   }
   StreamImpl& s = StreamWrap::Unwrap(v.As<Napi::Object>())->impl();
   if (s.device().ordinal != impl_->device) {
@@ -357,21 +176,21 @@ StreamImpl& CommWrap::ArgStream(const Napi::CallbackInfo& info, size_t i, Napi::
   return s;
 }
 
-// The one checked enqueue point: every argument was validated by the caller; from
-// here on the call has effects (flight record, seq) and enqueues exactly one op.
-uint64_t CommWrap::Submit(Napi::Env env, StreamImpl& stream, const std::string& name, uint64_t seq,
-                          const std::string& fp, uint64_t token, std::vector<std::shared_ptr<Block>> keep,
-                          std::function<void(Clock::time_point)> body) {
+// The one checked submission path. Every argument was validated by the caller and
+// Dispatch ran CheckUsable; from here on the call has effects: a flight-record
+// entry (the seq and fingerprint the caller stamped), then ONE unit of work that
+// runs `body` under a deadline of `timeout_ms` from its start. Collectives and P2P
+// run as an op on `stream`; the split takes no stream (it is a rendezvous, like
+// init), so with no stream the work runs on a thread of this env that the env
+// cleanup hook joins. Either way a failure is recorded and reaches the token with
+// its original error (see communicator.h).
+uint64_t CommWrap::Submit(Napi::Env env, StreamImpl* stream, Work w) {
   std::shared_ptr<CommGroup> group = impl_->group;
   const int rank = impl_->rank;
-  const double timeout = impl_->exec_timeout_ms;
   EnvData* data = EnvData::Get(env);
-  uint64_t fr = group->slot(rank).recorder.Enqueued(seq, name, fp);
-  auto op = std::make_unique<Op>();
-  op->name = name;
-  op->token = token;
-  op->keep = std::move(keep);
-  op->run = [group, rank, timeout, data, fr, body = std::move(body)](Op& self) {
+  const uint64_t fr = group->slot(rank).recorder.Enqueued(w.seq, w.name, w.fingerprint);
+  // Runs the body with its flight record; rethrows its error after recording it.
+  auto run = [group, rank, fr, timeout = w.timeout_ms, body = std::move(w.body)] {
     FlightRecorder& rec = group->slot(rank).recorder;
     rec.Started(fr);
     try {
@@ -379,210 +198,237 @@ uint64_t CommWrap::Submit(Napi::Env env, StreamImpl& stream, const std::string& 
       rec.Ended(fr, true);
     } catch (const AscentException& e) {
       rec.Ended(fr, false, e.info().code);
+      throw;
+    }
+  };
+  if (stream == nullptr) {
+    const uint64_t token = w.token;
+    GetCommEnv(env).Spawn([run = std::move(run), data, token] {
+      try {
+        run();
+        PostCompletion(data, token, nullptr);
+      } catch (const AscentException& e) {
+        PostCompletion(data, token, &e.info());
+      }
+    });
+    return w.seq;
+  }
+  auto op = std::make_unique<Op>();
+  op->name = w.name;
+  op->token = w.token;
+  op->keep = std::move(w.keep);
+  op->run = [run = std::move(run), data](Op& self) {
+    try {
+      run();
+    } catch (const AscentException& e) {
       // Report the original error to the awaiting promise (see communicator.h).
       PostCompletion(data, self.token, &e.info());
       self.token = 0;
       throw;
     }
   };
-  return stream.Enqueue(std::move(op));
+  return stream->Enqueue(std::move(op));
+}
+
+void CommWrap::Stamp(Desc& d) {
+  d.seq = impl_->next_seq++;
+  d.fingerprint = Fingerprint(d);
 }
 
 uint64_t CommWrap::EnqueueCollective(Napi::Env env, StreamImpl& stream, Desc d, uint64_t token,
                                      std::vector<std::shared_ptr<Block>> keep) {
-  d.seq = impl_->next_seq++;
-  d.fingerprint = Fingerprint(d);
+  Stamp(d);
   std::shared_ptr<CommGroup> group = impl_->group;
   const int rank = impl_->rank;
   const double timeout = impl_->exec_timeout_ms;
-  std::string fp = d.fingerprint;
-  uint64_t seq = d.seq;
-  return Submit(env, stream, CollOpName(d.op), seq, fp, token, std::move(keep),
-                [group, rank, timeout, d = std::move(d)](Clock::time_point deadline) mutable {
-                  RunCollective(*group, rank, d, deadline, timeout);
-                });
+  Work w{CollOpName(d.op), d.seq, d.fingerprint, token, std::move(keep), timeout,
+         [group, rank, timeout, d = std::move(d)](Clock::time_point deadline) mutable {
+           RunCollective(*group, rank, d, deadline, timeout);
+         }};
+  return Submit(env, &stream, std::move(w));
 }
 
+// ---------------------------------------------------------------- collectives
+
+namespace {
+
+Napi::Value Seq(Reader& r, uint64_t seq) { return Napi::Number::New(r.Env(), static_cast<double>(seq)); }
+
+// Send and recv of one count-sized collective: (send, sendOffset, recv, recvOffset) at 0..3.
+struct SendRecv {
+  Span send, recv;
+};
+
+SendRecv ReadSendRecv(Reader& r, uint64_t send_bytes, uint64_t recv_bytes, size_t align) {
+  SendRecv sr;
+  sr.send = r.At(0).Buffer("send", send_bytes, align);
+  sr.recv = r.Buffer("recv", recv_bytes, align);
+  return sr;
+}
+
+}  // namespace
+
 // allReduce(send, sendOffset, recv, recvOffset, count, dtype, op, stream, token)
-Napi::Value CommWrap::AllReduce(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    CheckUsable("allReduce");
-    uint64_t count = ArgIndex(info, 4, "count");
-    DType t = ArgCommDType(info, 5);
-    RedOp op = ArgRedOp(info, 6);
-    StreamImpl& s = ArgStream(info, 7);
-    uint64_t token = ArgToken(info, 8);
-    uint64_t bytes = Mul(count, DTypeSize(t));
-    Span send = CommSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
-    Span recv = CommSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
-    if (Overlaps(send, recv) && send.offset != recv.offset) ThrowInvalidArgument("allReduce: send and recv partially overlap; use the same tensor for in place.");
-    Desc d;
-    d.op = CollOp::kAllReduce;
-    d.dtype = t;
-    d.count = count;
-    d.red = op;
-    d.send = send.ptr();
-    d.recv = recv.ptr();
-    return Napi::Number::New(info.Env(), static_cast<double>(EnqueueCollective(info.Env(), s, std::move(d), token, {send.block, recv.block})));
-  });
+Napi::Value CommWrap::AllReduce(Reader& r) {
+  uint64_t count = r.At(4).Index("count");
+  DType t = CommDtype(r);
+  RedOp op = ReadRedOp(r);
+  StreamImpl& s = ReadStream(r);
+  uint64_t token = r.Token();
+  uint64_t bytes = Mul(count, DTypeSize(t));
+  SendRecv b = ReadSendRecv(r, bytes, bytes, DTypeSize(t));
+  if (Overlaps(b.send, b.recv) && b.send.offset != b.recv.offset) {
+    r.Fail("allReduce: send and recv partially overlap; use the same tensor for in place.");
+  }
+  Desc d;
+  d.op = CollOp::kAllReduce;
+  d.dtype = t;
+  d.count = count;
+  d.red = op;
+  d.send = b.send.ptr();
+  d.recv = b.recv.ptr();
+  return Seq(r, EnqueueCollective(r.Env(), s, std::move(d), token, r.Blocks()));
 }
 
 // broadcast(send, sendOffset, recv, recvOffset, count, dtype, root, stream, token)
-Napi::Value CommWrap::Broadcast(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    CheckUsable("broadcast");
-    uint64_t count = ArgIndex(info, 4, "count");
-    DType t = ArgCommDType(info, 5);
-    uint64_t root = ArgIndex(info, 6, "root");
-    if (root >= static_cast<uint64_t>(impl_->size)) ThrowInvalidArgument("broadcast: root out of range.");
-    StreamImpl& s = ArgStream(info, 7);
-    uint64_t token = ArgToken(info, 8);
-    uint64_t bytes = Mul(count, DTypeSize(t));
-    Span send = CommSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
-    Span recv = CommSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
-    if (Overlaps(send, recv) && send.offset != recv.offset) ThrowInvalidArgument("broadcast: send and recv partially overlap.");
-    Desc d;
-    d.op = CollOp::kBroadcast;
-    d.dtype = t;
-    d.count = count;
-    d.root = static_cast<int>(root);
-    d.send = send.ptr();
-    d.recv = recv.ptr();
-    return Napi::Number::New(info.Env(), static_cast<double>(EnqueueCollective(info.Env(), s, std::move(d), token, {send.block, recv.block})));
-  });
+Napi::Value CommWrap::Broadcast(Reader& r) {
+  uint64_t count = r.At(4).Index("count");
+  DType t = CommDtype(r);
+  uint64_t root = r.Index("root");
+  if (root >= static_cast<uint64_t>(impl_->size)) {
+    r.Fail("broadcast: root " + std::to_string(root) + " out of range [0, " + std::to_string(impl_->size) + ").",
+           {Str("argument", "root")});
+  }
+  StreamImpl& s = ReadStream(r);
+  uint64_t token = r.Token();
+  uint64_t bytes = Mul(count, DTypeSize(t));
+  SendRecv b = ReadSendRecv(r, bytes, bytes, DTypeSize(t));
+  if (Overlaps(b.send, b.recv) && b.send.offset != b.recv.offset) r.Fail("broadcast: send and recv partially overlap.");
+  Desc d;
+  d.op = CollOp::kBroadcast;
+  d.dtype = t;
+  d.count = count;
+  d.root = static_cast<int>(root);
+  d.send = b.send.ptr();
+  d.recv = b.recv.ptr();
+  return Seq(r, EnqueueCollective(r.Env(), s, std::move(d), token, r.Blocks()));
 }
 
 // allGather(send, sendOffset, recv, recvOffset, count, dtype, stream, token): recv holds size * count.
-Napi::Value CommWrap::AllGather(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    CheckUsable("allGather");
-    uint64_t count = ArgIndex(info, 4, "count");
-    DType t = ArgCommDType(info, 5);
-    StreamImpl& s = ArgStream(info, 6);
-    uint64_t token = ArgToken(info, 7);
-    uint64_t bytes = Mul(count, DTypeSize(t));
-    Span send = CommSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
-    Span recv = CommSpan(info, 2, "recv", Mul(bytes, impl_->size), DTypeSize(t), impl_->device);
-    if (Overlaps(send, recv) && send.offset != recv.offset + impl_->rank * bytes) {
-      ThrowInvalidArgument("allGather: in place requires send == recv chunk of this rank.");
-    }
-    Desc d;
-    d.op = CollOp::kAllGather;
-    d.dtype = t;
-    d.count = count;
-    d.send = send.ptr();
-    d.recv = recv.ptr();
-    return Napi::Number::New(info.Env(), static_cast<double>(EnqueueCollective(info.Env(), s, std::move(d), token, {send.block, recv.block})));
-  });
+Napi::Value CommWrap::AllGather(Reader& r) {
+  uint64_t count = r.At(4).Index("count");
+  DType t = CommDtype(r);
+  StreamImpl& s = ReadStream(r);
+  uint64_t token = r.Token();
+  uint64_t bytes = Mul(count, DTypeSize(t));
+  SendRecv b = ReadSendRecv(r, bytes, Mul(bytes, impl_->size), DTypeSize(t));
+  if (Overlaps(b.send, b.recv) && b.send.offset != b.recv.offset + impl_->rank * bytes) {
+    r.Fail("allGather: in place requires send == recv chunk of this rank.");
+  }
+  Desc d;
+  d.op = CollOp::kAllGather;
+  d.dtype = t;
+  d.count = count;
+  d.send = b.send.ptr();
+  d.recv = b.recv.ptr();
+  return Seq(r, EnqueueCollective(r.Env(), s, std::move(d), token, r.Blocks()));
 }
 
 // reduceScatter(send, sendOffset, recv, recvOffset, count, dtype, op, stream, token): send holds size * count.
-Napi::Value CommWrap::ReduceScatter(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    CheckUsable("reduceScatter");
-    uint64_t count = ArgIndex(info, 4, "count");
-    DType t = ArgCommDType(info, 5);
-    RedOp op = ArgRedOp(info, 6);
-    StreamImpl& s = ArgStream(info, 7);
-    uint64_t token = ArgToken(info, 8);
-    uint64_t bytes = Mul(count, DTypeSize(t));
-    Span send = CommSpan(info, 0, "send", Mul(bytes, impl_->size), DTypeSize(t), impl_->device);
-    Span recv = CommSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
-    if (Overlaps(send, recv) && recv.offset != send.offset + impl_->rank * bytes) {
-      ThrowInvalidArgument("reduceScatter: in place requires recv == send chunk of this rank.");
-    }
-    Desc d;
-    d.op = CollOp::kReduceScatter;
-    d.dtype = t;
-    d.count = count;
-    d.red = op;
-    d.send = send.ptr();
-    d.recv = recv.ptr();
-    return Napi::Number::New(info.Env(), static_cast<double>(EnqueueCollective(info.Env(), s, std::move(d), token, {send.block, recv.block})));
-  });
+Napi::Value CommWrap::ReduceScatter(Reader& r) {
+  uint64_t count = r.At(4).Index("count");
+  DType t = CommDtype(r);
+  RedOp op = ReadRedOp(r);
+  StreamImpl& s = ReadStream(r);
+  uint64_t token = r.Token();
+  uint64_t bytes = Mul(count, DTypeSize(t));
+  SendRecv b = ReadSendRecv(r, Mul(bytes, impl_->size), bytes, DTypeSize(t));
+  if (Overlaps(b.send, b.recv) && b.recv.offset != b.send.offset + impl_->rank * bytes) {
+    r.Fail("reduceScatter: in place requires recv == send chunk of this rank.");
+  }
+  Desc d;
+  d.op = CollOp::kReduceScatter;
+  d.dtype = t;
+  d.count = count;
+  d.red = op;
+  d.send = b.send.ptr();
+  d.recv = b.recv.ptr();
+  return Seq(r, EnqueueCollective(r.Env(), s, std::move(d), token, r.Blocks()));
 }
 
 // allToAll(send, sendOffset, recv, recvOffset, count, dtype, stream, token): count per peer.
-Napi::Value CommWrap::AllToAll(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    CheckUsable("allToAll");
-    uint64_t count = ArgIndex(info, 4, "count");
-    DType t = ArgCommDType(info, 5);
-    StreamImpl& s = ArgStream(info, 6);
-    uint64_t token = ArgToken(info, 7);
-    uint64_t bytes = Mul(Mul(count, DTypeSize(t)), impl_->size);
-    Span send = CommSpan(info, 0, "send", bytes, DTypeSize(t), impl_->device);
-    Span recv = CommSpan(info, 2, "recv", bytes, DTypeSize(t), impl_->device);
-    Desc d;
-    d.op = CollOp::kAllToAll;
-    d.dtype = t;
-    d.count = count;
-    d.send = send.ptr();
-    d.recv = recv.ptr();
-    return Napi::Number::New(info.Env(), static_cast<double>(EnqueueCollective(info.Env(), s, std::move(d), token, {send.block, recv.block})));
-  });
+Napi::Value CommWrap::AllToAll(Reader& r) {
+  uint64_t count = r.At(4).Index("count");
+  DType t = CommDtype(r);
+  StreamImpl& s = ReadStream(r);
+  uint64_t token = r.Token();
+  uint64_t bytes = Mul(Mul(count, DTypeSize(t)), impl_->size);
+  SendRecv b = ReadSendRecv(r, bytes, bytes, DTypeSize(t));
+  Desc d;
+  d.op = CollOp::kAllToAll;
+  d.dtype = t;
+  d.count = count;
+  d.send = b.send.ptr();
+  d.recv = b.recv.ptr();
+  return Seq(r, EnqueueCollective(r.Env(), s, std::move(d), token, r.Blocks()));
 }
 
 // allToAllV(send, sendOffset, sendCounts, sendDispls, recv, recvOffset, recvCounts, recvDispls, dtype, stream, token)
-Napi::Value CommWrap::AllToAllV(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    CheckUsable("allToAllV");
-    const int P = impl_->size;
-    std::vector<uint64_t> sc = ArgCounts(info, 2, "sendCounts", P), sd = ArgCounts(info, 3, "sendDispls", P);
-    std::vector<uint64_t> rc = ArgCounts(info, 6, "recvCounts", P), rd = ArgCounts(info, 7, "recvDispls", P);
-    DType t = ArgCommDType(info, 8);
-    StreamImpl& s = ArgStream(info, 9);
-    uint64_t token = ArgToken(info, 10);
-    uint64_t send_end = 0, recv_end = 0;
-    for (int q = 0; q < P; ++q) {
-      send_end = std::max(send_end, sd[q] + sc[q]);
-      recv_end = std::max(recv_end, rd[q] + rc[q]);
-    }
-    Span send = CommSpan(info, 0, "send", Mul(send_end, DTypeSize(t)), DTypeSize(t), impl_->device);
-    Span recv = CommSpan(info, 4, "recv", Mul(recv_end, DTypeSize(t)), DTypeSize(t), impl_->device);
-    Desc d;
-    d.op = CollOp::kAllToAllV;
-    d.dtype = t;
-    d.send = send.ptr();
-    d.recv = recv.ptr();
-    d.send_counts = std::move(sc);
-    d.send_displs = std::move(sd);
-    d.recv_counts = std::move(rc);
-    d.recv_displs = std::move(rd);
-    return Napi::Number::New(info.Env(), static_cast<double>(EnqueueCollective(info.Env(), s, std::move(d), token, {send.block, recv.block})));
-  });
+Napi::Value CommWrap::AllToAllV(Reader& r) {
+  const int P = impl_->size;
+  std::vector<uint64_t> sc = r.At(2).Counts("sendCounts", P), sd = r.Counts("sendDispls", P);
+  std::vector<uint64_t> rc = r.At(6).Counts("recvCounts", P), rd = r.Counts("recvDispls", P);
+  DType t = CommDtype(r);
+  StreamImpl& s = ReadStream(r);
+  uint64_t token = r.Token();
+  uint64_t send_end = 0, recv_end = 0;
+  for (int q = 0; q < P; ++q) {
+    send_end = std::max(send_end, sd[q] + sc[q]);
+    recv_end = std::max(recv_end, rd[q] + rc[q]);
+  }
+  Span send = r.At(0).Buffer("send", Mul(send_end, DTypeSize(t)), DTypeSize(t));
+  Span recv = r.At(4).Buffer("recv", Mul(recv_end, DTypeSize(t)), DTypeSize(t));
+  Desc d;
+  d.op = CollOp::kAllToAllV;
+  d.dtype = t;
+  d.send = send.ptr();
+  d.recv = recv.ptr();
+  d.send_counts = std::move(sc);
+  d.send_displs = std::move(sd);
+  d.recv_counts = std::move(rc);
+  d.recv_displs = std::move(rd);
+  return Seq(r, EnqueueCollective(r.Env(), s, std::move(d), token, r.Blocks()));
 }
 
 // barrier(stream, token)
-Napi::Value CommWrap::Barrier(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    CheckUsable("barrier");
-    StreamImpl& s = ArgStream(info, 0);
-    uint64_t token = ArgToken(info, 1);
-    Desc d;
-    d.op = CollOp::kBarrier;
-    return Napi::Number::New(info.Env(), static_cast<double>(EnqueueCollective(info.Env(), s, std::move(d), token, {})));
-  });
+Napi::Value CommWrap::Barrier(Reader& r) {
+  StreamImpl& s = ReadStream(r);
+  uint64_t token = r.Token();
+  Desc d;
+  d.op = CollOp::kBarrier;
+  return Seq(r, EnqueueCollective(r.Env(), s, std::move(d), token, {}));
 }
 
+// ---------------------------------------------------------------- P2P and groups
+
 // send|recv(buffer, offset, count, dtype, peer, stream, token) -> seq, or 0 inside a group.
-Napi::Value CommWrap::P2P(const Napi::CallbackInfo& info, bool is_send) {
+Napi::Value CommWrap::P2P(Reader& r, bool is_send) {
   const char* what = is_send ? "send" : "recv";
-  CheckUsable(what);
   CommImpl& c = *impl_;
-  uint64_t count = ArgIndex(info, 2, "count");
-  DType t = ArgCommDType(info, 3);
-  uint64_t peer = ArgIndex(info, 4, "peer");
+  uint64_t count = r.At(2).Index("count");
+  DType t = CommDtype(r);
+  uint64_t peer = r.Index("peer");
   if (peer >= static_cast<uint64_t>(c.size) || static_cast<int>(peer) == c.rank) {
-    ThrowInvalidArgument(std::string(what) + ": expected a peer in [0, " + std::to_string(c.size) + ") other than rank " +
-                         std::to_string(c.rank) + " but received " + std::to_string(peer) + ".");
+    r.Fail(std::string(what) + ": expected a peer in [0, " + std::to_string(c.size) + ") other than rank " +
+               std::to_string(c.rank) + " but received " + std::to_string(peer) + ".",
+           {Str("argument", "peer")});
   }
   Napi::Object js;
-  StreamImpl& s = ArgStream(info, 5, &js);
-  uint64_t token = ArgToken(info, 6);
-  Span buf = CommSpan(info, 0, is_send ? "send" : "recv", Mul(count, DTypeSize(t)), DTypeSize(t), c.device);
+  StreamImpl& s = ReadStream(r, &js);
+  uint64_t token = r.Token();
+  Span buf = r.At(0).Buffer(what, Mul(count, DTypeSize(t)), DTypeSize(t));
   if (c.group_depth > 0 && c.group_stream != nullptr && c.group_stream != &s) {
-    ThrowInvalidArgument("Every send/recv between groupStart() and groupEnd() must use the same stream.");
+    r.Fail("Every send/recv between groupStart() and groupEnd() must use the same stream.");
   }
   if (c.sends_to.empty()) {
     c.sends_to.assign(c.size, 0);
@@ -597,7 +443,7 @@ Napi::Value CommWrap::P2P(const Napi::CallbackInfo& info, bool is_send) {
     }
     c.group_items.push_back(item);
     c.group_keep.push_back(buf.block);
-    return Napi::Number::New(info.Env(), 0);
+    return Seq(r, 0);
   }
   std::string desc = std::string(what) + " #" + std::to_string(k) + (is_send ? " to " : " from ") +
                      c.group->Who(static_cast<int>(peer));
@@ -606,262 +452,143 @@ Napi::Value CommWrap::P2P(const Napi::CallbackInfo& info, bool is_send) {
   std::shared_ptr<CommGroup> group = c.group;
   int rank = c.rank;
   double timeout = c.exec_timeout_ms;
-  uint64_t seq = Submit(info.Env(), s, what, 0, fp, token, {buf.block},
-                        [group, rank, timeout, item, desc](Clock::time_point deadline) {
-                          if (group->aborted()) group->ThrowAborted(rank, kNoSeq, desc);
-                          group->p2p().Run(*group, rank, {item}, false, deadline, timeout, desc);
-                        });
-  return Napi::Number::New(info.Env(), static_cast<double>(seq));
+  Work w{what, 0, fp, token, r.Blocks(), timeout,
+         [group, rank, timeout, item, desc](Clock::time_point deadline) {
+           if (group->aborted()) group->ThrowAborted(rank, kNoSeq, desc);
+           group->p2p().Run(*group, rank, {item}, false, deadline, timeout, desc);
+         }};
+  return Seq(r, Submit(r.Env(), &s, std::move(w)));
 }
 
-Napi::Value CommWrap::Send(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] { return P2P(info, true); });
-}
-Napi::Value CommWrap::Recv(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] { return P2P(info, false); });
-}
+Napi::Value CommWrap::Send(Reader& r) { return P2P(r, true); }
+Napi::Value CommWrap::Recv(Reader& r) { return P2P(r, false); }
 
-Napi::Value CommWrap::GroupStart(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    CheckUsable("groupStart");
-    ++impl_->group_depth;
-    return info.Env().Undefined();
-  });
+Napi::Value CommWrap::GroupStart(Reader& r) {
+  ++impl_->group_depth;
+  return r.Env().Undefined();
 }
 
 // groupEnd(token) -> seq of the one op running the whole group, or 0 when nothing
-// was enqueued (nested end, or an empty group: the token is then unused).
-Napi::Value CommWrap::GroupEnd(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    CommImpl& c = *impl_;
-    if (c.group_depth == 0) ThrowInvalidArgument("groupEnd() without a matching groupStart().");
-    uint64_t token = ArgToken(info, 0);
-    if (--c.group_depth > 0 || c.group_items.empty()) return Napi::Number::New(info.Env(), 0);
-    std::vector<P2PItem> items = std::move(c.group_items);
-    std::vector<std::shared_ptr<Block>> keep = std::move(c.group_keep);
-    StreamImpl* s = c.group_stream;
-    c.group_items.clear();
-    c.group_keep.clear();
-    c.group_stream = nullptr;
-    Napi::ObjectReference ref = std::move(c.group_stream_ref);
-    CheckUsable("groupEnd");
-    if (s->stopped()) s->Enqueue(nullptr);
-    std::string fp = "group(";
-    for (size_t i = 0; i < items.size(); ++i) {
-      const P2PItem& it = items[i];
-      fp += std::string(i ? ", " : "") + (it.is_send ? "send " : "recv ") + DTypeName(it.dtype) + "x" +
-            std::to_string(it.count) + (it.is_send ? " to=" : " from=") + std::to_string(it.peer) + " k=" +
-            std::to_string(it.k);
-    }
-    fp += ")";
-    std::shared_ptr<CommGroup> group = c.group;
-    int rank = c.rank;
-    double timeout = c.exec_timeout_ms;
-    std::string desc = "groupEnd of " + std::to_string(items.size()) + " send/recv";
-    uint64_t seq = Submit(info.Env(), *s, "groupEnd", 0, fp, token, std::move(keep),
-                          [group, rank, timeout, items, desc](Clock::time_point deadline) {
-                            if (group->aborted()) group->ThrowAborted(rank, kNoSeq, desc);
-                            group->p2p().Run(*group, rank, items, true, deadline, timeout, desc);
-                          });
-    return Napi::Number::New(info.Env(), static_cast<double>(seq));
-  });
+// was enqueued (nested end, or an empty group: the token is then unused). The group
+// closes before the usability check, so an aborted communicator leaves no open group.
+Napi::Value CommWrap::GroupEnd(Reader& r) {
+  CommImpl& c = *impl_;
+  if (c.group_depth == 0) r.Fail("groupEnd() without a matching groupStart().");
+  uint64_t token = r.Token();
+  if (--c.group_depth > 0 || c.group_items.empty()) return Seq(r, 0);
+  std::vector<P2PItem> items = std::move(c.group_items);
+  std::vector<std::shared_ptr<Block>> keep = std::move(c.group_keep);
+  StreamImpl* s = c.group_stream;
+  c.group_items.clear();
+  c.group_keep.clear();
+  c.group_stream = nullptr;
+  Napi::ObjectReference ref = std::move(c.group_stream_ref);
+  CheckUsable("groupEnd");
+  if (s->stopped()) s->Enqueue(nullptr);
+  std::string fp = "group(";
+  for (size_t i = 0; i < items.size(); ++i) {
+    const P2PItem& it = items[i];
+    fp += std::string(i ? ", " : "") + (it.is_send ? "send " : "recv ") + DTypeName(it.dtype) + "x" +
+          std::to_string(it.count) + (it.is_send ? " to=" : " from=") + std::to_string(it.peer) + " k=" +
+          std::to_string(it.k);
+  }
+  fp += ")";
+  std::shared_ptr<CommGroup> group = c.group;
+  int rank = c.rank;
+  double timeout = c.exec_timeout_ms;
+  std::string desc = "groupEnd of " + std::to_string(items.size()) + " send/recv";
+  Work w{"groupEnd", 0, fp, token, std::move(keep), timeout,
+         [group, rank, timeout, items, desc](Clock::time_point deadline) {
+           if (group->aborted()) group->ThrowAborted(rank, kNoSeq, desc);
+           group->p2p().Run(*group, rank, items, true, deadline, timeout, desc);
+         }};
+  return Seq(r, Submit(r.Env(), s, std::move(w)));
 }
+
+// ---------------------------------------------------------------- split, abort, destroy
 
 // split(color, key, connectTimeoutMs, execTimeoutMs, traceDir, token) -> Communicator
 // (pending until the token completes; size 0 when color < 0).
-Napi::Value CommWrap::Split(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    CheckUsable("split");
-    int color = ArgInt(info, 0, "color");
-    if (color < -1) ThrowInvalidArgument("split: color must be a non-negative integer or -1 (no communicator).");
-    int key = ArgInt(info, 1, "key");
-    double connect_ms = ArgTimeout(info, 2, "connectTimeoutMs");
-    double exec_ms = ArgTimeout(info, 3, "execTimeoutMs");
-    std::string trace_dir = ArgString(info, 4, "traceDir");
-    uint64_t token = ArgToken(info, 5);
-    CommImpl& c = *impl_;
-    auto child = std::make_shared<CommImpl>();
-    child->device = c.device;
-    child->exec_timeout_ms = exec_ms;
-    child->connect_timeout_ms = connect_ms;
-    child->trace_dir = trace_dir;
-    Napi::Object obj = NewInstance(info.Env(), child);
-    uint64_t seq = c.next_seq++;
-    std::shared_ptr<CommGroup> parent = c.group;
-    int prank = c.rank;
-    // The split is a rendezvous: it waits under the connect timeout (its own
-    // connectTimeoutMs option, else the parent's, else HCCL_CONNECT_TIMEOUT), like init.
-    uint64_t fr = parent->slot(prank).recorder.Enqueued(seq, "split", "split()");
-    EnvData* data = EnvData::Get(info.Env());
-    GetCommEnv(info.Env())->Spawn([=] {
-      FlightRecorder& rec = parent->slot(prank).recorder;
-      try {
-        rec.Started(fr);
-        Desc d;
-        d.op = CollOp::kSplit;
-        d.seq = seq;
-        d.color = color;
-        d.key = key;
-        d.fingerprint = Fingerprint(d);
-        SplitResult res;
-        try {
-          RunCollective(*parent, prank, d, Deadline(connect_ms), connect_ms, &res,
-                        "connectTimeoutMs / HCCL_CONNECT_TIMEOUT");
-          rec.Ended(fr, true);
-        } catch (const AscentException& e) {
-          rec.Ended(fr, false, e.info().code);
-          throw;
-        }
-        if (color >= 0) {
-          std::shared_ptr<CommGroup> g =
-              GroupTable::Get().Join(ChildId(parent->id(), seq, color), res.new_size, res.new_rank, child->device,
-                                     trace_dir, res.member_world_ranks, false);
-          {
-            std::lock_guard<std::mutex> lock(child->mu);
-            child->group = g;
-            child->rank = res.new_rank;
-            child->size = res.new_size;
-          }
-          g->WaitAllJoined(res.new_rank, Deadline(connect_ms), connect_ms);
-          child->ready.store(true, std::memory_order_release);
-        }
-        PostCompletion(data, token, nullptr);
-      } catch (const AscentException& e) {
-        PostCompletion(data, token, &e.info());
-      }
-    });
-    return obj;
-  });
+Napi::Value CommWrap::Split(Reader& r) {
+  int color = static_cast<int>(r.Int("color"));
+  if (color < -1) r.Fail("split: color must be a non-negative integer or -1 (no communicator).", {Str("argument", "color")});
+  int key = static_cast<int>(r.Int("key"));
+  double connect_ms = r.Timeout("connectTimeoutMs");
+  double exec_ms = r.Timeout("execTimeoutMs");
+  std::string trace_dir = r.String("traceDir");
+  uint64_t token = r.Token();
+  CommImpl& c = *impl_;
+  auto child = std::make_shared<CommImpl>();
+  child->device = c.device;
+  child->exec_timeout_ms = exec_ms;
+  child->connect_timeout_ms = connect_ms;
+  child->trace_dir = trace_dir;
+  Napi::Object obj = NewInstance(r.Env(), child);
+  Desc d;
+  d.op = CollOp::kSplit;
+  d.color = color;
+  d.key = key;
+  Stamp(d);
+  // MPI_Comm_split over the parent: the collective gathers every rank's (color, key)
+  // and orders each color's members by key, then parent rank; color -1 gets none.
+  // The split is a rendezvous, so the whole of it (the collective and the child's
+  // join) runs under the connect timeout (its own connectTimeoutMs option, else the
+  // parent's, else HCCL_CONNECT_TIMEOUT), like init, on a thread rather than a stream.
+  std::shared_ptr<CommGroup> parent = c.group;
+  const int prank = c.rank;
+  Work w{"split", d.seq, d.fingerprint, token, {}, connect_ms,
+         [parent, prank, d, child, connect_ms, trace_dir](Clock::time_point deadline) mutable {
+           SplitResult res;
+           RunCollective(*parent, prank, d, deadline, connect_ms, &res, "connectTimeoutMs / HCCL_CONNECT_TIMEOUT");
+           if (d.color < 0) return;
+           std::shared_ptr<CommGroup> g = GroupTable::Get().Join(ChildId(parent->id(), d.seq, d.color), res.new_size, res.new_rank,
+                                                                 child->device, trace_dir, res.member_world_ranks, false);
+           {
+             std::lock_guard<std::mutex> lock(child->mu);
+             child->group = g;
+             child->rank = res.new_rank;
+             child->size = res.new_size;
+           }
+           g->WaitAllJoined(res.new_rank, deadline, connect_ms);
+           child->ready.store(true, std::memory_order_release);
+         }};
+  Submit(r.Env(), nullptr, std::move(w));
+  return obj;
 }
 
-Napi::Value CommWrap::Abort(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    std::string reason = ArgString(info, 0, "reason");
-    std::shared_ptr<CommGroup> g;
-    {
-      std::lock_guard<std::mutex> lock(impl_->mu);
-      g = impl_->group;
-    }
-    if (!g) return info.Env().Undefined();
-    ErrorInfo e{kCommAborted, g->Who(impl_->rank) + " called abort(): " + reason,
-                {Num("abortedBy", g->WorldRank(impl_->rank)), Str("reason", reason)}};
-    g->SetCulprits(e, {impl_->rank});  // the rank that gave up (e.g. its stream failed)
-    g->Abort(std::move(e), 0, g->AnyInFlight());
-    return info.Env().Undefined();
-  });
+// abort(reason)
+Napi::Value CommWrap::Abort(Reader& r) {
+  std::string reason = r.String("reason");
+  std::shared_ptr<CommGroup> g;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    g = impl_->group;
+  }
+  if (!g) return r.Env().Undefined();
+  ErrorInfo e{kCommAborted, g->Who(impl_->rank) + " called abort(): " + reason,
+              {Num("abortedBy", g->WorldRank(impl_->rank)), Str("reason", reason)}};
+  g->SetCulprits(e, {impl_->rank});  // the rank that gave up (e.g. its stream failed)
+  g->Abort(std::move(e), 0, g->AnyInFlight());
+  return r.Env().Undefined();
 }
 
 // Local: later calls on this rank's communicator fail; ops in flight keep the
 // shared group alive until they finish.
-Napi::Value CommWrap::Destroy(const Napi::CallbackInfo& info) {
+Napi::Value CommWrap::Destroy(Reader& r) {
   impl_->destroyed = true;
-  return info.Env().Undefined();
+  return r.Env().Undefined();
 }
 
-Napi::Value CommWrap::FlightRecord(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    std::shared_ptr<CommGroup> g;
-    {
-      std::lock_guard<std::mutex> lock(impl_->mu);
-      g = impl_->group;
-    }
-    if (!g) ThrowInvalidArgument("The communicator is not initialised.");
-    return Napi::String::New(info.Env(), g->DumpJson());
-  });
+Napi::Value CommWrap::FlightRecord(Reader& r) {
+  std::shared_ptr<CommGroup> g;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    g = impl_->group;
+  }
+  if (!g) r.Fail("The communicator is not initialised; flightRecord() needs the Communicator that initRank() / split() resolved to.");
+  return Napi::String::New(r.Env(), g->DumpJson());
 }
 
 }  // namespace comm
-
-namespace {
-
-Napi::Value UniqueId(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), comm::RandomHex128()); }
-
-// initRank(id, nranks, rank, device, connectTimeoutMs, execTimeoutMs, traceDir, token) -> Communicator
-// The rendezvous wait runs on its own thread; the token completes once all ranks joined.
-Napi::Value InitRank(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    std::string id = comm::ArgString(info, 0, "uniqueId");
-    if (id.size() != 32 || id.find_first_not_of("0123456789abcdef") != std::string::npos) {
-      ThrowInvalidArgument("Expected a uniqueId of 32 lowercase hex digits (from Communicator.uniqueId()).");
-    }
-    uint64_t nranks = ArgIndex(info, 1, "nranks");
-    if (nranks == 0 || nranks > 4096) ThrowInvalidArgument("Expected nranks in [1, 4096].");
-    uint64_t rank = ArgIndex(info, 2, "rank");
-    uint64_t device = ArgIndex(info, 3, "device");
-    if (device >= static_cast<uint64_t>(Registry::kMaxDevices)) ThrowInvalidArgument("Device ordinal out of range.");
-    Registry::Get().Existing(static_cast<int>(device));
-    double connect_ms = comm::ArgTimeout(info, 4, "connectTimeoutMs");
-    double exec_ms = comm::ArgTimeout(info, 5, "execTimeoutMs");
-    std::string trace_dir = comm::ArgString(info, 6, "traceDir");
-    uint64_t token = ArgToken(info, 7);
-    comm::CommEnv* ce = comm::GetCommEnv(info.Env());
-    // A communicator made by initRank is a world: its ranks are world ranks.
-    std::vector<int> world(nranks);
-    for (size_t r = 0; r < world.size(); ++r) world[r] = static_cast<int>(r);
-    std::shared_ptr<comm::CommGroup> g = comm::GroupTable::Get().Join(
-        id, static_cast<int>(nranks), static_cast<int>(std::min<uint64_t>(rank, 1u << 30)), static_cast<int>(device),
-        trace_dir, world, true);
-    auto impl = std::make_shared<comm::CommImpl>();
-    impl->group = g;
-    impl->rank = static_cast<int>(rank);
-    impl->size = static_cast<int>(nranks);
-    impl->device = static_cast<int>(device);
-    impl->exec_timeout_ms = exec_ms;
-    impl->connect_timeout_ms = connect_ms;
-    impl->trace_dir = trace_dir;
-    Napi::Object obj = comm::CommWrap::NewInstance(info.Env(), impl);
-    EnvData* data = EnvData::Get(info.Env());
-    int r = impl->rank;
-    ce->Spawn([g, impl, r, connect_ms, data, token] {
-      try {
-        g->WaitAllJoined(r, comm::Deadline(connect_ms), connect_ms);
-        impl->ready.store(true, std::memory_order_release);
-        comm::PostCompletion(data, token, nullptr);
-      } catch (const AscentException& e) {
-        comm::PostCompletion(data, token, &e.info());
-      }
-    });
-    return obj;
-  });
-}
-
-// abortById(id, reason, culpritWorldRanks?) -> whether a live communicator with that
-// id was found. The culprits (e.g. the rank whose worker died) default to none.
-Napi::Value AbortById(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    std::string id = comm::ArgString(info, 0, "id");
-    std::string reason = comm::ArgString(info, 1, "reason");
-    std::vector<int> culprits;
-    if (info.Length() > 2 && !info[2].IsUndefined()) {
-      if (!info[2].IsArray()) ThrowInvalidArgument("abortById: expected an array of world ranks for culpritWorldRanks.");
-      Napi::Array a = info[2].As<Napi::Array>();
-      for (uint32_t i = 0; i < a.Length(); ++i) culprits.push_back(comm::ArgIntValue(a.Get(i), "culpritWorldRanks"));
-    }
-    std::shared_ptr<comm::CommGroup> g = comm::GroupTable::Get().Find(id);
-    if (!g) return Napi::Boolean::New(info.Env(), false);
-    g->Abort(ErrorInfo{kCommAborted, reason, {Str("reason", reason), Ints("culpritWorldRanks", culprits)}}, 0,
-             g->AnyInFlight());
-    return Napi::Boolean::New(info.Env(), true);
-  });
-}
-
-}  // namespace
-
-void InitComm(Napi::Env env, Napi::Object exports) {
-  auto* ce = new comm::CommEnv();
-  ce->env = env;
-  ce->data = EnvData::Get(env);
-  Napi::Function ctor = comm::CommWrap::Define(env);
-  ce->ctor = Napi::Persistent(ctor);
-  {
-    std::lock_guard<std::mutex> lock(comm::EnvsMutex());
-    comm::Envs()[env] = ce;
-  }
-  napi_add_env_cleanup_hook(env, comm::CleanupHook, ce);
-  exports.Set("Communicator", ctor);
-  exports.Set("commUniqueId", Napi::Function::New<UniqueId>(env, "commUniqueId"));
-  exports.Set("commInitRank", Napi::Function::New<InitRank>(env, "commInitRank"));
-  exports.Set("commAbortById", Napi::Function::New<AbortById>(env, "commAbortById"));
-}
 
 }  // namespace ascent

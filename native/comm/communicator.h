@@ -1,8 +1,9 @@
 // The per-rank Communicator (JS class, one per rank per communicator) and the one
-// checked enqueue point every collective and P2P call goes through (Submit):
-// validate synchronously (usable, stream and buffers on the communicator's device,
-// sizes in bounds; InvalidArgument / CommAborted before any side effect), assign the
-// seq, record "enqueued" in the flight recorder, enqueue ONE op on the stream.
+// checked submission path every collective, P2P call and split goes through
+// (Dispatch, then Submit): validate synchronously (usable, stream and buffers on the
+// communicator's device, sizes in bounds; InvalidArgument / CommAborted before any
+// side effect), assign the seq, record "enqueued" in the flight recorder, then run
+// ONE unit of work: an op on the stream, or for split a rendezvous thread.
 //
 // Collectives complete through the op's completion token. A failing op posts its
 // own completion with the original error (CollectiveMismatch, CollectiveTimeout,
@@ -26,6 +27,7 @@
 namespace ascent {
 
 class EnvData;
+class Reader;
 class StreamImpl;
 
 namespace comm {
@@ -61,48 +63,73 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   explicit CommWrap(const Napi::CallbackInfo& info);
 
  private:
+  // One row per JS method (Methods(), communicator.cc): its name, its handler and
+  // whether the communicator must be usable (CheckUsable) before anything is read.
+  struct Row {
+    const char* name;
+    Napi::Value (CommWrap::*run)(Reader& r);
+    bool usable;
+  };
+  static const std::vector<Row>& Methods();
+  // Every method runs this with its row as the method's data: one Reader whose
+  // buffers must be on the communicator's device, then the row's handler.
+  Napi::Value Dispatch(const Napi::CallbackInfo& info);
+
   Napi::Value GetRank(const Napi::CallbackInfo& info);
   Napi::Value GetSize(const Napi::CallbackInfo& info);
   Napi::Value GetDevice(const Napi::CallbackInfo& info);
   Napi::Value GetId(const Napi::CallbackInfo& info);
   Napi::Value GetAborted(const Napi::CallbackInfo& info);
   Napi::Value GetDestroyed(const Napi::CallbackInfo& info);
-  Napi::Value AbortCause(const Napi::CallbackInfo& info);
 
-  Napi::Value AllReduce(const Napi::CallbackInfo& info);
-  Napi::Value Broadcast(const Napi::CallbackInfo& info);
-  Napi::Value AllGather(const Napi::CallbackInfo& info);
-  Napi::Value ReduceScatter(const Napi::CallbackInfo& info);
-  Napi::Value AllToAll(const Napi::CallbackInfo& info);
-  Napi::Value AllToAllV(const Napi::CallbackInfo& info);
-  Napi::Value Barrier(const Napi::CallbackInfo& info);
-  Napi::Value Send(const Napi::CallbackInfo& info);
-  Napi::Value Recv(const Napi::CallbackInfo& info);
-  Napi::Value GroupStart(const Napi::CallbackInfo& info);
-  Napi::Value GroupEnd(const Napi::CallbackInfo& info);
-  Napi::Value Split(const Napi::CallbackInfo& info);
-  Napi::Value Abort(const Napi::CallbackInfo& info);
-  Napi::Value Destroy(const Napi::CallbackInfo& info);
-  Napi::Value FlightRecord(const Napi::CallbackInfo& info);
+  Napi::Value AbortCause(Reader& r);
+  Napi::Value AllReduce(Reader& r);
+  Napi::Value Broadcast(Reader& r);
+  Napi::Value AllGather(Reader& r);
+  Napi::Value ReduceScatter(Reader& r);
+  Napi::Value AllToAll(Reader& r);
+  Napi::Value AllToAllV(Reader& r);
+  Napi::Value Barrier(Reader& r);
+  Napi::Value Send(Reader& r);
+  Napi::Value Recv(Reader& r);
+  Napi::Value GroupStart(Reader& r);
+  Napi::Value GroupEnd(Reader& r);
+  Napi::Value Split(Reader& r);
+  Napi::Value Abort(Reader& r);
+  Napi::Value Destroy(Reader& r);
+  Napi::Value FlightRecord(Reader& r);
 
   // Throws unless the communicator is ready, not destroyed and not aborted.
   void CheckUsable(const char* what);
-  StreamImpl& ArgStream(const Napi::CallbackInfo& info, size_t i, Napi::Object* js = nullptr);
+  // A Stream on the communicator's device that is not destroyed.
+  StreamImpl& ReadStream(Reader& r, Napi::Object* js = nullptr);
+  // One unit of communicator work: what the flight recorder shows and what runs.
+  struct Work {
+    std::string name;  // "allReduce", "send", "groupEnd", "split"
+    uint64_t seq = 0;  // collective sequence number (Stamp); 0 for P2P
+    std::string fingerprint;
+    uint64_t token = 0;
+    std::vector<std::shared_ptr<Block>> keep;
+    double timeout_ms = 0;  // the body's deadline, counted from its start
+    std::function<void(Clock::time_point deadline)> body;
+  };
+  // Assigns the collective's seq and fingerprint (JS thread, call order: every rank
+  // stamps its collectives in the same order, so equal seqs meet).
+  void Stamp(Desc& d);
+  // Stamps `d` and submits RunCollective of it on `stream` under the exec timeout.
   uint64_t EnqueueCollective(Napi::Env env, StreamImpl& stream, Desc d, uint64_t token,
                              std::vector<std::shared_ptr<Block>> keep);
-  uint64_t Submit(Napi::Env env, StreamImpl& stream, const std::string& name, uint64_t seq, const std::string& fp,
-                  uint64_t token, std::vector<std::shared_ptr<Block>> keep,
-                  std::function<void(Clock::time_point)> body);
-  Napi::Value P2P(const Napi::CallbackInfo& info, bool is_send);
+  // The one checked submission path of collectives, P2P and split (see communicator.cc).
+  uint64_t Submit(Napi::Env env, StreamImpl* stream, Work w);
+  Napi::Value P2P(Reader& r, bool is_send);
 
   std::shared_ptr<CommImpl> impl_;
 };
 
 }  // namespace comm
 
-// Adds Communicator, commUniqueId, commInitRank and commAbortById to the exports.
-// Call after EnvData::Install (the env cleanup hook registered here must run
-// before the device layer's stream teardown; hooks run in reverse order).
+// Adds Communicator, commUniqueId, commInitRank and commAbortById to the exports and
+// this env's communicator state to its EnvData. Call after EnvData::Install.
 void InitComm(Napi::Env env, Napi::Object exports);
 
 }  // namespace ascent

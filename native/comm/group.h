@@ -194,8 +194,10 @@ std::string RanksPhrase(const std::vector<int>& ranks);
 // Copies the cause's culpritWorldRanks into `out` (empty when the cause has none).
 void CopyCulprits(const ErrorInfo& cause, ErrorInfo& out);
 
-// The process-global id -> group table (leaked on purpose, like the device
-// registry: worker threads may outlive static destruction).
+// The process-global id -> group table: process-global on purpose, not per env,
+// because the ranks of one group live in different workers and meet here (loaded
+// with the addon in the main thread before any worker). Leaked on purpose, like
+// the device registry: worker threads may outlive static destruction.
 class GroupTable {
  public:
   static GroupTable& Get();

@@ -1,6 +1,9 @@
 // The one process-global device registry, shared by the main thread and every
-// worker. It is leaked on purpose (never destroyed): worker threads and stream
-// threads may outlive static destruction at process exit.
+// worker: device memory is process-global on purpose (a worker's rank imports the
+// buffers another rank exported), so it is not part of the per-env EnvData. The
+// addon is loaded in the main thread before any worker, so this state lives as
+// long as the process. It is leaked on purpose (never destroyed): worker threads
+// and stream threads may outlive static destruction at process exit.
 #pragma once
 
 #include <cstdint>

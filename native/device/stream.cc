@@ -1,6 +1,7 @@
 #include "device/stream.h"
 
 #include "env_data.h"
+#include "op_table.h"
 
 namespace ascent {
 
@@ -213,34 +214,19 @@ std::optional<ErrorInfo> StreamImpl::sticky_error() {
 namespace ascent {
 
 Napi::Function StreamWrap::Define(Napi::Env env) {
-  return DefineClass(env, "Stream",
-                     {InstanceAccessor<&StreamWrap::GetId>("id"),
-                      InstanceAccessor<&StreamWrap::GetDevice>("device"),
-                      InstanceMethod<&StreamWrap::Pending>("pending"),
-                      InstanceMethod<&StreamWrap::Stats>("stats"),
-                      InstanceMethod<&StreamWrap::Destroy>("destroy"),
-                      InstanceMethod<&StreamWrap::Profile>("profile"),
-                      InstanceMethod<&StreamWrap::DrainProfile>("drainProfile"),
-                      StaticMethod<&StreamWrap::NowUs>("nowUs"),
-                      InstanceMethod<&StreamWrap::Marker>("marker"),
-                      InstanceMethod<&StreamWrap::SleepOp>("sleep"),
-                      InstanceMethod<&StreamWrap::FailOp>("fail"),
-                      InstanceMethod<&StreamWrap::RecordEvent>("recordEvent"),
-                      InstanceMethod<&StreamWrap::WaitEventOp>("waitEvent"),
-                      InstanceMethod<&StreamWrap::CopyH2D>("copyH2D"),
-                      InstanceMethod<&StreamWrap::CopyD2H>("copyD2H"),
-                      InstanceMethod<&StreamWrap::CopyD2D>("copyD2D"),
-                      InstanceMethod<&StreamWrap::CopyPeer>("copyPeer"),
-                      InstanceMethod<&StreamWrap::Fill>("fill"),
-                      InstanceMethod<&StreamWrap::Arange>("arange"),
-                      InstanceMethod<&StreamWrap::Cast>("cast"),
-                      InstanceMethod<&StreamWrap::Binary>("binary"),
-                      InstanceMethod<&StreamWrap::Scale>("scale"),
-                      InstanceMethod<&StreamWrap::Axpy>("axpy"),
-                      InstanceMethod<&StreamWrap::Permute>("permute"),
-                      InstanceMethod<&StreamWrap::Matmul>("matmul"),
-                      InstanceMethod<&StreamWrap::Fingerprint>("fingerprint"),
-                      InstanceMethod<&StreamWrap::ModelOp>("modelOp")});
+  std::vector<PropertyDescriptor> props = {InstanceAccessor<&StreamWrap::GetId>("id"),
+                                           InstanceAccessor<&StreamWrap::GetDevice>("device"),
+                                           InstanceMethod<&StreamWrap::Pending>("pending"),
+                                           InstanceMethod<&StreamWrap::Stats>("stats"),
+                                           InstanceMethod<&StreamWrap::Destroy>("destroy"),
+                                           InstanceMethod<&StreamWrap::Profile>("profile"),
+                                           InstanceMethod<&StreamWrap::DrainProfile>("drainProfile"),
+                                           StaticMethod<&StreamWrap::NowUs>("nowUs"),
+                                           InstanceMethod<&StreamWrap::ModelOp>("modelOp")};
+  for (const OpRow& row : BaseOps()) {
+    props.push_back(InstanceMethod<&StreamWrap::RunOp>(row.name, napi_default, const_cast<OpRow*>(&row)));
+  }
+  return DefineClass(env, "Stream", props);
 }
 
 StreamWrap::StreamWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<StreamWrap>(info) {

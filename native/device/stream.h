@@ -132,25 +132,9 @@ class StreamWrap : public Napi::ObjectWrap<StreamWrap> {
   Napi::Value DrainProfile(const Napi::CallbackInfo& info);
   static Napi::Value NowUs(const Napi::CallbackInfo& info);
 
-  // ops.cc: the one checked enqueue point for every op.
-  Napi::Value Marker(const Napi::CallbackInfo& info);
-  Napi::Value SleepOp(const Napi::CallbackInfo& info);
-  Napi::Value FailOp(const Napi::CallbackInfo& info);
-  Napi::Value RecordEvent(const Napi::CallbackInfo& info);
-  Napi::Value WaitEventOp(const Napi::CallbackInfo& info);
-  Napi::Value CopyH2D(const Napi::CallbackInfo& info);
-  Napi::Value CopyD2H(const Napi::CallbackInfo& info);
-  Napi::Value CopyD2D(const Napi::CallbackInfo& info);
-  Napi::Value CopyPeer(const Napi::CallbackInfo& info);
-  Napi::Value Fill(const Napi::CallbackInfo& info);
-  Napi::Value Arange(const Napi::CallbackInfo& info);
-  Napi::Value Cast(const Napi::CallbackInfo& info);
-  Napi::Value Binary(const Napi::CallbackInfo& info);
-  Napi::Value Scale(const Napi::CallbackInfo& info);
-  Napi::Value Axpy(const Napi::CallbackInfo& info);
-  Napi::Value Permute(const Napi::CallbackInfo& info);
-  Napi::Value Matmul(const Napi::CallbackInfo& info);
-  Napi::Value Fingerprint(const Napi::CallbackInfo& info);  // fingerprint_op.cc
+  // ops.cc: every base op (a row of BaseOps(), op_table.h) is a JS method running
+  // this with its row as the method's data: the one checked enqueue point.
+  Napi::Value RunOp(const Napi::CallbackInfo& info);
   // model_ops.cc: modelOp(name, ...args), the checked enqueue point of the model kernels.
   Napi::Value ModelOp(const Napi::CallbackInfo& info);
 

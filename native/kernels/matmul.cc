@@ -179,6 +179,8 @@ const Cpu& CpuHas() {
   return cpu;
 }
 
+// Process-global on purpose, not per env: the micro-kernel is a property of the
+// process's CPU, read by every stream thread (setMatmulKernel is a test hook).
 std::atomic<int> forced{static_cast<int>(MatmulKernelMode::kAuto)};
 
 // The fp32 micro-kernel for this mode and CPU (a forced mode the CPU lacks falls back to the best it has).
