@@ -6,7 +6,7 @@
  * and nothing is enqueued.
  */
 import { describe, expect, it } from 'vitest';
-import { Device, loadNative } from '../src/runtime/device-index.js';
+import { Device, loadNative } from '../src/runtime/device/device-index.js';
 import { InvalidArgumentError } from '../src/runtime/errors.js';
 
 const d0 = Device.get(0);
