@@ -37,7 +37,7 @@ export interface RankResult {
 }
 
 /** `onStart(id)` runs once every worker was started (e.g. to abort the communicator from the main thread). */
-export async function runRanks(nranks: number, data: Record<string, unknown>, timeoutMs = 50_000, onStart?: (id: string) => void): Promise<RankResult[]> {
+export async function runRanks(nranks: number, data: Record<string, unknown>, timeoutMs = 50_000, onStart?: (id: string, workers: Worker[]) => void): Promise<RankResult[]> {
   const id = Communicator.uniqueId();
   const workers: Worker[] = [];
   const all = Promise.all(
@@ -60,7 +60,7 @@ export async function runRanks(nranks: number, data: Record<string, unknown>, ti
       });
     }).map((p) => Promise.race([p, new Promise<RankResult>((resolve) => setTimeout(() => resolve({ rank: -1, error: 'timeout' }), timeoutMs).unref())])),
   );
-  onStart?.(id);
+  onStart?.(id, workers);
   const results = await all;
   await Promise.all(workers.map((w) => w.terminate()));
   return results;
@@ -88,13 +88,17 @@ export function runScenario(traceDir: string, nranks: number, name: string, extr
  * ranks have joined (slow on a loaded machine), so the abort is retried, bounded at 20 s.
  */
 export function runAbortById(nranks: number, traceDir: string, reason: string, culprits?: number[]): Promise<RankResult[]> {
-  return runRanks(nranks, { mode: 'scenario', scenario: 'abortById', traceDir }, 50_000, (id) => {
-    const t0 = Date.now();
-    const tryAbort = () => {
-      if (culprits ? Communicator.abortById(id, reason, culprits) : Communicator.abortById(id, reason)) return;
-      if (Date.now() - t0 > 20_000) throw new Error('abortById: the communicator group never appeared within 20 s');
-      setTimeout(tryAbort, 100);
+  return runRanks(nranks, { mode: 'scenario', scenario: 'abortById', traceDir }, 50_000, (id, workers) => {
+    // Abort once every rank has joined the group and passed its barrier (each posts
+    // 'waiting'): aborting earlier would leave a late rank to make a fresh group alone.
+    let waiting = 0;
+    const abort = () => {
+      if (!(culprits ? Communicator.abortById(id, reason, culprits) : Communicator.abortById(id, reason))) throw new Error('abortById: no communicator group with this id');
     };
-    setTimeout(tryAbort, 300);
+    for (const w of workers) {
+      w.on('message', (m: { type: string }) => {
+        if (m.type === 'waiting' && ++waiting === nranks) setTimeout(abort, 100);
+      });
+    }
   });
 }
