@@ -31,7 +31,7 @@ function toBf16(data: Float32Array): Uint8Array {
   return new Uint8Array(out.buffer);
 }
 
-async function writeModel(name: string, base: 'tiny-dense' | 'tiny-moe', edit: Record<string, unknown>, opts: { dtype: 'F32' | 'BF16'; layout: 'per-expert' | 'fused'; drop?: string; maxShardBytes?: number }): Promise<string> {
+async function writeModel(name: string, base: 'tiny-dense' | 'tiny-moe', edit: Record<string, unknown>, opts: { dtype: 'F32' | 'BF16'; layout: 'per-expert' | 'fused'; drop?: string; misshape?: string; maxShardBytes?: number }): Promise<string> {
   const out = join(dir, name);
   mkdirSync(out);
   const raw = { ...JSON.parse(readFileSync(join(ROOT, 'examples', 'models', base, 'config.json'), 'utf8')), ...edit };
@@ -41,6 +41,11 @@ async function writeModel(name: string, base: 'tiny-dense' | 'tiny-moe', edit: R
   const tensors: TensorSource[] = [];
   for (const [n, t] of host) {
     if (n === opts.drop) continue;
+    if (n === opts.misshape) {
+      const shape = [t.shape[0]! + 1, ...t.shape.slice(1)];
+      tensors.push({ name: n, dtype: 'F32', shape, data: new Uint8Array(shape.reduce((a, b) => a * b, 1) * 4) });
+      continue;
+    }
     const f32 = new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
     tensors.push({ name: n, dtype: opts.dtype, shape: t.shape, data: opts.dtype === 'F32' ? t.data : toBf16(f32) });
   }
@@ -52,12 +57,14 @@ let denseBig: string;
 let moePerExpert: string;
 let moeFused: string;
 let missing: string;
+let misshapen: string;
 beforeAll(async () => {
   ensureParallelBuilt();
   // vocab 8192: embed and lm_head are 4 MiB each in fp32, four buckets each; in three files.
   denseBig = await writeModel('dense-big', 'tiny-dense', { vocab_size: 8192, tie_word_embeddings: false }, { dtype: 'F32', layout: 'fused', maxShardBytes: 3 << 20 });
   moePerExpert = await writeModel('moe-per-expert', 'tiny-moe', {}, { dtype: 'BF16', layout: 'per-expert' });
   moeFused = await writeModel('moe-fused', 'tiny-moe', {}, { dtype: 'F32', layout: 'fused' });
+  misshapen = await writeModel('misshapen', 'tiny-dense', { vocab_size: 8192, tie_word_embeddings: false }, { dtype: 'F32', layout: 'fused', misshape: 'lm_head.weight', maxShardBytes: 3 << 20 });
   missing = await writeModel('missing', 'tiny-dense', {}, { dtype: 'F32', layout: 'fused', drop: 'model.layers.1.self_attn.k_proj.weight' });
 }, 120_000);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -112,7 +119,7 @@ describe('fsdp2 initial weights through the sharded loader', () => {
     }
   }, 300_000);
 
-  it('a missing tensor stops every rank with one error naming it and the folder (fsdp2 and megatron)', async () => {
+  it('a missing tensor stops every rank with one error naming it and the folder (fsdp2 and megatron); a misshapen one names its shard file', async () => {
     for (const strategy of ['fsdp2', 'megatron:2:1']) {
     const r = await launchFixture(4, FIXTURE, [missing, 'rank0-broadcast', String(BUCKET), strategy], ENV, 120_000);
     const results = r.results as unknown as Result[];
@@ -124,5 +131,13 @@ describe('fsdp2 initial weights through the sharded loader', () => {
     // Rank 0 read the files; the others got its error through the agreement.
     expect(results[0]!.error!.message).toContain(missing);
     }
-  }, 150_000);
+    // A misshapen tensor of a sharded checkpoint: named with its shard file.
+    const r = await launchFixture(4, FIXTURE, [misshapen, 'rank0-broadcast', String(BUCKET)], ENV, 120_000);
+    const results = r.results as unknown as Result[];
+    expect(results.map((x) => x.rank)).toEqual([0, 1, 2, 3]);
+    for (const x of results) {
+      expect(x.error?.name, `rank ${x.rank}`).toBe('CheckpointFormatError');
+      expect(x.error!.message).toMatch(/"lm_head\.weight" \(in model-0000\d-of-0000\d\.safetensors\) has shape \[8193, 128\], expected \[8192, 128\]/);
+    }
+  }, 200_000);
 });

@@ -274,9 +274,10 @@ export function toHostTensors(params: ReadonlyMap<string, { shape: readonly numb
  * Checks that a checkpoint's tensors (names and shapes) are exactly the parameters of `cfg`
  * in one expert layout; returns that layout (null for no MoE layer). Every missing,
  * unexpected or misshapen tensor is listed in one CheckpointFormatError. A tied model may
- * also carry `lm_head.weight` (some exporters write it).
+ * also carry `lm_head.weight` (some exporters write it). A tensor that says which `file` holds
+ * it is named with that file.
  */
-export function checkParamsAgainstConfig(tensors: Iterable<{ name: string; shape: readonly number[] }>, cfg: ModelConfig): ExpertLayout | null {
+export function checkParamsAgainstConfig(tensors: Iterable<{ name: string; shape: readonly number[]; file?: string }>, cfg: ModelConfig): ExpertLayout | null {
   const list = [...tensors];
   const layout = detectExpertLayout(list.map((t) => t.name), cfg);
   const specs = new Map(paramSpecs(cfg, { expertLayout: layout ?? 'fused' }).map((s) => [s.name, s.shape]));
@@ -289,7 +290,7 @@ export function checkParamsAgainstConfig(tensors: Iterable<{ name: string; shape
     const want = specs.get(t.name);
     if (!want) unexpected.push(t.name);
     else if (want.length !== t.shape.length || want.some((d, k) => d !== t.shape[k])) {
-      problems.push(`${JSON.stringify(t.name)} has shape [${t.shape.join(', ')}], expected [${want.join(', ')}]`);
+      problems.push(`${JSON.stringify(t.name)}${t.file ? ` (in ${t.file})` : ''} has shape [${t.shape.join(', ')}], expected [${want.join(', ')}]`);
     }
   }
   const missing = [...specs.keys()].filter((n) => !seen.has(n));

@@ -25,6 +25,7 @@
  *
  * The host holds one full tensor at a time (the host is not the scarce memory here).
  */
+import { basename } from 'node:path';
 import { didYouMean } from '../runtime/device/options.js';
 import type { Communicator } from '../runtime/comm/comm.js';
 import { describe } from '../runtime/device/dtype.js';
@@ -50,6 +51,8 @@ export interface ParamMeta {
   name: string;
   dtype: SafetensorsDType;
   shape: number[];
+  /** The safetensors file that holds it (its base name). */
+  file?: string;
 }
 
 export type PlacementPlan = Readonly<Record<string, readonly Placement[]>> | ((param: ParamMeta) => readonly Placement[] | undefined);
@@ -164,7 +167,7 @@ async function loadEach(path: string, o: CheckedOptions, fn: string, onTensor: O
   if (root || o.mode === 'every-rank-reads') {
     try {
       ckpt = await Checkpoint.open(path);
-      manifest = ckpt.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape }));
+      manifest = ckpt.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, file: basename(t.file) }));
     } catch (e) {
       localError = e as Error;
     }
