@@ -45,7 +45,10 @@ export const GrpoConfigSchema = z
       .object({ path: z.string().min(1).optional(), addGenerationPrompt: z.boolean().default(true), chatTemplateKwargs: z.record(z.string(), z.unknown()).default({}) })
       .strict()
       .default({ addGenerationPrompt: true, chatTemplateKwargs: {} }),
-    /** Reward functions: { module, export, weight } (your code) or { builtin, weight } (accuracy, format, overlong, reverse_digits). Default for the digit task: reverse_digits. */
+    /**
+     * Reward functions: { module, export, weight } (your code) or { builtin, weight } (accuracy, format,
+     * overlong, reverse_digits). Default for the digit task: reverse_digits.
+     */
     rewards: z.array(RewardSpecSchema).min(1, 'expected at least one reward function').optional(),
     /** Deadline of one reward function on one step's samples. */
     rewardTimeoutMs: posInt('rewardTimeoutMs').default(30_000),

@@ -20,7 +20,10 @@ export interface SyncReport {
   verified?: Verified;
 }
 
-/** What a verification checked: `checksums` (exact fingerprints compared: a full sync), how many regions over all engine ranks and their cost; the probe's largest log-prob difference when a probe ran. */
+/**
+ * What a verification checked: `checksums` (exact fingerprints compared: a full sync), how many regions over
+ * all engine ranks and their cost; the probe's largest log-prob difference when a probe ran.
+ */
 export interface Verified {
   checksums: boolean;
   fingerprints: number;

@@ -21,7 +21,10 @@ import { concat, expertNames, type MegatronSpec } from './bridge.js';
 import type { LoraShardSpec } from './lora-shards.js';
 import { splitViews } from './views.js';
 
-/** Gradient reduction group: 'dense' over dp, 'expert' over the expert-data-parallel ranks, 'partial' (LoRA adapters whose gradient is a partial sum per TP rank) over the whole world (tp and dp). */
+/**
+ * Gradient reduction group: 'dense' over dp, 'expert' over the expert-data-parallel ranks, 'partial' (LoRA
+ * adapters whose gradient is a partial sum per TP rank) over the whole world (tp and dp).
+ */
 export type UnitGroup = 'dense' | 'expert' | 'partial';
 
 export interface Unit {
