@@ -15,54 +15,30 @@
  * tensors and the checkpoint.
  */
 import type { Communicator } from '../../runtime/comm/comm.js';
-import { CheckpointFormatError } from '../../runtime/errors.js';
 import { isMoeLayer, type ModelConfig } from '../../model/config.js';
-import { checkParamsAgainstConfig, fusedExpertNames, perExpertNames } from '../../model/params.js';
+import { fusedExpertNames, perExpertNames } from '../../model/params.js';
 import { DeviceMesh } from '../../parallel/device-mesh.js';
 import { chunkRange, Replicate, Shard } from '../../parallel/placement.js';
-import { loadShardedHost, type HostShard, type LoadMode, type ParamMeta } from '../../parallel/sharded-load.js';
-
-export interface Fsdp2LoadOptions {
-  /** Default 'rank0-broadcast'. */
-  mode?: LoadMode;
-  /** Largest broadcast in 'rank0-broadcast' mode (bytes). */
-  bucketBytes?: number;
-}
-
-const PER_EXPERT = /^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$/;
+import type { HostShard } from '../../parallel/sharded-load.js';
+import { loadHfShards, PER_EXPERT, type HfLoadOptions } from '../load-hf-shards.js';
 
 /** This rank's Shard(0) pieces of every parameter of the checkpoint at `dir` (collective over `comm`). */
-export async function loadFsdp2Shards(dir: string, cfg: ModelConfig, comm: Communicator, opts: Fsdp2LoadOptions = {}): Promise<Map<string, HostShard>> {
+export async function loadFsdp2Shards(dir: string, cfg: ModelConfig, comm: Communicator, opts: HfLoadOptions = {}): Promise<Map<string, HostShard>> {
   const dp = comm.size;
   const E = cfg.moe?.numExperts ?? 0;
   const [e0, e1] = E ? chunkRange(E, dp, comm.rank) : [0, 0];
   const mesh = await DeviceMesh.create(comm, { shape: [dp], names: ['dp'] });
-  let perExpert = false;
-  let shards: Map<string, HostShard>;
+  let loaded;
   try {
-    shards = await loadShardedHost(dir, {
-      mesh,
-      ...(opts.mode ? { mode: opts.mode } : {}),
-      ...(opts.bucketBytes ? { bucketBytes: opts.bucketBytes } : {}),
-      check: (manifest) => {
-        try {
-          perExpert = checkParamsAgainstConfig(manifest, cfg) === 'per-expert';
-        } catch (e) {
-          if (e instanceof CheckpointFormatError) throw new CheckpointFormatError(`${dir}: ${e.message}`, { ...e.details, file: dir });
-          throw e;
-        }
-      },
-      placements: (meta: ParamMeta) => (PER_EXPERT.test(meta.name) ? [Replicate()] : [Shard(0, { allowEmpty: true })]),
-      select: (meta: ParamMeta) => {
-        // A tied model's exporter may write lm_head.weight too; the embedding is the weight.
-        if (cfg.tieWordEmbeddings && meta.name === 'lm_head.weight') return false;
-        const m = PER_EXPERT.exec(meta.name);
-        return !m || (Number(m[2]) >= e0 && Number(m[2]) < e1);
-      },
+    loaded = await loadHfShards(dir, cfg, mesh, {
+      placements: (meta) => (PER_EXPERT.test(meta.name) ? [Replicate()] : [Shard(0, { allowEmpty: true })]),
+      ownsExpert: (e) => e >= e0 && e < e1,
+      load: opts,
     });
   } finally {
     mesh.destroy();
   }
+  const { shards, perExpert } = loaded;
   if (perExpert) fuseLocalExperts(shards, cfg, e0, e1);
   return shards;
 }

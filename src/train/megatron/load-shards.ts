@@ -15,24 +15,18 @@
  * The whole manifest is checked against the config on every rank before any data moves.
  */
 import type { Communicator } from '../../runtime/comm/comm.js';
-import { CheckpointFormatError, InternalError } from '../../runtime/errors.js';
+import { InternalError } from '../../runtime/errors.js';
 import type { ModelConfig } from '../../model/config.js';
 import type { HostParam } from '../../model/param-store.js';
-import { checkParamsAgainstConfig, fusedExpertNames, perExpertNames } from '../../model/params.js';
+import { fusedExpertNames, perExpertNames } from '../../model/params.js';
 import { DeviceMesh } from '../../parallel/device-mesh.js';
 import { Replicate, Shard, type Placement } from '../../parallel/placement.js';
-import { loadShardedHost, type HostShard, type LoadMode, type ParamMeta } from '../../parallel/sharded-load.js';
+import type { HostShard } from '../../parallel/sharded-load.js';
+import { loadHfShards, type HfLoadOptions } from '../load-hf-shards.js';
 import { concat, interleaveQkv, megatronSpecs } from './bridge.js';
 import type { ParallelSizes } from './layout.js';
 import { MegatronLocalParams } from './local-params.js';
 import { expertUnitName } from './strategy.js';
-
-export interface MegatronLoadOptions {
-  mode?: LoadMode;
-  bucketBytes?: number;
-}
-
-const PER_EXPERT = /^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$/;
 
 function placementsOf(name: string): Placement[] {
   const R = Replicate();
@@ -43,36 +37,18 @@ function placementsOf(name: string): Placement[] {
 }
 
 /** This rank's Megatron pieces of the checkpoint at `dir` (collective over `comm`). */
-export async function loadMegatronShards(dir: string, cfg: ModelConfig, comm: Communicator, sizes: ParallelSizes, opts: MegatronLoadOptions = {}): Promise<MegatronLocalParams> {
+export async function loadMegatronShards(dir: string, cfg: ModelConfig, comm: Communicator, sizes: ParallelSizes, opts: HfLoadOptions = {}): Promise<MegatronLocalParams> {
   const { tp, dp, ep } = sizes;
   const El = (cfg.moe?.numExperts ?? 0) / ep;
   const mesh = await DeviceMesh.create(comm, { shape: [dp / ep, ep, tp], names: ['edp', 'ep', 'tp'] });
   const e = mesh.coordinate[1]!;
-  let perExpert = false;
-  let hf: Map<string, HostShard>;
+  let loaded;
   try {
-    hf = await loadShardedHost(dir, {
-      mesh,
-      ...(opts.mode ? { mode: opts.mode } : {}),
-      ...(opts.bucketBytes ? { bucketBytes: opts.bucketBytes } : {}),
-      check: (manifest) => {
-        try {
-          perExpert = checkParamsAgainstConfig(manifest, cfg) === 'per-expert';
-        } catch (err) {
-          if (err instanceof CheckpointFormatError) throw new CheckpointFormatError(`${dir}: ${err.message}`, { ...err.details, file: dir });
-          throw err;
-        }
-      },
-      placements: (meta: ParamMeta) => placementsOf(meta.name),
-      select: (meta: ParamMeta) => {
-        if (cfg.tieWordEmbeddings && meta.name === 'lm_head.weight') return false;
-        const m = PER_EXPERT.exec(meta.name);
-        return !m || Math.floor(Number(m[2]) / El) === e;
-      },
-    });
+    loaded = await loadHfShards(dir, cfg, mesh, { placements: (meta) => placementsOf(meta.name), ownsExpert: (x) => Math.floor(x / El) === e, load: opts });
   } finally {
     mesh.destroy();
   }
+  const { shards: hf, perExpert } = loaded;
   return new MegatronLocalParams(toMegatron(cfg, hf, tp, perExpert ? e * El : -1, El));
 }
 
