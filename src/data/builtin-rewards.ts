@@ -68,7 +68,7 @@ export function overlong(input: RewardInput): RewardValues {
   return input.completionIds.map((ids) => overlongPenalty(ids.length, max, cache));
 }
 
-/** The synthetic digit-reversal task's reward (src/model/synthetic-task.ts), on token ids. */
+/** The synthetic digit-reversal task's reward (src/data/synthetic-task.ts), on token ids. */
 export function reverse_digits(input: RewardInput): RewardValues {
   return rewardBatch({ prompts: input.promptIds, completions: input.completionIds });
 }

@@ -11,7 +11,7 @@
  * T floats per micro-batch; the gradient is exact (not an approximation).
  */
 import { InvalidArgumentError } from '../runtime/errors.js';
-import { IGNORE_INDEX } from '../data/synthetic-task.js';
+import { IGNORE_INDEX } from '../model/labels.js';
 import { targetTokens } from '../train/rows.js';
 import type { LossFn, TrainBatch } from '../train/strategy.js';
 import { targetLogprobs } from '../train/logprobs.js';

@@ -13,7 +13,7 @@
  * accumulating micro-batches gives the gradient of the whole mini-batch.
  */
 import { ConfigError } from '../runtime/errors.js';
-import { IGNORE_INDEX } from '../data/synthetic-task.js';
+import { IGNORE_INDEX } from '../model/labels.js';
 import type { TrainBatch } from '../train/strategy.js';
 
 export interface UpdateShape {
