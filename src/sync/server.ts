@@ -271,7 +271,7 @@ export class ServerSync {
     const side = { cfg: this.cfg, comm, stream, ...(this.engine ? { engine: this.engine } : {}), timeoutMs: WAIT.timeoutMs };
     const f = adapter
       ? await checkBaseFingerprints(side, this.engine ? engineBaseCopies(this.engine) : null)
-      : await checkFingerprints({ ...side, ...(this.strategy ? { strategy: this.strategy } : {}) });
+      : await checkFingerprints({ ...side, ...(this.strategy ? { sources: this.strategy.weightSources() } : {}) });
     if (f) Object.assign(out, { checksums: true, fingerprints: f.compared, fingerprintSeconds: f.seconds });
     // Per rank: [engine, worst diff, row, position, bad state]; trainers send zeros.
     const mine = new Float32Array(5);
