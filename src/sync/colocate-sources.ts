@@ -34,6 +34,7 @@ import { expertDirectWrite, hfDirectWrites, type DirectWrite } from '../rollout/
 import { hfLoadPlan } from '../rollout/loader.js';
 import { writeSliceRange } from '../rollout/slice-range.js';
 import { tpShard } from '../rollout/tp-shard.js';
+import { sameRuns } from './slice-match.js';
 
 export interface ColocateOut {
   engine: RolloutEngine;
@@ -110,24 +111,6 @@ function writeAll(s: WeightSource, parts: Tensor, scratch: Tensor | null, out: C
 
 // ---- local: the piece is the engine's slice of the same TP rank -------------------------
 
-/** A view's HF indices as runs: `count` runs of `len` elements, `period` apart, from `start`. */
-function runsOf(v: AffineView): [number, number, number, number] {
-  if (v.shape.length === 1 && v.global[0] === 1) return [1, 0, v.globalOffset, v.shape[0]!];
-  if (v.shape.length === 2 && v.global[1] === 1) {
-    const [a, b] = v.shape as [number, number];
-    return a === 1 || b === v.global[0] ? [1, 0, v.globalOffset, a * b] : [a, v.global[0]!, v.globalOffset, b];
-  }
-  return [-1, 0, 0, 0];
-}
-
-/** The engine write's HF runs (loader slice: outer rows of view[dim]·inner, keeping [start, start + len)). */
-function writeRuns(w: DirectWrite): [number, number, number, number] | null {
-  const r = w.range;
-  if (!r) return null;
-  const inner = numelOf(r.view.slice(r.dim + 1)), outer = numelOf(r.view.slice(0, r.dim)), V = r.view[r.dim]! * inner;
-  return outer === 1 || r.len * inner === V ? [1, 0, r.start * inner, outer * r.len * inner] : [outer, V, r.start * inner, r.len * inner];
-}
-
 const plans = new WeakMap<RolloutEngine, Map<number, ReturnType<typeof hfLoadPlan>>>();
 
 /** The direct write matching each HF view of part `part` on engine TP rank `part`, or null when one does not match. */
@@ -140,15 +123,10 @@ function matches(s: WeightSource, engine: RolloutEngine, part: number): Array<{ 
   const out: Array<{ hf: string; view: AffineView }> = [];
   for (const v of hfViews(s, part)) {
     const ws = hfDirectWrites(engine.cfg, shard, plan, v.hf);
-    if (ws.length !== 1 || !sameRuns(v.view, ws[0]!)) return null;
+    if (ws.length !== 1 || !sameRuns(v.view, ws[0]!.range)) return null;
     out.push({ hf: v.hf, view: v.view });
   }
   return out;
-}
-
-function sameRuns(v: AffineView, w: DirectWrite): boolean {
-  const a = runsOf(v), b = writeRuns(w);
-  return !!b && a.every((x, i) => x === b[i]);
 }
 
 /** Every part's views are the engine slices of the same TP rank (the same verdict on every rank), and this engine is that rank. */
@@ -166,7 +144,7 @@ function localMatch(s: WeightSource, engine: RolloutEngine): boolean {
 function writeLocal(s: WeightSource, out: ColocateOut): void {
   for (const { hf, view } of matches(s, out.engine, s.part)!) {
     const ws = out.directWrites(hf);
-    if (ws.length !== 1 || !sameRuns(view, ws[0]!)) continue;
+    if (ws.length !== 1 || !sameRuns(view, ws[0]!.range)) continue;
     const write = ws[0]!;
     out.session.writeInPlace(write.param, (dst, st) => {
       stridedRead(viewOf(dst.reshape([dst.numel]), [numelOf(view.shape)], write.range!.dstOffset), s.local, view.shape, view.local, view.localOffset, st);
