@@ -1,7 +1,8 @@
 /**
  * ColocateSync: trainer and rollout engine on the same ranks (the strategy's ranks are
  * the engine world). A full sync turns what each rank's strategy owns into the engine's
- * processed runtime layout on the device (colocate-sources.ts) — one direct session of
+ * processed runtime layout on the device (colocate-sources.ts, one planner over the
+ * strategy's weight sources) — one direct session of
  * the engine: no loader, no post-load processing — on the engine's stream, after the
  * trainer's stream (event). A failed sync aborts the session (the engine stays usable).
  * An adapter sync (single-device LoRA strategy) sends only the adapters (rollout/lora.ts).
@@ -16,12 +17,9 @@ import { hfDirectWrites } from '../rollout/direct-write.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { applyEngineAdapters, engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
 import { hfLoadPlan } from '../rollout/loader.js';
-import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
-import { MegatronStrategy } from '../train/megatron/strategy.js';
-import { SingleDeviceStrategy } from '../train/single.js';
 import type { LoraAdapters } from '../model/lora.js';
 import type { TrainStrategy } from '../train/strategy.js';
-import { syncFsdp2, syncMegatron, syncSingle, type ColocateOut } from './colocate-sources.js';
+import { syncSources, type ColocateOut } from './colocate-sources.js';
 import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport, type Verified } from './report.js';
 import { checkVerify, logprobError, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerify } from './verify.js';
 import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js';
@@ -96,10 +94,7 @@ export class ColocateSync {
           },
         };
         try {
-          if (strategy instanceof SingleDeviceStrategy) tensors = syncSingle(strategy, out);
-          else if (strategy instanceof Fsdp2Strategy) tensors = syncFsdp2(strategy, out);
-          else if (strategy instanceof MegatronStrategy) tensors = syncMegatron(strategy, out);
-          else throw new InvalidArgumentError(`ColocateSync: unsupported strategy kind ${String((strategy as TrainStrategy).kind)}.`);
+          tensors = syncSources(strategy.weightSources(), out);
         } finally {
           await Promise.allSettled(out.pending);
           fault?.restore();
@@ -129,7 +124,7 @@ export class ColocateSync {
     const out: Verified = { checksums: false, fingerprints: 0, fingerprintSeconds: 0, seconds: 0 };
     const f = adapter
       ? await checkBaseFingerprints({ cfg: engine.cfg, comm, stream: engine.stream, engine, timeoutMs: 300_000 }, engineBaseCopies(engine))
-      : await checkFingerprints({ cfg: engine.cfg, comm, stream: engine.stream, strategy, engine, engineTp: engine.shard.tpSize, timeoutMs: 300_000 });
+      : await checkFingerprints({ cfg: engine.cfg, comm, stream: engine.stream, sources: strategy.weightSources(), engine, engineTp: engine.shard.tpSize, timeoutMs: 300_000 });
     if (f) Object.assign(out, { checksums: true, fingerprints: f.compared, fingerprintSeconds: f.seconds });
     // An adapter sync: every parameter still 'processed' (agreed over the ranks below).
     const badState = [...engine.params.params.values()].find((p) => p.state !== 'processed' || !p.tensor)?.name ?? null;

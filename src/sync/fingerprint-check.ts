@@ -18,7 +18,7 @@ import { WeightSyncError } from '../runtime/errors.js';
 import type { ModelConfig } from '../model/config.js';
 import { hfLoadPlan } from '../rollout/loader.js';
 import type { RolloutEngine } from '../rollout/engine.js';
-import type { TrainStrategy } from '../train/strategy.js';
+import type { WeightSource } from '../parallel/weight-sources.js';
 import { enqueueFingerprint, hex } from './fingerprint.js';
 import { engineView, regionTable } from './regions.js';
 import { trainerPieces } from './trainer-pieces.js';
@@ -28,7 +28,8 @@ export interface FingerprintCheck {
   /** Spans every trainer and engine rank (null: one rank that is both). */
   comm: Communicator | null;
   stream: Stream;
-  strategy?: TrainStrategy;
+  /** The trainer side: this rank's weight sources (absent on engine-only ranks). */
+  sources?: readonly WeightSource[];
   engine?: RolloutEngine;
   /** The engine TP size when every rank knows it (colocated); else agreed over comm. */
   engineTp?: number;
@@ -49,7 +50,7 @@ const recorded = new WeakMap<RolloutEngine, BigInt64Array>();
 
 export async function checkFingerprints(x: FingerprintCheck): Promise<FingerprintSummary> {
   const t0 = performance.now();
-  const { cfg, comm, stream, engine, strategy } = x;
+  const { cfg, comm, stream, engine, sources } = x;
   const device = (engine?.device ?? comm?.device)!;
   const multi = !!comm && comm.size > 1;
   const wait = { stream, timeoutMs: x.timeoutMs };
@@ -69,11 +70,11 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
     table.regions.forEach((r, i) => byTensor[r.tensor]!.push(i));
     const index = new Map(table.tensors.map((t, i) => [t.name, i]));
     const trainer = make(Tensor.zeros(device, [Math.max(1, table.regions.length)], 'int64', { stream }));
-    if (strategy) {
-      for (const p of trainerPieces(strategy)) {
+    if (sources) {
+      for (const p of trainerPieces(sources)) {
         const ti = index.get(p.tensor);
         if (ti === undefined) throw new WeightSyncError(`Weight sync verification: the trainer holds ${p.tensor}, which is not a tensor of the model config.`, { tensor: p.tensor });
-        for (const ri of byTensor[ti]!) enqueueFingerprint(p.src, p.view, trainer, ri, stream, { filter: table.regions[ri]!, ...(p.limit !== undefined ? { limit: p.limit } : {}) });
+        for (const ri of byTensor[ti]!) enqueueFingerprint(p.src, p.view, trainer, ri, stream, { filter: table.regions[ri]! });
       }
     }
     if (multi) await comm!.allReduce(trainer, trainer, 'sum', stream);
@@ -162,7 +163,7 @@ async function gatherVerdicts(comm: Communicator | null, rec: BigInt64Array, str
  * are frozen under LoRA). Collective over `comm`. Returns null when this engine has no
  * verified full sync to compare with (agreed over the ranks: then nothing is compared).
  */
-export async function checkBaseFingerprints(x: Omit<FingerprintCheck, 'strategy' | 'engineTp'>, base: ReadonlyMap<string, Tensor> | null): Promise<FingerprintSummary | null> {
+export async function checkBaseFingerprints(x: Omit<FingerprintCheck, 'sources' | 'engineTp'>, base: ReadonlyMap<string, Tensor> | null): Promise<FingerprintSummary | null> {
   const t0 = performance.now();
   const { cfg, comm, stream, engine } = x;
   const owned: Tensor[] = [];

@@ -1,88 +1,66 @@
 /**
- * Server-mode sync plan: what each trainer rank sends ("pieces": what it owns, no
- * duplicates over the trainer group) and how the engine side puts pieces back together.
- * Every rank computes every trainer rank's pieces from the exchanged header (strategy
- * kind, sizes, strategy rank), so all ranks agree on the broadcast schedule.
- *
- * - fsdp2 (dp ranks): rank q sends the padded dim-0 chunk q of every parameter; the dp
- *   chunks side by side are the padded full tensor (its first numel elements).
- * - megatron (rank = d·tp + t): ranks with d = 0 send their TP shards of the split
- *   tensors (listed first, so the tp ranks' buckets line up); rank 0 adds the
- *   replicated dense tensors; ranks t = 0, d < ep add their local experts (global index).
+ * Server-mode sync plan, from the trainer ranks' weight-source descriptors (plain JSON,
+ * all-gathered by server.ts; parallel/weight-sources.ts): what each trainer rank sends
+ * ("pieces": the local views of the sources it owns, so nothing is sent twice over the
+ * trainer group) and how the engine side puts each source back together (its parts side
+ * by side). Every rank computes every trainer rank's pieces from the same descriptors, so
+ * all ranks agree on the broadcast schedule. Pieces of sources split over several ranks
+ * come first (the same list on every rank of a placement, so their buckets line up), whole
+ * ones after.
  */
 import { InvalidArgumentError } from '../runtime/errors.js';
-import type { ModelConfig } from '../model/config.js';
-import { planLayout } from '../train/fsdp2/layout.js';
-import { expertNames, megatronSpecs, type MegatronSpec } from '../train/megatron/bridge.js';
-
-export const KIND_CODES = { fsdp2: 1, megatron: 2 } as const;
-
-export interface SourceHeader {
-  kind: keyof typeof KIND_CODES;
-  tp: number;
-  dp: number;
-  ep: number;
-}
+import { checkDescriptor, type RankSources, type SourceDescriptor } from '../parallel/weight-sources.js';
 
 export interface Piece {
-  /** The assembled tensor's name (HF for fsdp2, Megatron for megatron). */
+  /** The source key. */
   name: string;
-  /** Which part of it (fsdp2 chunk index / tp shard index; 0 when whole). */
+  /** Which part of it (the rank's index in the placement; 0 when whole). */
   part: number;
   bytes: number;
 }
 
-/** How a named tensor is assembled: `parts` pieces of `partNumel` elements side by side. */
+/** How a source is assembled: `parts` pieces of `partNumel` elements side by side. */
 export interface Assembly {
   name: string;
   parts: number;
   partNumel: number;
-  /** fsdp2: the full HF shape (a prefix of the padded parts); megatron: the spec. */
-  shape: number[];
-  spec?: MegatronSpec;
+  /** The source (its `part` is that of whichever rank described it; readers pass the part). */
+  source: SourceDescriptor;
 }
 
-const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
-
-export function piecesOf(cfg: ModelConfig, h: SourceHeader, rank: number): Piece[] {
-  if (h.kind === 'fsdp2') {
-    const plan = planLayout(cfg, h.dp);
-    return plan.units.flatMap((u) => u.params.map((p) => ({ name: p.name, part: rank, bytes: p.chunk * 4 })));
-  }
-  const d = Math.floor(rank / h.tp), t = rank % h.tp;
-  const specs = megatronSpecs(cfg);
-  const out: Piece[] = [];
-  if (d === 0) for (const s of specs) if (s.expert === undefined && s.tp !== 'replicated') out.push({ name: s.name, part: t, bytes: (numel(s.shape) / h.tp) * 4 });
-  if (rank === 0) for (const s of specs) if (s.expert === undefined && s.tp === 'replicated') out.push({ name: s.name, part: 0, bytes: numel(s.shape) * 4 });
-  if (t === 0 && d < h.ep && cfg.moe) {
-    const El = cfg.moe.numExperts / h.ep;
-    for (const s of specs) {
-      if (s.expert === undefined || s.expert < (d % h.ep) * El || s.expert >= (d % h.ep + 1) * El) continue;
-      out.push({ name: s.name, part: 0, bytes: numel(s.shape) * 4 });
-    }
-  }
-  return out;
+export function piecesOf(sources: readonly SourceDescriptor[]): Piece[] {
+  const mine = sources.filter((s) => s.owner);
+  return [...mine.filter((s) => s.parts > 1), ...mine.filter((s) => s.parts === 1)].map((s) => ({ name: s.key, part: s.part, bytes: s.localNumel * 4 }));
 }
 
-/** Every tensor the engine side assembles, by name. */
-export function assemblies(cfg: ModelConfig, h: SourceHeader): Map<string, Assembly> {
+/** Every source the engine side assembles, by key. */
+export function assemblies(ranks: readonly RankSources[]): Map<string, Assembly> {
   const out = new Map<string, Assembly>();
-  if (h.kind === 'fsdp2') {
-    for (const u of planLayout(cfg, h.dp).units) for (const p of u.params) out.set(p.name, { name: p.name, parts: h.dp, partNumel: p.chunk, shape: [...p.shape] });
-    return out;
-  }
-  for (const s of megatronSpecs(cfg)) {
-    const split = s.expert === undefined && s.tp !== 'replicated';
-    out.set(s.name, { name: s.name, parts: split ? h.tp : 1, partNumel: numel(s.shape) / (split ? h.tp : 1), shape: s.shape, spec: s });
-  }
+  for (const r of ranks) for (const s of r.sources) if (!out.has(s.key)) out.set(s.key, { name: s.key, parts: s.parts, partNumel: s.localNumel, source: s });
   return out;
 }
 
-/** Checks the header trainer rank 0 sent against the trainer group size. */
-export function checkHeader(h: SourceHeader, trainerRanks: number): void {
-  if (h.tp * h.dp !== trainerRanks) {
-    throw new InvalidArgumentError(`ServerSync: the trainer strategy spans ${h.tp * h.dp} ranks (tp ${h.tp} x dp ${h.dp}) but trainerRanks is ${trainerRanks}. HINT: pass trainerRanks = the strategy's rank count.`, { trainerRanks });
+/** Trainer ranks' descriptors read back from JSON: checked, and one strategy over all of them. */
+export function checkRankSources(all: unknown[], trainerRanks: number): RankSources[] {
+  const ranks = all.map((x, r) => {
+    const rs = x as RankSources;
+    if (!rs || typeof rs.layout !== 'string' || !Array.isArray(rs.sources)) {
+      throw new InvalidArgumentError(`ServerSync: trainer rank ${r} sent no weight sources. HINT: every trainer rank passes { strategy } to ServerSync.create().`, { trainerRank: r });
+    }
+    return { layout: rs.layout, sources: rs.sources.map((s) => checkDescriptor(s, `trainer rank ${r}`)) };
+  });
+  const first = ranks[0]!;
+  const keys = (rs: RankSources) => rs.sources.map((s) => `${s.key}/${s.parts}/${s.localNumel}`).join();
+  ranks.forEach((rs, r) => {
+    if (rs.layout !== first.layout || keys(rs) !== keys(first)) {
+      throw new InvalidArgumentError(`ServerSync: trainer ranks 0 (${first.layout}) and ${r} (${rs.layout}) hold different weight sources; every trainer rank must pass its shard of the same strategy.`, { trainerRank: r });
+    }
+  });
+  const owned = new Map<string, number>();
+  for (const rs of ranks) for (const s of rs.sources) if (s.owner) owned.set(s.key, (owned.get(s.key) ?? 0) + 1);
+  const lacking = first.sources.find((s) => owned.get(s.key) !== s.parts);
+  if (lacking) {
+    throw new InvalidArgumentError(`ServerSync: the ${trainerRanks} trainer ranks own ${owned.get(lacking.key) ?? 0} of the ${lacking.parts} parts of ${lacking.key}. HINT: pass trainerRanks = the strategy's rank count.`, { trainerRanks, source: lacking.key });
   }
+  return ranks;
 }
-
-export { expertNames };

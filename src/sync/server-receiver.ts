@@ -6,48 +6,62 @@
 import { copy, Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { viewOf } from '../runtime/device/views.js';
-import type { ModelConfig } from '../model/config.js';
-import { perExpertNames } from '../model/params.js';
+import { assembleHf, scratchNumel } from '../parallel/weight-mapping.js';
+import { hfViews, type HfView } from '../parallel/weight-sources.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import type { ReloadSession } from '../rollout/weight-session.js';
+import type { SliceGeometry } from '../rollout/slice-range.js';
 import type { Bucket, Segment } from './buckets.js';
-import { hfFromShards, hfNameOfReplicated, localShardWrites } from './megatron-hf.js';
-import { assemblies, type Assembly, type SourceHeader } from './server-plan.js';
+import type { Assembly } from './server-plan.js';
+import { localGeometry } from './slice-match.js';
+
+/** How a source reaches the engine: flat HF ranges, this TP rank's local shard, or assembled and re-cut. */
+interface Way {
+  /** Per part: its HF views, when every one is a flat range of its piece (else null). */
+  flat: HfView[][] | null;
+  /** Engine tp == parts and the part of this TP rank is the engine's slice: per runtime parameter, the slice writes. */
+  local: Array<{ param: string; geometry: SliceGeometry[] }> | null;
+}
 
 /**
  * Engine side: each received segment goes straight into the engine's preprocessed
  * parameters (no per-tensor temporaries). Where its bytes are one contiguous region of a
  * parameter on this rank (whole tensors like the embedding, rows of a TP slice, a local
  * shard) the broadcast delivers it there directly; otherwise it lands in a slot and is
- * sliced from there: fsdp2 chunks and whole Megatron tensors
- * (replicated, experts) are flat ranges of HF tensors (ReloadSession.loadRange); Megatron
- * TP shards go to the engine rank of the same tp rank as its local shard
- * (ReloadSession.loadLocalRange) when trainer tp == engine tp. Only with a different tp are
- * TP-split tensors re-cut on the device (hfFromShards into one reused scratch, then
- * ReloadSession.load) — from the slot when a tensor arrives in one piece, else after assembling
- * it whole (a buffer per tensor until its last piece arrives).
+ * sliced from there, by the source's HF views (parallel/weight-sources.ts): a source
+ * whose every view is a flat range of its piece (Shard(0) chunks, whole tensors, stacked
+ * experts, gate-up halves) is loaded as HF ranges (ReloadSession.loadRange); a piece whose
+ * views are exactly this TP rank's engine slices (trainer tp == engine tp) goes in as a
+ * local shard (ReloadSession.loadLocalRange); anything else is re-cut on the device
+ * (assembleHf into one reused scratch, then ReloadSession.load) — from the slot when a
+ * source arrives in one piece, else after assembling it whole (a buffer per source until
+ * its last piece arrives).
  */
 export class Receiver {
-  private readonly plan: Map<string, Assembly>;
   private readonly got = new Map<string, number>();
   /** Trainer tp != engine tp: TP-split tensors being assembled, or received whole in one slot piece. */
   private readonly open = new Map<string, Tensor>();
   private readonly whole = new Map<string, Tensor>();
   private scratch: Tensor | null = null;
   private readonly done = new Set<string>();
-  private readonly sameTp: boolean;
+  private readonly ways = new Map<string, Way>();
   loaded = 0;
 
   constructor(
     private readonly engine: RolloutEngine,
     /** The sync's reload session on `engine`: every load goes through it. */
     private readonly session: ReloadSession,
-    private readonly cfg: ModelConfig,
-    private readonly header: SourceHeader,
+    /** Every source the trainers send, by key (server-plan.ts assemblies()). */
+    private readonly plan: Map<string, Assembly>,
     private readonly stream: Stream,
   ) {
-    this.plan = assemblies(cfg, header);
-    this.sameTp = header.kind === 'megatron' && header.tp === engine.shard.tpSize;
+    for (const a of plan.values()) {
+      const views = Array.from({ length: a.parts }, (_, p) => hfViews(a.source, p));
+      const flat = views.every((vs) => vs.every((v) => v.view.shape.length === 1 && v.view.local[0] === 1 && v.view.global[0] === 1)) ? views : null;
+      const { tpSize, tpRank } = engine.shard;
+      const local = !flat && tpSize === a.parts ? localGeometry(views[tpRank]!, (hf) => session.entry(hf).writes, a.partNumel) : null;
+      this.ways.set(a.name, { flat, local });
+    }
   }
 
   /**
@@ -94,45 +108,35 @@ export class Receiver {
 
   /** The engine-parameter region elements [off, off + n) of part `part` of `a` go to, when contiguous (else null). */
   private target(a: Assembly, part: number, off: number, n: number): Tensor | null {
-    const { engine, session } = this;
-    if (this.header.kind === 'fsdp2') {
-      const from = part * a.partNumel + off;
-      return from + n <= numelOf(a.shape) ? session.target(a.name, from, n) : null; // padding is not delivered into the engine
+    const way = this.ways.get(a.name)!;
+    if (way.flat) {
+      const v = way.flat[part]!.find((x) => off >= x.view.localOffset && off + n <= x.view.localOffset + x.view.shape[0]!);
+      return v ? this.session.target(v.hf, v.view.globalOffset + off - v.view.localOffset, n) : null; // padding is not delivered into the engine
     }
-    const spec = a.spec!;
-    if (spec.expert !== undefined || spec.tp === 'replicated') {
-      const hit = this.wholeNames(spec).find(([, lo, hi]) => off >= lo && off + n <= hi);
-      return hit ? session.target(hit[0], off - hit[1], n) : null;
-    }
-    if (this.sameTp && part === engine.shard.tpRank) return session.target(spec.name, off, n, localShardWrites(this.cfg, spec, engine.shard));
+    if (way.local && part === this.engine.shard.tpRank && way.local.length === 1) return this.session.target(a.name, off, n, way.local[0]);
     return null;
   }
 
   /** Elements [off, off + piece.numel) of part `part` of `a`. */
   private write(a: Assembly, part: number, piece: Tensor, off: number): void {
     const { engine, session } = this;
-    if (this.header.kind === 'fsdp2') {
-      // Chunk `part` of the padded full tensor: elements part·partNumel + off… (padding dropped).
-      const from = part * a.partNumel + off, m = Math.min(piece.numel, numelOf(a.shape) - from);
-      if (m > 0) session.loadRange(a.name, viewOf(piece, [m]), from);
-      return;
-    }
-    const spec = a.spec!;
-    if (spec.expert !== undefined || spec.tp === 'replicated') {
-      for (const [hf, lo, hi] of this.wholeNames(spec)) {
+    const way = this.ways.get(a.name)!;
+    if (way.flat) {
+      // Each HF view of the part is a flat range of it: load what of it this piece holds.
+      for (const v of way.flat[part]!) {
+        const lo = v.view.localOffset, hi = lo + v.view.shape[0]!;
         const from = Math.max(lo, off), to = Math.min(hi, off + piece.numel);
-        if (to > from) session.loadRange(hf, viewOf(piece, [to - from], from - off), from - lo);
+        if (to > from) session.loadRange(v.hf, viewOf(piece, [to - from], from - off), v.view.globalOffset + from - lo);
       }
       return;
     }
-    if (this.sameTp) {
+    if (way.local) {
       if (part !== engine.shard.tpRank) return; // the other engine rank's shard
-      const w = localShardWrites(this.cfg, spec, engine.shard);
-      session.loadLocalRange(w.param, piece, off, w.geometry);
+      for (const w of way.local) session.loadLocalRange(w.param, piece, off, w.geometry);
       return;
     }
     if (piece.numel === a.parts * a.partNumel) {
-      this.whole.set(a.name, piece); // the whole tensor in one slot piece: re-cut from there
+      this.whole.set(a.name, piece); // the whole source in one slot piece: re-cut from there
       return;
     }
     let t = this.open.get(a.name);
@@ -140,28 +144,20 @@ export class Receiver {
     copy(viewOf(t, [piece.numel], part * a.partNumel + off), piece, { stream: this.stream });
   }
 
-  /** HF tensors a whole (replicated or expert) Megatron tensor holds, as [name, first, end) flat element ranges of it. */
-  private wholeNames(spec: NonNullable<Assembly['spec']>): Array<[string, number, number]> {
-    const N = numelOf(spec.shape);
-    if (spec.expert === undefined) return [[hfNameOfReplicated(spec), 0, N]];
-    const n = perExpertNames(spec.layer!, spec.expert);
-    return spec.name.endsWith('linear_fc1.weight') ? [[n.gate, 0, N / 2], [n.up, N / 2, N]] : [[n.down, 0, N]];
-  }
-
   /** Every byte of `a` arrived: mark it loaded (or, assembled, re-cut and load it). */
   private finish(a: Assembly): void {
     const { engine, session } = this;
+    const way = this.ways.get(a.name)!;
     this.done.add(a.name);
-    if (this.header.kind === 'fsdp2') session.loadDone(a.name);
-    else if (a.spec!.expert !== undefined || a.spec!.tp === 'replicated') for (const [hf] of this.wholeNames(a.spec!)) session.loadDone(hf);
-    else if (this.sameTp) session.loadLocalDone(localShardWrites(this.cfg, a.spec!, engine.shard).param);
+    if (way.flat) for (const hf of new Set(way.flat.flat().map((v) => v.hf))) session.loadDone(hf);
+    else if (way.local) for (const w of way.local) session.loadLocalDone(w.param);
     else {
       const t = this.whole.get(a.name) ?? this.open.get(a.name)!;
       const owned = !this.whole.delete(a.name);
       this.open.delete(a.name);
-      // One scratch (the largest TP-split tensor) for every re-cut, reused in stream order.
-      this.scratch ??= Tensor.empty(engine.device, [Math.max(...[...this.plan.values()].filter((x) => x.spec?.tp !== 'replicated' && x.spec?.expert === undefined).map((x) => x.parts * x.partNumel))], 'fp32');
-      session.load(hfFromShards(this.cfg, a.spec!, t, a.parts, this.scratch, this.stream));
+      // One scratch (the largest re-cut) for every re-cut, reused in stream order.
+      this.scratch ??= Tensor.empty(engine.device, [Math.max(16, ...[...this.plan.values()].map((x) => scratchNumel(x.source)))], 'fp32');
+      session.load(assembleHf(a.source, t, this.scratch, this.stream));
       if (owned) t.release();
     }
     this.loaded++;
@@ -179,8 +175,4 @@ export class Receiver {
     this.scratch?.release();
     this.scratch = null;
   }
-}
-
-function numelOf(s: readonly number[]): number {
-  return s.reduce((a, b) => a * b, 1);
 }

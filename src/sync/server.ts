@@ -2,8 +2,9 @@
  * ServerSync: the rollout engine runs on its own ranks (a standalone server group).
  * `comm` spans the trainer ranks (group ranks 0..trainerRanks-1) and the engine ranks
  * (the rest). A full sync:
- *   1. every rank all-gathers a small header (strategy kind, tp, dp, ep, strategy rank),
- *      so all ranks compute the same per-trainer-rank bucket plans (server-plan.ts);
+ *   1. every rank all-gathers the trainer ranks' weight-source descriptors (plain JSON:
+ *      placements, parts, HF mappings, owners; parallel/weight-sources.ts), so all ranks
+ *      compute the same per-trainer-rank bucket plans (server-plan.ts);
  *   2. rounds of broadcasts: for bucket index b, for each trainer rank r that has a b-th
  *      bucket, each segment of it is broadcast by r in place from the parameter it owns
  *      (no packing copy) over a communicator of r and the engine ranks only (made at the
@@ -31,12 +32,11 @@ import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { serverAdapterSync } from './server-lora.js';
 import { engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
-import { Fsdp2Strategy } from '../train/fsdp2/strategy.js';
-import { MegatronStrategy } from '../train/megatron/strategy.js';
 import type { TrainStrategy } from '../train/strategy.js';
+import { describeSource, type RankSources } from '../parallel/weight-sources.js';
 import { planBuckets, type Bucket } from './buckets.js';
 import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport, type Verified } from './report.js';
-import { checkHeader, expertNames, KIND_CODES, piecesOf, type SourceHeader } from './server-plan.js';
+import { assemblies, checkRankSources, piecesOf } from './server-plan.js';
 import { Receiver } from './server-receiver.js';
 import { checkVerify, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerify } from './verify.js';
 import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js';
@@ -110,8 +110,8 @@ export class ServerSync {
     if (isTrainer !== (role === 'trainer')) {
       throw new InvalidArgumentError(`ServerSync.create(): group rank ${comm.rank} is ${isTrainer ? 'a trainer' : 'an engine'} rank (trainer ranks are 0..${trainerRanks - 1}) but role is '${role}'.`, { argument: 'role' });
     }
-    if (role === 'trainer' && !(opts.strategy instanceof Fsdp2Strategy || opts.strategy instanceof MegatronStrategy)) {
-      throw new InvalidArgumentError('ServerSync.create(): a trainer rank needs { strategy } (an fsdp2 or megatron strategy).', { argument: 'strategy' });
+    if (role === 'trainer' && typeof opts.strategy?.weightSources !== 'function') {
+      throw new InvalidArgumentError('ServerSync.create(): a trainer rank needs { strategy } (a training strategy, which publishes weightSources()).', { argument: 'strategy' });
     }
     if (role === 'engine' && !opts.engine) throw new InvalidArgumentError('ServerSync.create(): an engine rank needs { engine }.', { argument: 'engine' });
     if (opts.engine && opts.engine.device.ordinal !== comm.device.ordinal) {
@@ -137,9 +137,9 @@ export class ServerSync {
     await device.defaultStream.synchronize(WAIT);
     const meter = new MemoryMeter(device);
     const t0 = performance.now();
-    const { header, strategyRanks } = await this.exchangeHeader();
-    const plans = strategyRanks.map((sr) => planBuckets(piecesOf(this.cfg, header, sr).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })), this.bucketBytes, { keepWhole: true }));
-    const sources = this.role === 'trainer' ? this.sourceTensors(header) : null;
+    const ranks = await this.exchangeSources();
+    const plans = ranks.map((rs) => planBuckets(piecesOf(rs.sources).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })), this.bucketBytes, { keepWhole: true }));
+    const sources = this.role === 'trainer' ? this.sourceTensors() : null;
     const fanout = await this.fanoutComms();
     // Engine ranks: the whole sync is one reload session, whose finish() processes it once;
     // a failure aborts it (finally), so the engine takes the next attempt.
@@ -147,7 +147,7 @@ export class ServerSync {
     let receiver: Receiver | null = null;
     try {
       const fault = session ? syncFault(this.engine!, (name) => session.entry(name), 'server') : null;
-      const rx = (receiver = session ? new Receiver(this.engine!, session, this.cfg, header, stream) : null);
+      const rx = (receiver = session ? new Receiver(this.engine!, session, assemblies(ranks), stream) : null);
       // Engine ranks: where each segment is received — straight into a parameter, or packed
       // into a slot (two slots alternate, each as large as the most any bucket puts there, at
       // most one bucket). Trainer ranks need none: a root broadcasts each segment in place
@@ -204,63 +204,63 @@ export class ServerSync {
     return report;
   }
 
-  /** All-gather of [kind, tp, dp, ep, strategy rank] per rank (engine ranks send zeros). */
-  private async exchangeHeader(): Promise<{ header: SourceHeader; strategyRanks: number[] }> {
+  /** The trainer ranks' sources, exchanged at the first full sync (a strategy's placements do not change). */
+  private ranks: RankSources[] | null = null;
+
+  /**
+   * Every trainer rank's weight-source descriptors (plain JSON, no tensors), all-gathered to
+   * every rank: the lengths, then the JSON bytes packed in int32 words, in rounds of at most
+   * half a bucket over all ranks (the exchange stays within the sync's memory budget).
+   * Engine ranks send none.
+   */
+  private async exchangeSources(): Promise<RankSources[]> {
+    if (this.ranks) return this.ranks;
     const { comm, stream } = this;
-    const mine = new Int32Array(5);
     const s = this.strategy;
-    if (s instanceof Fsdp2Strategy) mine.set([KIND_CODES.fsdp2, 1, s.comm.size, 1, s.comm.rank]);
-    else if (s instanceof MegatronStrategy) {
-      const [d, t] = s.mesh.coordinate as [number, number];
-      mine.set([KIND_CODES.megatron, s.sizes.tp, s.sizes.dp, s.sizes.ep, d * s.sizes.tp + t]);
-    }
-    const send = Tensor.fromArray(comm.device, mine, [5], { stream });
-    const all = Tensor.empty(comm.device, [5 * comm.size], 'int32');
+    const mine: RankSources | null = s ? { layout: s.layout, sources: s.weightSources().map(describeSource) } : null;
+    const bytes = new TextEncoder().encode(mine ? JSON.stringify(mine) : '');
+    const words = new Int32Array(Math.ceil(bytes.length / 4));
+    new Uint8Array(words.buffer).set(bytes);
+    const owned: Tensor[] = [];
+    const make = (t: Tensor) => (owned.push(t), t);
     try {
-      await comm.allGather(send, all, stream);
-      const h = (await all.toArray({ stream, timeoutMs: WAIT.timeoutMs })) as Int32Array;
-      const kind = h[0] === KIND_CODES.fsdp2 ? 'fsdp2' : h[0] === KIND_CODES.megatron ? 'megatron' : null;
-      if (!kind) throw new InvalidArgumentError(`ServerSync: trainer rank 0 sent an unknown strategy code ${h[0]}.`);
-      const header: SourceHeader = { kind, tp: h[1]!, dp: h[2]!, ep: h[3]! };
-      for (let r = 1; r < this.trainerRanks; r++) {
-        if (h[5 * r] !== h[0] || h[5 * r + 1] !== h[1] || h[5 * r + 2] !== h[2] || h[5 * r + 3] !== h[3]) {
-          throw new InvalidArgumentError(`ServerSync: trainer ranks 0 and ${r} run different strategies or sizes; every trainer rank must pass its shard of the same strategy.`);
+      const len = make(Tensor.fromArray(comm.device, Int32Array.from([bytes.length]), [1], { stream }));
+      const lens = make(Tensor.empty(comm.device, [comm.size], 'int32'));
+      await comm.allGather(len, lens, stream);
+      const all = (await lens.toArray({ stream, timeoutMs: WAIT.timeoutMs })) as Int32Array;
+      const total = Math.ceil(Math.max(...all) / 4);
+      const per = Math.max(16, Math.min(total, Math.floor(this.bucketBytes / 8 / comm.size)));
+      const got = Array.from({ length: comm.size }, () => new Int32Array(Math.max(1, total)));
+      const recv = make(Tensor.empty(comm.device, [per * comm.size], 'int32'));
+      for (let at = 0; at < total; at += per) {
+        const chunk = new Int32Array(per);
+        chunk.set(words.subarray(at, at + per));
+        const send = Tensor.fromArray(comm.device, chunk, [per], { stream });
+        let r: Int32Array;
+        try {
+          await comm.allGather(send, recv, stream);
+          r = (await recv.toArray({ stream, timeoutMs: WAIT.timeoutMs })) as Int32Array;
+        } finally {
+          send.release();
         }
+        got.forEach((g, q) => g.set(r.subarray(q * per, q * per + Math.min(per, total - at)), at));
       }
-      checkHeader(header, this.trainerRanks);
-      return { header, strategyRanks: Array.from({ length: this.trainerRanks }, (_, r) => h[5 * r + 4]!) };
+      const json = Array.from({ length: this.trainerRanks }, (_, r) => {
+        try {
+          return JSON.parse(new TextDecoder().decode(new Uint8Array(got[r]!.buffer, 0, all[r]!))) as unknown;
+        } catch {
+          return null;
+        }
+      });
+      return (this.ranks = checkRankSources(json, this.trainerRanks));
     } finally {
-      send.release();
-      all.release();
+      for (const t of owned) t.release();
     }
   }
 
-  /** This trainer rank's piece tensors by key (flat device tensors it owns). */
-  private sourceTensors(h: SourceHeader): Map<string, Tensor> {
-    const out = new Map<string, Tensor>();
-    const s = this.strategy!;
-    if (s instanceof Fsdp2Strategy) {
-      const shards = s.localShards();
-      for (const u of s.plan.units) for (const p of u.params) out.set(key(p.name, s.comm.rank), viewOf(shards.get(u.key)!.param, [p.chunk], p.offset));
-      return out;
-    }
-    const m = s as MegatronStrategy;
-    const [d, t] = m.mesh.coordinate as [number, number];
-    const E = this.cfg.moe?.numExperts ?? 0;
-    const El = E / h.ep, first = (d % h.ep) * El;
-    const local = m.localTensors('params');
-    for (const [name, x] of local) {
-      const e = /local_experts\.(\d+)\.linear_fc([12])/.exec(name);
-      const flat = x.reshape([x.numel]);
-      if (e) {
-        const layer = Number(/decoder\.layers\.(\d+)\./.exec(name)![1]);
-        out.set(key(expertNames(layer, first + Number(e[1]))[e[2] === '1' ? 'fc1' : 'fc2'], 0), flat);
-      } else {
-        out.set(key(name, t), flat);
-        out.set(key(name, 0), flat);
-      }
-    }
-    return out;
+  /** This trainer rank's piece tensors by key (the local views of the sources it owns). */
+  private sourceTensors(): Map<string, Tensor> {
+    return new Map(this.strategy!.weightSources().filter((x) => x.owner).map((x) => [key(x.key, x.part), x.local]));
   }
 
   /** Collective over `comm`: fingerprints (full syncs), then the probe; every engine rank's verdict is gathered. */
@@ -271,7 +271,7 @@ export class ServerSync {
     const side = { cfg: this.cfg, comm, stream, ...(this.engine ? { engine: this.engine } : {}), timeoutMs: WAIT.timeoutMs };
     const f = adapter
       ? await checkBaseFingerprints(side, this.engine ? engineBaseCopies(this.engine) : null)
-      : await checkFingerprints({ ...side, ...(this.strategy ? { strategy: this.strategy } : {}) });
+      : await checkFingerprints({ ...side, ...(this.strategy ? { sources: this.strategy.weightSources() } : {}) });
     if (f) Object.assign(out, { checksums: true, fingerprints: f.compared, fingerprintSeconds: f.seconds });
     // Per rank: [engine, worst diff, row, position, bad state]; trainers send zeros.
     const mine = new Float32Array(5);

@@ -10,6 +10,9 @@ import { Tape } from '../model/autograd.js';
 import type { ModelConfig } from '../model/config.js';
 import { ParamStore, type AdamWHyper, type HostParam } from '../model/param-store.js';
 import { Qwen3Model, uploadBatch } from '../model/qwen3.js';
+import { paramSpecs } from '../model/params.js';
+import { Replicate } from '../parallel/placement.js';
+import type { WeightSource } from '../parallel/weight-sources.js';
 import { LoraAdapters, loraStepSeed, type LoraHooks } from '../model/lora.js';
 import type { LoraConfigInput } from '../model/lora-config.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from './grad-norm.js';
@@ -131,6 +134,14 @@ export class SingleDeviceStrategy implements TrainStrategy {
       out.set(name, { shape: [...t.shape], data: (await t.toArray({ stream: this.stream })) as Float32Array });
     }
     return out;
+  }
+
+  /** Every model tensor whole on this device (LoRA adapters are not model weights). */
+  weightSources(): WeightSource[] {
+    return paramSpecs(this.cfg, { expertLayout: 'fused' }).map((spec) => {
+      const t = this.store.get(spec.name).value;
+      return { key: spec.name, shape: [...spec.shape], placement: Replicate(), parts: 1, part: 0, localNumel: t.numel, map: { kind: 'identity', hf: spec.name }, owner: true, comm: null, local: t.reshape([t.numel]) };
+    });
   }
 
   async loadState(state: FullState): Promise<void> {

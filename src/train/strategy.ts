@@ -15,6 +15,7 @@ import type { Tensor } from '../runtime/device/device-index.js';
 import type { Tape, Var } from '../model/autograd.js';
 import type { ModelConfig } from '../model/config.js';
 import type { AdamWHyper, HostParam } from '../model/param-store.js';
+import type { WeightSource } from '../parallel/weight-sources.js';
 
 export const STRATEGY_KINDS = ['single', 'fsdp2', 'megatron'] as const;
 export type StrategyKind = (typeof STRATEGY_KINDS)[number];
@@ -110,6 +111,12 @@ export interface TrainStrategy {
   loadState(state: FullState): Promise<void>;
   /** LoRA adapters alone, full, by PEFT name (for adapter-only weight sync); throws when the strategy has no LoRA. */
   loraState?(): Promise<Map<string, HostParam>>;
+  /**
+   * What this rank holds of the model weights, in the weight-source contract
+   * (parallel/weight-sources.ts): placements, local device views (owned by the strategy)
+   * and HF mappings. The weight sync reads these, never the strategy's inside.
+   */
+  weightSources(): WeightSource[];
   /** The communicators the strategy runs collectives on (for the flight recorder and comm-time accounting). */
   readonly communicators?: readonly Communicator[];
   /** Frees every device tensor the strategy holds. */

@@ -38,6 +38,8 @@ import { crossEntropyLoss, localRows, stepLoss } from '../rows.js';
 import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
 import { hostFromGathered, paramProblems, planLayout, shardFromHost, throwProblems, type FlatLayout, type FlatUnit } from './layout.js';
 import { SlotPool } from './slot-pool.js';
+import { fsdp2SourceDescriptors } from './weight-sources.js';
+import type { WeightSource } from '../../parallel/weight-sources.js';
 import { StepSource, type UnitState } from './step-source.js';
 
 export interface Fsdp2Options {
@@ -185,6 +187,12 @@ export class Fsdp2Strategy implements TrainStrategy {
   localShards(): ReadonlyMap<string, { param: Tensor; grad?: Tensor; expAvg?: Tensor; expAvgSq?: Tensor }> {
     this.checkLive('localShards');
     return new Map([...this.units].map(([u, t]) => [u.key, { param: t.param, grad: t.grad, expAvg: t.m, expAvgSq: t.v }]));
+  }
+
+  /** Every model parameter's padded dim-0 chunk on this rank, Shard(0) over `comm` (weight-sources.ts). */
+  weightSources(): WeightSource[] {
+    const shards = this.localShards();
+    return fsdp2SourceDescriptors(this.plan, this.comm.rank).map(({ unit, offset, ...d }) => ({ ...d, comm: this.comm, local: viewOf(shards.get(unit)!.param, [d.localNumel], offset) }));
   }
 
   /** This rank's units that train (all, or the LoRA adapter units), with their grad and moments. */

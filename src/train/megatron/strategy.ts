@@ -50,6 +50,8 @@ import type { LoraConfigInput } from '../../model/lora-config.js';
 import { MegatronLoraHook } from './lora-hook.js';
 import { loraGather, loraLocalShape, loraShardSpecs, loraSlice } from './lora-shards.js';
 import { splitViews } from './views.js';
+import { expertUnitName, megatronSourceDescriptors } from './weight-sources.js';
+import type { WeightSource } from '../../parallel/weight-sources.js';
 
 export interface MegatronOptions {
   /** The world communicator (every rank calls create with the same options). */
@@ -203,6 +205,15 @@ export class MegatronStrategy implements TrainStrategy {
       }
     }
     return out;
+  }
+
+  /** This rank's Megatron tensors with their placements over tp / ep and HF mappings (weight-sources.ts). */
+  weightSources(): WeightSource[] {
+    const comms = { tp: this.mesh.comm('tp'), ep: this.epComm };
+    return megatronSourceDescriptors(this.cfg, this.sizes, this.mesh.coordinate).map(({ group, ...d }) => {
+      const t = this.unit(d.key).var.value;
+      return { ...d, comm: group ? comms[group] : null, local: t.reshape([t.numel]) };
+    });
   }
 
   forwardBackward(batch: TrainBatch, loss: LossFn = crossEntropyLoss): Promise<StepLoss> {
@@ -433,9 +444,7 @@ export class MegatronStrategy implements TrainStrategy {
 }
 
 /** The unit name of one MoE layer's stacked local experts. */
-export function expertUnitName(layer: number, fc: 'fc1' | 'fc2'): string {
-  return `decoder.layers.${layer}.mlp.experts.linear_fc${fc === 'fc1' ? 1 : 2}`;
-}
+export { expertUnitName };
 
 /** Checks the LoRA options before any collective (every rank fails the same way). */
 function prepareLora(o: MegatronOptions) {
