@@ -55,6 +55,13 @@ module.exports = {
       to: { path: '^src/(index|internal)\\.ts$' },
     },
     {
+      name: 'sync-loads-no-strategy-code',
+      comment: 'Weight sync plans from the strategies\' published weight sources (src/parallel/weight-sources.ts): it may import train types only, so an engine rank never loads src/train (a trainer-only step may load it lazily with import()). HINT: publish what sync needs through weightSources() or move it down.',
+      severity: 'error',
+      from: { path: '^src/sync/' },
+      to: { path: '^src/train/', dependencyTypesNot: ['type-only', 'dynamic-import'] },
+    },
+    {
       name: 'runtime-core-imports-nothing-above',
       comment: 'The files directly in src/runtime (errors, env, config, logger, paths, patches, native, profiler) sit below device/, comm/ and actor-system/. HINT: move the shared piece down, or pass it in.',
       severity: 'error',

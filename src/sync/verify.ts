@@ -11,7 +11,6 @@
  */
 import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { IGNORE_INDEX } from '../model/kernels/index.js';
-import { rowLogprobs } from '../train/logprobs.js';
 import type { TrainBatch, TrainStrategy } from '../train/strategy.js';
 
 /** `true`: fingerprints only; with `probe`, the log-prob parity too (within `tolerance`, default 1e-3). */
@@ -56,6 +55,8 @@ export function probeBatch(ids: number[][]): TrainBatch {
  * data-parallel share).
  */
 export async function trainerLogprobs(s: TrainStrategy, batch: TrainBatch, temperature: number): Promise<{ values: Float32Array; rows: Uint8Array }> {
+  // Loaded here, on trainer ranks only: an engine rank's sync never loads src/train (only its types).
+  const { rowLogprobs } = await import('../train/logprobs.js');
   const mine = await rowLogprobs(s, batch, temperature);
   const values = new Float32Array(batch.batch * batch.seqLen);
   values.set(mine.logprobs, mine.row0 * batch.seqLen);
