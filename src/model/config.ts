@@ -1,21 +1,25 @@
 /**
- * HF `config.json` of Qwen3 (`qwen3`) and Qwen3-MoE (`qwen3_moe`) models, parsed into
- * one normalised camelCase `ModelConfig`.
+ * HF `config.json` of Qwen3 (`qwen3`), Qwen3-MoE (`qwen3_moe`) and Qwen3.5 (`qwen3_5`,
+ * `qwen3_5_text`; see config-qwen35.ts) models, parsed into one normalised camelCase `ModelConfig`.
  *
  * Invariants of a `ModelConfig` (checked here, relied on by params, kernels and loaders):
  * - every size is a positive safe integer; `numHeads % numKvHeads === 0`; `headDim` is even;
  * - `rope` is the Transformers-5 form whatever the input used (`rope_scaling`, `rope_parameters`,
  *   top-level `rope_theta`), and when several forms are present they agree;
  * - `moe` is present iff `modelType === 'qwen3_moe'`; `moe.mlpOnlyLayers` is sorted, unique and
- *   every index is a layer of the model; `moe.topK <= moe.numExperts`.
+ *   every index is a layer of the model; `moe.topK <= moe.numExperts`;
+ * - `qwen35` is present iff `modelType === 'qwen3_5'`.
  * Unknown extra HF fields are accepted and dropped (real configs carry many).
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/device/dtype.js';
+import { parseQwen35, qwen35HFFields, qwen35TextView, type Qwen35Config, type Qwen35Raw } from './config-qwen35.js';
 
-export const MODEL_TYPES = ['qwen3', 'qwen3_moe'] as const;
+export const MODEL_TYPES = ['qwen3', 'qwen3_moe', 'qwen3_5'] as const;
+/** model_type values accepted in config.json (`qwen3_5_text` is the text config of `qwen3_5`). */
+const ACCEPTED_TYPES = [...MODEL_TYPES, 'qwen3_5_text'];
 export type ModelType = (typeof MODEL_TYPES)[number];
 
 export const ROPE_TYPES = ['default', 'linear', 'dynamic', 'yarn', 'llama3'] as const;
@@ -61,6 +65,8 @@ export interface ModelConfig {
   tieWordEmbeddings: boolean;
   maxPositionEmbeddings?: number;
   moe?: MoeConfig;
+  /** Qwen3.5: layer types, Gated DeltaNet sizes, partial rotary. */
+  qwen35?: Qwen35Config;
 }
 
 // What each field must be, in words, for messages ("expected a positive integer").
@@ -128,11 +134,20 @@ export function parseModelConfig(raw: unknown, source = 'config.json'): ModelCon
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
     fail(`expected a JSON object but found ${describe(raw)}.`);
   }
-  const obj = raw as Record<string, unknown>;
-  const modelType = obj.model_type;
-  if (modelType === undefined) fail(`field "model_type" is missing; expected one of ${MODEL_TYPES.join(', ')}.`, { field: 'model_type' });
-  if (!(MODEL_TYPES as readonly unknown[]).includes(modelType)) {
-    fail(`model_type ${JSON.stringify(modelType)} is not supported; expected one of ${MODEL_TYPES.join(', ')}.`, { field: 'model_type' });
+  let obj = raw as Record<string, unknown>;
+  let modelType = obj.model_type;
+  if (modelType === undefined) fail(`field "model_type" is missing; expected one of ${ACCEPTED_TYPES.join(', ')}.`, { field: 'model_type' });
+  if (modelType === 'qwen3_5_moe') {
+    fail('model_type "qwen3_5_moe" is not supported yet: this build trains the dense Qwen3.5 (qwen3_5) only; the shared-expert MoE block is not implemented. HINT: use a dense Qwen3.5 or a qwen3_moe model.', { field: 'model_type' });
+  }
+  if (!(ACCEPTED_TYPES as readonly unknown[]).includes(modelType)) {
+    fail(`model_type ${JSON.stringify(modelType)} is not supported; expected one of ${ACCEPTED_TYPES.join(', ')}.`, { field: 'model_type' });
+  }
+  let q35: Qwen35Raw | undefined;
+  if (modelType === 'qwen3_5' || modelType === 'qwen3_5_text') {
+    q35 = qwen35TextView(obj, fail);
+    obj = q35.text;
+    modelType = 'qwen3_5';
   }
   const isMoe = modelType === 'qwen3_moe';
   const base = check(baseSchema, obj, source);
@@ -166,6 +181,7 @@ export function parseModelConfig(raw: unknown, source = 'config.json'): ModelCon
     tieWordEmbeddings: base.tie_word_embeddings ?? false,
   };
   if (base.max_position_embeddings != null) cfg.maxPositionEmbeddings = base.max_position_embeddings;
+  if (q35) cfg.qwen35 = parseQwen35(q35, cfg.numLayers, headDim, cfg.rope.type, fail);
 
   if (moeRaw) {
     if (moeRaw.num_experts_per_tok > moeRaw.num_experts) {
@@ -207,6 +223,18 @@ export function loadModelConfig(path: string): ModelConfig {
 }
 
 /**
+ * Refuses a model that only the single-device strategy runs (Qwen3.5) at the creation of any
+ * other path: `where` names that path ("fsdp2", "megatron", "the rollout engine", "weight sync").
+ */
+export function assertSingleStrategyModel(cfg: ModelConfig, where: string): void {
+  if (cfg.modelType !== 'qwen3_5') return;
+  throw new ConfigError(
+    `${where}: qwen3_5 trains on the single strategy only in this build; fsdp2 / megatron / the rollout engine do not support it yet. HINT: train it with strategy 'single'.`,
+    { modelType: cfg.modelType, where },
+  );
+}
+
+/**
  * Layer `i` uses the sparse MoE block (HF Qwen3-MoE semantics): the model is MoE, `i` is not in
  * `mlp_only_layers`, `num_experts > 0` and `(i + 1) % decoder_sparse_step === 0`.
  */
@@ -228,13 +256,15 @@ export function isMoeLayer(cfg: ModelConfig, i: number): boolean {
 export function toHFConfig(cfg: ModelConfig): Record<string, unknown> {
   const isMoe = cfg.modelType === 'qwen3_moe';
   const rope: Record<string, unknown> = { rope_type: cfg.rope.type, rope_theta: cfg.rope.theta };
+  const q35 = cfg.qwen35 && qwen35HFFields(cfg.qwen35);
+  if (q35) Object.assign(rope, q35.rope);
   for (const [camel, snake] of ROPE_FIELD_NAMES) {
     const v = cfg.rope[camel];
     if (v !== undefined) rope[snake] = v;
   }
   const out: Record<string, unknown> = {
-    architectures: [isMoe ? 'Qwen3MoeForCausalLM' : 'Qwen3ForCausalLM'],
-    model_type: cfg.modelType,
+    architectures: [q35 ? 'Qwen3_5ForCausalLM' : isMoe ? 'Qwen3MoeForCausalLM' : 'Qwen3ForCausalLM'],
+    model_type: q35 ? 'qwen3_5_text' : cfg.modelType,
     hidden_size: cfg.hiddenSize,
     intermediate_size: cfg.intermediateSize,
     num_hidden_layers: cfg.numLayers,
@@ -254,6 +284,7 @@ export function toHFConfig(cfg: ModelConfig): Record<string, unknown> {
     out.rope_scaling = scaling;
   }
   if (cfg.maxPositionEmbeddings !== undefined) out.max_position_embeddings = cfg.maxPositionEmbeddings;
+  if (q35) Object.assign(out, q35.fields);
   if (cfg.moe) {
     out.num_experts = cfg.moe.numExperts;
     out.num_experts_per_tok = cfg.moe.topK;

@@ -14,11 +14,16 @@ import { CheckpointFormatError } from '../runtime/errors.js';
 import { isMoeLayer, type ModelConfig } from './config.js';
 import { Prng, hashString, mixSeed } from './prng.js';
 import { numelOf, safetensorsDTypeSize, type SafetensorsDType } from './safetensors.js';
+import { qwen35ParamSpecs, textOnlyWeights } from './params-qwen35.js';
 
 export const EXPERT_LAYOUTS = ['fused', 'per-expert'] as const;
 export type ExpertLayout = (typeof EXPERT_LAYOUTS)[number];
 
-export type ParamKind = 'embedding' | 'norm' | 'linear' | 'router' | 'experts';
+/**
+ * What a parameter is, which decides its initial values: Qwen3.5 adds `centred_norm` (the
+ * layer scales by 1 + w, so w starts at 0), the GDN `conv` taps and the decay parameters.
+ */
+export type ParamKind = 'embedding' | 'norm' | 'linear' | 'router' | 'experts' | 'centred_norm' | 'conv' | 'gdn_a_log' | 'gdn_dt_bias';
 
 export interface ParamSpec {
   name: string;
@@ -50,6 +55,7 @@ export const perExpertNames = (layer: number, e: number) => ({
 
 /** Every parameter of `cfg` in HF order (embedding, layers, final norm, LM head unless tied). */
 export function paramSpecs(cfg: ModelConfig, opts: { expertLayout?: ExpertLayout } = {}): ParamSpec[] {
+  if (cfg.modelType === 'qwen3_5') return qwen35ParamSpecs(cfg);
   const layout = opts.expertLayout ?? 'fused';
   const { hiddenSize: H, headDim: D, numHeads: nH, numKvHeads: nKV } = cfg;
   const specs: ParamSpec[] = [{ name: 'model.embed_tokens.weight', shape: [cfg.vocabSize, H], kind: 'embedding' }];
@@ -230,11 +236,14 @@ export function initParams(cfg: ModelConfig, seed: number, opts: { expertLayout?
   const base = mixSeed(seed);
   for (const spec of paramSpecs(cfg, { expertLayout: 'per-expert' })) {
     const data = new Float32Array(numelOf(spec.shape)!);
-    if (spec.kind === 'norm') data.fill(1);
-    else {
-      const rng = new Prng(base ^ hashString(spec.name));
-      for (let k = 0; k < data.length; k++) data[k] = 0.02 * rng.normal();
-    }
+    const rng = new Prng(base ^ hashString(spec.name));
+    if (spec.kind === 'norm' || spec.kind === 'gdn_dt_bias') data.fill(1);
+    else if (spec.kind === 'centred_norm') data.fill(0);
+    // HF Qwen3.5: A = uniform(0.01, 16), stored as log(A).
+    else if (spec.kind === 'gdn_a_log') for (let k = 0; k < data.length; k++) data[k] = Math.log(0.01 + 15.99 * rng.next());
+    // Depthwise conv taps: fan-in is the kernel width, so unit-variance-preserving taps are 1/sqrt(K).
+    else if (spec.kind === 'conv') for (let k = 0; k < data.length; k++) data[k] = rng.normal() / Math.sqrt(spec.shape[spec.shape.length - 1]!);
+    else for (let k = 0; k < data.length; k++) data[k] = 0.02 * rng.normal();
     out.set(spec.name, { shape: spec.shape, data });
   }
   if ((opts.expertLayout ?? 'fused') === 'per-expert') return out;
@@ -262,6 +271,7 @@ export function initialParams(cfg: ModelConfig, seed: number): Map<string, { sha
 }
 
 export function toFusedParams(params: ReadonlyMap<string, { shape: readonly number[]; data: Float32Array }>, cfg: ModelConfig): Map<string, { shape: number[]; data: Float32Array }> {
+  if (cfg.modelType === 'qwen3_5') params = textOnlyWeights(params);
   if (!cfg.moe || detectExpertLayout(params.keys(), cfg) !== 'per-expert') return new Map([...params].map(([n, p]) => [n, { shape: [...p.shape], data: p.data }]));
   return fromHostTensors(convertExpertLayout(toHostTensors(params), cfg, 'fused'));
 }
@@ -278,7 +288,8 @@ export function toHostTensors(params: ReadonlyMap<string, { shape: readonly numb
  * it is named with that file.
  */
 export function checkParamsAgainstConfig(tensors: Iterable<{ name: string; shape: readonly number[]; file?: string }>, cfg: ModelConfig): ExpertLayout | null {
-  const list = [...tensors];
+  let list = [...tensors];
+  if (cfg.modelType === 'qwen3_5') list = [...textOnlyWeights(new Map(list.map((t) => [t.name, t])), () => {}).entries()].map(([name, t]) => ({ ...t, name }));
   const layout = detectExpertLayout(list.map((t) => t.name), cfg);
   const specs = new Map(paramSpecs(cfg, { expertLayout: layout ?? 'fused' }).map((s) => [s.name, s.shape]));
   if (cfg.tieWordEmbeddings && list.some((t) => t.name === 'lm_head.weight')) specs.set('lm_head.weight', [cfg.vocabSize, cfg.hiddenSize]);

@@ -25,7 +25,7 @@ import type { Communicator } from '../runtime/comm/comm.js';
 import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device/device.js';
 import { describe } from '../runtime/device/dtype.js';
-import type { ModelConfig } from '../model/config.js';
+import { assertSingleStrategyModel, type ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { forward, type ForwardContext } from './forward.js';
 import { KvCache } from './kv-cache.js';
@@ -97,6 +97,7 @@ export class RolloutEngine {
   }
 
   static create(cfg: ModelConfig, opts: RolloutEngineOptions): RolloutEngine {
+    assertSingleStrategyModel(cfg, 'RolloutEngine.create()');
     checkOptions(opts, ['device', 'stream', 'tp', 'maxBatch', 'maxSeqLen', 'waitTimeoutMs'], 'RolloutEngine.create()');
     if (!opts?.device) throw new InvalidArgumentError('RolloutEngine.create() requires { device }.', { argument: 'device' });
     return new RolloutEngine(cfg, opts.device, opts);

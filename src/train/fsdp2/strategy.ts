@@ -23,7 +23,7 @@ import type { Communicator } from '../../runtime/comm/comm.js';
 import { InvalidArgumentError, InvalidStateError } from '../../runtime/errors.js';
 import { patchImpl } from '../../runtime/patches.js';
 import { Tape } from '../../model/autograd.js';
-import type { ModelConfig } from '../../model/config.js';
+import { assertSingleStrategyModel, type ModelConfig } from '../../model/config.js';
 import * as K from '../../model/kernels/index.js';
 import type { AdamWHyper, HostParam } from '../../model/param-store.js';
 import { Qwen3Model, uploadBatch, type ParamSource } from '../../model/qwen3.js';
@@ -139,6 +139,7 @@ export class Fsdp2Strategy implements TrainStrategy {
   static async create(opts: Fsdp2Options): Promise<Fsdp2Strategy> {
     const comm = resolveComm(opts);
     const { cfg, params } = opts;
+    assertSingleStrategyModel(cfg, 'Fsdp2Strategy.create()');
     if (!(params instanceof Map)) throw new InvalidArgumentError('Fsdp2Strategy.create(): params must be a Map of HF name -> { shape, data: Float32Array }.');
     const reshard = opts.reshardAfterForward ?? true;
     if (typeof reshard !== 'boolean') throw new InvalidArgumentError(`Fsdp2Strategy.create(): reshardAfterForward must be a boolean.`);

@@ -32,7 +32,7 @@ import { InvalidArgumentError } from '../../runtime/errors.js';
 import { patchImpl } from '../../runtime/patches.js';
 import { DeviceMesh } from '../../parallel/device-mesh.js';
 import { Tape, Var } from '../../model/autograd.js';
-import type { ModelConfig } from '../../model/config.js';
+import { assertSingleStrategyModel, type ModelConfig } from '../../model/config.js';
 import * as K from '../../model/kernels/index.js';
 import type { AdamWHyper, HostParam } from '../../model/param-store.js';
 import { uploadBatch } from '../../model/qwen3.js';
@@ -132,6 +132,7 @@ export class MegatronStrategy implements TrainStrategy {
 
   /** Collective over `comm`: builds the mesh and groups, and uploads this rank's shards. */
   static async create(o: MegatronOptions): Promise<MegatronStrategy> {
+    assertSingleStrategyModel(o.cfg, 'MegatronStrategy.create()');
     const sizes = checkParallelSizes(o.cfg, o.comm.size, o);
     const given = o.params instanceof MegatronLocalParams ? o.params : null;
     // Full parameters: validates names and shapes before any collective.
