@@ -9,7 +9,8 @@ import { patchImpl } from '../runtime/patches.js';
 import { Tape } from '../model/autograd.js';
 import type { ModelConfig } from '../model/config.js';
 import { ParamStore, type AdamWHyper, type HostParam } from '../model/param-store.js';
-import { Qwen3Model, uploadBatch } from '../model/qwen3.js';
+import { uploadBatch } from '../model/qwen3.js';
+import { createModel, type CausalLM } from '../model/create-model.js';
 import { paramSpecs } from '../model/params.js';
 import { Replicate } from '../parallel/placement.js';
 import type { WeightSource } from '../parallel/weight-sources.js';
@@ -30,7 +31,7 @@ export class SingleDeviceStrategy implements TrainStrategy {
   readonly kind = 'single' as const;
   readonly layout = 'single';
   readonly ranks = 1;
-  readonly model: Qwen3Model;
+  readonly model: CausalLM;
   /** The LoRA adapters (and their hooks) when created with `lora`. */
   readonly lora: { adapters: LoraAdapters; hooks: LoraHooks } | undefined;
   /** forwardBackward calls since the last optimizer step (the dropout seed's micro-batch index). */
@@ -47,7 +48,7 @@ export class SingleDeviceStrategy implements TrainStrategy {
       adapters.attach(store, device.defaultStream, lora.params);
       this.lora = { adapters, hooks: adapters.hooks((_tape, name) => store.get(name)) };
     }
-    this.model = new Qwen3Model(cfg, store, this.lora?.hooks);
+    this.model = createModel(cfg, store, this.lora?.hooks);
   }
 
   /**

@@ -1,0 +1,120 @@
+/**
+ * Qwen3.5 dense text decoder (`qwen3_5`), forward on a tape, as Transformers' Qwen3_5TextModel:
+ * embedding → per layer [zero-centred RMSNorm → token mixer + residual → zero-centred RMSNorm →
+ * SwiGLU MLP + residual] → zero-centred RMSNorm → LM head. The token mixer is, by layer_types,
+ * - a Gated DeltaNet: in_proj_qkv → causal depthwise conv1d + SiLU → q, k, v; in_proj_a / in_proj_b
+ *   → decay g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b); the chunked gated delta
+ *   rule (q, k L2-normalised) → gated RMSNorm with z = in_proj_z → out_proj;
+ * - gated full attention: q_proj gives per head the query and an output gate; q / k zero-centred
+ *   RMSNorm, RoPE on the first rotaryDim channels, causal GQA, output * sigmoid(gate) → o_proj.
+ * Positions are text-only (Qwen3.5's multimodal rope then equals plain partial RoPE).
+ */
+import type { Var, Tape } from './autograd.js';
+import type { ModelConfig } from './config.js';
+import * as F from './functional.js';
+import { causalConv1d, gatedDeltaRule, gatedRmsNorm, gdnGating } from './gdn-functional.js';
+import type { Batch, ModelBlock, ParamSource, ProjectionHooks } from './qwen3.js';
+import type { ParamStore } from './param-store.js';
+import { centredRmsNorm, mul, partialRope, sigmoid, splitLast } from './qwen35-ops.js';
+import { gdnConvDim } from './params-qwen35.js';
+
+export class Qwen35Model {
+  readonly source: ParamSource;
+  private tape!: Tape;
+
+  constructor(
+    readonly cfg: ModelConfig,
+    params: ParamStore | ParamSource,
+    readonly hooks: ProjectionHooks = {},
+  ) {
+    F.registerModelPatches();
+    this.source = 'param' in params ? params : { param: (_tape, name) => (params as ParamStore).get(name) };
+  }
+
+  private p(name: string): Var {
+    return this.source.param(this.tape, name);
+  }
+
+  /** x · W(name)ᵀ, through the projection hook when one is set. */
+  private linear(x: Var, name: string): Var {
+    const w = this.p(name);
+    return this.hooks.linear?.(this.tape, x, w, name) ?? F.linear(this.tape, x, w);
+  }
+
+  private norm(x: Var, name: string): Var {
+    return centredRmsNorm(this.tape, x, this.p(name), this.cfg.rmsNormEps);
+  }
+
+  private block(block: ModelBlock, run: () => Var): Var {
+    this.source.blockStart?.(this.tape, block);
+    const out = run();
+    return this.source.blockEnd?.(this.tape, block, out) ?? out;
+  }
+
+  /** Logits [B·S, V] of a batch. */
+  forward(tape: Tape, batch: Batch): Var {
+    const { cfg } = this;
+    this.tape = tape;
+    let x = this.block({ kind: 'embed' }, () => F.embedding(tape, batch.ids, this.p('model.embed_tokens.weight')));
+    for (let i = 0; i < cfg.numLayers; i++) {
+      const pre = `model.layers.${i}`;
+      const res = x;
+      x = this.block({ kind: 'layer', index: i }, () => {
+        const h = this.norm(res, `${pre}.input_layernorm.weight`);
+        const mixed = cfg.qwen35!.layerTypes[i] === 'linear_attention' ? this.gatedDeltaNet(h, `${pre}.linear_attn`, batch) : this.attention(h, `${pre}.self_attn`, batch);
+        const y = F.add(tape, res, mixed);
+        const h2 = this.norm(y, `${pre}.post_attention_layernorm.weight`);
+        const gate = this.linear(h2, `${pre}.mlp.gate_proj.weight`);
+        const up = this.linear(h2, `${pre}.mlp.up_proj.weight`);
+        return F.add(tape, y, this.linear(F.swiglu(tape, gate, up), `${pre}.mlp.down_proj.weight`));
+      });
+    }
+    return this.block({ kind: 'head' }, () => {
+      const hf = this.norm(x, 'model.norm.weight');
+      const head = cfg.tieWordEmbeddings ? this.p('model.embed_tokens.weight') : this.p('lm_head.weight');
+      return F.linear(tape, hf, head);
+    });
+  }
+
+  private attention(h: Var, pre: string, batch: Batch): Var {
+    const { cfg, tape } = this;
+    const { batch: B, seqLen: S } = batch;
+    const T = B * S, D = cfg.headDim, nH = cfg.numHeads, nKV = cfg.numKvHeads;
+    const rot = cfg.qwen35!.rotaryDim;
+    // q_proj rows are per head [query (D) ‖ gate (D)].
+    const qg = F.reshape(tape, this.linear(h, `${pre}.q_proj.weight`), [T * nH, 2 * D]);
+    const [q0, gate] = splitLast(tape, qg, [D, D]) as [Var, Var];
+    const headNormRope = (x: Var, heads: number, norm: string): Var => {
+      const normed = this.norm(F.reshape(tape, x, [T * heads, D]), `${pre}.${norm}.weight`);
+      return partialRope(tape, F.reshape(tape, normed, [T, heads, D]), batch.positions, cfg.rope.theta, rot);
+    };
+    const q = headNormRope(q0, nH, 'q_norm');
+    const k = headNormRope(this.linear(h, `${pre}.k_proj.weight`), nKV, 'k_norm');
+    const v = this.linear(h, `${pre}.v_proj.weight`);
+    const o = F.attention(tape, F.reshape(tape, q, [B, S, nH, D]), F.reshape(tape, k, [B, S, nKV, D]), F.reshape(tape, v, [B, S, nKV, D]));
+    const gated = mul(tape, F.reshape(tape, o, [T * nH, D]), sigmoid(tape, gate));
+    return this.linear(F.reshape(tape, gated, [T, nH * D]), `${pre}.o_proj.weight`);
+  }
+
+  private gatedDeltaNet(h: Var, pre: string, batch: Batch): Var {
+    const { cfg, tape } = this;
+    const { batch: B, seqLen: S } = batch;
+    const T = B * S;
+    const { numKeyHeads: Hk, numValueHeads: Hv, keyHeadDim: Dk, valueHeadDim: Dv, convKernelDim: K } = cfg.qwen35!.linear;
+    const C = gdnConvDim(cfg);
+    const qkv = F.reshape(tape, this.linear(h, `${pre}.in_proj_qkv.weight`), [B, S, C]);
+    const conv = causalConv1d(tape, qkv, F.reshape(tape, this.p(`${pre}.conv1d.weight`), [C, K]));
+    const [q, k, v] = splitLast(tape, F.reshape(tape, conv, [T, C]), [Hk * Dk, Hk * Dk, Hv * Dv]) as [Var, Var, Var];
+    const z = this.linear(h, `${pre}.in_proj_z.weight`);
+    const b = F.reshape(tape, this.linear(h, `${pre}.in_proj_b.weight`), [B, S, Hv]);
+    const a = F.reshape(tape, this.linear(h, `${pre}.in_proj_a.weight`), [B, S, Hv]);
+    const { g, beta } = gdnGating(tape, a, b, this.p(`${pre}.A_log`), this.p(`${pre}.dt_bias`));
+    const o = gatedDeltaRule(
+      tape,
+      F.reshape(tape, q, [B, S, Hk, Dk]), F.reshape(tape, k, [B, S, Hk, Dk]), F.reshape(tape, v, [B, S, Hv, Dv]),
+      g, beta, { useQkL2norm: true },
+    );
+    const normed = gatedRmsNorm(tape, F.reshape(tape, o, [T * Hv, Dv]), F.reshape(tape, z, [T * Hv, Dv]), this.p(`${pre}.norm.weight`), cfg.rmsNormEps);
+    return this.linear(F.reshape(tape, normed, [T, Hv * Dv]), `${pre}.out_proj.weight`);
+  }
+}
