@@ -5,7 +5,12 @@ forward written from the HF architecture (bench/torch_train_step.py's Model) for
 Needs torch (Debian: apt-get install python3-torch; run with /usr/bin/python3). Not needed to run the tests:
 the fixtures are committed under test/fixtures/parity/.
 
-    /usr/bin/python3 scripts/make-parity-fixtures.py
+    /usr/bin/python3 scripts/make-parity-fixtures.py            # Qwen3 / Qwen3-MoE
+    /usr/bin/python3 scripts/make-parity-fixtures.py --qwen35   # Qwen3.5 (qwen3_5-f32/, qwen3_5-logits.json)
+
+The Qwen3.5 fixture is a Qwen3_5ForConditionalGeneration-style folder (nested text_config, text weights
+under model.language_model.*, plus a vision and an MTP tensor the trainer must skip); its reference
+forward is scripts/parity_qwen35.py.
 """
 import json
 import os
@@ -17,6 +22,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bench"))
 from torch_train_step import Model  # noqa: E402  (the bench's plain Qwen3 / Qwen3-MoE)
+sys.path.insert(0, HERE)
+import parity_qwen35  # noqa: E402  (plain Qwen3.5 forward)
 
 OUT = os.path.join(HERE, "..", "test", "fixtures", "parity")
 
@@ -84,5 +91,43 @@ def main():
     print("wrote", OUT)
 
 
+QWEN35_TEXT = {
+    "model_type": "qwen3_5_text", "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "hidden_act": "silu", "attention_bias": False,
+    "rms_norm_eps": 1e-6, "vocab_size": 48, "max_position_embeddings": 64,
+    "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                        "mrope_section": [1, 1, 0], "mrope_interleaved": True},
+    "bos_token_id": 1, "eos_token_id": 2,
+}
+
+
+def main_qwen35():
+    gen = torch.Generator().manual_seed(35)
+    W = parity_qwen35.random_weights(QWEN35_TEXT, False, gen)
+    logits = parity_qwen35.forward(QWEN35_TEXT, W, torch.tensor(INPUTS), False).float()
+    folder = "qwen3_5-f32"
+    os.makedirs(os.path.join(OUT, folder), exist_ok=True)
+    # As the hub stores a Qwen3.5 checkpoint: the text model under model.language_model.*.
+    state = {("model.language_model." + n[len("model."):] if n.startswith("model.") else n): t for n, t in W.items()}
+    state["model.visual.patch_embed.proj.weight"] = torch.zeros(2, 3)
+    state["mtp.fc.weight"] = torch.zeros(2, 2)
+    write_safetensors(os.path.join(OUT, folder, "model.safetensors"), state, "F32")
+    config = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "tie_word_embeddings": False,
+              "text_config": QWEN35_TEXT, "vision_config": {"model_type": "qwen3_5", "depth": 1}, "image_token_id": 44,
+              "torch_dtype": "float32"}
+    with open(os.path.join(OUT, folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    fixtures = {"inputs": INPUTS, "cases": [{"folder": folder, "logits": [round(float(x), 7) for x in logits.flatten()], "shape": list(logits.shape)}]}
+    with open(os.path.join(OUT, "qwen3_5-logits.json"), "w") as f:
+        json.dump(fixtures, f)
+    print("wrote", os.path.join(OUT, folder))
+
+
 if __name__ == "__main__":
-    main()
+    if "--qwen35" in sys.argv:
+        main_qwen35()
+    else:
+        main()

@@ -5,6 +5,10 @@
  * fixtures; torch is not needed here). Loaded through the trainer's checkpoint path, Ascent's
  * logits match within 1e-4 relative (BF16 weights are exact in fp32, so the same bound holds);
  * the rollout engine's log-probs of the next tokens match PyTorch's log-softmax too.
+ * Qwen3.5 (qwen3_5-logits.json): a tiny Qwen3_5ForConditionalGeneration-style folder (nested
+ * text_config, model.language_model.* names, a vision and an MTP tensor to skip) against a plain
+ * PyTorch Qwen3.5 forward with the GDN recurrence (scripts/parity_qwen35.py); trainer logits only,
+ * since the rollout engine refuses qwen3_5 in this build.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -27,6 +31,37 @@ function logSoftmaxAt(logits: number[], V: number, row: number, token: number): 
   const m = Math.max(...z);
   return z[token]! - m - Math.log(z.reduce((a, x) => a + Math.exp(x - m), 0));
 }
+
+async function trainerLogits(folder: string, inputs: number[][]): Promise<Float32Array> {
+  const B = inputs.length, S = inputs[0]!.length;
+  const s = await createStrategy(parseTrainerConfig({ strategy: 'single', model: folder, init: 'checkpoint' }), { comm: { size: 1, rank: 0 } as never, device: Device.get(0) });
+  let got: Float32Array | null = null;
+  try {
+    const capture: LossFn = async (tape, logits) => {
+      got = (await logits.value.toArray({ stream: tape.stream })) as Float32Array;
+      return { perToken: logits, weights: new Float32Array(logits.value.numel) };
+    };
+    await s.forward({ inputIds: Int32Array.from(inputs.flat()), targets: new Int32Array(B * S).fill(-100), batch: B, seqLen: S }, capture);
+  } finally {
+    s.release();
+  }
+  return got!;
+}
+
+describe('logits parity with a plain PyTorch Qwen3.5 (GDN + gated attention)', () => {
+  const q = JSON.parse(readFileSync(join(DIR, 'qwen3_5-logits.json'), 'utf8')) as typeof fx;
+  for (const c of q.cases) {
+    it(`${c.folder}: trainer logits within 1e-4 relative`, async () => {
+      const got = await trainerLogits(join(DIR, c.folder), q.inputs);
+      expect(got.length).toBe(c.logits.length);
+      const scale = Math.max(...c.logits.map(Math.abs));
+      let worst = 0;
+      for (let i = 0; i < c.logits.length; i++) worst = Math.max(worst, Math.abs(got[i]! - c.logits[i]!));
+      expect(scale).toBeGreaterThan(0.1);
+      expect(worst / scale).toBeLessThan(1e-4);
+    });
+  }
+});
 
 describe('logits parity with a plain PyTorch Qwen3 / Qwen3-MoE', () => {
   for (const c of fx.cases) {
