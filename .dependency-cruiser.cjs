@@ -56,14 +56,16 @@ module.exports = {
     },
     {
       name: 'sync-loads-no-strategy-code',
-      comment: 'Weight sync plans from the strategies\' published weight sources (src/parallel/weight-sources.ts): it may import train types only, so an engine rank never loads src/train (a trainer-only step may load it lazily with import()). HINT: publish what sync needs through weightSources() or move it down.',
+      comment:
+        "Weight sync plans from the strategies' published weight sources (src/parallel/weight-sources.ts): it may import train types only, so an engine rank never loads src/train (a trainer-only step may load it lazily with import()). HINT: publish what sync needs through weightSources() or move it down.",
       severity: 'error',
       from: { path: '^src/sync/' },
       to: { path: '^src/train/', dependencyTypesNot: ['type-only', 'dynamic-import'] },
     },
     {
       name: 'runtime-core-imports-nothing-above',
-      comment: 'The files directly in src/runtime (errors, env, config, logger, paths, patches, native, profiler) sit below device/, comm/ and actor-system/. HINT: move the shared piece down, or pass it in.',
+      comment:
+        'The files directly in src/runtime (errors, env, config, logger, paths, patches, native, profiler) sit below device/, comm/ and actor-system/. HINT: move the shared piece down, or pass it in.',
       severity: 'error',
       from: { path: '^src/runtime/[^/]+$' },
       to: { path: '^src/runtime/(device|comm|actor-system)/' },
@@ -84,7 +86,8 @@ module.exports = {
     },
     {
       name: 'no-circular',
-      comment: 'No import cycles of runtime values (type-only imports are erased and may point back). HINT: move the shared piece into a leaf module both import, as src/runtime/device/options.ts does for device, stream and event.',
+      comment:
+        'No import cycles of runtime values (type-only imports are erased and may point back). HINT: move the shared piece into a leaf module both import, as src/runtime/device/options.ts does for device, stream and event.',
       severity: 'error',
       from: { path: '^src/' },
       to: { circular: true, viaOnly: { dependencyTypesNot: ['type-only'] } },

@@ -21,7 +21,9 @@ export function checkFlags(suite: string, argv: readonly string[], flags: { bool
       i++;
     } else {
       const known = [...(flags.boolean ?? []), ...(flags.valued ?? [])];
-      throw new BenchUsageError(`bench ${suite}: unknown argument ${JSON.stringify(a)}; ${known.length ? `it takes ${known.join(', ')}` : 'it takes no flags'} (--help lists them).`);
+      throw new BenchUsageError(
+        `bench ${suite}: unknown argument ${JSON.stringify(a)}; ${known.length ? `it takes ${known.join(', ')}` : 'it takes no flags'} (--help lists them).`,
+      );
     }
   }
   return out;

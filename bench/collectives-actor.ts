@@ -126,7 +126,15 @@ export class CollectivesBench {
 }
 
 /** Send and recv tensors of one case; in place they share one buffer (views at nccl-tests' offsets). */
-function buffers(device: RankContext['device'], op: BenchOp, dtype: DType, c: { send: number; recv: number }, rank: number, elem: number, inPlace: boolean): { send: Tensor; recv: Tensor; owned: Tensor[] } {
+function buffers(
+  device: RankContext['device'],
+  op: BenchOp,
+  dtype: DType,
+  c: { send: number; recv: number },
+  rank: number,
+  elem: number,
+  inPlace: boolean,
+): { send: Tensor; recv: Tensor; owned: Tensor[] } {
   if (!inPlace) {
     const send = Tensor.empty(device, [c.send], dtype);
     const recv = Tensor.empty(device, [c.recv], dtype);

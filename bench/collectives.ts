@@ -124,7 +124,8 @@ function parse(argv: string[]) {
     maxBytes: int('max-bytes', o.maxBytes, 1),
     step: int('step', o.step, 2),
   };
-  if (opts.minBytes > opts.maxBytes) throw new BenchUsageError(`--min-bytes ${opts.minBytes} is larger than --max-bytes ${opts.maxBytes}; give a smallest size <= the largest.`);
+  if (opts.minBytes > opts.maxBytes)
+    throw new BenchUsageError(`--min-bytes ${opts.minBytes} is larger than --max-bytes ${opts.maxBytes}; give a smallest size <= the largest.`);
   return opts;
 }
 
@@ -165,7 +166,18 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
         return { bytes, size, count: size / elem, iters: Math.max(6, Math.min(200, Math.round(3e5 / estUs))) };
       });
       const { redop, root } = ncclRedopRoot(op, opts.redop);
-      const header = ncclHeaderLines({ op, ranks: p, minBytes: opts.minBytes, maxBytes: opts.maxBytes, stepFactor: opts.step, warmupIters: WARMUP, iters: Math.min(...plan.map((x) => x.iters)), pid: process.pid, host: hostname(), device: 'Ascent simulated NPU' });
+      const header = ncclHeaderLines({
+        op,
+        ranks: p,
+        minBytes: opts.minBytes,
+        maxBytes: opts.maxBytes,
+        stepFactor: opts.step,
+        warmupIters: WARMUP,
+        iters: Math.min(...plan.map((x) => x.iters)),
+        pid: process.pid,
+        host: hostname(),
+        device: 'Ascent simulated NPU',
+      });
       // nccl-tests prints one iteration count; here it adapts per size (printed: the smallest).
       for (const line of header.slice(0, 2)) print(line);
       print(`# Ascent: iterations per size adapt to ~0.3 s of work (${plan.map((x) => x.iters).join(', ')}); time = p50 of the per-op cycle`);
@@ -177,14 +189,37 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
           const results = await mesh.call('runCase', op, opts.dtype, bytes, iters, Math.min(WARMUP, iters), opts.redop, inPlace);
           // Op i is done when the slowest rank finished it; its time is the gap to op i-1 (the cycle time).
           const done = Array.from({ length: iters }, (_, i) => Math.max(...results.map((r) => r.endsMs[i]!)));
-          const cycleUs = done.slice(1).map((t, i) => (t - done[i]!) * 1000).sort((a, b) => a - b);
+          const cycleUs = done
+            .slice(1)
+            .map((t, i) => (t - done[i]!) * 1000)
+            .sort((a, b) => a - b);
           const timeUs = percentile(cycleUs, 50);
           const lastStart = Array.from({ length: iters }, (_, i) => Math.max(...results.map((r) => r.startsMs[i]!)));
-          const arriveUs = percentile(lastStart.slice(1).map((t, i) => (t - done[i]!) * 1000).sort((a, b) => a - b), 50);
-          const moveUs = percentile(done.slice(1).map((t, i) => (t - lastStart[i + 1]!) * 1000).sort((a, b) => a - b), 50);
+          const arriveUs = percentile(
+            lastStart
+              .slice(1)
+              .map((t, i) => (t - done[i]!) * 1000)
+              .sort((a, b) => a - b),
+            50,
+          );
+          const moveUs = percentile(
+            done
+              .slice(1)
+              .map((t, i) => (t - lastStart[i + 1]!) * 1000)
+              .sort((a, b) => a - b),
+            50,
+          );
           const algbw = size / (timeUs * 1e3);
           pair.push({
-            op, inPlace, dtype: opts.dtype, redop, root, ranks: p, bytes: size, count, iters,
+            op,
+            inPlace,
+            dtype: opts.dtype,
+            redop,
+            root,
+            ranks: p,
+            bytes: size,
+            count,
+            iters,
             timeUs: round(timeUs, 2),
             algbwGBs: round(algbw, 3),
             busbwGBs: round(algbw * busFactor(op, p), 3),
@@ -203,7 +238,13 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
     // Load average (1, 5, 15 min) at the end of the run: the machine is shared, and the
     // efficiency of memory-bound rows moves with what else runs.
     const load = loadavg().map((l) => round(l, 2));
-    return { suite: 'collectives', date: new Date().toISOString(), baselines: { streamCopyGBs: round(streamCopyGBs, 3), streamThreads: cores }, loadAvgEnd: load, rows };
+    return {
+      suite: 'collectives',
+      date: new Date().toISOString(),
+      baselines: { streamCopyGBs: round(streamCopyGBs, 3), streamThreads: cores },
+      loadAvgEnd: load,
+      rows,
+    };
   } finally {
     await world.shutdown();
   }
@@ -212,6 +253,18 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
 export async function main(argv: string[]): Promise<void> {
   const result = await runCollectivesBench(argv);
   // Ascent's own columns, beside nccl-tests': efficiency against the STREAM-like copy and where a cycle goes.
-  console.log(formatTable(result.rows.map((r) => ({ op: r.op, place: r.inPlace ? 'in' : 'out', 'size(B)': r.bytes, 'busbw(GB/s)': r.busbwGBs, efficiency: r.efficiency, 'arrive(us)': r.arriveUs, 'move(us)': r.moveUs }))));
+  console.log(
+    formatTable(
+      result.rows.map((r) => ({
+        op: r.op,
+        place: r.inPlace ? 'in' : 'out',
+        'size(B)': r.bytes,
+        'busbw(GB/s)': r.busbwGBs,
+        efficiency: r.efficiency,
+        'arrive(us)': r.arriveUs,
+        'move(us)': r.moveUs,
+      })),
+    ),
+  );
   console.log(`wrote ${writeResults('collectives', result)}`);
 }

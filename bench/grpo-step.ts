@@ -40,9 +40,20 @@ function ascentRun(nproc: number, steps: number): { secondsPerStep: number; sync
   const dir = mkdtempSync(join(tmpdir(), 'ascent-grpo-step-'));
   try {
     const log = join(dir, 'run.jsonl');
-    const r = spawnSync(process.execPath, [join(ROOT, 'bin', 'launch.mjs'), '--nproc', String(nproc), join(ROOT, 'examples', 'grpo.ts'), '--steps', String(steps), '--log', log, '--no-progress'], { cwd: ROOT, encoding: 'utf8', timeout: 1_800_000 });
-    if (r.status !== 0) throw new Error(`bench grpo-step: the quickstart at --nproc ${nproc} failed (${r.status ?? r.signal}): ${r.stderr.trim().split('\n').slice(-5).join(' | ')}`);
-    const recs = readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { type?: string; seconds?: Record<string, number>; rewardMean?: number }).filter((x) => x.type === 'step');
+    const r = spawnSync(
+      process.execPath,
+      [join(ROOT, 'bin', 'launch.mjs'), '--nproc', String(nproc), join(ROOT, 'examples', 'grpo.ts'), '--steps', String(steps), '--log', log, '--no-progress'],
+      { cwd: ROOT, encoding: 'utf8', timeout: 1_800_000 },
+    );
+    if (r.status !== 0)
+      throw new Error(
+        `bench grpo-step: the quickstart at --nproc ${nproc} failed (${r.status ?? r.signal}): ${r.stderr.trim().split('\n').slice(-5).join(' | ')}`,
+      );
+    const recs = readFileSync(log, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { type?: string; seconds?: Record<string, number>; rewardMean?: number })
+      .filter((x) => x.type === 'step');
     const timed = recs.slice(SKIP);
     const total = (x: (typeof recs)[number]) => Object.values(x.seconds!).reduce((a, b) => a + b, 0);
     const per = timed.map(total);
@@ -58,23 +69,45 @@ function ascentRun(nproc: number, steps: number): { secondsPerStep: number; sync
 export async function runGrpoStepBench(steps: number, nprocs: number[]) {
   const torch = torchPython();
   const peer = torch
-    ? runTorchScript<{ torch: string; threads: number; secondsPerStep: number; phases: Record<string, number>; rewardCurve: number[] }>(torch.python, 'torch_grpo_step.py', {
-        model: fileURLToPath(new URL('../../examples/models/tiny-dense/config.json', import.meta.url)),
-        seed: 0, sftSteps: 30, sftBatch: 64, sftLr: 5e-3, lr: 4e-3, promptsPerStep: 16, numGenerations: 8, maxNewTokens: 12, clipLow: 0.2, clipHigh: 0.28, steps, skip: SKIP,
-      })
+    ? runTorchScript<{ torch: string; threads: number; secondsPerStep: number; phases: Record<string, number>; rewardCurve: number[] }>(
+        torch.python,
+        'torch_grpo_step.py',
+        {
+          model: fileURLToPath(new URL('../../examples/models/tiny-dense/config.json', import.meta.url)),
+          seed: 0,
+          sftSteps: 30,
+          sftBatch: 64,
+          sftLr: 5e-3,
+          lr: 4e-3,
+          promptsPerStep: 16,
+          numGenerations: 8,
+          maxNewTokens: 12,
+          clipLow: 0.2,
+          clipHigh: 0.28,
+          steps,
+          skip: SKIP,
+        },
+      )
     : null;
   const rows = nprocs.map((n) => {
     const a = ascentRun(n, steps);
     return {
-      nproc: n, secondsPerStep: round(a.secondsPerStep, 4), torchSecondsPerStep: peer ? round(peer.secondsPerStep, 4) : null,
+      nproc: n,
+      secondsPerStep: round(a.secondsPerStep, 4),
+      torchSecondsPerStep: peer ? round(peer.secondsPerStep, 4) : null,
       // The target: Ascent's step takes at most 0.5x the PyTorch loop's.
       vsTorch: peer ? round(a.secondsPerStep / peer.secondsPerStep, 3) : null,
       syncShare: round(a.syncShare, 4),
-      generate: round(a.phases.generate ?? 0, 4), train: round(a.phases.train ?? 0, 4), sync: round(a.phases.sync ?? 0, 4),
+      generate: round(a.phases.generate ?? 0, 4),
+      train: round(a.phases.train ?? 0, 4),
+      sync: round(a.phases.sync ?? 0, 4),
     };
   });
   return {
-    suite: 'grpo-step', date: new Date().toISOString(), config: { model: 'tiny-dense', promptsPerStep: 16, numGenerations: 8, maxNewTokens: 12, steps, skip: SKIP, mode: 'server' }, rows,
+    suite: 'grpo-step',
+    date: new Date().toISOString(),
+    config: { model: 'tiny-dense', promptsPerStep: 16, numGenerations: 8, maxNewTokens: 12, steps, skip: SKIP, mode: 'server' },
+    rows,
     baselines: { torch: peer ? { version: peer.torch, threads: peer.threads, python: torch!.python, phases: peer.phases } : null },
   };
 }
@@ -84,10 +117,14 @@ export async function main(argv: string[]): Promise<void> {
   const steps = Number(flags.get('--steps') ?? 12);
   const nprocs = (flags.get('--nproc') ?? '16,2').split(',').map(Number);
   if (!Number.isInteger(steps) || steps <= SKIP) throw new BenchUsageError(`bench grpo-step: --steps must be an integer > ${SKIP}.`);
-  if (nprocs.some((n) => !Number.isInteger(n) || n < 2)) throw new BenchUsageError('bench grpo-step: --nproc must list integers >= 2 (server mode needs a trainer and an engine rank).');
+  if (nprocs.some((n) => !Number.isInteger(n) || n < 2))
+    throw new BenchUsageError('bench grpo-step: --nproc must list integers >= 2 (server mode needs a trainer and an engine rank).');
   const r = await runGrpoStepBench(steps, nprocs);
   printTable(r.rows);
   if (!r.baselines.torch) console.log('PyTorch not found: no torch columns (apt-get install python3-torch to compare).');
-  else console.log(`PyTorch baseline: torch ${r.baselines.torch.version} (${r.baselines.torch.python}), ${r.baselines.torch.threads} thread; vsTorch = Ascent s/step / PyTorch s/step (target <= 0.5); syncShare target <= 0.05`);
+  else
+    console.log(
+      `PyTorch baseline: torch ${r.baselines.torch.version} (${r.baselines.torch.python}), ${r.baselines.torch.threads} thread; vsTorch = Ascent s/step / PyTorch s/step (target <= 0.5); syncShare target <= 0.05`,
+    );
   console.log(`wrote ${writeResults('grpo-step', r)}`);
 }

@@ -68,7 +68,12 @@ export async function runKernelsBench() {
       const b = randomTensor(dev, [n, n], dtype, stream, 2);
       const flops = 2 * n * n * n;
       const reps = Math.max(1, Math.round(2e8 / flops));
-      const g = async (impl: Impl) => flops / (await timeOps(stream, impl === 'reference' ? Math.max(1, reps >> 3) : reps, impl === 'reference' && n >= 512 ? 1 : 3, () => [matmul(a, b, { stream, impl })])) / 1e9;
+      const g = async (impl: Impl) =>
+        flops /
+        (await timeOps(stream, impl === 'reference' ? Math.max(1, reps >> 3) : reps, impl === 'reference' && n >= 512 ? 1 : 3, () => [
+          matmul(a, b, { stream, impl }),
+        ])) /
+        1e9;
       const fast = await g('fast');
       const reference = await g('reference');
       const openblas = dtype === 'fp32' && blas.available ? flops / native.blasSgemmSeconds(n, n, n, Math.max(3, reps)) / 1e9 : null;
@@ -106,7 +111,15 @@ export async function runKernelsBench() {
       return [gr.dq, gr.dk, gr.dv];
     });
     for (const t of [r.o, r.lse, dO]) t.release();
-    attentionRows.push({ kernel: 'attention', impl, shape: `B${B} S${S} H${nH}/${nKV} D${D}`, forwardMs: round(fwd * 1e3, 3), forwardGflops: round(attnFlops / fwd / 1e9, 2), backwardMs: round(bwd * 1e3, 3), backwardGflops: round((2 * attnFlops) / bwd / 1e9, 2) });
+    attentionRows.push({
+      kernel: 'attention',
+      impl,
+      shape: `B${B} S${S} H${nH}/${nKV} D${D}`,
+      forwardMs: round(fwd * 1e3, 3),
+      forwardGflops: round(attnFlops / fwd / 1e9, 2),
+      backwardMs: round(bwd * 1e3, 3),
+      backwardGflops: round((2 * attnFlops) / bwd / 1e9, 2),
+    });
   }
 
   // MoE grouped matmul: T=512 tokens, top-2 of E=8 experts, H=128 → 2I=256 (gate_up layout).
@@ -122,10 +135,22 @@ export async function runKernelsBench() {
   const moeRows: Array<Record<string, unknown>> = [];
   for (const impl of ['fast', 'reference'] as const) {
     const t = await timeOps(stream, impl === 'fast' ? 20 : 2, 3, () => [K.groupedMatmul(xs, w, d.offsets, { transB: true, stream, impl })]);
-    moeRows.push({ kernel: 'moe.groupedMatmul', impl, shape: `T${T} top${topK} E${E} ${H}->${I2}`, ms: round(t * 1e3, 3), gflops: round(gmFlops / t / 1e9, 2) });
+    moeRows.push({
+      kernel: 'moe.groupedMatmul',
+      impl,
+      shape: `T${T} top${topK} E${E} ${H}->${I2}`,
+      ms: round(t * 1e3, 3),
+      gflops: round(gmFlops / t / 1e9, 2),
+    });
   }
   const dense = await timeOps(stream, 20, 3, () => [matmul(xs, wDense, { transB: true, stream })]);
-  moeRows.push({ kernel: 'dense matmul, same FLOPs', impl: 'fast', shape: `${T * topK}x${H} · ${H}x${I2}`, ms: round(dense * 1e3, 3), gflops: round(gmFlops / dense / 1e9, 2) });
+  moeRows.push({
+    kernel: 'dense matmul, same FLOPs',
+    impl: 'fast',
+    shape: `${T * topK}x${H} · ${H}x${I2}`,
+    ms: round(dense * 1e3, 3),
+    gflops: round(gmFlops / dense / 1e9, 2),
+  });
   stream.destroy();
   return {
     suite: 'kernels',

@@ -25,14 +25,20 @@ function rnd(n: number, seed: number, scale = 1): Float32Array {
   let x = seed >>> 0 || 1;
   const out = new Float32Array(n);
   for (let i = 0; i < n; i++) {
-    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
     out[i] = ((x / 2 ** 32) * 2 - 1) * scale;
   }
   return out;
 }
 
 async function time(d: Device, run: () => Tensor[] | void, budgetMs: number): Promise<number> {
-  const release = (r: Tensor[] | void): void => { for (const t of r ?? []) t.release(); };
+  const release = (r: Tensor[] | void): void => {
+    for (const t of r ?? []) t.release();
+  };
   release(run());
   await d.defaultStream.synchronize();
   const times: number[] = [];
@@ -50,18 +56,46 @@ async function time(d: Device, run: () => Tensor[] | void, budgetMs: number): Pr
 export async function main(argv: string[]): Promise<void> {
   const quick = checkFlags('model-kernels', argv, { boolean: ['--quick'] }).has('--quick');
   const d = Device.get(0);
-  const f = (n: number[], seed: number, scale = 1): Tensor => Tensor.fromArray(d, rnd(n.reduce((a, b) => a * b, 1), seed, scale), n);
+  const f = (n: number[], seed: number, scale = 1): Tensor =>
+    Tensor.fromArray(
+      d,
+      rnd(
+        n.reduce((a, b) => a * b, 1),
+        seed,
+        scale,
+      ),
+      n,
+    );
   const s = quick ? 0.5 : 1;
-  const T = Math.round(256 * s), H = 1024, E = 8, k = 2, I = 512, V = Math.round(32000 * s), S = Math.round(256 * s);
-  const x = f([T, H], 1), w = f([H], 2), dy = f([T, H], 3);
+  const T = Math.round(256 * s),
+    H = 1024,
+    E = 8,
+    k = 2,
+    I = 512,
+    V = Math.round(32000 * s),
+    S = Math.round(256 * s);
+  const x = f([T, H], 1),
+    w = f([H], 2),
+    dy = f([T, H], 3);
   const { rstd } = K.rmsNorm(x, w);
-  const q = f([1, S, 8, 64], 4), kk = f([1, S, 2, 64], 5), vv = f([1, S, 2, 64], 6);
+  const q = f([1, S, 8, 64], 4),
+    kk = f([1, S, 2, 64], 5),
+    vv = f([1, S, 2, 64], 6);
   const att = K.attention(q, kk, vv);
   const Smax = Math.round(1024 * s);
-  const qd = f([8, 1, 8, 64], 19), kc = f([8, Smax, 2, 64], 20), vc = f([8, Smax, 2, 64], 21);
+  const qd = f([8, 1, 8, 64], 19),
+    kc = f([8, Smax, 2, 64], 20),
+    vc = f([8, Smax, 2, 64], 21);
   const lens = Tensor.fromArray(d, new Int32Array(8).fill(Smax), [8]);
-  const g = f([T, I], 7, 3), u = f([T, I], 8), dh = f([T, I], 9);
-  const z = f([64, V], 10, 4), tg = Tensor.fromArray(d, Int32Array.from({ length: 64 }, (_, i) => (i * 997) % V), [64]);
+  const g = f([T, I], 7, 3),
+    u = f([T, I], 8),
+    dh = f([T, I], 9);
+  const z = f([64, V], 10, 4),
+    tg = Tensor.fromArray(
+      d,
+      Int32Array.from({ length: 64 }, (_, i) => (i * 997) % V),
+      [64],
+    );
   const ce = K.crossEntropy(z, tg);
   const rl = f([T, 64], 11, 2);
   const idx = K.routerTopK(f([T, E], 12), k, true).indices;
@@ -70,18 +104,38 @@ export async function main(argv: string[]): Promise<void> {
   const wgu = f([E, 2 * I, H], 13, 0.05);
   const gu = K.groupedMatmul(xs, wgu, disp.offsets);
   const dgu = f([T * k, 2 * I], 14);
-  const n = Math.round(4e6 * s), p = f([n], 15), gr = f([n], 16), m = Tensor.zeros(d, [n]), v2 = Tensor.zeros(d, [n]);
-  const logits8 = f([8, V], 17, 4), peaked8 = f([8, V], 18, 20);
-  const pos = Tensor.fromArray(d, Int32Array.from({ length: T }, (_, i) => i), [T]);
+  const n = Math.round(4e6 * s),
+    p = f([n], 15),
+    gr = f([n], 16),
+    m = Tensor.zeros(d, [n]),
+    v2 = Tensor.zeros(d, [n]);
+  const logits8 = f([8, V], 17, 4),
+    peaked8 = f([8, V], 18, 20);
+  const pos = Tensor.fromArray(
+    d,
+    Int32Array.from({ length: T }, (_, i) => i),
+    [T],
+  );
   // Gated DeltaNet (Qwen3-Next head dims 128, 2 key / 4 value heads).
-  const Tg = Math.round(512 * s), Hkg = 2, Hvg = 4;
-  const gq = f([1, Tg, Hkg, 128], 22), gk = f([1, Tg, Hkg, 128], 23), gv = f([1, Tg, Hvg, 128], 24);
-  const gg = f([1, Tg, Hvg], 25, 0.1), gb = f([1, Tg, Hvg], 26, 0.4);
-  const dq1 = f([8, 1, Hkg, 128], 27), dv1 = f([8, 1, Hvg, 128], 28), dg1 = f([8, 1, Hvg], 29, 0.1), db1 = f([8, 1, Hvg], 30, 0.4);
+  const Tg = Math.round(512 * s),
+    Hkg = 2,
+    Hvg = 4;
+  const gq = f([1, Tg, Hkg, 128], 22),
+    gk = f([1, Tg, Hkg, 128], 23),
+    gv = f([1, Tg, Hvg, 128], 24);
+  const gg = f([1, Tg, Hvg], 25, 0.1),
+    gb = f([1, Tg, Hvg], 26, 0.4);
+  const dq1 = f([8, 1, Hkg, 128], 27),
+    dv1 = f([8, 1, Hvg, 128], 28),
+    dg1 = f([8, 1, Hvg], 29, 0.1),
+    db1 = f([8, 1, Hvg], 30, 0.4);
   const dh0 = f([8, Hvg, 128, 128], 31, 0.1);
   const convC = 2 * Hkg * 128 + Hvg * 128;
-  const cx = f([1, Tg, convC], 32), cw = f([convC, 4], 33);
-  const nx = f([Tg * Hvg, 128], 34), nz = f([Tg * Hvg, 128], 35), nw = f([128], 36);
+  const cx = f([1, Tg, convC], 32),
+    cw = f([convC, 4], 33);
+  const nx = f([Tg * Hvg, 128], 34),
+    nz = f([Tg * Hvg, 128], 35),
+    nw = f([128], 36);
 
   const cases: [string, (impl: KernelImpl) => Tensor[] | void][] = [
     [`rmsNorm [${T},${H}]`, (impl) => Object.values(K.rmsNorm(x, w, 1e-6, { impl }))],
@@ -103,7 +157,10 @@ export async function main(argv: string[]): Promise<void> {
     [`sample [8,${V}] topP 0.9, flat logits`, (impl) => [K.sample(logits8, { temperature: 0.7, topP: 0.9, seed: 1, impl })]],
     [`sample [8,${V}] topP 0.9, peaked logits`, (impl) => [K.sample(peaked8, { temperature: 0.7, topP: 0.9, seed: 1, impl })]],
     [`gdn chunked prefill B1 T${Tg} ${Hkg}/${Hvg} heads D128`, (impl) => Object.values(K.gatedDeltaRule(gq, gk, gv, gg, gb, { impl, mode: 'chunked' }))],
-    [`gdn decode step B8 ${Hkg}/${Hvg} heads D128 (recurrent)`, (impl) => Object.values(K.gatedDeltaRule(dq1, dq1, dv1, dg1, db1, { impl, mode: 'recurrent', initialState: dh0 }))],
+    [
+      `gdn decode step B8 ${Hkg}/${Hvg} heads D128 (recurrent)`,
+      (impl) => Object.values(K.gatedDeltaRule(dq1, dq1, dv1, dg1, db1, { impl, mode: 'recurrent', initialState: dh0 })),
+    ],
     [`gdnBackward B1 T${Tg} ${Hkg}/${Hvg} heads D128`, (impl) => Object.values(K.gatedDeltaRuleBackward(gv, gq, gk, gv, gg, gb, { impl }))],
     [`causalConv1d [${Tg},${convC}] K4`, (impl) => Object.values(K.causalConv1d(cx, cw, { impl }))],
     [`gatedRmsNorm [${Tg * Hvg},128]`, (impl) => Object.values(K.gatedRmsNorm(nx, nz, nw, 1e-6, { impl }))],
@@ -124,10 +181,16 @@ export async function main(argv: string[]): Promise<void> {
   const prefill = rows.find((r) => r.kernel.startsWith('gdn chunked prefill'))!;
   const decode = rows.find((r) => r.kernel.startsWith('gdn decode step'))!;
   const gdn = {
-    prefillTokensPerSecFast: round(Tg / (prefill.fastMs / 1e3), 0), prefillTokensPerSecReference: round(Tg / (prefill.referenceMs / 1e3), 0),
-    prefillSpeedup: prefill.speedup, decodeStepMsFast: decode.fastMs, decodeStepMsReference: decode.referenceMs, decodeSpeedup: decode.speedup,
+    prefillTokensPerSecFast: round(Tg / (prefill.fastMs / 1e3), 0),
+    prefillTokensPerSecReference: round(Tg / (prefill.referenceMs / 1e3), 0),
+    prefillSpeedup: prefill.speedup,
+    decodeStepMsFast: decode.fastMs,
+    decodeStepMsReference: decode.referenceMs,
+    decodeSpeedup: decode.speedup,
   };
-  console.log(`GDN: chunked prefill ${gdn.prefillTokensPerSecFast} tokens/s fast vs ${gdn.prefillTokensPerSecReference} reference (x${gdn.prefillSpeedup}); `
-    + `decode step ${gdn.decodeStepMsFast} ms fast vs ${gdn.decodeStepMsReference} ms reference (x${gdn.decodeSpeedup})`);
+  console.log(
+    `GDN: chunked prefill ${gdn.prefillTokensPerSecFast} tokens/s fast vs ${gdn.prefillTokensPerSecReference} reference (x${gdn.prefillSpeedup}); ` +
+      `decode step ${gdn.decodeStepMsFast} ms fast vs ${gdn.decodeStepMsReference} ms reference (x${gdn.decodeSpeedup})`,
+  );
   console.log(`wrote ${writeResults('model-kernels', { quick, roundTripMs: round(roundTripMs, 3), rows, gdn })}`);
 }

@@ -81,9 +81,15 @@ export function ncclHeaderLines(h: NcclHeader): string[] {
     lines.push(`#  Rank ${padL(r, 2)} Group ${padL(0, 2)} Pid ${padL(h.pid, 6)} on ${padL(h.host, 10)} device ${padL(r, 2)} [0x00] ${h.device}`);
   }
   lines.push('#');
-  lines.push(`# ${padL('', 10)}  ${padL('', 12)}  ${padL('', 8)}  ${padL('', 6)}  ${padL('', 6)}           out-of-place                       in-place          `);
-  lines.push(`# ${padL('size', 10)}  ${padL('count', 12)}  ${padL('type', 8)}  ${padL('redop', 6)}  ${padL('root', 6)}  ${padL('time', 7)}  ${padL('algbw', 6)}  ${padL('busbw', 6)} ${padL('#wrong', 6)}  ${padL('time', 7)}  ${padL('algbw', 6)}  ${padL('busbw', 6)} ${padL('#wrong', 6)}`);
-  lines.push(`# ${padL('(B)', 10)}  ${padL('(elements)', 12)}  ${padL('', 8)}  ${padL('', 6)}  ${padL('', 6)}  ${padL('(us)', 7)}  ${padL('(GB/s)', 6)}  ${padL('(GB/s)', 6)}  ${padL('', 5)}  ${padL('(us)', 7)}  ${padL('(GB/s)', 6)}  ${padL('(GB/s)', 6)}  ${padL('', 5)}`);
+  lines.push(
+    `# ${padL('', 10)}  ${padL('', 12)}  ${padL('', 8)}  ${padL('', 6)}  ${padL('', 6)}           out-of-place                       in-place          `,
+  );
+  lines.push(
+    `# ${padL('size', 10)}  ${padL('count', 12)}  ${padL('type', 8)}  ${padL('redop', 6)}  ${padL('root', 6)}  ${padL('time', 7)}  ${padL('algbw', 6)}  ${padL('busbw', 6)} ${padL('#wrong', 6)}  ${padL('time', 7)}  ${padL('algbw', 6)}  ${padL('busbw', 6)} ${padL('#wrong', 6)}`,
+  );
+  lines.push(
+    `# ${padL('(B)', 10)}  ${padL('(elements)', 12)}  ${padL('', 8)}  ${padL('', 6)}  ${padL('', 6)}  ${padL('(us)', 7)}  ${padL('(GB/s)', 6)}  ${padL('(GB/s)', 6)}  ${padL('', 5)}  ${padL('(us)', 7)}  ${padL('(GB/s)', 6)}  ${padL('(GB/s)', 6)}  ${padL('', 5)}`,
+  );
   return lines;
 }
 
@@ -104,5 +110,11 @@ export function ncclRow(bytes: number, count: number, type: string, redop: strin
 export function ncclFooterLines(op: BenchOp, results: readonly NcclResult[]): string[] {
   const errors = results.filter((r) => r.wrong !== 0).length;
   const avg = results.length ? results.reduce((a, r) => a + r.busbwGBs, 0) / results.length : 0;
-  return [`# Out of bounds values : ${errors} ${errors ? 'FAILED' : 'OK'}`, `# Avg bus bandwidth    : ${cG(avg)} `, '#', `# Collective test concluded: ${NCCL_TEST_NAME[op]}`, '#'];
+  return [
+    `# Out of bounds values : ${errors} ${errors ? 'FAILED' : 'OK'}`,
+    `# Avg bus bandwidth    : ${cG(avg)} `,
+    '#',
+    `# Collective test concluded: ${NCCL_TEST_NAME[op]}`,
+    '#',
+  ];
 }

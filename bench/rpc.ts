@@ -36,7 +36,9 @@ export interface RpcRow {
   callsPerSec: number;
 }
 
-export async function runRpcBench(opts: { rounds?: number; callsPerRound?: number } = {}): Promise<{ suite: string; date: string; rows: RpcRow[]; ratios: Record<string, number> }> {
+export async function runRpcBench(
+  opts: { rounds?: number; callsPerRound?: number } = {},
+): Promise<{ suite: string; date: string; rows: RpcRow[]; ratios: Record<string, number> }> {
   const rounds = opts.rounds ?? 20;
   const perRound = opts.callsPerRound ?? 250;
   const world = await World.create({ size: 1, deviceMemory: '64MiB', taskPool: false });
@@ -81,7 +83,13 @@ export async function runRpcBench(opts: { rounds?: number; callsPerRound?: numbe
       }
       for (const m of Object.keys(calls) as Mechanism[]) {
         const sorted = samples[m].sort((a, b) => a - b);
-        rows.push({ mechanism: m, payload: payloadName, p50Us: round(percentile(sorted, 50)), p99Us: round(percentile(sorted, 99)), callsPerSec: Math.round(sorted.length / busy[m]) });
+        rows.push({
+          mechanism: m,
+          payload: payloadName,
+          p50Us: round(percentile(sorted, 50)),
+          p99Us: round(percentile(sorted, 99)),
+          callsPerSec: Math.round(sorted.length / busy[m]),
+        });
       }
     }
     comlink[Comlink.releaseProxy]();

@@ -10,17 +10,45 @@
  * engine rank, compared with the trainers'): their sync and verification times, from the
  * same reports, give the cost of verification as a ratio to the sync time.
  */
-import { ColocateSync, Fsdp2Strategy, MegatronStrategy, RolloutEngine, ServerSync, Tensor, copy, paramSpecs, parseModelConfig, type RankContext, type HostParam, type TrainStrategy } from '../src/internal.js';
+import {
+  ColocateSync,
+  Fsdp2Strategy,
+  MegatronStrategy,
+  RolloutEngine,
+  ServerSync,
+  Tensor,
+  copy,
+  paramSpecs,
+  parseModelConfig,
+  type RankContext,
+  type HostParam,
+  type TrainStrategy,
+} from '../src/internal.js';
 
 export const BENCH_CONFIG = {
-  architectures: ['Qwen3ForCausalLM'], model_type: 'qwen3', hidden_size: 1024, intermediate_size: 4096, num_hidden_layers: 4,
-  num_attention_heads: 16, num_key_value_heads: 8, head_dim: 64, hidden_act: 'silu', rms_norm_eps: 1e-6, rope_theta: 10000,
-  max_position_embeddings: 64, vocab_size: 32000, tie_word_embeddings: false, bos_token_id: 1, eos_token_id: 2, pad_token_id: 0,
+  architectures: ['Qwen3ForCausalLM'],
+  model_type: 'qwen3',
+  hidden_size: 1024,
+  intermediate_size: 4096,
+  num_hidden_layers: 4,
+  num_attention_heads: 16,
+  num_key_value_heads: 8,
+  head_dim: 64,
+  hidden_act: 'silu',
+  rms_norm_eps: 1e-6,
+  rope_theta: 10000,
+  max_position_embeddings: 64,
+  vocab_size: 32000,
+  tie_word_embeddings: false,
+  bos_token_id: 1,
+  eos_token_id: 2,
+  pad_token_id: 0,
 };
 
 async function streamCopyGBs(ctx: RankContext, comm: { barrier(s?: unknown): Promise<void> }): Promise<number> {
   const bytes = 128 * 1024 * 1024;
-  const a = Tensor.zeros(ctx.device, [bytes / 4], 'fp32'), b = Tensor.empty(ctx.device, [bytes / 4], 'fp32');
+  const a = Tensor.zeros(ctx.device, [bytes / 4], 'fp32'),
+    b = Tensor.empty(ctx.device, [bytes / 4], 'fp32');
   const stream = ctx.device.defaultStream;
   let best = Infinity;
   try {
@@ -50,11 +78,15 @@ export async function main(ctx: RankContext): Promise<void> {
   }
   const rankStream = await streamCopyGBs(ctx, ctx.comm as never);
   let run: (verify?: boolean) => Promise<{ seconds: number; peakExtraBytes: number; bytes: number; verified?: { seconds: number; fingerprints: number } }>;
-  let trainer = '', engineTp = 0;
+  let trainer = '',
+    engineTp = 0;
   const cleanup: Array<() => void> = [];
   let engineOf: RolloutEngine | undefined;
   if (mode === 'colocate') {
-    const strategy: TrainStrategy = kind === 'fsdp2' ? await Fsdp2Strategy.create({ comm: ctx.comm, cfg, params }) : await MegatronStrategy.create({ comm: ctx.comm, cfg, params, tp: ctx.worldSize });
+    const strategy: TrainStrategy =
+      kind === 'fsdp2'
+        ? await Fsdp2Strategy.create({ comm: ctx.comm, cfg, params })
+        : await MegatronStrategy.create({ comm: ctx.comm, cfg, params, tp: ctx.worldSize });
     engineTp = kind === 'fsdp2' ? 1 : ctx.worldSize;
     const tp = engineTp > 1 ? (await ctx.comm.split(0, ctx.rank))! : undefined;
     const engine = RolloutEngine.create(cfg, { device: ctx.device, tp, maxBatch: 1, maxSeqLen: 8 });
@@ -62,7 +94,10 @@ export async function main(ctx: RankContext): Promise<void> {
     engineOf = engine;
     const sync = new ColocateSync({ strategy, engine, bucketBytes });
     run = (verify) => sync.sync(verify ? { verify: true } : {});
-    cleanup.push(() => engine.release(), () => strategy.release());
+    cleanup.push(
+      () => engine.release(),
+      () => strategy.release(),
+    );
   } else {
     const trainerRanks = ctx.worldSize / 2;
     const isTrainer = ctx.rank < trainerRanks;
@@ -81,7 +116,10 @@ export async function main(ctx: RankContext): Promise<void> {
     engineOf = engine;
     const sync = ServerSync.create({ comm: syncComm, role: isTrainer ? 'trainer' : 'engine', trainerRanks, cfg, strategy, engine, bucketBytes });
     run = (verify) => sync.sync(verify ? { verify: true } : {});
-    cleanup.push(() => engine?.release(), () => strategy?.release());
+    cleanup.push(
+      () => engine?.release(),
+      () => strategy?.release(),
+    );
   }
   params.clear();
   await run(); // warm-up
@@ -105,5 +143,19 @@ export async function main(ctx: RankContext): Promise<void> {
   // a higher bandwidth makes the efficiency lower).
   const streamAfter = await streamCopyGBs(ctx, ctx.comm as never);
   for (const f of cleanup) f();
-  console.log('RESULT ' + JSON.stringify({ rank: ctx.rank, mode, trainer, engineTp, engineBytes, streamGBs: Math.max(rankStream, streamAfter), streamBefore: rankStream, streamAfter, ...best, verify: verified }));
+  console.log(
+    'RESULT ' +
+      JSON.stringify({
+        rank: ctx.rank,
+        mode,
+        trainer,
+        engineTp,
+        engineBytes,
+        streamGBs: Math.max(rankStream, streamAfter),
+        streamBefore: rankStream,
+        streamAfter,
+        ...best,
+        verify: verified,
+      }),
+  );
 }

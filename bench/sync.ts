@@ -66,13 +66,23 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the ranks' RESULT lines are plain JSON read field by field below
 function launchRanks(nproc: number, args: string[]): Promise<Array<Record<string, any>>> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(ROOT, 'bin', 'launch.mjs'), '--nproc', String(nproc), '--no-prefix', join(ROOT, 'dist', 'bench', 'sync-rank.js'), ...args], { cwd: ROOT, env: { ...process.env, ASCENT_DEVICE_MEMORY: '6GiB' } });
-    let out = '', err = '';
+    const child = spawn(
+      process.execPath,
+      [join(ROOT, 'bin', 'launch.mjs'), '--nproc', String(nproc), '--no-prefix', join(ROOT, 'dist', 'bench', 'sync-rank.js'), ...args],
+      { cwd: ROOT, env: { ...process.env, ASCENT_DEVICE_MEMORY: '6GiB' } },
+    );
+    let out = '',
+      err = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (err += d));
     child.on('close', (code) => {
       if (code !== 0) return reject(new Error(`bench sync: launch ${args.join(' ')} exited with ${code}:\n${err.slice(-4000)}`));
-      resolve(out.split('\n').filter((l) => l.startsWith('RESULT ')).map((l) => JSON.parse(l.slice(7))));
+      resolve(
+        out
+          .split('\n')
+          .filter((l) => l.startsWith('RESULT '))
+          .map((l) => JSON.parse(l.slice(7))),
+      );
     });
   });
 }
@@ -80,16 +90,23 @@ function launchRanks(nproc: number, args: string[]): Promise<Array<Record<string
 export async function main(argv: string[]): Promise<void> {
   const flags = checkFlags('sync', argv, { valued: ['--bucket-bytes', '--repeat'] });
   const bucket = Number(flags.get('--bucket-bytes') ?? 512 * 1024 * 1024);
-  if (!Number.isSafeInteger(bucket) || bucket < 64 || bucket % 64) throw new BenchUsageError(`Expected --bucket-bytes to be a multiple of 64 but received ${flags.get('--bucket-bytes')}`);
+  if (!Number.isSafeInteger(bucket) || bucket < 64 || bucket % 64)
+    throw new BenchUsageError(`Expected --bucket-bytes to be a multiple of 64 but received ${flags.get('--bucket-bytes')}`);
   const repeat = Number(flags.get('--repeat') ?? 1);
-  if (!Number.isSafeInteger(repeat) || repeat < 1 || repeat > 20) throw new BenchUsageError(`Expected --repeat to be an integer in [1, 20] but received ${flags.get('--repeat')}`);
+  if (!Number.isSafeInteger(repeat) || repeat < 1 || repeat > 20)
+    throw new BenchUsageError(`Expected --repeat to be an integer in [1, 20] but received ${flags.get('--repeat')}`);
   const cfg = parseModelConfig(BENCH_CONFIG, 'bench');
   const bytes = paramBytes(cfg);
   const model = `dense h${cfg.hiddenSize} L${cfg.numLayers} V${cfg.vocabSize} fp32`;
   const rows = [];
   const summary = [];
-  for (const [nproc, args] of [[2, ['colocate', 'fsdp2']], [2, ['colocate', 'megatron']], [4, ['server', 'megatron']]] as const) {
-    const effs: number[] = [], ratios: number[] = [];
+  for (const [nproc, args] of [
+    [2, ['colocate', 'fsdp2']],
+    [2, ['colocate', 'megatron']],
+    [4, ['server', 'megatron']],
+  ] as const) {
+    const effs: number[] = [],
+      ratios: number[] = [];
     for (let rep = 0; rep < repeat; rep++) {
       const load1 = round(loadavg()[0]!, 2);
       const res = await launchRanks(nproc, [...args, String(bucket)]);
@@ -107,17 +124,69 @@ export async function main(argv: string[]): Promise<void> {
       effs.push(efficiency);
       const verifySeconds = Math.max(...res.map((r) => r.verify.verifySeconds));
       const verifiedSyncSeconds = Math.max(...res.map((r) => r.verify.syncSeconds));
-      const verify = { verifySeconds: round(verifySeconds, 4), verifiedSyncSeconds: round(verifiedSyncSeconds, 4), verifyRatio: round(verifySeconds / verifiedSyncSeconds, 3), fingerprints: res[0]!.verify.fingerprints };
+      const verify = {
+        verifySeconds: round(verifySeconds, 4),
+        verifiedSyncSeconds: round(verifiedSyncSeconds, 4),
+        verifyRatio: round(verifySeconds / verifiedSyncSeconds, 3),
+        fingerprints: res[0]!.verify.fingerprints,
+      };
       ratios.push(verify.verifyRatio);
-      const row = { mode: res[0]!.mode, trainer: res[0]!.trainer, engineTp: res[0]!.engineTp, engineRanks, replicas, model, paramBytes: bytes, engineBytes, trafficBytes, seconds: round(seconds, 4), GBs: round(GBs, 3), efficiency, efficiency2P, peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)), bucketBytes: bucket, streamCopyGBs: round(streamGBs, 2), loadAvg1: load1, ...verify };
-      process.stderr.write(`${row.mode} ${row.trainer} -> engine tp${row.engineTp}: ${row.seconds} s, efficiency ${row.efficiency}, verify ratio ${row.verifyRatio}\n`);
+      const row = {
+        mode: res[0]!.mode,
+        trainer: res[0]!.trainer,
+        engineTp: res[0]!.engineTp,
+        engineRanks,
+        replicas,
+        model,
+        paramBytes: bytes,
+        engineBytes,
+        trafficBytes,
+        seconds: round(seconds, 4),
+        GBs: round(GBs, 3),
+        efficiency,
+        efficiency2P,
+        peakExtraBytes: Math.max(...res.map((r) => r.peakExtraBytes)),
+        bucketBytes: bucket,
+        streamCopyGBs: round(streamGBs, 2),
+        loadAvg1: load1,
+        ...verify,
+      };
+      process.stderr.write(
+        `${row.mode} ${row.trainer} -> engine tp${row.engineTp}: ${row.seconds} s, efficiency ${row.efficiency}, verify ratio ${row.verifyRatio}\n`,
+      );
       rows.push(row);
     }
     const sorted = [...effs].sort((x, y) => x - y);
-    const sum = { mode: args[0], trainer: rows[rows.length - 1]!.trainer, runs: repeat, efficiencyMin: sorted[0], efficiencyMedian: sorted[Math.floor((sorted.length - 1) / 2)], efficiencyMax: sorted[sorted.length - 1], verifyRatioMin: Math.min(...ratios), verifyRatioMax: Math.max(...ratios) };
+    const sum = {
+      mode: args[0],
+      trainer: rows[rows.length - 1]!.trainer,
+      runs: repeat,
+      efficiencyMin: sorted[0],
+      efficiencyMedian: sorted[Math.floor((sorted.length - 1) / 2)],
+      efficiencyMax: sorted[sorted.length - 1],
+      verifyRatioMin: Math.min(...ratios),
+      verifyRatioMax: Math.max(...ratios),
+    };
     summary.push(sum);
   }
-  printTable(rows.map((r) => ({ mode: r.mode, trainer: r.trainer, engineTp: r.engineTp, replicas: r.replicas, seconds: r.seconds, GBs: r.GBs, efficiency: r.efficiency, efficiency2P: r.efficiency2P, peakExtraBytes: r.peakExtraBytes, verifyRatio: r.verifyRatio, streamCopyGBs: r.streamCopyGBs, loadAvg1: r.loadAvg1 })));
+  printTable(
+    rows.map((r) => ({
+      mode: r.mode,
+      trainer: r.trainer,
+      engineTp: r.engineTp,
+      replicas: r.replicas,
+      seconds: r.seconds,
+      GBs: r.GBs,
+      efficiency: r.efficiency,
+      efficiency2P: r.efficiency2P,
+      peakExtraBytes: r.peakExtraBytes,
+      verifyRatio: r.verifyRatio,
+      streamCopyGBs: r.streamCopyGBs,
+      loadAvg1: r.loadAvg1,
+    })),
+  );
   printTable(summary);
-  console.log(`wrote ${writeResults('sync', { trafficModel: '2 * engineBytes (every engine rank\'s parameter bytes written once and read once) + (server) paramBytes * engineRanks (the broadcast to each engine rank); efficiency = trafficBytes / seconds / streamCopyGBs', rows, summary })}`);
+  console.log(
+    `wrote ${writeResults('sync', { trafficModel: "2 * engineBytes (every engine rank's parameter bytes written once and read once) + (server) paramBytes * engineRanks (the broadcast to each engine rank); efficiency = trafficBytes / seconds / streamCopyGBs", rows, summary })}`,
+  );
 }

@@ -21,7 +21,11 @@ export function torchPython(): { python: string; version: string } | null {
 /** Runs bench/<script> with one JSON argument and parses the JSON it prints. */
 export function runTorchScript<T>(python: string, script: string, arg: unknown, timeoutMs = 600_000): T {
   const path = fileURLToPath(new URL(`../../bench/${script}`, import.meta.url));
-  const r = spawnSync(python, [path, JSON.stringify(arg)], { encoding: 'utf8', timeout: timeoutMs, env: { ...process.env, OMP_NUM_THREADS: '1', MKL_NUM_THREADS: '1' } });
+  const r = spawnSync(python, [path, JSON.stringify(arg)], {
+    encoding: 'utf8',
+    timeout: timeoutMs,
+    env: { ...process.env, OMP_NUM_THREADS: '1', MKL_NUM_THREADS: '1' },
+  });
   if (r.status !== 0) throw new Error(`bench: ${script} failed (${r.status ?? r.signal}): ${r.stderr.trim().split('\n').slice(-3).join(' | ')}`);
   return JSON.parse(r.stdout.trim().split('\n').at(-1)!) as T;
 }

@@ -56,7 +56,13 @@ export async function runTrainStepBench(steps = 20) {
   const torch = torchPython();
   const models = { dense: '', moe: '' };
   for (const m of ['dense', 'moe'] as const) models[m] = fileURLToPath(new URL(`../../examples/models/tiny-${m}/config.json`, import.meta.url));
-  const peer = torch ? runTorchScript<{ torch: string; threads: number; rows: Array<{ model: string; msPerStep: number }>; opOverheadUs: number }>(torch.python, 'torch_train_step.py', { models, batch: BATCH, seq: SEQ, steps }) : null;
+  const peer = torch
+    ? runTorchScript<{ torch: string; threads: number; rows: Array<{ model: string; msPerStep: number }>; opOverheadUs: number }>(
+        torch.python,
+        'torch_train_step.py',
+        { models, batch: BATCH, seq: SEQ, steps },
+      )
+    : null;
   for (const model of ['dense', 'moe'] as const) {
     const cfg = loadModelConfig(fileURLToPath(new URL(`../../examples/models/tiny-${model}/config.json`, import.meta.url)));
     const dev = Device.get(model === 'dense' ? 0 : 1);
@@ -73,7 +79,11 @@ export async function runTrainStepBench(steps = 20) {
     const msPerStep = (seconds / steps) * 1e3;
     const torchMs = peer?.rows.find((r) => r.model === model)?.msPerStep ?? null;
     rows.push({
-      model, msPerStep: round(msPerStep, 2), tokensPerSec: Math.round((BATCH * SEQ * steps) / seconds), hostSyncsPerStep, lossAfter: round(last.loss!, 4),
+      model,
+      msPerStep: round(msPerStep, 2),
+      tokensPerSec: Math.round((BATCH * SEQ * steps) / seconds),
+      hostSyncsPerStep,
+      lossAfter: round(last.loss!, 4),
       torchMsPerStep: torchMs === null ? null : round(torchMs, 2),
       // The target: Ascent's step takes at most 0.6x PyTorch's.
       vsTorch: torchMs === null ? null : round(msPerStep / torchMs, 3),
@@ -82,7 +92,10 @@ export async function runTrainStepBench(steps = 20) {
   }
   const overhead = await opOverhead(Device.get(0));
   return {
-    suite: 'train-step', date: new Date().toISOString(), config: { hidden: 128, layers: 2, heads: 4, kvHeads: 2, vocab: 64, seq: SEQ, batch: BATCH }, rows,
+    suite: 'train-step',
+    date: new Date().toISOString(),
+    config: { hidden: 128, layers: 2, heads: 4, kvHeads: 2, vocab: 64, seq: SEQ, batch: BATCH },
+    rows,
     opOverhead: { ascentThroughputUs: overhead.throughputUs, ascentRoundTripUs: overhead.roundTripUs, torchUs: peer ? round(peer.opOverheadUs, 2) : null },
     baselines: { torch: peer ? { version: peer.torch, threads: peer.threads, python: torch!.python } : null },
   };
@@ -94,6 +107,9 @@ export async function main(argv: string[]): Promise<void> {
   printTable(r.rows);
   printTable([r.opOverhead], 'per-op dispatch overhead (µs)');
   if (!r.baselines.torch) console.log('PyTorch not found: no torch columns (apt-get install python3-torch to compare).');
-  else console.log(`PyTorch baseline: torch ${r.baselines.torch.version} (${r.baselines.torch.python}), ${r.baselines.torch.threads} thread; vsTorch = Ascent ms / PyTorch ms (target <= 0.6)`);
+  else
+    console.log(
+      `PyTorch baseline: torch ${r.baselines.torch.version} (${r.baselines.torch.python}), ${r.baselines.torch.threads} thread; vsTorch = Ascent ms / PyTorch ms (target <= 0.6)`,
+    );
   console.log(`wrote ${writeResults('train-step', r)}`);
 }

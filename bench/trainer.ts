@@ -79,7 +79,15 @@ async function runRow(model: 'dense' | 'moe', spec: RowSpec, steps: number) {
       ms.push(r[0]!.ms.total);
       comm.push(r[0]!.ms.comm / r[0]!.ms.total);
     }
-    return { strategy: spec.strategy, ranks: spec.ranks, layout: info!.layout, model, msPerStep: round(median(ms), 2), commShare: round(median(comm), 3), lossStep1 };
+    return {
+      strategy: spec.strategy,
+      ranks: spec.ranks,
+      layout: info!.layout,
+      model,
+      msPerStep: round(median(ms), 2),
+      commShare: round(median(comm), 3),
+      lossStep1,
+    };
   } finally {
     await world.shutdown();
   }
@@ -112,7 +120,8 @@ export async function main(argv: string[]): Promise<void> {
   cmd.parse(argv, { from: 'user' });
   const o = cmd.opts<{ steps: number; models: string; ranks: string }>();
   const models = o.models.split(',') as Array<'dense' | 'moe'>;
-  for (const m of models) if (m !== 'dense' && m !== 'moe') throw new BenchUsageError(`bench trainer: unknown model ${JSON.stringify(m)}; expected dense and/or moe.`);
+  for (const m of models)
+    if (m !== 'dense' && m !== 'moe') throw new BenchUsageError(`bench trainer: unknown model ${JSON.stringify(m)}; expected dense and/or moe.`);
   const ranks = o.ranks.split(',').map(Number);
   for (const n of ranks) if (![1, 4, 8, 16].includes(n)) throw new BenchUsageError(`bench trainer: --ranks takes 1, 4, 8 and 16 (got ${n}).`);
   const r = await runTrainerBench({ steps: o.steps, models, ranks });

@@ -27,7 +27,9 @@ export async function runCli(file) {
   process.exitCode = code;
   // Every thread should be gone now; if something still holds the loop, say so rather than hang.
   setTimeout(() => {
-    process.stderr.write(`[${file.replace(/\.js$/, '')}] exiting with code ${code}, but handles were still open: ${process.getActiveResourcesInfo().join(', ')}\n`);
+    process.stderr.write(
+      `[${file.replace(/\.js$/, '')}] exiting with code ${code}, but handles were still open: ${process.getActiveResourcesInfo().join(', ')}\n`,
+    );
     process.exit(code);
   }, 3000).unref();
 }

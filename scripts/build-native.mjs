@@ -25,7 +25,7 @@ function findNodeGyp() {
     ].filter(Boolean);
     const found = candidates.find((c) => existsSync(c));
     if (!found) {
-      console.error('build-native: node-gyp was not found (looked in npm\'s bundled copy). HINT: install npm >= 7, or `npm i -g node-gyp`.');
+      console.error("build-native: node-gyp was not found (looked in npm's bundled copy). HINT: install npm >= 7, or `npm i -g node-gyp`.");
       process.exit(1);
     }
     return found;

@@ -5,10 +5,26 @@
  */
 // Errors: stable codes, rebuilt across ranks.
 export {
-  AscentError, InvalidArgumentError, ConfigError, DeviceOOMError, TimeoutError, StreamError,
-  ActorDiedError, ActorTimeoutError, ActorAbortedError, RankFailedError, RemoteError,
-  CollectiveMismatchError, CollectiveTimeoutError, CommAbortedError, P2PDeadlockError,
-  CheckpointFormatError, WeightLayoutError, WeightSyncError, isAscentError, registerRemoteErrorClass,
+  AscentError,
+  InvalidArgumentError,
+  ConfigError,
+  DeviceOOMError,
+  TimeoutError,
+  StreamError,
+  ActorDiedError,
+  ActorTimeoutError,
+  ActorAbortedError,
+  RankFailedError,
+  RemoteError,
+  CollectiveMismatchError,
+  CollectiveTimeoutError,
+  CommAbortedError,
+  P2PDeadlockError,
+  CheckpointFormatError,
+  WeightLayoutError,
+  WeightSyncError,
+  isAscentError,
+  registerRemoteErrorClass,
 } from './runtime/errors.js';
 
 // World, actors, launch, task pool.

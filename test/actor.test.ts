@@ -1,5 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ActorAbortedError, ActorDiedError, ActorTimeoutError, InvalidArgumentError, registerRemoteErrorClass, RemoteError, World, type ActorMesh } from '../src/internal.js';
+import {
+  ActorAbortedError,
+  ActorDiedError,
+  ActorTimeoutError,
+  InvalidArgumentError,
+  registerRemoteErrorClass,
+  RemoteError,
+  World,
+  type ActorMesh,
+} from '../src/internal.js';
 import { QuotaError, type Counter } from './fixtures/actors.js';
 
 const ACTORS = new URL('./fixtures/actors.ts', import.meta.url);
@@ -79,7 +88,10 @@ describe('actors on rank workers', () => {
     const err = await p.catch((e) => e);
     expect(err).toBeInstanceOf(ActorAbortedError);
     expect(err.message).toContain('user pressed stop');
-    const pre = await counters.ref(1).invoke('get', [], { signal: AbortSignal.abort('already') }).catch((e) => e);
+    const pre = await counters
+      .ref(1)
+      .invoke('get', [], { signal: AbortSignal.abort('already') })
+      .catch((e) => e);
     expect(pre).toBeInstanceOf(ActorAbortedError);
   });
 
@@ -207,7 +219,12 @@ describe('ASCENT_ACTOR_CALLSITES', () => {
       const err = await callerFrame().catch((e) => e);
       await world.shutdown();
       console.log(JSON.stringify({ stack: err.stack }));`;
-    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', cwd: new URL('..', import.meta.url), env: { ...process.env, ASCENT_ACTOR_CALLSITES: '1' }, timeout: 30_000 });
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+      encoding: 'utf8',
+      cwd: new URL('..', import.meta.url),
+      env: { ...process.env, ASCENT_ACTOR_CALLSITES: '1' },
+      timeout: 30_000,
+    });
     expect(r.status).toBe(0);
     const { stack } = JSON.parse(r.stdout.trim().split('\n').pop()!);
     expect(stack).toContain('-- remote stack (rank 0, actor Counter) --');

@@ -11,7 +11,11 @@ const fixtures = join(root, 'test', 'fixtures');
 const distEntry = join(root, 'dist', 'src', 'runtime', 'device', 'device-index.js');
 
 function newestMtime(dir: string): number {
-  return Math.max(...readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts')).map((f) => statSync(join(dir, f)).mtimeMs));
+  return Math.max(
+    ...readdirSync(dir, { recursive: true, encoding: 'utf8' })
+      .filter((f) => f.endsWith('.ts'))
+      .map((f) => statSync(join(dir, f)).mtimeMs),
+  );
 }
 
 beforeAll(() => {
@@ -21,7 +25,7 @@ beforeAll(() => {
     spawnSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.json')], { stdio: 'inherit' });
   }
   expect(existsSync(distEntry)).toBe(true);
-  Device.get(0);  // the addon is loaded in the main thread first
+  Device.get(0); // the addon is loaded in the main thread first
 }, 120_000);
 
 function waitMessage<T>(w: Worker, type: string): Promise<T> {
@@ -42,11 +46,13 @@ describe('addon in main + 16 workers', () => {
     const baseline = [1, 2, 3].map((o) => Device.get(o).stats().allocated);
     const workers = Array.from({ length: 16 }, (_, i) => new Worker(join(fixtures, 'device-worker.mjs'), { workerData: { index: i, ordinal: 1 + (i % 3) } }));
     const ready = await Promise.all(workers.map((w) => waitMessage<{ handle: unknown }>(w, 'ready')));
-    const peer = await Promise.all(workers.map((w, i) => {
-      const p = waitMessage<{ ok: boolean }>(w, 'peer-ok');
-      w.postMessage({ type: 'peer', handle: ready[(i + 5) % 16]!.handle, from: (i + 5) % 16 });
-      return p;
-    }));
+    const peer = await Promise.all(
+      workers.map((w, i) => {
+        const p = waitMessage<{ ok: boolean }>(w, 'peer-ok');
+        w.postMessage({ type: 'peer', handle: ready[(i + 5) % 16]!.handle, from: (i + 5) % 16 });
+        return p;
+      }),
+    );
     expect(peer.map((p) => p.ok)).toEqual(new Array(16).fill(true));
 
     // A handle can be imported in the main thread too while its worker holds it.
@@ -62,7 +68,7 @@ describe('addon in main + 16 workers', () => {
       if (k % 3 === 0) {
         w.postMessage({ type: 'busy' });
         await waitMessage(w, 'busy-ok');
-        void w.terminate();  // mid-op: a 60 s sleep is running, more work queued
+        void w.terminate(); // mid-op: a 60 s sleep is running, more work queued
       } else {
         w.postMessage({ type: 'exit', mode: k % 3 === 1 ? 'process.exit' : 'natural' });
       }

@@ -29,7 +29,8 @@ describe('collectives benchmark harness', () => {
     expect(bc!.slice(2, 5)).toEqual(['float', 'none', '0']);
     expect(a2a!.slice(2, 5)).toEqual(['float', 'none', '-1']);
     fields.forEach((f, i) => {
-      const out = r.rows[2 * i]!, inp = r.rows[2 * i + 1]!;
+      const out = r.rows[2 * i]!,
+        inp = r.rows[2 * i + 1]!;
       expect([Number(f[0]), Number(f[1])]).toEqual([out.bytes, out.count]);
       // Printed with 2 decimals (%6.2f).
       expect(Math.abs(Number(f[7]) - out.busbwGBs)).toBeLessThanOrEqual(0.0051);

@@ -20,7 +20,18 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe('nccl-tests format', () => {
   it('header, rows and footer match nccl-tests output', () => {
-    const head = ncclHeaderLines({ op: 'allGather', ranks: 2, minBytes: 1024, maxBytes: 8192, stepFactor: 2, warmupIters: 5, iters: 20, pid: 6899, host: 'node-a', device: 'Ascent simulated NPU' });
+    const head = ncclHeaderLines({
+      op: 'allGather',
+      ranks: 2,
+      minBytes: 1024,
+      maxBytes: 8192,
+      stepFactor: 2,
+      warmupIters: 5,
+      iters: 20,
+      pid: 6899,
+      host: 'node-a',
+      device: 'Ascent simulated NPU',
+    });
     expect(head.slice(0, 4)).toEqual([
       '# Collective test starting: all_gather_perf',
       '# nThread 2 nGpus 1 minBytes 1024 maxBytes 8192 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0',
@@ -40,17 +51,24 @@ describe('nccl-tests format', () => {
     expect(ncclRedopRoot('allReduce', 'max')).toEqual({ redop: 'max', root: -1 });
     expect(ncclRedopRoot('broadcast', 'sum')).toEqual({ redop: 'none', root: 0 });
     // A row nccl-tests printed: 1024 B all_gather on 64 ranks (float, out of place then in place).
-    expect(ncclRow(1024, 16, 'float', redop, root, { timeUs: 54.07, algbwGBs: 0.0189, busbwGBs: 0.0186, wrong: 0 }, { timeUs: 55.8, algbwGBs: 0.0184, busbwGBs: 0.0181, wrong: 0 })).toBe(
-      '        1024            16     float    none      -1    54.07    0.02    0.02      0    55.80    0.02    0.02      0',
-    );
+    expect(
+      ncclRow(
+        1024,
+        16,
+        'float',
+        redop,
+        root,
+        { timeUs: 54.07, algbwGBs: 0.0189, busbwGBs: 0.0186, wrong: 0 },
+        { timeUs: 55.8, algbwGBs: 0.0184, busbwGBs: 0.0181, wrong: 0 },
+      ),
+    ).toBe('        1024            16     float    none      -1    54.07    0.02    0.02      0    55.80    0.02    0.02      0');
     expect([ncclTime(27211.04), ncclTime(339.61), ncclTime(54.071)]).toEqual(['  27211', '  339.6', '  54.07']);
-    expect(ncclFooterLines('allGather', [{ timeUs: 1, algbwGBs: 1, busbwGBs: 19.73, wrong: 0 }, { timeUs: 1, algbwGBs: 1, busbwGBs: 23.0766, wrong: 0 }])).toEqual([
-      '# Out of bounds values : 0 OK',
-      '# Avg bus bandwidth    : 21.4033 ',
-      '#',
-      '# Collective test concluded: all_gather_perf',
-      '#',
-    ]);
+    expect(
+      ncclFooterLines('allGather', [
+        { timeUs: 1, algbwGBs: 1, busbwGBs: 19.73, wrong: 0 },
+        { timeUs: 1, algbwGBs: 1, busbwGBs: 23.0766, wrong: 0 },
+      ]),
+    ).toEqual(['# Out of bounds values : 0 OK', '# Avg bus bandwidth    : 21.4033 ', '#', '# Collective test concluded: all_gather_perf', '#']);
     expect(ncclFooterLines('allReduce', [{ timeUs: 1, algbwGBs: 1, busbwGBs: 1, wrong: 3 }])[0]).toBe('# Out of bounds values : 1 FAILED');
     expect([cG(0), cG(1.5), cG(450.85), cG(1234567), cG(0.00001234)]).toEqual(['0', '1.5', '450.85', '1.23457e+06', '1.234e-05']);
   });
@@ -77,7 +95,10 @@ describe('benchmark result files', () => {
   });
 
   it('one table style: every key a column, numbers right-aligned, missing values as -', () => {
-    const t = formatTable([{ name: 'a', ms: 1.5 }, { name: 'bb', ms: 12, extra: null }]).split('\n');
+    const t = formatTable([
+      { name: 'a', ms: 1.5 },
+      { name: 'bb', ms: 12, extra: null },
+    ]).split('\n');
     expect(t[1]).toMatch(/│ name\s+│\s+ms │ extra │/);
     expect(t.some((l) => /│ a\s+│\s+1\.5 │\s+- │/.test(l))).toBe(true);
     expect(t.some((l) => /│ bb\s+│\s+12 │\s+- │/.test(l))).toBe(true);

@@ -11,7 +11,6 @@ import { Communicator } from '../src/runtime/comm/comm-index.js';
 import { Device, Tensor } from '../src/runtime/device/device-index.js';
 import { ensureBuilt, rankError, runAbortById, runScenario, type ErrInfo, type RankResult } from './helpers/comm-ranks.js';
 
-
 const traceDir = mkdtempSync(join(tmpdir(), 'ascent-fail-'));
 
 beforeAll(() => ensureBuilt(), 120_000);
@@ -37,11 +36,17 @@ describe('collective failures', () => {
       expect(e.details.missing).toEqual([2]);
       expect(e.details.arrived).toEqual([0, 1, 3]);
       expect(e.message).toContain('rank 2: last enqueued #1 allReduce, started #1 allReduce, completed #1 allReduce');
-      expect(e.message).toMatch(/Flight recorder: .*\.json\nHINT: run `ascent trace [^`]*` \(`npx --no-install ascent trace \.\.\.` where Ascent is installed, `npm run ascent -- trace \.\.\.` in its clone\)$/);
+      expect(e.message).toMatch(
+        /Flight recorder: .*\.json\nHINT: run `ascent trace [^`]*` \(`npx --no-install ascent trace \.\.\.` where Ascent is installed, `npm run ascent -- trace \.\.\.` in its clone\)$/,
+      );
       messages.add(e.message);
       // After the error: at once, synchronously.
       expect(err(r, 'later').code).toBe('ASCENT_COMM_ABORTED');
-      const dump = r.dump as { format: string; cause: { code: string; seq: number }; ranks: Array<{ rank: number; lastCompleted: { seq: number }; entries: Array<{ seq: number; state: string }> }> };
+      const dump = r.dump as {
+        format: string;
+        cause: { code: string; seq: number };
+        ranks: Array<{ rank: number; lastCompleted: { seq: number }; entries: Array<{ seq: number; state: string }> }>;
+      };
       expect(dump.format).toBe('ascent.flight-recorder');
       expect(dump.cause.code).toBe('ASCENT_COLLECTIVE_TIMEOUT');
       expect(dump.cause.seq).toBe(2);
@@ -50,7 +55,7 @@ describe('collective failures', () => {
       expect(dump.ranks[2]!.entries.map((e) => e.seq)).toEqual([1]);
       expect(dump.ranks[0]!.entries.map((e) => e.seq)).toEqual([1, 2]);
     }
-    expect(messages.size).toBe(1);  // the same report on every waiting rank
+    expect(messages.size).toBe(1); // the same report on every waiting rank
     const skipper = err(results[2]!, 'later');
     expect(skipper.code).toBe('ASCENT_COMM_ABORTED');
     expect(skipper.message).toContain('missing: rank 2');
@@ -97,7 +102,7 @@ describe('collective failures', () => {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
       expect(e.message).toContain('rank 1 sends 2 elements to rank 2 (sendCounts[2]) but rank 2 expects 1 from rank 1 (recvCounts[1])');
-      expect(e.details.culpritWorldRanks).toEqual([1, 2]);  // one bad pair: both sides are suspects
+      expect(e.details.culpritWorldRanks).toEqual([1, 2]); // one bad pair: both sides are suspects
     }
   });
 
@@ -119,7 +124,7 @@ describe('collective failures', () => {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COMM_ABORTED');
       expect(e.message).toContain("rank 2's worker died (test)");
-      expect(e.details.culpritWorldRanks).toEqual([]);  // abortById without culprits: unknown
+      expect(e.details.culpritWorldRanks).toEqual([]); // abortById without culprits: unknown
     }
     expect(Communicator.abortById('0'.repeat(32), 'nobody')).toBe(false);
   });
@@ -150,12 +155,12 @@ describe('collective failures', () => {
     }
   });
 
-  it('one rank\'s collectives on two streams run in seq order', async () => {
+  it("one rank's collectives on two streams run in seq order", async () => {
     const P = 3;
     for (const r of await scenario(P, 'twoStreams')) {
       expect(r.errs).toEqual([null, null]);
-      expect(r.x).toBe(6);  // sum of 1..3
-      expect(r.y).toBe(6);  // max over ranks of the already reduced x
+      expect(r.x).toBe(6); // sum of 1..3
+      expect(r.y).toBe(6); // max over ranks of the already reduced x
     }
   });
 
@@ -166,7 +171,9 @@ describe('collective failures', () => {
       /Rank 0 joined communicator .* twice \(first from device 0, now from device 1\)/,
     );
     expect(() => Communicator.initRank({ uniqueId: id, nranks: 3, rank: 1, device: 1, traceDir })).toThrow(/nranks=3 but an earlier rank .* said nranks=2/);
-    expect(() => Communicator.initRank({ uniqueId: id, nranks: 2, rank: 2, device: 1, traceDir })).toThrow(/Expected an integer in \[0, 1\] for rank but received 2/);
+    expect(() => Communicator.initRank({ uniqueId: id, nranks: 2, rank: 2, device: 1, traceDir })).toThrow(
+      /Expected an integer in \[0, 1\] for rank but received 2/,
+    );
     expect(() => Communicator.initRank({ uniqueId: 'nope', nranks: 2, rank: 0, device: 0 })).toThrow(/32 hex digits/);
     await expect(first).rejects.toMatchObject({ code: 'ASCENT_COLLECTIVE_TIMEOUT', message: expect.stringContaining('missing: rank 1') });
   });

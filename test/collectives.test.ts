@@ -17,7 +17,14 @@ const SIZES = [0, 1, 7, 1031];
 // Above the 64 KiB staging threshold for every dtype: exercises the two-phase path.
 const LARGE = 40_000;
 
-interface Case { op: string; dtype: string; count: number; inPlace: boolean; red?: string; root?: number }
+interface Case {
+  op: string;
+  dtype: string;
+  count: number;
+  inPlace: boolean;
+  red?: string;
+  root?: number;
+}
 
 function cases(P: number): Case[] {
   const out: Case[] = [];
@@ -40,7 +47,19 @@ function cases(P: number): Case[] {
     }
   }
   // The large path: fewer combinations (the JS reference is the slow part).
-  const large: Array<[string, string]> = P >= 8 ? [['fp32', 'sum'], ['bf16', 'avg']] : [['fp32', 'sum'], ['bf16', 'avg'], ['fp16', 'max'], ['int64', 'prod'], ['int32', 'min']];
+  const large: Array<[string, string]> =
+    P >= 8
+      ? [
+          ['fp32', 'sum'],
+          ['bf16', 'avg'],
+        ]
+      : [
+          ['fp32', 'sum'],
+          ['bf16', 'avg'],
+          ['fp16', 'max'],
+          ['int64', 'prod'],
+          ['int32', 'min'],
+        ];
   for (const [dtype, red] of large) {
     out.push({ op: 'allReduce', dtype, count: LARGE + 3, inPlace: false, red });
     out.push({ op: 'allReduce', dtype, count: LARGE, inPlace: true, red });
@@ -51,8 +70,17 @@ function cases(P: number): Case[] {
   // movers' parts cut outputs at unaligned offsets.
   const largeRs: Array<[string, string, boolean]> =
     P >= 8
-      ? [['bf16', 'avg', false], ['int64', 'prod', true]]
-      : [['fp32', 'avg', false], ['bf16', 'max', true], ['fp16', 'sum', false], ['int32', 'prod', false], ['int64', 'min', true]];
+      ? [
+          ['bf16', 'avg', false],
+          ['int64', 'prod', true],
+        ]
+      : [
+          ['fp32', 'avg', false],
+          ['bf16', 'max', true],
+          ['fp16', 'sum', false],
+          ['int32', 'prod', false],
+          ['int64', 'min', true],
+        ];
   for (const [dtype, red, inPlace] of largeRs) {
     out.push({ op: 'reduceScatter', dtype, count: Math.ceil(LARGE / P) + (inPlace ? 1 : 3), inPlace, red });
   }
@@ -98,7 +126,7 @@ describe('collectives vs the JS reference', () => {
           continue;
         }
         const members = Array.from({ length: P }, (_, q) => q).filter((q) => !(P > 2 && q === 0) && q % 2 === color);
-        const byKey = [...members].sort((a, b) => b - a);  // key = -rank
+        const byKey = [...members].sort((a, b) => b - a); // key = -rank
         expect(split.size).toBe(members.length);
         expect(split.rank).toBe(byKey.indexOf(r.rank));
         expect(split.sum).toBe(members.reduce((a, q) => a + q + 1, 0));

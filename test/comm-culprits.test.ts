@@ -14,7 +14,6 @@ import { Communicator } from '../src/runtime/comm/comm-index.js';
 import { explainDump, FlightDumpSchema } from '../src/runtime/actor-system/trace-explain.js';
 import { ensureBuilt, rankError, runAbortById, runScenario, type RankResult } from './helpers/comm-ranks.js';
 
-
 const traceDir = mkdtempSync(join(tmpdir(), 'ascent-culprit-'));
 
 beforeAll(() => ensureBuilt(), 120_000);
@@ -31,7 +30,11 @@ function dumpAt(path: unknown) {
 describe('collective failures name the culprit by world rank', () => {
   it('world rank 3 skips a collective on a split: its peers are told "missing: world rank 3 (local 0)"', async () => {
     const results = await scenario(6, 'splitSkip');
-    expect(results.filter((r) => r.rank % 2 === 1).map((r) => [r.rank, r.local])).toEqual([[1, 1], [3, 0], [5, 2]]);
+    expect(results.filter((r) => r.rank % 2 === 1).map((r) => [r.rank, r.local])).toEqual([
+      [1, 1],
+      [3, 0],
+      [5, 2],
+    ]);
     for (const r of [results[1]!, results[5]!]) {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COLLECTIVE_TIMEOUT');
@@ -53,7 +56,9 @@ describe('collective failures name the culprit by world rank', () => {
       expect(findings).toContainEqual({ kind: 'culprit', text: 'root cause: world rank 3 (local 0) (never arrived before the timeout).' });
       const missed = findings.filter((f) => f.kind === 'missed');
       expect(missed).toHaveLength(1);
-      expect(missed[0]!.text).toMatch(/^seq 1: world rank 3 \(local 0\) never called allReduce\(fp32, count=2, op=sum\) \(issued by world ranks \[1, 5\] \(local \[1, 2\]\)\)/);
+      expect(missed[0]!.text).toMatch(
+        /^seq 1: world rank 3 \(local 0\) never called allReduce\(fp32, count=2, op=sum\) \(issued by world ranks \[1, 5\] \(local \[1, 2\]\)\)/,
+      );
       expect(findings.some((f) => f.kind === 'not-arrived')).toBe(false);
     }
     const skipper = err(results[3]!, 'later');
@@ -72,12 +77,14 @@ describe('collective failures name the culprit by world rank', () => {
       expect(e.details.expectedRanks).toEqual([3, 1]);
       expect(e.details.expectedRanksLocal).toEqual([0, 1]);
       expect(e.details.actualRanks).toEqual([5]);
-      expect(e.message).toContain('world ranks [3,1] (local [0,1]) called allReduce(fp32, count=2, op=sum) but world rank 5 (local 2) called broadcast(fp32, count=2, root=0)');
+      expect(e.message).toContain(
+        'world ranks [3,1] (local [0,1]) called allReduce(fp32, count=2, op=sum) but world rank 5 (local 2) called broadcast(fp32, count=2, root=0)',
+      );
       expect(e.message).toContain('differs: world rank 5 (local 2) (the majority called allReduce');
     }
   });
 
-  it('a mismatch with no majority takes the lowest rank\'s call as the reference', async () => {
+  it("a mismatch with no majority takes the lowest rank's call as the reference", async () => {
     for (const r of await scenario(2, 'mismatchTie')) {
       const e = err(r);
       expect(e.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
@@ -119,7 +126,10 @@ describe('collective failures name the culprit by world rank', () => {
     }
     const findings = explainDump(dumpAt(results[0]!.dumpPath)).findings;
     expect(findings.filter((f) => f.kind === 'missed')).toEqual([]);
-    expect(findings).toContainEqual({ kind: 'stuck', text: 'rank 1: allReduce(fp32, count=1, op=sum) (seq 1) was enqueued but never started: its stream was still busy with earlier work.' });
+    expect(findings).toContainEqual({
+      kind: 'stuck',
+      text: 'rank 1: allReduce(fp32, count=1, op=sum) (seq 1) was enqueued but never started: its stream was still busy with earlier work.',
+    });
     expect(findings).toContainEqual({ kind: 'culprit', text: 'root cause: rank 1 (never arrived before the timeout).' });
   });
 
@@ -167,10 +177,15 @@ describe('collective failures name the culprit by world rank', () => {
       expect(e.details.culpritWorldRanks).toEqual([3]);
       for (const r of results.slice(1, 3)) expect(err(r).details.culpritWorldRanks).toEqual([3]);
       const findings = explainDump(dumpAt(results[0]!.dumpPath)).findings;
-      expect(findings.filter((f) => f.kind === 'missed'), `run ${run}`).toEqual([]);
+      expect(
+        findings.filter((f) => f.kind === 'missed'),
+        `run ${run}`,
+      ).toEqual([]);
       const late = findings.filter((f) => f.kind === 'not-arrived');
       expect(late, `run ${run}`).toHaveLength(1);
-      expect(late[0]!.text).toMatch(/^seq 2: ranks \[1, 2, 3\] had not yet arrived at allReduce\(fp32, count=1, op=sum\) when the abort came, \d+ ms after rank 0 issued it/);
+      expect(late[0]!.text).toMatch(
+        /^seq 2: ranks \[1, 2, 3\] had not yet arrived at allReduce\(fp32, count=1, op=sum\) when the abort came, \d+ ms after rank 0 issued it/,
+      );
       expect(findings).toContainEqual({ kind: 'culprit', text: 'root cause: rank 3 (died or aborted the communicator).' });
     }
   }, 120_000);

@@ -37,7 +37,10 @@ describe('JSONL prompt datasets', () => {
       { prompt: 'What is 2+2?', answer: '4', level: 1 },
       { messages: [{ role: 'user', content: '你好 🎉' }], answer: 'hi', level: 2 },
     ]);
-    const ds = await PromptDataset.load({ path, promptsPerStep: 1, shuffle: false }, { tokenizer: tok, chatTemplate: chat, chatTemplateKwargs: { enable_thinking: false } });
+    const ds = await PromptDataset.load(
+      { path, promptsPerStep: 1, shuffle: false },
+      { tokenizer: tok, chatTemplate: chat, chatTemplateKwargs: { enable_thinking: false } },
+    );
     const [a, b] = ds.samples;
     expect(a!.prompt).toBe('What is 2+2?');
     expect(a!.promptIds).toEqual(tok.encode('What is 2+2?'));
@@ -68,7 +71,10 @@ describe('JSONL prompt datasets', () => {
   });
 
   it('seeded shuffle, epochs and batches', async () => {
-    const path = jsonl('ten.jsonl', Array.from({ length: 10 }, (_, i) => ({ prompt: `p${i}`, id: i })));
+    const path = jsonl(
+      'ten.jsonl',
+      Array.from({ length: 10 }, (_, i) => ({ prompt: `p${i}`, id: i })),
+    );
     const load = (extra: object) => PromptDataset.load({ path, promptsPerStep: 3, epochs: 2, ...extra }, { tokenizer: tok });
     const a = await load({ seed: 1 });
     const b = await load({ seed: 1 });
@@ -96,11 +102,15 @@ describe('JSONL prompt datasets', () => {
     writeFileSync(bad, '{"prompt":"a"}\n{oops\n');
     await expect(PromptDataset.load({ path: bad, promptsPerStep: 1 }, { tokenizer: tok })).rejects.toThrow(/bad\.jsonl line 2: not valid JSON/);
     const none = jsonl('none.jsonl', [{ prompt: 'a' }, { question: 'b' }]);
-    await expect(PromptDataset.load({ path: none, promptsPerStep: 1 }, { tokenizer: tok })).rejects.toThrow(/none\.jsonl row 2: has neither a `prompt` nor a `messages` column \(columns: question\)/);
+    await expect(PromptDataset.load({ path: none, promptsPerStep: 1 }, { tokenizer: tok })).rejects.toThrow(
+      /none\.jsonl row 2: has neither a `prompt` nor a `messages` column \(columns: question\)/,
+    );
     const both = jsonl('both.jsonl', [{ prompt: 'a', messages: [] }]);
     await expect(PromptDataset.load({ path: both, promptsPerStep: 1 }, { tokenizer: tok })).rejects.toThrow(/both\.jsonl row 1: has both/);
     const msg = jsonl('msg.jsonl', [{ messages: [{ role: 'user' }] }]);
-    await expect(PromptDataset.load({ path: msg, promptsPerStep: 1 }, { tokenizer: tok, chatTemplate: chat })).rejects.toThrow(/msg\.jsonl row 1 column messages\[0\]: expected \{ role: string, content: string \}/);
+    await expect(PromptDataset.load({ path: msg, promptsPerStep: 1 }, { tokenizer: tok, chatTemplate: chat })).rejects.toThrow(
+      /msg\.jsonl row 1 column messages\[0\]: expected \{ role: string, content: string \}/,
+    );
     const noTpl = jsonl('notpl.jsonl', [{ messages: [{ role: 'user', content: 'x' }] }]);
     await expect(PromptDataset.load({ path: noTpl, promptsPerStep: 1 }, { tokenizer: tok })).rejects.toThrow(/no chat template was given/);
     await expect(PromptDataset.load({ path: join(work, 'missing.jsonl') }, { tokenizer: tok })).rejects.toThrow(/missing\.jsonl does not exist/);
@@ -108,7 +118,9 @@ describe('JSONL prompt datasets', () => {
     await expect(PromptDataset.load({ path: noTpl, promptsPerStep: 0 }, { tokenizer: tok })).rejects.toThrow(/Invalid dataset config: promptsPerStep/);
     const few = jsonl('few.jsonl', [{ prompt: 'a' }]);
     await expect(PromptDataset.load({ path: few, promptsPerStep: 4 }, { tokenizer: tok })).rejects.toThrow(/fewer than promptsPerStep=4/);
-    await expect(PromptDataset.load({ path: few, promptsPerStep: 1, maxPromptLength: 1, overlong: 'filter' }, { tokenizer: { encode: () => [1, 2], decode: () => '' } })).rejects.toThrow(/all 1 rows are longer than maxPromptLength=1/);
+    await expect(
+      PromptDataset.load({ path: few, promptsPerStep: 1, maxPromptLength: 1, overlong: 'filter' }, { tokenizer: { encode: () => [1, 2], decode: () => '' } }),
+    ).rejects.toThrow(/all 1 rows are longer than maxPromptLength=1/);
   });
 });
 

@@ -81,8 +81,12 @@ describe('reward runner in real pool threads', () => {
     const completions = problems.map((p, i) => (i % 2 === 0 ? p.answer : [...p.answer.slice(0, 2), 5, 6]));
     const r = new RewardRunner(pool, { rewards: [{ builtin: 'reverse_digits' }] });
     const out = await r.score({
-      prompts: prompts.map(String), promptIds: prompts, completions: completions.map(String), completionIds: completions,
-      finishReasons: prompts.map(() => 'stop'), columns: prompts.map(() => ({})),
+      prompts: prompts.map(String),
+      promptIds: prompts,
+      completions: completions.map(String),
+      completionIds: completions,
+      finishReasons: prompts.map(() => 'stop'),
+      columns: prompts.map(() => ({})),
     });
     const expected = scoreBatch({ prompts, completions });
     expect(out.perReward['reverse_digits']).toEqual(expected);
@@ -92,7 +96,9 @@ describe('reward runner in real pool threads', () => {
   });
 
   it('a throwing reward fails naming it; bad results and timeouts too', async () => {
-    await expect(new RewardRunner(pool, { rewards: [{ module: MOD, export: 'boom' }] }).score(input)).rejects.toThrow(/Reward "rewards\.mjs:boom" \(.*rewards\.mjs:boom\) failed: kaboom in reward/);
+    await expect(new RewardRunner(pool, { rewards: [{ module: MOD, export: 'boom' }] }).score(input)).rejects.toThrow(
+      /Reward "rewards\.mjs:boom" \(.*rewards\.mjs:boom\) failed: kaboom in reward/,
+    );
     await expect(new RewardRunner(pool, { rewards: [{ module: MOD, export: 'boom' }] }).score(input)).rejects.toBeInstanceOf(RewardError);
     await expect(new RewardRunner(pool, { rewards: [{ module: MOD, export: 'wrongLength' }] }).score(input)).rejects.toThrow(/returned 2 values for 3 samples/);
     await expect(new RewardRunner(pool, { rewards: [{ module: MOD, export: 'notFinite' }] }).score(input)).rejects.toThrow(/returned NaN for sample 0/);
@@ -106,7 +112,9 @@ describe('reward runner in real pool threads', () => {
   it('config errors are clear', () => {
     expect(() => new RewardRunner(pool, { rewards: [] })).toThrow(ConfigError);
     expect(() => new RewardRunner(pool, { rewards: [{ builtin: 'format' }] })).toThrow(/'format' needs `pattern`/);
-    expect(() => new RewardRunner(pool, { rewards: [{ builtin: 'overlong', maxCompletionLength: 8 }] })).toThrow(/needs `maxCompletionLength` and `cacheLength`/);
+    expect(() => new RewardRunner(pool, { rewards: [{ builtin: 'overlong', maxCompletionLength: 8 }] })).toThrow(
+      /needs `maxCompletionLength` and `cacheLength`/,
+    );
     expect(() => new RewardRunner(pool, { rewards: [{ builtin: 'accuracy' }, { builtin: 'accuracy' }] })).toThrow(/Two rewards are named "accuracy"/);
     expect(() => new RewardRunner(pool, { rewards: [{ module: MOD, weight: 'x' }] })).toThrow(/Invalid rewards config: rewards\.0/);
   });

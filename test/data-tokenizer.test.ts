@@ -134,7 +134,10 @@ describe('Qwen3 chat template', () => {
 
   it('a final assistant turn keeps its reasoning in a think block', () => {
     const t = ChatTemplate.fromTokenizer(tok);
-    const out = t.render([{ role: 'user', content: 'q' }, { role: 'assistant', content: '<think>\nr\n</think>\n\na' }]);
+    const out = t.render([
+      { role: 'user', content: 'q' },
+      { role: 'assistant', content: '<think>\nr\n</think>\n\na' },
+    ]);
     expect(out).toBe('<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nr\n</think>\n\na<|im_end|>\n');
   });
 
@@ -142,7 +145,9 @@ describe('Qwen3 chat template', () => {
     const t = new ChatTemplate("{{ raise_exception('only user roles') }}", 'x/tokenizer_config.json');
     expect(() => t.render([{ role: 'user', content: 'a' }])).toThrow(/x\/tokenizer_config\.json: rendering chat_template failed: only user roles/);
     expect(() => new ChatTemplate('{% if %}', 'y/tokenizer_config.json')).toThrow(/y\/tokenizer_config\.json: chat_template does not parse/);
-    expect(() => new ChatTemplate('{{ bos_token }}{{ messages[0].content }}', 'z', { bos_token: '<s>' }).render([{ role: 'user', content: 'c' }])).not.toThrow();
+    expect(() =>
+      new ChatTemplate('{{ bos_token }}{{ messages[0].content }}', 'z', { bos_token: '<s>' }).render([{ role: 'user', content: 'c' }]),
+    ).not.toThrow();
     expect(new ChatTemplate('{{ bos_token }}{{ messages[0].content }}', 'z', { bos_token: '<s>' }).render([{ role: 'user', content: 'c' }])).toBe('<s>c');
     const noTpl = { ...tok, chatTemplate: undefined };
     expect(() => ChatTemplate.fromTokenizer(noTpl)).toThrow(/has no chat_template/);

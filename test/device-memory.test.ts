@@ -136,7 +136,7 @@ describe('device memory pool', () => {
     const host = loadNative().hostMemory();
     expect(d.stats().capacity).toBe(Math.min(16 * 1024 ** 3, host));
     const base = rssBytes();
-    const t = Tensor.empty(d, [32 * MiB], 'fp32');  // 128 MiB
+    const t = Tensor.empty(d, [32 * MiB], 'fp32'); // 128 MiB
     fill(t, 1);
     await d.defaultStream.synchronize();
     expect(rssBytes() - base).toBeGreaterThan(100 * MiB);
@@ -147,7 +147,7 @@ describe('device memory pool', () => {
   it('keeps at most 16 MiB of freed blocks resident (so outputs reuse faulted pages)', async () => {
     const d = Device.get(10);
     const base = rssBytes();
-    const ts = Array.from({ length: 48 }, () => Tensor.empty(d, [256 * KiB], 'fp32'));  // 48 x 1 MiB
+    const ts = Array.from({ length: 48 }, () => Tensor.empty(d, [256 * KiB], 'fp32')); // 48 x 1 MiB
     for (const t of ts) fill(t, 1);
     await d.defaultStream.synchronize();
     expect(rssBytes() - base).toBeGreaterThan(40 * MiB);

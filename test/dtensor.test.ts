@@ -18,11 +18,33 @@ beforeAll(() => ensureParallelBuilt(), 120_000);
 describe('placements follow torch.chunk', () => {
   it('ceil-sized chunks; trailing chunks smaller or empty', () => {
     const chunks = (size: number, parts: number) => Array.from({ length: parts }, (_, i) => chunkRange(size, parts, i));
-    expect(chunks(5, 4)).toEqual([[0, 2], [2, 4], [4, 5], [5, 5]]);
-    expect(chunks(3, 4)).toEqual([[0, 1], [1, 2], [2, 3], [3, 3]]);
-    expect(chunks(4, 3)).toEqual([[0, 2], [2, 4], [4, 4]]);
-    expect(chunks(8, 4)).toEqual([[0, 2], [2, 4], [4, 6], [6, 8]]);
-    expect(chunks(0, 2)).toEqual([[0, 0], [0, 0]]);
+    expect(chunks(5, 4)).toEqual([
+      [0, 2],
+      [2, 4],
+      [4, 5],
+      [5, 5],
+    ]);
+    expect(chunks(3, 4)).toEqual([
+      [0, 1],
+      [1, 2],
+      [2, 3],
+      [3, 3],
+    ]);
+    expect(chunks(4, 3)).toEqual([
+      [0, 2],
+      [2, 4],
+      [4, 4],
+    ]);
+    expect(chunks(8, 4)).toEqual([
+      [0, 2],
+      [2, 4],
+      [4, 6],
+      [6, 8],
+    ]);
+    expect(chunks(0, 2)).toEqual([
+      [0, 0],
+      [0, 0],
+    ]);
     expect(() => chunkRange(4, 2, 2)).toThrow(/index in \[0, parts\)/);
   });
 
@@ -35,7 +57,11 @@ describe('placements follow torch.chunk', () => {
 });
 
 describe('redistribute on real ranks', () => {
-  for (const [nproc, mesh, cases] of [[2, '2', 90], [4, '4', 90], [4, '2x2', 1466]] as const) {
+  for (const [nproc, mesh, cases] of [
+    [2, '2', 90],
+    [4, '4', 90],
+    [4, '2x2', 1466],
+  ] as const) {
     it(`mesh ${mesh}: every path, exact`, async () => {
       const r = await launchFixture(nproc, 'test/fixtures/parallel/dtensor-cases.mjs', [mesh]);
       expect(r.stderr).toBe('');
@@ -64,17 +90,20 @@ describe('no implicit communication (one rank, this process)', () => {
     mesh?.destroy();
     comm?.destroy();
   });
-  const make = (placements: Parameters<typeof DTensor.fromLocal>[2]) => DTensor.fromLocal(Tensor.fromArray(device, [1, 2, 3, 4], [2, 2]), mesh, placements, { shape: [2, 2] });
+  const make = (placements: Parameters<typeof DTensor.fromLocal>[2]) =>
+    DTensor.fromLocal(Tensor.fromArray(device, [1, 2, 3, 4], [2, 2]), mesh, placements, { shape: [2, 2] });
 
   it('add / mul / copyFrom of different placements name the redistribute to call', () => {
     const a = make([Shard(0)]);
     const b = make([Replicate()]);
-    expect(() => a.add(b)).toThrow("dtensor add: a is [Shard(0)] but b is [Replicate()]; call b.redistribute([Shard(0)]) first");
-    expect(() => b.mul(a)).toThrow("dtensor mul: a is [Replicate()] but b is [Shard(0)]; call b.redistribute([Replicate()]) first");
-    expect(() => a.copyFrom(b)).toThrow("dtensor copy: dst is [Shard(0)] but src is [Replicate()]; call src.redistribute([Shard(0)]) first");
+    expect(() => a.add(b)).toThrow('dtensor add: a is [Shard(0)] but b is [Replicate()]; call b.redistribute([Shard(0)]) first');
+    expect(() => b.mul(a)).toThrow('dtensor mul: a is [Replicate()] but b is [Shard(0)]; call b.redistribute([Replicate()]) first');
+    expect(() => a.copyFrom(b)).toThrow('dtensor copy: dst is [Shard(0)] but src is [Replicate()]; call src.redistribute([Shard(0)]) first');
     const p = make([Partial('sum')]);
     const q = make([Partial('sum')]);
-    expect(() => p.mul(q)).toThrow("dtensor mul: both operands are [Partial('sum')] and mul of Partial('sum') values is not Partial('sum'); call a.redistribute([Replicate()]) and b.redistribute([Replicate()]) first.");
+    expect(() => p.mul(q)).toThrow(
+      "dtensor mul: both operands are [Partial('sum')] and mul of Partial('sum') values is not Partial('sum'); call a.redistribute([Replicate()]) and b.redistribute([Replicate()]) first.",
+    );
     expect(() => make([Partial('max')]).add(make([Partial('max')]))).toThrow(/add of Partial\('max'\) values/);
     for (const t of [a, b, p, q]) t.release();
   });

@@ -21,11 +21,37 @@ beforeAll(() => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 type Eval = { step: number; rewardMean: number; exactFraction: number; samples: number; temperature: number };
-type Step = { step: number; lr: number; clipFraction: number; ratioMean: number; optimizerSteps: number; recomputedOld: boolean; kl: number; engineTrainerLogprobDiff: number; isWeightMean: number; rewardMean: number; loss: number };
+type Step = {
+  step: number;
+  lr: number;
+  clipFraction: number;
+  ratioMean: number;
+  optimizerSteps: number;
+  recomputedOld: boolean;
+  kl: number;
+  engineTrainerLogprobDiff: number;
+  isWeightMean: number;
+  rewardMean: number;
+  loss: number;
+};
 
 async function run(name: string, extra: Record<string, unknown>, steps = 3): Promise<Step[]> {
   const log = join(dir, `${name}.jsonl`);
-  const cfg = { mode: 'colocate', model: 'dense', trainer: { strategy: 'fsdp2' }, steps, promptsPerStep: 4, numGenerations: 4, maxNewTokens: 8, seed: 5, log, progress: false, sftWarmup: { steps: 20, batch: 32, lr: 5e-3 }, optimizer: { lr: 5e-3 }, ...extra };
+  const cfg = {
+    mode: 'colocate',
+    model: 'dense',
+    trainer: { strategy: 'fsdp2' },
+    steps,
+    promptsPerStep: 4,
+    numGenerations: 4,
+    maxNewTokens: 8,
+    seed: 5,
+    log,
+    progress: false,
+    sftWarmup: { steps: 20, batch: 32, lr: 5e-3 },
+    optimizer: { lr: 5e-3 },
+    ...extra,
+  };
   const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
   expect(r.stderr, r.stdout.slice(-3000)).toBe('');
   expect(r.code).toBe(0);
@@ -57,7 +83,19 @@ describe('GRPO algorithm options (launch)', () => {
 
   it('evaluation on held-out prompts every k steps (and after the last), greedy, logged apart', async () => {
     const log = join(dir, 'eval.jsonl');
-    const cfg = { mode: 'colocate', model: 'dense', trainer: { strategy: 'fsdp2' }, steps: 3, promptsPerStep: 4, numGenerations: 4, maxNewTokens: 8, seed: 5, log, progress: false, eval: { every: 2, prompts: 6, numGenerations: 4 } };
+    const cfg = {
+      mode: 'colocate',
+      model: 'dense',
+      trainer: { strategy: 'fsdp2' },
+      steps: 3,
+      promptsPerStep: 4,
+      numGenerations: 4,
+      maxNewTokens: 8,
+      seed: 5,
+      log,
+      progress: false,
+      eval: { every: 2, prompts: 6, numGenerations: 4 },
+    };
     const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
     expect(r.stderr, r.stdout.slice(-3000)).toBe('');
     expect(r.code).toBe(0);
@@ -94,7 +132,9 @@ describe('GRPO algorithm options (launch)', () => {
 
   it('when every group is flat even after resampling, the step takes no update (a colocated engine is not put to sleep) and the run goes on', async () => {
     // Near-greedy sampling: the samples of a prompt are identical, so every group is flat.
-    const log = (await run('all-flat', { temperature: 0.001, dynamicSampling: { maxRounds: 1 } }, 2)) as Array<Step & { samplingRounds: number; droppedGroups: number }>;
+    const log = (await run('all-flat', { temperature: 0.001, dynamicSampling: { maxRounds: 1 } }, 2)) as Array<
+      Step & { samplingRounds: number; droppedGroups: number }
+    >;
     expect(log.map((l) => l.step)).toEqual([1, 2]);
     for (const l of log) {
       expect(l.optimizerSteps).toBe(0);
@@ -105,8 +145,15 @@ describe('GRPO algorithm options (launch)', () => {
 
   it('grpo loss, batch scaling, GSPO, KL in the reward, rollout correction and a cosine schedule run and log their effects', async () => {
     const extra = {
-      lossType: 'grpo', scaleRewards: 'batch', importanceSamplingLevel: 'sequence', beta: 0.05, klInReward: true, klEstimator: 'k2',
-      rolloutCorrection: { mode: 'token_truncate', cap: 2 }, numIterations: 2, lrScheduler: { type: 'cosine', warmupSteps: 2 },
+      lossType: 'grpo',
+      scaleRewards: 'batch',
+      importanceSamplingLevel: 'sequence',
+      beta: 0.05,
+      klInReward: true,
+      klEstimator: 'k2',
+      rolloutCorrection: { mode: 'token_truncate', cap: 2 },
+      numIterations: 2,
+      lrScheduler: { type: 'cosine', warmupSteps: 2 },
     };
     const log = await run('variants', extra, 3);
     const schedule = { kind: 'cosine' as const, lr: 5e-3, warmupSteps: 2, totalSteps: 6 };

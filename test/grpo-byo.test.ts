@@ -23,7 +23,8 @@ function sums(seed: number, n: number) {
   let x = seed;
   for (let i = 0; i < n; i++) {
     x = (x * 1103515245 + 12345) % 2 ** 31;
-    const a = x % 10, b = (x >> 8) % 10;
+    const a = x % 10,
+      b = (x >> 8) % 10;
     rows.push({ messages: [{ role: 'user', content: `${a}+${b}=?` }], answer: String(a + b), completion: String(a + b), topic: 'sum' });
   }
   return rows.map((r) => JSON.stringify(r)).join('\n');
@@ -39,7 +40,16 @@ beforeAll(() => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const base = () => ({
-  mode: 'colocate', model, init: 'seed', trainer: { strategy: 'fsdp2' }, steps: 3, promptsPerStep: 4, numGenerations: 4, maxNewTokens: 4, seed: 2, progress: false,
+  mode: 'colocate',
+  model,
+  init: 'seed',
+  trainer: { strategy: 'fsdp2' },
+  steps: 3,
+  promptsPerStep: 4,
+  numGenerations: 4,
+  maxNewTokens: 4,
+  seed: 2,
+  progress: false,
   dataset: { path: join(dir, 'train.jsonl'), maxPromptLength: 64 },
   sftWarmup: { steps: 10, batch: 16, lr: 1e-2, column: 'completion' },
   eval: { every: 2, prompts: 4, dataset: join(dir, 'eval.jsonl') },
@@ -49,13 +59,24 @@ const base = () => ({
 describe('GRPO on your own model folder, dataset and rewards (launch)', () => {
   it('tokenizer + chat template + dataset + two weighted user rewards + SFT on the completion column + held-out eval', async () => {
     const log = join(dir, 'byo.jsonl');
-    const cfg = { ...base(), log, save: { dir: join(dir, 'saved'), dtype: 'bfloat16' }, rewards: [{ module: rewardsModule, export: 'exact', weight: 1 }, { module: rewardsModule, export: 'brevity', weight: 0.5, name: 'brevity' }] };
+    const cfg = {
+      ...base(),
+      log,
+      save: { dir: join(dir, 'saved'), dtype: 'bfloat16' },
+      rewards: [
+        { module: rewardsModule, export: 'exact', weight: 1 },
+        { module: rewardsModule, export: 'brevity', weight: 0.5, name: 'brevity' },
+      ],
+    };
     // The scenario fixture resolves `model` by name; this run passes a folder, so use the plain entry.
     const r = await launchFixture(2, 'test/fixtures/grpo/run.mjs', [JSON.stringify(cfg)], {}, 170_000);
     expect(r.stderr, r.stdout.slice(-3000)).toBe('');
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/SFT warm-up: 10 steps, loss [\d.]+ -> [\d.]+/);
-    const recs = readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const recs = readFileSync(log, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     const steps = recs.filter((x) => x.type === 'step');
     expect(steps.map((s) => s.step)).toEqual([1, 2, 3]);
     for (const s of steps) {
@@ -79,7 +100,16 @@ describe('GRPO on your own model folder, dataset and rewards (launch)', () => {
   }, 180_000);
 
   it('a reward that throws fails the step with a message naming it', async () => {
-    const cfg = { ...base(), steps: 1, sftWarmup: { steps: 0 }, eval: undefined, rewards: [{ module: rewardsModule, export: 'exact' }, { module: rewardsModule, export: 'boom', name: 'flaky-judge' }] };
+    const cfg = {
+      ...base(),
+      steps: 1,
+      sftWarmup: { steps: 0 },
+      eval: undefined,
+      rewards: [
+        { module: rewardsModule, export: 'exact' },
+        { module: rewardsModule, export: 'boom', name: 'flaky-judge' },
+      ],
+    };
     const r = await launchFixture(2, 'test/fixtures/grpo/run.mjs', [JSON.stringify(cfg)], {}, 170_000);
     expect(r.code).not.toBe(0);
     expect(r.stderr + r.stdout).toMatch(/flaky-judge/);
@@ -92,6 +122,8 @@ describe('GRPO on your own model folder, dataset and rewards (launch)', () => {
     const small = makeCharModel(join(dir, 'small'));
     const cfgPath = join(small, 'config.json');
     writeFileSync(cfgPath, JSON.stringify({ ...JSON.parse(readFileSync(cfgPath, 'utf8')), vocab_size: 40 }));
-    await expect(checkGrpoConfig({ ...base(), model: small, eval: undefined, rewards: [{ builtin: 'accuracy' }] } as never, 2, false)).rejects.toThrow(/the tokenizer has 74 tokens but the model's vocabulary .* has 40/);
+    await expect(checkGrpoConfig({ ...base(), model: small, eval: undefined, rewards: [{ builtin: 'accuracy' }] } as never, 2, false)).rejects.toThrow(
+      /the tokenizer has 74 tokens but the model's vocabulary .* has 40/,
+    );
   });
 });

@@ -20,11 +20,19 @@ describe('GRPO config', () => {
     writeFileSync(file, JSON.stringify({ model: 'm', steps: 7, numGenerations: 4, sync: { verify: true } }));
     const c = parseGrpoConfig(grpoConfigFromArgs(['--config', file, '--steps', '9', '--mode', 'colocate', '--engine-tp', '2', '--bucket', '1MiB'], {}), 4);
     expect(c).toMatchObject({ model: 'm', steps: 9, numGenerations: 4, mode: 'colocate', engine: { tp: 2 }, sync: { verify: true, bucketBytes: 2 ** 20 } });
-    expect(parseGrpoConfig({ model: 'x' }, 16)).toMatchObject({ mode: 'server', trainer: { strategy: 'fsdp2', tp: 1 }, promptsPerStep: 16, numGenerations: 8, beta: 0 });
+    expect(parseGrpoConfig({ model: 'x' }, 16)).toMatchObject({
+      mode: 'server',
+      trainer: { strategy: 'fsdp2', tp: 1 },
+      promptsPerStep: 16,
+      numGenerations: 8,
+      beta: 0,
+    });
   });
 
   it('bad values name the field and what is expected', () => {
-    expect(() => parseGrpoConfig({ model: 'x', mode: 'both', temperature: -1, engine: { tp: 3 } }, 4)).toThrow(/mode: expected mode to be server or colocate[\s\S]*engine\.tp: expected engine\.tp to be 1, 2 or 4[\s\S]*temperature: expected a positive temperature/);
+    expect(() => parseGrpoConfig({ model: 'x', mode: 'both', temperature: -1, engine: { tp: 3 } }, 4)).toThrow(
+      /mode: expected mode to be server or colocate[\s\S]*engine\.tp: expected engine\.tp to be 1, 2 or 4[\s\S]*temperature: expected a positive temperature/,
+    );
     expect(() => grpoConfigFromArgs(['--steps', 'many'])).toThrow(/--steps expects a number but received "many"/);
     expect(() => grpoConfigFromArgs(['--frobnicate'])).toThrow(/^GRPO flags: unknown option '--frobnicate'\. HINT: run with --help to list the flags\.$/);
     expect(() => parseGrpoConfig({ model: 'x', promptsPerStep: 3 }, 4)).toThrow(/does not split over 2 engine replicas/);
@@ -45,15 +53,27 @@ describe('GRPO config', () => {
 
 describe('rollout batch', () => {
   it('targets cover exactly the completions; engine values land on their targets', () => {
-    const prompts = [[1, 5, 6, 3], [1, 7, 3]];
-    const completions = [[6, 5, 2], [7, 2, 9, 9]];
+    const prompts = [
+      [1, 5, 6, 3],
+      [1, 7, 3],
+    ];
+    const completions = [
+      [6, 5, 2],
+      [7, 2, 9, 9],
+    ];
     const b = buildTrainBatch({ prompts, completions });
     expect(b.seqLen).toBe(7);
     expect([...b.inputIds]).toEqual([1, 5, 6, 3, 6, 5, 2, 1, 7, 3, 7, 2, 9, 9]);
     expect([...b.targets]).toEqual([-100, -100, -100, 6, 5, 2, -100, -100, -100, 7, 2, 9, 9, -100]);
-    const lp = alignToTargets(b, prompts, [[-1, -2, -3], [-4, -5, -6, -7]]);
+    const lp = alignToTargets(b, prompts, [
+      [-1, -2, -3],
+      [-4, -5, -6, -7],
+    ]);
     expect([...lp]).toEqual([0, 0, 0, -1, -2, -3, 0, 0, 0, -4, -5, -6, -7, 0]);
-    const assembled = assembleRows(b, [{ row0: 1, rows: 1, logprobs: new Float32Array(7).fill(2) }, { row0: 0, rows: 1, logprobs: new Float32Array(7).fill(1) }]);
+    const assembled = assembleRows(b, [
+      { row0: 1, rows: 1, logprobs: new Float32Array(7).fill(2) },
+      { row0: 0, rows: 1, logprobs: new Float32Array(7).fill(1) },
+    ]);
     expect([...assembled]).toEqual([1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2]);
     expect(() => assembleRows(b, [{ row0: 0, rows: 1, logprobs: new Float32Array(7) }])).toThrow(/no rank returned row 1/);
   });

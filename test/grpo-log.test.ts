@@ -18,19 +18,44 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 // The tiny model's full training state needs more than the helper's 64 MiB default.
 const MEM = { ASCENT_DEVICE_MEMORY: '512MiB' };
-const records = (p: string) => readFileSync(p, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, any>);
+const records = (p: string) =>
+  readFileSync(p, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, any>);
 
 describe('GRPO run log under launch', () => {
   it('header then one record per step; a second run refuses the file; --log-overwrite replaces it', async () => {
     const log = join(dir, 'run.jsonl');
-    const argsFor = (steps: number) => ['--steps', String(steps), '--sft-warmup', '2', '--prompts', '2', '--generations', '4', '--max-new-tokens', '6', '--lr', '0.003', '--no-progress', '--log', log];
+    const argsFor = (steps: number) => [
+      '--steps',
+      String(steps),
+      '--sft-warmup',
+      '2',
+      '--prompts',
+      '2',
+      '--generations',
+      '4',
+      '--max-new-tokens',
+      '6',
+      '--lr',
+      '0.003',
+      '--no-progress',
+      '--log',
+      log,
+    ];
     const args = argsFor(3);
     const first = await launchFixture(2, 'examples/grpo.ts', args, MEM, 170_000);
     expect(first.code, first.stderr).toBe(0);
     const recs = records(log);
     expect(recs.map((r) => r.type)).toEqual(['header', 'step', 'step', 'step']);
     const [h, ...steps] = recs;
-    expect(h).toMatchObject({ format: 'ascent.grpo.log/1', resumed: false, startStep: 0, config: { steps: 3, promptsPerStep: 2, numGenerations: 4, log, logOverwrite: false } });
+    expect(h).toMatchObject({
+      format: 'ascent.grpo.log/1',
+      resumed: false,
+      startStep: 0,
+      config: { steps: 3, promptsPerStep: 2, numGenerations: 4, log, logOverwrite: false },
+    });
     expect(h!.versions.node).toBe(process.version);
     steps.forEach((s, i) => {
       expect(s.step).toBe(i + 1);
@@ -49,7 +74,9 @@ describe('GRPO run log under launch', () => {
     const again = await launchFixture(2, 'examples/grpo.ts', args, MEM, 120_000);
     // Bad input, found before any rank starts (examples/grpo.ts's validateArgs): one line, exit 2.
     expect(again.code).toBe(2);
-    expect(again.stderr).toMatch(/^launch: .*the log .*run\.jsonl already holds run \S+ \(3 step records\); a new run does not append to an older run's log\. HINT: .*--log-overwrite.* \(checked before starting the ranks\)$/m);
+    expect(again.stderr).toMatch(
+      /^launch: .*the log .*run\.jsonl already holds run \S+ \(3 step records\); a new run does not append to an older run's log\. HINT: .*--log-overwrite.* \(checked before starting the ranks\)$/m,
+    );
     expect(again.stderr.trim().split('\n')).toHaveLength(1);
     expect(readFileSync(log, 'utf8')).toBe(before);
 

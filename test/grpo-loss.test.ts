@@ -51,9 +51,9 @@ describe('per-token objective', () => {
     let checked = 0;
     for (let i = 0; i < 200; i++) {
       const logp = -3 + (i % 17) * 0.17;
-      const old = logp + ((i * 7) % 11 - 5) * 0.07;
-      const ref = logp + ((i * 3) % 7 - 3) * 0.1;
-      const adv = ((i * 5) % 9 - 4) * 0.4;
+      const old = logp + (((i * 7) % 11) - 5) * 0.07;
+      const ref = logp + (((i * 3) % 7) - 3) * 0.1;
+      const adv = (((i * 5) % 9) - 4) * 0.4;
       const h = 1e-6;
       const f = (x: number) => tokenTerms(x, old, ref, adv, o).obj;
       const r = Math.exp(logp - old);
@@ -92,7 +92,10 @@ describe('GRPO loss on the single-device strategy', () => {
     const s = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 2));
     try {
       const old = await currentLogprobs(s);
-      const r = await s.forwardBackward(b, grpoLoss({ oldLogprobs: old, advantages: new Float32Array(4).fill(1) }, { clipLow: 0.2, clipHigh: 0.2, beta: 0, temperature: 1 }));
+      const r = await s.forwardBackward(
+        b,
+        grpoLoss({ oldLogprobs: old, advantages: new Float32Array(4).fill(1) }, { clipLow: 0.2, clipHigh: 0.2, beta: 0, temperature: 1 }),
+      );
       expect(r.loss).toBeCloseTo(-1, 5);
       expect(r.stats!.clipped).toBe(0);
       const g = await s.gatherState('grads');
@@ -102,7 +105,8 @@ describe('GRPO loss on the single-device strategy', () => {
       const gce = await s.gatherState('grads');
       for (const [n, p] of g) {
         const q = gce.get(n)!.data;
-        let err = 0, mag = 0;
+        let err = 0,
+          mag = 0;
         for (let i = 0; i < q.length; i++) {
           err = Math.max(err, Math.abs(p.data[i]! - q[i]!));
           mag = Math.max(mag, Math.abs(q[i]!));
@@ -111,10 +115,15 @@ describe('GRPO loss on the single-device strategy', () => {
       }
       s.zeroGrad();
       const shifted = old.map((x) => x - 1);
-      const c = await s.forwardBackward(b, grpoLoss({ oldLogprobs: shifted, advantages: new Float32Array(4).fill(1) }, { clipLow: 0.2, clipHigh: 0.2, beta: 0, temperature: 1 }));
+      const c = await s.forwardBackward(
+        b,
+        grpoLoss({ oldLogprobs: shifted, advantages: new Float32Array(4).fill(1) }, { clipLow: 0.2, clipHigh: 0.2, beta: 0, temperature: 1 }),
+      );
       expect(c.stats!.clipped).toBe(c.stats!.tokens);
       for (const p of (await s.gatherState('grads')).values()) expect(p.data.every((x) => x === 0)).toBe(true);
-      await expect(s.forwardBackward(b, grpoLoss({ oldLogprobs: old, advantages: new Float32Array(4) }, { clipLow: 0.2, clipHigh: 0.2, beta: 0.1, temperature: 1 }))).rejects.toThrow(/needs refLogprobs/);
+      await expect(
+        s.forwardBackward(b, grpoLoss({ oldLogprobs: old, advantages: new Float32Array(4) }, { clipLow: 0.2, clipHigh: 0.2, beta: 0.1, temperature: 1 })),
+      ).rejects.toThrow(/needs refLogprobs/);
     } finally {
       s.release();
     }
@@ -131,7 +140,8 @@ describe('GRPO loss on the single-device strategy', () => {
       let worst = 0;
       for (const [n, p] of a) {
         const q = b.get(n)!.data;
-        let err = 0, mag = 0;
+        let err = 0,
+          mag = 0;
         for (let i = 0; i < q.length; i++) {
           err = Math.max(err, Math.abs(p.data[i]! - q[i]!));
           mag = Math.max(mag, Math.abs(q[i]!));
@@ -151,7 +161,12 @@ describe('GRPO loss on the single-device strategy', () => {
       expect(noOld.loss).toBeCloseTo(withOld.loss, 6);
       expect(maxRel(await grads(), gOld)).toBeLessThan(1e-5);
       const half = (a: Float32Array, r0: number) => a.subarray(r0 * b.seqLen, (r0 + 2) * b.seqLen);
-      const rows = (r0: number) => ({ inputIds: b.inputIds.subarray(r0 * b.seqLen, (r0 + 2) * b.seqLen), targets: b.targets.subarray(r0 * b.seqLen, (r0 + 2) * b.seqLen), batch: 2, seqLen: b.seqLen });
+      const rows = (r0: number) => ({
+        inputIds: b.inputIds.subarray(r0 * b.seqLen, (r0 + 2) * b.seqLen),
+        targets: b.targets.subarray(r0 * b.seqLen, (r0 + 2) * b.seqLen),
+        batch: 2,
+        seqLen: b.seqLen,
+      });
       let tokens = 0;
       for (const t of b.targets) if (t !== -100) tokens++;
       for (const lossType of ['grpo', 'bnpo', 'dr_grpo', 'dapo'] as const) {
@@ -162,7 +177,10 @@ describe('GRPO loss on the single-device strategy', () => {
         const gWhole = await grads();
         let sum = 0;
         for (const r0 of [0, 2]) {
-          const r = await s.forwardBackward(rows(r0), grpoLoss({ oldLogprobs: half(shifted, r0), advantages: adv.subarray(r0, r0 + 2), norm: { rows: 4, tokens } }, o));
+          const r = await s.forwardBackward(
+            rows(r0),
+            grpoLoss({ oldLogprobs: half(shifted, r0), advantages: adv.subarray(r0, r0 + 2), norm: { rows: 4, tokens } }, o),
+          );
           sum += r.loss;
         }
         const gAcc = await grads();

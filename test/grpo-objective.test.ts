@@ -11,9 +11,12 @@ import { checkLrSchedule, lrAt } from '../src/train/lr-schedule.js';
 
 /** A hand-made batch: 4 rows of 6 positions, ragged response masks, ratios inside and outside the clip range. */
 function batch(): ObjectiveInput {
-  const rows = 4, seqLen = 6;
+  const rows = 4,
+    seqLen = 6;
   const mask = [0, 1, 1, 1, 1, 0, /**/ 0, 0, 1, 1, 0, 0, /**/ 0, 1, 1, 1, 1, 1, /**/ 0, 0, 0, 1, 0, 0];
-  const logp: number[] = [], oldLogp: number[] = [], refLogp: number[] = [];
+  const logp: number[] = [],
+    oldLogp: number[] = [],
+    refLogp: number[] = [];
   // Deterministic spread of log-ratios in [-0.5, 0.5] that never sits on a clip boundary (0.2 / 0.28).
   const ratios = [0, 0.31, -0.05, 0.12, -0.41, 0, 0, 0, 0.47, -0.13, 0, 0, 0, 0.02, -0.33, 0.25, 0.09, -0.17, 0, 0, 0, 0.36, 0, 0];
   for (let i = 0; i < rows * seqLen; i++) {
@@ -25,15 +28,26 @@ function batch(): ObjectiveInput {
   return { rows, seqLen, mask, logp, oldLogp, refLogp, advantages: [1.3, -0.7, -1.1, 0.4], globalRows: rows, globalTokens: mask.filter(Boolean).length };
 }
 
-const base: ObjectiveOptions = { lossType: 'dapo', epsilon: 0.2, epsilonHigh: 0.28, delta: null, importanceSamplingLevel: 'token', beta: 0.04, klEstimator: 'k3', maxCompletionLength: 8 };
+const base: ObjectiveOptions = {
+  lossType: 'dapo',
+  epsilon: 0.2,
+  epsilonHigh: 0.28,
+  delta: null,
+  importanceSamplingLevel: 'token',
+  beta: 0.04,
+  klEstimator: 'k3',
+  maxCompletionLength: 8,
+};
 
 /** TRL-style: coef matrices, per-token loss, masked aggregation. */
 function brute(inp: ObjectiveInput, o: ObjectiveOptions, isW?: number[]): number {
-  const R = inp.rows, S = inp.seqLen;
+  const R = inp.rows,
+    S = inp.seqLen;
   const m = (r: number, t: number) => (inp.mask[r * S + t] ? 1 : 0);
   const ptl: number[][] = [];
   for (let r = 0; r < R; r++) {
-    let lr = 0, cnt = 0;
+    let lr = 0,
+      cnt = 0;
     for (let t = 0; t < S; t++) {
       lr += m(r, t) * (inp.logp[r * S + t]! - inp.oldLogp[r * S + t]!);
       cnt += m(r, t);
@@ -53,10 +67,12 @@ function brute(inp: ObjectiveInput, o: ObjectiveOptions, isW?: number[]): number
     }
     ptl.push(row);
   }
-  let total = 0, tokens = 0;
+  let total = 0,
+    tokens = 0;
   const perSeq: number[] = [];
   for (let r = 0; r < R; r++) {
-    let s = 0, c = 0;
+    let s = 0,
+      c = 0;
     for (let t = 0; t < S; t++) {
       s += ptl[r]![t]! * m(r, t);
       c += m(r, t);
@@ -122,9 +138,18 @@ describe('GRPO objective', () => {
       const whole = grpoObjective(inp, o);
       const half = (r0: number): ObjectiveInput => {
         const sl = <T>(a: ArrayLike<T>) => Array.from(a).slice(r0 * 6, (r0 + 2) * 6);
-        return { ...inp, rows: 2, mask: sl(inp.mask), logp: sl(inp.logp), oldLogp: sl(inp.oldLogp), refLogp: sl(inp.refLogp!), advantages: Array.from(inp.advantages).slice(r0, r0 + 2) };
+        return {
+          ...inp,
+          rows: 2,
+          mask: sl(inp.mask),
+          logp: sl(inp.logp),
+          oldLogp: sl(inp.oldLogp),
+          refLogp: sl(inp.refLogp!),
+          advantages: Array.from(inp.advantages).slice(r0, r0 + 2),
+        };
       };
-      const a = grpoObjective(half(0), o), b = grpoObjective(half(2), o);
+      const a = grpoObjective(half(0), o),
+        b = grpoObjective(half(2), o);
       expect(a.value + b.value).toBeCloseTo(whole.value, 12);
       expect([...a.weights, ...b.weights].map((x) => x.toFixed(12))).toEqual([...whole.weights].map((x) => x.toFixed(12)));
       const same = grpoObjective({ ...inp, logp: inp.oldLogp }, { ...o, beta: 0 });
@@ -143,7 +168,8 @@ describe('GRPO objective', () => {
 });
 
 describe('rollout correction', () => {
-  const rows = 2, seqLen = 4;
+  const rows = 2,
+    seqLen = 4;
   const mask = [1, 1, 1, 0, 0, 1, 1, 1];
   const old = [-1, -2, -0.5, 0, 0, -1.5, -0.7, -0.2];
 

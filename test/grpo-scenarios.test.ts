@@ -24,51 +24,137 @@ const LORA_DENSE = { rank: 4, alpha: 8, targetModules: ['q', 'k', 'v', 'o', 'gat
 const LORA_MOE = { rank: 4, alpha: 8, targetModules: ['q', 'v', 'o'], targetParameters: ['mlp.experts.gate_up_proj', 'mlp.experts.down_proj'] };
 
 const SCENARIOS = [
-  { name: 'colocate dense megatron -> engine, full', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'dense', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } } },
-  { name: 'colocate dense megatron -> engine, LoRA', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'dense', trainer: { strategy: 'megatron', tp: 2, lora: LORA_DENSE }, engine: { tp: 1 } } },
-  { name: 'colocate MoE megatron -> engine (processed layout), full', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } } },
-  { name: 'colocate MoE megatron -> engine, LoRA', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'megatron', tp: 1, ep: 2, lora: LORA_MOE }, engine: { tp: 2 } } },
-  { name: 'colocate MoE fsdp2 (fused experts) -> engine, full', nproc: 2, steps: 2, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'fsdp2' }, engine: { tp: 1 } } },
-  { name: 'colocate MoE fsdp2 -> engine TP=4, LoRA, 5 steps', nproc: 4, steps: 5, cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'fsdp2', lora: LORA_MOE }, engine: { tp: 4 } } },
-  { name: 'server MoE megatron -> standalone server (broadcast, full reload, post-load)', nproc: 4, steps: 2, cfg: { mode: 'server', model: 'moe', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } } },
-  { name: 'server dense fsdp2 -> standalone server, LoRA (adapter-only syncs)', nproc: 4, steps: 2, cfg: { mode: 'server', model: 'dense', trainer: { strategy: 'fsdp2', lora: LORA_DENSE }, engine: { tp: 2 } } },
+  {
+    name: 'colocate dense megatron -> engine, full',
+    nproc: 2,
+    steps: 2,
+    cfg: { mode: 'colocate', model: 'dense', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } },
+  },
+  {
+    name: 'colocate dense megatron -> engine, LoRA',
+    nproc: 2,
+    steps: 2,
+    cfg: { mode: 'colocate', model: 'dense', trainer: { strategy: 'megatron', tp: 2, lora: LORA_DENSE }, engine: { tp: 1 } },
+  },
+  {
+    name: 'colocate MoE megatron -> engine (processed layout), full',
+    nproc: 2,
+    steps: 2,
+    cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } },
+  },
+  {
+    name: 'colocate MoE megatron -> engine, LoRA',
+    nproc: 2,
+    steps: 2,
+    cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'megatron', tp: 1, ep: 2, lora: LORA_MOE }, engine: { tp: 2 } },
+  },
+  {
+    name: 'colocate MoE fsdp2 (fused experts) -> engine, full',
+    nproc: 2,
+    steps: 2,
+    cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'fsdp2' }, engine: { tp: 1 } },
+  },
+  {
+    name: 'colocate MoE fsdp2 -> engine TP=4, LoRA, 5 steps',
+    nproc: 4,
+    steps: 5,
+    cfg: { mode: 'colocate', model: 'moe', trainer: { strategy: 'fsdp2', lora: LORA_MOE }, engine: { tp: 4 } },
+  },
+  {
+    name: 'server MoE megatron -> standalone server (broadcast, full reload, post-load)',
+    nproc: 4,
+    steps: 2,
+    cfg: { mode: 'server', model: 'moe', trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 2 } },
+  },
+  {
+    name: 'server dense fsdp2 -> standalone server, LoRA (adapter-only syncs)',
+    nproc: 4,
+    steps: 2,
+    cfg: { mode: 'server', model: 'dense', trainer: { strategy: 'fsdp2', lora: LORA_DENSE }, engine: { tp: 2 } },
+  },
 ] as const;
 
 describe('GRPO scenario matrix (launch, verified syncs)', () => {
   for (const s of SCENARIOS) {
-    it(s.name, async () => {
-      const log = join(dir, `${s.name.replace(/\W+/g, '-')}.jsonl`);
-      const cfg = { ...s.cfg, steps: s.steps, promptsPerStep: 4, numGenerations: 4, maxNewTokens: 8, seed: 3, log, progress: false, sync: { verify: true, tolerance: 1e-3, bucketBytes: 65536 } };
-      const r = await launchFixture(s.nproc, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
-      expect(r.stderr, r.stdout.slice(-3000)).toBe('');
-      expect(r.code).toBe(0);
-      const res = r.results[0] as unknown as { steps: number; log: Array<{ step: number; verified: { checksums: boolean; fingerprints: number; maxLogprobDiff: number } | null; syncBytes: number; rewardMean: number }> };
-      expect(res.steps).toBe(s.steps);
-      expect(res.log.map((l) => l.step)).toEqual(Array.from({ length: s.steps }, (_, i) => i + 1));
-      for (const l of res.log) {
-        expect(l.verified, `step ${l.step}`).not.toBeNull();
-        expect(l.verified!.checksums).toBe(true);
-        // Exact fingerprints were compared on every engine rank (LoRA: against the last full sync).
-        expect(l.verified!.fingerprints).toBeGreaterThan(0);
-        expect(l.verified!.maxLogprobDiff).toBeLessThan(1e-3);
-        expect(l.syncBytes).toBeGreaterThan(0);
-        expect(Number.isFinite(l.rewardMean)).toBe(true);
-      }
-    }, 180_000);
+    it(
+      s.name,
+      async () => {
+        const log = join(dir, `${s.name.replace(/\W+/g, '-')}.jsonl`);
+        const cfg = {
+          ...s.cfg,
+          steps: s.steps,
+          promptsPerStep: 4,
+          numGenerations: 4,
+          maxNewTokens: 8,
+          seed: 3,
+          log,
+          progress: false,
+          sync: { verify: true, tolerance: 1e-3, bucketBytes: 65536 },
+        };
+        const r = await launchFixture(s.nproc, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+        expect(r.stderr, r.stdout.slice(-3000)).toBe('');
+        expect(r.code).toBe(0);
+        const res = r.results[0] as unknown as {
+          steps: number;
+          log: Array<{
+            step: number;
+            verified: { checksums: boolean; fingerprints: number; maxLogprobDiff: number } | null;
+            syncBytes: number;
+            rewardMean: number;
+          }>;
+        };
+        expect(res.steps).toBe(s.steps);
+        expect(res.log.map((l) => l.step)).toEqual(Array.from({ length: s.steps }, (_, i) => i + 1));
+        for (const l of res.log) {
+          expect(l.verified, `step ${l.step}`).not.toBeNull();
+          expect(l.verified!.checksums).toBe(true);
+          // Exact fingerprints were compared on every engine rank (LoRA: against the last full sync).
+          expect(l.verified!.fingerprints).toBeGreaterThan(0);
+          expect(l.verified!.maxLogprobDiff).toBeLessThan(1e-3);
+          expect(l.syncBytes).toBeGreaterThan(0);
+          expect(Number.isFinite(l.rewardMean)).toBe(true);
+        }
+      },
+      180_000,
+    );
   }
 });
 
 describe('GRPO checkpoint and resume', () => {
   it('a run stopped after step 2 and resumed gives the same steps 3-4 (rewards, loss, KL to the same reference) as an uninterrupted run', async () => {
-    const base = { mode: 'server', model: 'dense', trainer: { strategy: 'fsdp2' }, promptsPerStep: 4, numGenerations: 4, maxNewTokens: 8, seed: 5, progress: false, beta: 0.1, optimizer: { lr: 1e-2 }, sftWarmup: { steps: 5, batch: 16 } };
+    const base = {
+      mode: 'server',
+      model: 'dense',
+      trainer: { strategy: 'fsdp2' },
+      promptsPerStep: 4,
+      numGenerations: 4,
+      maxNewTokens: 8,
+      seed: 5,
+      progress: false,
+      beta: 0.1,
+      optimizer: { lr: 1e-2 },
+      sftWarmup: { steps: 5, batch: 16 },
+    };
     const straight = join(dir, 'straight.jsonl');
     const a = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify({ ...base, steps: 4, log: straight })], {}, 170_000);
     expect(a.code, a.stderr).toBe(0);
     const ck = join(dir, 'ckpt');
     const resumed = join(dir, 'resumed.jsonl');
-    const b1 = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify({ ...base, steps: 2, log: resumed, checkpoint: { dir: ck, every: 1 } })], {}, 170_000);
+    const b1 = await launchFixture(
+      2,
+      'test/fixtures/grpo/scenario.mjs',
+      [JSON.stringify({ ...base, steps: 2, log: resumed, checkpoint: { dir: ck, every: 1 } })],
+      {},
+      170_000,
+    );
     expect(b1.code, b1.stderr).toBe(0);
-    const b2 = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify({ ...base, steps: 4, log: resumed, checkpoint: { dir: ck, every: 1 }, resume: true })], {}, 170_000);
+    const b2 = await launchFixture(
+      2,
+      'test/fixtures/grpo/scenario.mjs',
+      [JSON.stringify({ ...base, steps: 4, log: resumed, checkpoint: { dir: ck, every: 1 }, resume: true })],
+      {},
+      170_000,
+    );
     expect(b2.code, b2.stderr).toBe(0);
     const ra = a.results[0] as unknown as { log: Array<{ step: number; rewardMean: number; loss: number; kl: number }> };
     const rb = b2.results[0] as unknown as { startStep: number; log: Array<{ step: number; rewardMean: number; loss: number; kl: number }> };
@@ -86,7 +172,20 @@ describe('GRPO checkpoint and resume', () => {
 describe('GRPO options and the quickstart entry', () => {
   it('beta > 0: KL to the reference (the policy after the warm-up) is 0 at step 1 and positive once the policy moved', async () => {
     const log = join(dir, 'kl.jsonl');
-    const cfg = { mode: 'server', model: 'dense', trainer: { strategy: 'fsdp2' }, steps: 2, promptsPerStep: 2, numGenerations: 8, maxNewTokens: 8, beta: 0.1, optimizer: { lr: 1e-2 }, sftWarmup: { steps: 10, batch: 16 }, log, progress: false };
+    const cfg = {
+      mode: 'server',
+      model: 'dense',
+      trainer: { strategy: 'fsdp2' },
+      steps: 2,
+      promptsPerStep: 2,
+      numGenerations: 8,
+      maxNewTokens: 8,
+      beta: 0.1,
+      optimizer: { lr: 1e-2 },
+      sftWarmup: { steps: 10, batch: 16 },
+      log,
+      progress: false,
+    };
     const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
     expect(r.code, r.stderr).toBe(0);
     const steps = (r.results[0] as unknown as { log: Array<{ kl: number }> }).log;
@@ -95,7 +194,13 @@ describe('GRPO options and the quickstart entry', () => {
   }, 180_000);
 
   it('examples/grpo.ts runs as the README shows (short run), and bad flags are clear errors', async () => {
-    const ok = await launchFixture(4, 'examples/grpo.ts', ['--steps', '2', '--sft-warmup', '2', '--prompts', '2', '--generations', '2', '--no-progress'], {}, 170_000);
+    const ok = await launchFixture(
+      4,
+      'examples/grpo.ts',
+      ['--steps', '2', '--sft-warmup', '2', '--prompts', '2', '--generations', '2', '--no-progress'],
+      {},
+      170_000,
+    );
     expect(ok.code, ok.stderr).toBe(0);
     expect(ok.stdout).toMatch(/step 2\/2 reward/);
     expect(ok.stdout).toMatch(/phase[\s\S]*generate[\s\S]*sync[\s\S]*total/);
@@ -106,7 +211,9 @@ describe('GRPO options and the quickstart entry', () => {
     // A bad flag is a usage error found by the entry's validateArgs in the launcher, before any
     // rank starts: one line naming the field and the value received, exit 2, no rank output.
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toMatch(/^launch: Invalid GRPO config: engine\.tp: expected engine\.tp to be 1, 2 or 4 \(received 3\) \(checked before starting the ranks\)$/m);
+    expect(bad.stderr).toMatch(
+      /^launch: Invalid GRPO config: engine\.tp: expected engine\.tp to be 1, 2 or 4 \(received 3\) \(checked before starting the ranks\)$/m,
+    );
     expect(bad.stderr.trim().split('\n')).toHaveLength(1);
     expect(bad.stdout).not.toMatch(/\[rank \d+\]/);
     // --resume with a folder holding no checkpoint is refused the same way.

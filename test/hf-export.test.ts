@@ -53,7 +53,8 @@ describe('Hugging Face model folder export', () => {
       const cfg = JSON.parse(readFileSync(join(out, 'config.json'), 'utf8'));
       expect(cfg.custom_field).toEqual({ kept: true });
       expect(cfg.torch_dtype).toBe('bfloat16');
-      for (const f of ['generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) expect(readFileSync(join(out, f), 'utf8')).toBe(readFileSync(join(src, f), 'utf8'));
+      for (const f of ['generation_config.json', 'tokenizer.json', 'tokenizer_config.json'])
+        expect(readFileSync(join(out, f), 'utf8')).toBe(readFileSync(join(src, f), 'utf8'));
       const ck = await Checkpoint.open(out);
       const dtypes = new Set(ck.tensors.map((t) => t.dtype));
       await ck.close();
@@ -75,7 +76,15 @@ describe('Hugging Face model folder export', () => {
         const reload = e.beginReload();
         reload.load(w);
         reload.finish();
-        return (await e.generate([[1, 5, 9, 14], [1, 20, 21]], { maxTokens: 8, temperature: 0, eosTokenId: 2 })).tokens;
+        return (
+          await e.generate(
+            [
+              [1, 5, 9, 14],
+              [1, 20, 21],
+            ],
+            { maxTokens: 8, temperature: 0, eosTokenId: 2 },
+          )
+        ).tokens;
       };
       expect(await gen(exported)).toEqual(await gen(rounded));
     } finally {
@@ -91,7 +100,10 @@ describe('Hugging Face model folder export', () => {
     const s = await createStrategy(parseTrainerConfig({ strategy: 'single', model: src, init: { seed: 5 } }), one);
     try {
       const want = await s.gatherState('params');
-      for (const [layout, name] of [['per-expert', 'model.layers.0.mlp.experts.3.gate_proj.weight'], ['fused', 'model.layers.0.mlp.experts.gate_up_proj']] as const) {
+      for (const [layout, name] of [
+        ['per-expert', 'model.layers.0.mlp.experts.3.gate_proj.weight'],
+        ['fused', 'model.layers.0.mlp.experts.gate_up_proj'],
+      ] as const) {
         const out = join(dir, `moe-${layout}`);
         await exportHfModel(s, { dir: out, source: src, expertLayout: layout });
         const read = await readF32Checkpoint(out);
@@ -132,11 +144,19 @@ describe('LoRA exports', () => {
       expect(ad.has(qa)).toBe(true);
       expect([...ad.keys()].every((k) => k.startsWith('base_model.model.') && /lora_[AB]/.test(k))).toBe(true);
       expect(ad.size).toBe(2 * 2 * 2); // 2 layers x (q, down) x (A, B)
-      expect(JSON.parse(readFileSync(join(dir, 'adapter', 'adapter_config.json'), 'utf8'))).toMatchObject({ peft_type: 'LORA', r: 4, lora_alpha: 8, target_modules: ['q_proj', 'down_proj'], task_type: 'CAUSAL_LM' });
+      expect(JSON.parse(readFileSync(join(dir, 'adapter', 'adapter_config.json'), 'utf8'))).toMatchObject({
+        peft_type: 'LORA',
+        r: 4,
+        lora_alpha: 8,
+        target_modules: ['q_proj', 'down_proj'],
+        task_type: 'CAUSAL_LM',
+      });
       await exportHfModel(s, { dir: join(dir, 'merged'), source: src, lora: config.lora!, merged: true });
       const merged = await readF32Checkpoint(join(dir, 'merged'));
       expect([...merged.keys()].some((k) => k.includes('lora'))).toBe(false);
-      const base = state.get('model.layers.0.mlp.down_proj.weight')!, A = state.get('model.layers.0.mlp.down_proj.lora_A.weight')!, B = state.get('model.layers.0.mlp.down_proj.lora_B.weight')!;
+      const base = state.get('model.layers.0.mlp.down_proj.weight')!,
+        A = state.get('model.layers.0.mlp.down_proj.lora_A.weight')!,
+        B = state.get('model.layers.0.mlp.down_proj.lora_B.weight')!;
       const [O, I] = base.shape as [number, number];
       const got = merged.get('model.layers.0.mlp.down_proj.weight')!.data;
       let worst = 0;

@@ -20,7 +20,11 @@ async function save(folder: string, configPath: string, maxShardBytes: number, e
   mkdirSync(folder, { recursive: true });
   const cfg = loadModelConfig(configPath);
   const tensors = toHostTensors(initParams(cfg, 1, { expertLayout }));
-  await writeCheckpoint(folder, [...tensors].map(([name, t]) => ({ name, ...t })), { maxShardBytes, metadata: { format: 'pt' } });
+  await writeCheckpoint(
+    folder,
+    [...tensors].map(([name, t]) => ({ name, ...t })),
+    { maxShardBytes, metadata: { format: 'pt' } },
+  );
   copyFileSync(configPath, join(folder, 'config.json'));
 }
 
@@ -132,9 +136,22 @@ describe('ascent inspect', () => {
       [folder('empty-folder'), /no model\.safetensors\.index\.json or model\.safetensors in this folder/],
       [(mkdirSync(join(folder('dir-single'), 'model.safetensors')), join(bad, 'dir-single')), /model\.safetensors: is a directory/],
       [(mkdirSync(join(folder('dir-index'), 'model.safetensors.index.json')), join(bad, 'dir-index')), /cannot read the shard index \(it is a directory/],
-      [(writeFileSync(join(folder('dup-index'), 'model.safetensors.index.json'), '{"weight_map":{"a":"x.safetensors","a":"y.safetensors"}}'), join(bad, 'dup-index')), /duplicate key "a"/],
-      [(writeFileSync(join(folder('proto-index'), 'model.safetensors.index.json'), '{"weight_map":{"constructor":"model-00001-of-00001.safetensors"}}'), join(bad, 'proto-index')), /shard "model-00001-of-00001\.safetensors" is missing/],
-      [(writeFileSync(join(folder('bad-config'), 'config.json'), '{'), copyFileSync(join(dir, 'dense', 'model.safetensors'), join(bad, 'bad-config', 'model.safetensors')), join(bad, 'bad-config')), /config\.json/],
+      [
+        (writeFileSync(join(folder('dup-index'), 'model.safetensors.index.json'), '{"weight_map":{"a":"x.safetensors","a":"y.safetensors"}}'),
+        join(bad, 'dup-index')),
+        /duplicate key "a"/,
+      ],
+      [
+        (writeFileSync(join(folder('proto-index'), 'model.safetensors.index.json'), '{"weight_map":{"constructor":"model-00001-of-00001.safetensors"}}'),
+        join(bad, 'proto-index')),
+        /shard "model-00001-of-00001\.safetensors" is missing/,
+      ],
+      [
+        (writeFileSync(join(folder('bad-config'), 'config.json'), '{'),
+        copyFileSync(join(dir, 'dense', 'model.safetensors'), join(bad, 'bad-config', 'model.safetensors')),
+        join(bad, 'bad-config')),
+        /config\.json/,
+      ],
       [join(bad, 'missing'), /missing: cannot open \(ENOENT\)/],
     ];
     const shardDir = join(bad, 'moe-sharded-copy');

@@ -1,7 +1,21 @@
 import { describe, expect, it } from 'vitest';
 import {
-  DTYPES, Device, Tensor, add, loadNative, arange, axpy, cast, fill, matmul, mul, permute, scale, transpose,
-  type DType, type KernelImpl,
+  DTYPES,
+  Device,
+  Tensor,
+  add,
+  loadNative,
+  arange,
+  axpy,
+  cast,
+  fill,
+  matmul,
+  mul,
+  permute,
+  scale,
+  transpose,
+  type DType,
+  type KernelImpl,
 } from '../src/runtime/device/device-index.js';
 
 const d = Device.get(0);
@@ -11,7 +25,11 @@ function randomF32(n: number, seed: number, specials = false): Float32Array {
   let x = seed >>> 0 || 1;
   const out = new Float32Array(n);
   for (let i = 0; i < n; i++) {
-    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
     out[i] = (x / 2 ** 32) * 4 - 2;
   }
   if (specials && n >= 8) out.set([NaN, Infinity, -Infinity, 0, -0, 3e38, 1e-40, 70000.5], 0);
@@ -92,7 +110,11 @@ describe('kernels: fast vs reference', () => {
   it('permute and transpose agree and match a JS gather', async () => {
     const shape = [3, 4, 5, 2];
     const n = 3 * 4 * 5 * 2;
-    const src = Tensor.fromArray(d, Float32Array.from({ length: n }, (_, i) => i), shape);
+    const src = Tensor.fromArray(
+      d,
+      Float32Array.from({ length: n }, (_, i) => i),
+      shape,
+    );
     const dims = [2, 0, 3, 1];
     await expectParity((impl) => permute(src, dims, { impl }));
     const out = await permute(src, dims).toArray();
@@ -166,14 +188,26 @@ describe('kernels: matmul', () => {
   }
 
   const cases: [number, number, number, number][] = [
-    [1, 1, 1, 1], [1, 7, 13, 5], [2, 33, 17, 65], [1, 70, 130, 300], [3, 6, 16, 9], [1, 125, 19, 257],
+    [1, 1, 1, 1],
+    [1, 7, 13, 5],
+    [2, 33, 17, 65],
+    [1, 70, 130, 300],
+    [3, 6, 16, 9],
+    [1, 125, 19, 257],
     // Blocking edges of the fast kernel: two MC blocks with ragged slivers (m=151), two
     // NC panels (n > 2048), three KC slices (k=530), and an empty inner dim (C = 0).
-    [1, 151, 37, 530], [1, 7, 2085, 3], [2, 5, 7, 0],
+    [1, 151, 37, 530],
+    [1, 7, 2085, 3],
+    [2, 5, 7, 0],
   ];
 
   for (const [batch, m, n, k] of cases) {
-    for (const [ta, tb] of [[false, false], [true, false], [false, true], [true, true]] as const) {
+    for (const [ta, tb] of [
+      [false, false],
+      [true, false],
+      [false, true],
+      [true, true],
+    ] as const) {
       it(`batch=${batch} m=${m} n=${n} k=${k} transA=${ta} transB=${tb}`, async () => {
         const aShape = ta ? [k, m] : [m, k];
         const bShape = tb ? [n, k] : [k, n];
@@ -221,7 +255,8 @@ describe('kernels: matmul', () => {
         expect(native.setMatmulKernel(m.mode)).toEqual({ fp32: m.fp32, bf16: m.bf16 });
         for (const [batch, mm, n, k] of cases) {
           for (const inDtype of ['fp32', 'bf16'] as const) {
-            const a32 = randomF32(batch * mm * k, 5), b32 = randomF32(batch * k * n, 6);
+            const a32 = randomF32(batch * mm * k, 5),
+              b32 = randomF32(batch * k * n, 6);
             const lead = batch > 1 ? [batch] : [];
             const a = Tensor.fromArray(d, a32, [...lead, k, mm], { dtype: inDtype });
             const b = Tensor.fromArray(d, b32, [...lead, n, k], { dtype: inDtype });

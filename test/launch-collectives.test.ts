@@ -38,7 +38,9 @@ describe('collectives under launch', () => {
     const r = await run('launch.mjs', ['--nproc', '4', '--grace-period', '1', FAULTS, 'skip'], { HCCL_EXEC_TIMEOUT: '2', ASCENT_TRACE_DIR: traceDir });
     expect(r.code).toBe(1);
     // One report for the three ranks that timed out, and the rank that skipped is the culprit.
-    expect(r.stderr).toMatch(/\[launch\] ranks \[0, 1, 2\] failed with (the same error|a CollectiveTimeoutError) \(as on rank [0-2]\): CollectiveTimeoutError: /);
+    expect(r.stderr).toMatch(
+      /\[launch\] ranks \[0, 1, 2\] failed with (the same error|a CollectiveTimeoutError) \(as on rank [0-2]\): CollectiveTimeoutError: /,
+    );
     expect(r.stderr.match(/: CollectiveTimeoutError/g)).toHaveLength(1);
     expect(r.stderr).toContain('(culprit: rank 3,');
     expect(r.stderr).toContain('seq 2');
@@ -73,7 +75,9 @@ describe('collectives under launch', () => {
     // every rank's error is the same and the culprit cannot be told from the victims.
     expect(r.stderr).toContain('(culprit: rank 2,');
     const t = await run('ascent.mjs', ['trace', traceDir]);
-    expect(t.stdout).toMatch(/seq 2: fingerprints differ: ranks \[0, 1, 3\] called allReduce\(fp32, count=2, op=sum\); rank 2 called broadcast\(fp32, count=2, root=0\)/);
+    expect(t.stdout).toMatch(
+      /seq 2: fingerprints differ: ranks \[0, 1, 3\] called allReduce\(fp32, count=2, op=sum\); rank 2 called broadcast\(fp32, count=2, root=0\)/,
+    );
   });
 
   it('a rank that exits mid-collective fails the run at once, naming it', async () => {
@@ -81,7 +85,9 @@ describe('collectives under launch', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('[launch] rank 1 exited with code 3');
     // The peers' aborted collectives name rank 1 as the cause; the summary names it as the root.
-    expect(r.stderr).toMatch(/ranks \[0, 2, 3\] failed with (the same error|a CommAbortedError) \(as on rank [023]\): CommAbortedError: .*Cause: rank 1's worker exited/);
+    expect(r.stderr).toMatch(
+      /ranks \[0, 2, 3\] failed with (the same error|a CommAbortedError) \(as on rank [023]\): CommAbortedError: .*Cause: rank 1's worker exited/,
+    );
     expect(r.stderr).toContain('FAILED: all 4 ranks failed (culprit: rank 1, exited with code 3');
   });
 

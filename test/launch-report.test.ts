@@ -15,7 +15,12 @@ const timeout = (rank: number, missing: number[] | undefined, order: number): Ra
 
 describe('launch report: the culprit', () => {
   it('a rank that failed on its own is the culprit even when a victim failed first', () => {
-    const aborted: RankOutcome = { rank: 0, end: 'failed', order: 0, error: { name: 'CommAbortedError', code: 'ASCENT_COMM_ABORTED', message: 'aborted', details: { culpritWorldRanks: [2] } } };
+    const aborted: RankOutcome = {
+      rank: 0,
+      end: 'failed',
+      order: 0,
+      error: { name: 'CommAbortedError', code: 'ASCENT_COMM_ABORTED', message: 'aborted', details: { culpritWorldRanks: [2] } },
+    };
     const own: RankOutcome = { rank: 2, end: 'failed', order: 1, error: { name: 'Error', message: 'boom' } };
     expect(pickCulprit([aborted, own, { rank: 1, end: 'stopped' }])?.ranks).toEqual([2]);
   });
@@ -32,7 +37,12 @@ describe('launch report: the culprit', () => {
       rank: r,
       end: 'failed' as const,
       order: r === 1 ? 0 : r + 1,
-      error: { name: 'CollectiveMismatchError', code: 'ASCENT_COLLECTIVE_MISMATCH', message: 'ranks [0,1,3] called allReduce but rank 2 called broadcast', details: { culpritWorldRanks: [2] } },
+      error: {
+        name: 'CollectiveMismatchError',
+        code: 'ASCENT_COLLECTIVE_MISMATCH',
+        message: 'ranks [0,1,3] called allReduce but rank 2 called broadcast',
+        details: { culpritWorldRanks: [2] },
+      },
     }));
     expect(pickCulprit(outcomes)?.ranks).toEqual([2]);
   });
@@ -50,7 +60,10 @@ describe('launch report: the culprit', () => {
   });
 
   it('without the field: a rank that hung is the culprit; one still outside the collective is a suspect', () => {
-    expect(pickCulprit([timeout(0, undefined, 0), { rank: 1, end: 'hung' }, timeout(2, undefined, 1)])).toMatchObject({ ranks: [1], reason: expect.stringMatching(/hung/) });
+    expect(pickCulprit([timeout(0, undefined, 0), { rank: 1, end: 'hung' }, timeout(2, undefined, 1)])).toMatchObject({
+      ranks: [1],
+      reason: expect.stringMatching(/hung/),
+    });
     expect(pickCulprit([timeout(0, undefined, 0), { rank: 1, end: 'done' }, timeout(2, undefined, 1)])?.ranks).toEqual([1]);
   });
 
@@ -63,7 +76,12 @@ describe('launch report: the culprit', () => {
 
 describe('launch report: grouping', () => {
   it('the same error on every rank is one group, even when each message names its own rank', () => {
-    const outcomes = [0, 1, 2, 3].map((r) => ({ rank: r, end: 'failed' as const, order: 3 - r, error: { name: 'CommAbortedError', code: 'ASCENT_COMM_ABORTED', message: `rank ${r}'s allReduce cannot run. Cause: rank 9's worker exited` } }));
+    const outcomes = [0, 1, 2, 3].map((r) => ({
+      rank: r,
+      end: 'failed' as const,
+      order: 3 - r,
+      error: { name: 'CommAbortedError', code: 'ASCENT_COMM_ABORTED', message: `rank ${r}'s allReduce cannot run. Cause: rank 9's worker exited` },
+    }));
     const groups = groupFailures(outcomes);
     expect(groups).toHaveLength(1);
     expect(groups[0]!.ranks).toEqual([0, 1, 2, 3]);

@@ -22,7 +22,11 @@ function runLaunch(args: string[], opts: Parameters<typeof runBin>[2] = {}): Pro
   return runBin('launch.mjs', args, opts);
 }
 
-function runBin(bin: string, args: string[], opts: { hangGuardMs?: number; onStdout?: OnChunk; onStderr?: OnChunk; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
+function runBin(
+  bin: string,
+  args: string[],
+  opts: { hangGuardMs?: number; onStdout?: OnChunk; onStderr?: OnChunk; env?: NodeJS.ProcessEnv } = {},
+): Promise<Run> {
   return new Promise((resolve) => {
     const env: NodeJS.ProcessEnv = { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB', ...opts.env };
     if (!opts.env?.HCCL_CONNECT_TIMEOUT) delete env.HCCL_CONNECT_TIMEOUT;
@@ -61,7 +65,15 @@ describe('launch', () => {
     expect(new Set(reports.map((x) => x.rank)).size).toBe(16);
     for (const x of reports) {
       expect(x.prefix).toBe(x.rank);
-      expect(x).toMatchObject({ worldSize: 16, localRank: x.rank, envRank: String(x.rank), envWorld: '16', device: x.rank, args: ['--lr', '3e-4'], hcclConnectTimeout: '120' });
+      expect(x).toMatchObject({
+        worldSize: 16,
+        localRank: x.rank,
+        envRank: String(x.rank),
+        envWorld: '16',
+        device: x.rank,
+        args: ['--lr', '3e-4'],
+        hcclConnectTimeout: '120',
+      });
     }
     for (let rank = 0; rank < 16; rank++) expect(r.stdout).toContain(`[rank ${rank}] echo(hi from ${rank}) from 15`);
   });
@@ -109,7 +121,10 @@ describe('launch', () => {
   it('a world stopped while ranks wait in a collective aborts it blaming nobody', async () => {
     const r = await runLaunch(['--nproc', '3', '--max-time', '1.5', '--grace-period', '2', fx('stop-in-collective.mjs')]);
     expect(r.code).toBe(124);
-    const results = r.stdout.split('\n').filter((l) => l.includes('RESULT ')).map((l) => JSON.parse(l.slice(l.indexOf('RESULT ') + 7)) as { rank: number; code?: string; message?: string; culprits?: number[] | null });
+    const results = r.stdout
+      .split('\n')
+      .filter((l) => l.includes('RESULT '))
+      .map((l) => JSON.parse(l.slice(l.indexOf('RESULT ') + 7)) as { rank: number; code?: string; message?: string; culprits?: number[] | null });
     expect(results.map((x) => x.rank).sort()).toEqual([1, 2]);
     for (const x of results) {
       expect(x.code).toBe('ASCENT_COMM_ABORTED');
@@ -171,7 +186,10 @@ describe('launch', () => {
     [['--nproc', '2', '--nproc-per-node', '4', 'test/fixtures/launch/hello.ts'], /--nproc 2 and --nproc-per-node 4 disagree/],
     [['--nproc', '2', 'README.md'], /must be a \.ts, \.mts, \.js or \.mjs file/],
     [['--nproc', '2', '--max-time', 'soon', 'test/fixtures/launch/hello.ts'], /non-negative number of seconds for --max-time/],
-    [['--nproc', '2', '--enable-npu-model-patch', 'yes', 'test/fixtures/launch/hello.ts'], /Expected true or false for --enable-npu-model-patch but received "yes"/],
+    [
+      ['--nproc', '2', '--enable-npu-model-patch', 'yes', 'test/fixtures/launch/hello.ts'],
+      /Expected true or false for --enable-npu-model-patch but received "yes"/,
+    ],
     [['--nproc', '2', '--enable-npu-model-patch'], /argument missing|missing required argument/],
   ])('bad flags %j exit 2 with the error and the usage', async (args, message) => {
     const r = await runLaunch(args);
@@ -256,7 +274,7 @@ describe('launch', () => {
     expect(r.stderr).not.toContain('FAILED');
   });
 
-  it('a ConfigError on rank 0 alone (the others stopped) is reported once as rank 0\'s, exit 2', async () => {
+  it("a ConfigError on rank 0 alone (the others stopped) is reported once as rank 0's, exit 2", async () => {
     const r = await runLaunch(['--nproc', '4', fx('config-error.mjs'), 'rank0']);
     expect(r.code).toBe(2);
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
@@ -283,7 +301,9 @@ describe('launch', () => {
     for (let rank = 0; rank < 16; rank++) expect(r.stdout).toContain(`[rank ${rank}] finally ran on rank ${rank}`);
     expect(r.stderr).toContain('FAILED: all 16 ranks failed (culprit: rank 0,');
     // The 15 aborted collectives are one report, not 15.
-    expect(r.stderr).toMatch(/ranks \[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15\] failed with (the same error|a CommAbortedError) \(as on rank \d+\): CommAbortedError/);
+    expect(r.stderr).toMatch(
+      /ranks \[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15\] failed with (the same error|a CommAbortedError) \(as on rank \d+\): CommAbortedError/,
+    );
     expect(r.stderr.match(/: CommAbortedError/g)).toHaveLength(1);
   });
 

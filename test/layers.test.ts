@@ -12,7 +12,9 @@ const DEPCRUISE = join(ROOT, 'node_modules', 'dependency-cruiser', 'bin', 'depen
 
 function cruise(...paths: string[]): { status: number | null; report: string } {
   const r = spawnSync(process.execPath, [DEPCRUISE, '--config', '.dependency-cruiser.cjs', '--output-type', 'err', ...paths], {
-    cwd: ROOT, encoding: 'utf8', timeout: 120_000,
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 120_000,
   });
   return { status: r.status, report: `${r.stdout}${r.stderr}` };
 }

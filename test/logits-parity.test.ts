@@ -24,7 +24,10 @@ import { Device } from '../src/runtime/device/device.js';
 import type { LossFn } from '../src/train/strategy.js';
 
 const DIR = fileURLToPath(new URL('./fixtures/parity/', import.meta.url));
-const fx = JSON.parse(readFileSync(join(DIR, 'logits.json'), 'utf8')) as { inputs: number[][]; cases: Array<{ folder: string; logits: number[]; shape: number[] }> };
+const fx = JSON.parse(readFileSync(join(DIR, 'logits.json'), 'utf8')) as {
+  inputs: number[][];
+  cases: Array<{ folder: string; logits: number[]; shape: number[] }>;
+};
 
 function logSoftmaxAt(logits: number[], V: number, row: number, token: number): number {
   const z = logits.slice(row * V, (row + 1) * V);
@@ -33,8 +36,12 @@ function logSoftmaxAt(logits: number[], V: number, row: number, token: number): 
 }
 
 async function trainerLogits(folder: string, inputs: number[][]): Promise<Float32Array> {
-  const B = inputs.length, S = inputs[0]!.length;
-  const s = await createStrategy(parseTrainerConfig({ strategy: 'single', model: folder, init: 'checkpoint' }), { comm: { size: 1, rank: 0 } as never, device: Device.get(0) });
+  const B = inputs.length,
+    S = inputs[0]!.length;
+  const s = await createStrategy(parseTrainerConfig({ strategy: 'single', model: folder, init: 'checkpoint' }), {
+    comm: { size: 1, rank: 0 } as never,
+    device: Device.get(0),
+  });
   let got: Float32Array | null = null;
   try {
     const capture: LossFn = async (tape, logits) => {
@@ -67,8 +74,13 @@ describe('logits parity with a plain PyTorch Qwen3 / Qwen3-MoE', () => {
   for (const c of fx.cases) {
     it(`${c.folder}: trainer logits within 1e-4 relative, engine log-probs within 1e-4`, async () => {
       const folder = join(DIR, c.folder);
-      const B = fx.inputs.length, S = fx.inputs[0]!.length, V = c.shape[2]!;
-      const s = await createStrategy(parseTrainerConfig({ strategy: 'single', model: folder, init: 'checkpoint' }), { comm: { size: 1, rank: 0 } as never, device: Device.get(0) });
+      const B = fx.inputs.length,
+        S = fx.inputs[0]!.length,
+        V = c.shape[2]!;
+      const s = await createStrategy(parseTrainerConfig({ strategy: 'single', model: folder, init: 'checkpoint' }), {
+        comm: { size: 1, rank: 0 } as never,
+        device: Device.get(0),
+      });
       let got: Float32Array | null = null;
       try {
         const capture: LossFn = async (tape, logits) => {

@@ -34,7 +34,13 @@ const device = Device.get(0);
 const stream = device.defaultStream;
 
 const DENSE_LORA: LoraConfigInput = { rank: 4, alpha: 8, targetModules: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'], seed: 5 };
-const MOE_LORA: LoraConfigInput = { rank: 4, alpha: 8, targetModules: ['q', 'v'], targetParameters: ['mlp.experts.gate_up_proj', 'mlp.experts.down_proj'], seed: 5 };
+const MOE_LORA: LoraConfigInput = {
+  rank: 4,
+  alpha: 8,
+  targetModules: ['q', 'v'],
+  targetParameters: ['mlp.experts.gate_up_proj', 'mlp.experts.down_proj'],
+  seed: 5,
+};
 
 /** Adapter params with B random too (init B is zero), so the update is not trivially 0. */
 function randomAdapters(a: LoraAdapters, seed: number): Map<string, HostParam> {
@@ -106,7 +112,9 @@ describe('LoRA config', () => {
 
   it('lists PEFT-named adapter specs with shapes; a full expert name selects one layer', () => {
     const specs = loraParamSpecs(moe, { rank: 3, alpha: 3, targetModules: ['o'], targetParameters: ['model.layers.1.mlp.experts.gate_up_proj'] });
-    const E = moe.moe!.numExperts, I = moe.moe!.intermediateSize, H = moe.hiddenSize;
+    const E = moe.moe!.numExperts,
+      I = moe.moe!.intermediateSize,
+      H = moe.hiddenSize;
     expect(specs.map((s) => [s.name, s.shape, s.base, s.kind])).toEqual([
       ['model.layers.0.self_attn.o_proj.lora_A.weight', [3, moe.numHeads * moe.headDim], 'model.layers.0.self_attn.o_proj.weight', 'linear'],
       ['model.layers.0.self_attn.o_proj.lora_B.weight', [H, 3], 'model.layers.0.self_attn.o_proj.weight', 'linear'],
@@ -162,11 +170,13 @@ describe.each([
       const s = adapters.scaling;
       for (const t of adapters.targets) {
         const dW = gm.get(t.base)!;
-        const A = ad.get(t.a)!, B = ad.get(t.b)!;
+        const A = ad.get(t.a)!,
+          B = ad.get(t.b)!;
         const E = t.kind === 'experts' ? t.baseShape[0]! : 1;
         const [out, inn] = t.baseShape.slice(-2) as [number, number];
         const r = t.aShape[t.aShape.length - 2]!;
-        const wantA = new Float64Array(A.data.length), wantB = new Float64Array(B.data.length);
+        const wantA = new Float64Array(A.data.length),
+          wantB = new Float64Array(B.data.length);
         for (let e = 0; e < E; e++)
           for (let i = 0; i < out; i++)
             for (let j = 0; j < inn; j++) {
@@ -176,7 +186,10 @@ describe.each([
                 wantA[e * r * inn + q * inn + j]! += d * B.data[e * out * r + i * r + q]!;
               }
             }
-        for (const [name, want] of [[t.a, wantA], [t.b, wantB]] as const) {
+        for (const [name, want] of [
+          [t.a, wantA],
+          [t.b, wantB],
+        ] as const) {
           const got = g.get(name)!.data;
           const scale = maxAbs(want);
           expect(scale, name).toBeGreaterThan(0);
@@ -215,7 +228,9 @@ describe.each([
         const h = adapters.hooks((_t, n) => (n.includes('lora_') ? lora.store.get(n) : other.store.get(n)));
         const tape = new Tape({ stream });
         const x = new Var(tape.own(Tensor.fromArray(device, rand(2 * cfg.hiddenSize, 1), [2, cfg.hiddenSize], { stream })));
-        expect(() => h.linear(tape, x, other.store.get('model.layers.0.self_attn.q_proj.weight'), 'model.layers.0.self_attn.q_proj.weight')).toThrow(InvalidArgumentError);
+        expect(() => h.linear(tape, x, other.store.get('model.layers.0.self_attn.q_proj.weight'), 'model.layers.0.self_attn.q_proj.weight')).toThrow(
+          InvalidArgumentError,
+        );
         tape.release();
       } finally {
         other.release();
@@ -256,7 +271,9 @@ describe.each([
       const after = await s.gatherState('params');
       const names = new Set(s.lora!.adapters.names);
       for (const [name, p] of after) {
-        const same = Buffer.from(p.data.buffer, p.data.byteOffset, p.data.byteLength).equals(Buffer.from(before.get(name)!.data.buffer, before.get(name)!.data.byteOffset, before.get(name)!.data.byteLength));
+        const same = Buffer.from(p.data.buffer, p.data.byteOffset, p.data.byteLength).equals(
+          Buffer.from(before.get(name)!.data.buffer, before.get(name)!.data.byteOffset, before.get(name)!.data.byteLength),
+        );
         expect(same, name).toBe(!names.has(name));
       }
       expect(losses[5]!).toBeLessThan(losses[0]! * 0.97);
@@ -267,7 +284,11 @@ describe.each([
 });
 
 describe('LoRA dropout (dense)', () => {
-  const T = 6, IN = 16, OUT = 12, R = 3, P = 0.3;
+  const T = 6,
+    IN = 16,
+    OUT = 12,
+    R = 3,
+    P = 0.3;
   const cfg: LoraConfigInput = { rank: R, alpha: 6, dropout: P, targetModules: ['q'] };
 
   it('one projection equals host math with the same mask, forward and gradients', async () => {
@@ -275,8 +296,14 @@ describe('LoRA dropout (dense)', () => {
     const name = 'model.layers.0.self_attn.q_proj.weight';
     const [xh, wh, ah, bh, gh] = [rand(T * IN, 1), rand(OUT * IN, 2, 0.2), rand(R * IN, 3, 0.3), rand(OUT * R, 4, 0.3), rand(T * OUT, 5)];
     const up = (d: Float32Array, shape: number[], grad: boolean) => new Var(Tensor.fromArray(device, d, shape, { stream }), grad);
-    const x = up(xh, [T, IN], true), w = up(wh, [OUT, IN], false), a = up(ah, [R, IN], true), b = up(bh, [OUT, R], true);
-    const vars = new Map([[`a`, a], ['b', b]]);
+    const x = up(xh, [T, IN], true),
+      w = up(wh, [OUT, IN], false),
+      a = up(ah, [R, IN], true),
+      b = up(bh, [OUT, R], true);
+    const vars = new Map([
+      [`a`, a],
+      ['b', b],
+    ]);
     const h = adapters.hooks((_t, n) => vars.get(n.includes('lora_A') ? 'a' : 'b')!);
     h.dropoutSeed = 77;
     const tape = new Tape({ stream });
@@ -289,10 +316,14 @@ describe('LoRA dropout (dense)', () => {
       const s = adapters.scaling;
       const xm = xh.map((v, i) => v * m[i]!);
       // Host fp64: u = xm·Aᵀ [T, R], y = x·Wᵀ + s·u·Bᵀ, gb = g·B [T, R]; dB = s·gᵀ·u, dA = s·gbᵀ·xm, dx = g·W + s·(gb·A)⊙m.
-      const u = new Float64Array(T * R), gb = new Float64Array(T * R);
+      const u = new Float64Array(T * R),
+        gb = new Float64Array(T * R);
       for (let t = 0; t < T; t++) for (let q = 0; q < R; q++) for (let j = 0; j < IN; j++) u[t * R + q]! += xm[t * IN + j]! * ah[q * IN + j]!;
       for (let t = 0; t < T; t++) for (let q = 0; q < R; q++) for (let i = 0; i < OUT; i++) gb[t * R + q]! += gh[t * OUT + i]! * bh[i * R + q]!;
-      const wantY = new Float64Array(T * OUT), wantDx = new Float64Array(T * IN), wantDa = new Float64Array(R * IN), wantDb = new Float64Array(OUT * R);
+      const wantY = new Float64Array(T * OUT),
+        wantDx = new Float64Array(T * IN),
+        wantDa = new Float64Array(R * IN),
+        wantDb = new Float64Array(OUT * R);
       for (let t = 0; t < T; t++)
         for (let i = 0; i < OUT; i++) {
           let acc = 0;
@@ -308,7 +339,12 @@ describe('LoRA dropout (dense)', () => {
             wantDa[q * IN + j]! += s * gb[t * R + q]! * xm[t * IN + j]!;
             wantDx[t * IN + j]! += s * gb[t * R + q]! * ah[q * IN + j]! * m[t * IN + j]!;
           }
-      for (const [got, want, what] of [[yd, wantY, 'y'], [dx, wantDx, 'dx'], [da, wantDa, 'dA'], [db, wantDb, 'dB']] as const) {
+      for (const [got, want, what] of [
+        [yd, wantY, 'y'],
+        [dx, wantDx, 'dx'],
+        [da, wantDa, 'dA'],
+        [db, wantDb, 'dB'],
+      ] as const) {
         expect(maxDiff(got, want) / maxAbs(want), what).toBeLessThan(1e-5);
       }
       expect(w.grad).toBeUndefined();

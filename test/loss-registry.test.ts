@@ -5,17 +5,25 @@ import { lossByName, registeredLosses, registerLoss, type LossBuilder } from '..
 
 describe('loss registry', () => {
   it('an unknown name throws a clear error naming the registered losses', () => {
-    registerLoss('test-a', () => async () => { throw new Error('unused'); });
+    registerLoss('test-a', () => async () => {
+      throw new Error('unused');
+    });
     expect(() => lossByName('nope')).toThrow(InvalidArgumentError);
     expect(() => lossByName('nope')).toThrow(/No loss is registered as 'nope'.*registered: .*test-a.*HINT/);
   });
 
   it('returns the registered builder; a different builder under a taken name is refused', () => {
-    const build: LossBuilder = () => async () => { throw new Error('unused'); };
+    const build: LossBuilder = () => async () => {
+      throw new Error('unused');
+    };
     registerLoss('test-b', build);
     registerLoss('test-b', build);
     expect(lossByName('test-b')).toBe(build);
-    expect(() => registerLoss('test-b', () => async () => { throw new Error('other'); })).toThrow(/already registered as 'test-b'/);
+    expect(() =>
+      registerLoss('test-b', () => async () => {
+        throw new Error('other');
+      }),
+    ).toThrow(/already registered as 'test-b'/);
     expect(() => registerLoss('', build)).toThrow(InvalidArgumentError);
   });
 

@@ -38,7 +38,9 @@ describe.each(['dense', 'moe'] as const)('bridge round trip, tiny-%s', (which) =
 
   it('missing or unexpected tensors are errors naming them', () => {
     expect(() => hfToMegatron(cfg, new Map([...hf].filter(([n]) => n !== 'model.norm.weight')))).toThrow(/model\.norm\.weight is missing/);
-    expect(() => hfToMegatron(cfg, new Map([...hf, ['model.extra', { shape: [1], data: new Float32Array(1) }]]))).toThrow(/unexpected HF tensors \[model\.extra\]/);
+    expect(() => hfToMegatron(cfg, new Map([...hf, ['model.extra', { shape: [1], data: new Float32Array(1) }]]))).toThrow(
+      /unexpected HF tensors \[model\.extra\]/,
+    );
   });
 });
 
@@ -76,7 +78,8 @@ describe('Megatron layouts', () => {
     const dense = cfgOf('dense');
     const I = dense.intermediateSize;
     const hf = initialParams(dense, 1);
-    const gate = hf.get('model.layers.1.mlp.gate_proj.weight')!, up = hf.get('model.layers.1.mlp.up_proj.weight')!;
+    const gate = hf.get('model.layers.1.mlp.gate_proj.weight')!,
+      up = hf.get('model.layers.1.mlp.up_proj.weight')!;
     for (let r = 0; r < I; r++) {
       gate.data.fill(r, r * dense.hiddenSize, (r + 1) * dense.hiddenSize);
       up.data.fill(-1 - r, r * dense.hiddenSize, (r + 1) * dense.hiddenSize);
@@ -87,7 +90,10 @@ describe('Megatron layouts', () => {
     expect(rows(fc1)).toEqual([...Array.from({ length: I }, (_, r) => r), ...Array.from({ length: I }, (_, r) => -1 - r)]);
     const spec = megatronSpecs(dense).find((s) => s.name === name)!;
     const half = I / 2;
-    expect(rows(tpSlice(spec, fc1, 2, 1))).toEqual([...Array.from({ length: half }, (_, r) => half + r), ...Array.from({ length: half }, (_, r) => -1 - half - r)]);
+    expect(rows(tpSlice(spec, fc1, 2, 1))).toEqual([
+      ...Array.from({ length: half }, (_, r) => half + r),
+      ...Array.from({ length: half }, (_, r) => -1 - half - r),
+    ]);
   });
 
   it('experts: local_experts.e.linear_fc1 is expert e of gate_up_proj, linear_fc2 of down_proj', () => {
@@ -107,7 +113,9 @@ describe('parallel sizes', () => {
     expect(() => checkParallelSizes(dense, 4, { tp: 2, dp: 1 })).toThrow(/world size 4 != tp \(2\) x dp \(1\) = 2.*--nproc 2.*dp = 2/);
     expect(() => checkParallelSizes(dense, 3, { tp: 3 })).toThrow(/tp=3 does not divide num_attention_heads=4.*tp in \[1, 2\]/);
     expect(() => checkParallelSizes({ ...dense, numHeads: 8, numKvHeads: 2 }, 4, { tp: 4 })).toThrow(/tp=4 does not divide num_key_value_heads=2/);
-    expect(() => checkParallelSizes({ ...dense, numHeads: 8, numKvHeads: 4, intermediateSize: 382 }, 4, { tp: 4 })).toThrow(/tp=4 does not divide intermediate_size=382.*tp in \[1, 2\]/);
+    expect(() => checkParallelSizes({ ...dense, numHeads: 8, numKvHeads: 4, intermediateSize: 382 }, 4, { tp: 4 })).toThrow(
+      /tp=4 does not divide intermediate_size=382.*tp in \[1, 2\]/,
+    );
     expect(() => checkParallelSizes(moe, 6, { tp: 1, ep: 3 })).toThrow(/ep=3 does not divide num_experts=8.*ep in \[1, 2\]/);
     expect(() => checkParallelSizes(moe, 2, { ep: 4 })).toThrow(/ep=4 does not divide dp=2/);
     expect(() => checkParallelSizes(dense, 2, { ep: 2 })).toThrow(/needs a MoE model/);

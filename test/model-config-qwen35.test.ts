@@ -16,12 +16,27 @@ import { Device } from '../src/runtime/device/device.js';
 
 /** A shrunken Qwen3.5 text config, in the hub's field spelling. */
 export const TEXT = {
-  model_type: 'qwen3_5_text', hidden_size: 32, intermediate_size: 48, num_hidden_layers: 4, num_attention_heads: 4,
-  num_key_value_heads: 2, head_dim: 16, hidden_act: 'silu', rms_norm_eps: 1e-6, vocab_size: 40, attention_bias: false,
-  linear_num_key_heads: 2, linear_num_value_heads: 4, linear_key_head_dim: 8, linear_value_head_dim: 8, linear_conv_kernel_dim: 4,
+  model_type: 'qwen3_5_text',
+  hidden_size: 32,
+  intermediate_size: 48,
+  num_hidden_layers: 4,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 16,
+  hidden_act: 'silu',
+  rms_norm_eps: 1e-6,
+  vocab_size: 40,
+  attention_bias: false,
+  linear_num_key_heads: 2,
+  linear_num_value_heads: 4,
+  linear_key_head_dim: 8,
+  linear_value_head_dim: 8,
+  linear_conv_kernel_dim: 4,
   layer_types: ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention'],
   rope_parameters: { rope_type: 'default', rope_theta: 10000000, partial_rotary_factor: 0.25, mrope_section: [1, 1, 0], mrope_interleaved: true },
-  max_position_embeddings: 262144, eos_token_id: 248044, dtype: 'bfloat16',
+  max_position_embeddings: 262144,
+  eos_token_id: 248044,
+  dtype: 'bfloat16',
 };
 
 function configError(fn: () => unknown): ConfigError {
@@ -37,14 +52,21 @@ function configError(fn: () => unknown): ConfigError {
 describe('qwen3_5 config', () => {
   it('parses the nested text_config of a ForConditionalGeneration config.json', () => {
     const cfg = parseModelConfig({
-      architectures: ['Qwen3_5ForConditionalGeneration'], model_type: 'qwen3_5', tie_word_embeddings: true,
-      text_config: { ...TEXT, tie_word_embeddings: false }, vision_config: { depth: 2, model_type: 'qwen3_5' }, image_token_id: 248056,
+      architectures: ['Qwen3_5ForConditionalGeneration'],
+      model_type: 'qwen3_5',
+      tie_word_embeddings: true,
+      text_config: { ...TEXT, tie_word_embeddings: false },
+      vision_config: { depth: 2, model_type: 'qwen3_5' },
+      image_token_id: 248056,
     });
     expect(cfg.modelType).toBe('qwen3_5');
     expect(cfg.tieWordEmbeddings).toBe(true); // the top-level flag wins
     expect(cfg.rope).toEqual({ type: 'default', theta: 10000000 });
     expect(cfg.qwen35).toEqual({
-      layerTypes: TEXT.layer_types, partialRotaryFactor: 0.25, rotaryDim: 4, mropeSection: [1, 1, 0],
+      layerTypes: TEXT.layer_types,
+      partialRotaryFactor: 0.25,
+      rotaryDim: 4,
+      mropeSection: [1, 1, 0],
       linear: { numKeyHeads: 2, numValueHeads: 4, keyHeadDim: 8, valueHeadDim: 8, convKernelDim: 4 },
     });
   });
@@ -63,13 +85,23 @@ describe('qwen3_5 config', () => {
   });
 
   it('names the field of every bad value', () => {
-    expect(configError(() => parseModelConfig({ ...TEXT, layer_types: ['linear_attention'] })).message).toMatch(/layer_types.*1 entries.*num_hidden_layers is 4/);
-    expect(configError(() => parseModelConfig({ ...TEXT, layer_types: ['linear_attention', 'sliding', 'x', 'full_attention'] })).message).toMatch(/layer_types\[1\] is "sliding"/);
-    expect(configError(() => parseModelConfig({ ...TEXT, linear_num_value_heads: 3 })).message).toMatch(/linear_num_value_heads \(3\).*linear_num_key_heads \(2\)/);
+    expect(configError(() => parseModelConfig({ ...TEXT, layer_types: ['linear_attention'] })).message).toMatch(
+      /layer_types.*1 entries.*num_hidden_layers is 4/,
+    );
+    expect(configError(() => parseModelConfig({ ...TEXT, layer_types: ['linear_attention', 'sliding', 'x', 'full_attention'] })).message).toMatch(
+      /layer_types\[1\] is "sliding"/,
+    );
+    expect(configError(() => parseModelConfig({ ...TEXT, linear_num_value_heads: 3 })).message).toMatch(
+      /linear_num_value_heads \(3\).*linear_num_key_heads \(2\)/,
+    );
     expect(configError(() => parseModelConfig({ ...TEXT, linear_key_head_dim: 0 })).message).toMatch(/"linear_key_head_dim" is 0/);
     expect(configError(() => parseModelConfig({ ...TEXT, attn_output_gate: false })).message).toMatch(/attn_output_gate/);
-    expect(configError(() => parseModelConfig({ ...TEXT, rope_parameters: { ...TEXT.rope_parameters, partial_rotary_factor: 1.5 } })).message).toMatch(/partial_rotary_factor.*\(0, 1\]/);
-    expect(configError(() => parseModelConfig({ ...TEXT, rope_parameters: { ...TEXT.rope_parameters, rope_type: 'yarn', factor: 2 } })).message).toMatch(/rope type "yarn" is not supported for qwen3_5/);
+    expect(configError(() => parseModelConfig({ ...TEXT, rope_parameters: { ...TEXT.rope_parameters, partial_rotary_factor: 1.5 } })).message).toMatch(
+      /partial_rotary_factor.*\(0, 1\]/,
+    );
+    expect(configError(() => parseModelConfig({ ...TEXT, rope_parameters: { ...TEXT.rope_parameters, rope_type: 'yarn', factor: 2 } })).message).toMatch(
+      /rope type "yarn" is not supported for qwen3_5/,
+    );
     expect(configError(() => parseModelConfig({ ...TEXT, num_experts: 8 })).message).toMatch(/"num_experts".*qwen3_5_moe/);
     expect(configError(() => parseModelConfig({ model_type: 'qwen3_5', text_config: 3 })).message).toMatch(/text_config/);
   });
@@ -120,10 +152,19 @@ describe('qwen3_5 parameters', () => {
     const lines: string[] = [];
     const text = textOnlyWeights(hub, (l) => lines.push(l));
     expect([...text.keys()].sort()).toEqual([...names].sort());
-    expect(lines).toEqual(['qwen3_5: loading the text model only; skipped 1 model.visual.* tensor and 2 mtp.* tensors (vision tower / multi-token prediction head).']);
+    expect(lines).toEqual([
+      'qwen3_5: loading the text model only; skipped 1 model.visual.* tensor and 2 mtp.* tensors (vision tower / multi-token prediction head).',
+    ]);
     const shapes = paramSpecs(cfg).map((s) => ({ name: s.name.replace(/^model\./, 'model.language_model.'), shape: s.shape }));
     expect(checkParamsAgainstConfig(shapes, cfg)).toBeNull();
-    expect(() => textOnlyWeights(new Map([['model.norm.weight', 1], ['model.language_model.norm.weight', 2]]))).toThrow(CheckpointFormatError);
+    expect(() =>
+      textOnlyWeights(
+        new Map([
+          ['model.norm.weight', 1],
+          ['model.language_model.norm.weight', 2],
+        ]),
+      ),
+    ).toThrow(CheckpointFormatError);
   });
 });
 
@@ -132,7 +173,9 @@ describe('qwen3_5 outside the single strategy', () => {
   const msg = /qwen3_5 trains on the single strategy only in this build; fsdp2 \/ megatron \/ the rollout engine do not support it yet/;
 
   it('the check passes Qwen3 and refuses Qwen3.5', () => {
-    expect(() => assertSingleStrategyModel(parseModelConfig({ ...TEXT, model_type: 'qwen3', layer_types: undefined, rope_parameters: { rope_theta: 1e6 } }), 'x')).not.toThrow();
+    expect(() =>
+      assertSingleStrategyModel(parseModelConfig({ ...TEXT, model_type: 'qwen3', layer_types: undefined, rope_parameters: { rope_theta: 1e6 } }), 'x'),
+    ).not.toThrow();
     expect(() => assertSingleStrategyModel(cfg, 'x')).toThrow(msg);
   });
 

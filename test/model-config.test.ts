@@ -22,9 +22,18 @@ describe('shipped tiny configs', () => {
   it('dense: legacy rope_theta form, tied embeddings, extras ignored', () => {
     const cfg = loadModelConfig(DENSE);
     expect(cfg).toEqual({
-      modelType: 'qwen3', hiddenSize: 128, intermediateSize: 384, numLayers: 2, numHeads: 4, numKvHeads: 2,
-      headDim: 32, rmsNormEps: 1e-6, rope: { type: 'default', theta: 10000 }, vocabSize: 64,
-      tieWordEmbeddings: true, maxPositionEmbeddings: 128,
+      modelType: 'qwen3',
+      hiddenSize: 128,
+      intermediateSize: 384,
+      numLayers: 2,
+      numHeads: 4,
+      numKvHeads: 2,
+      headDim: 32,
+      rmsNormEps: 1e-6,
+      rope: { type: 'default', theta: 10000 },
+      vocabSize: 64,
+      tieWordEmbeddings: true,
+      maxPositionEmbeddings: 128,
     } satisfies ModelConfig);
     expect(isMoeLayer(cfg, 0)).toBe(false);
   });
@@ -50,7 +59,9 @@ describe('shipped tiny configs', () => {
 describe('defaults and legacy forms', () => {
   it('head_dim defaults to hidden / heads; num_key_value_heads to heads; tie to false', () => {
     const r = raw(DENSE);
-    delete r.head_dim; delete r.num_key_value_heads; delete r.tie_word_embeddings;
+    delete r.head_dim;
+    delete r.num_key_value_heads;
+    delete r.tie_word_embeddings;
     const cfg = parseModelConfig(r);
     expect(cfg.headDim).toBe(32);
     expect(cfg.numKvHeads).toBe(4);
@@ -85,14 +96,16 @@ describe('defaults and legacy forms', () => {
   });
 
   it('unknown rope type, unknown rope key and missing factor are errors', () => {
-    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), rope_scaling: { rope_type: 'longrope', factor: 2 } })).message)
-      .toMatch(/rope type "longrope" is not supported; expected one of default, linear, dynamic, yarn, llama3/);
-    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), rope_scaling: { rope_type: 'linear', factr: 2 } })).message)
-      .toMatch(/rope_scaling\.factr is not a supported rope parameter/);
-    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), rope_scaling: { rope_type: 'linear' } })).message)
-      .toMatch(/rope type "linear" needs "factor"/);
-    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), rope_scaling: { rope_type: 'llama3', factor: 8 } })).message)
-      .toMatch(/llama3" needs "low_freq_factor"/);
+    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), rope_scaling: { rope_type: 'longrope', factor: 2 } })).message).toMatch(
+      /rope type "longrope" is not supported; expected one of default, linear, dynamic, yarn, llama3/,
+    );
+    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), rope_scaling: { rope_type: 'linear', factr: 2 } })).message).toMatch(
+      /rope_scaling\.factr is not a supported rope parameter/,
+    );
+    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), rope_scaling: { rope_type: 'linear' } })).message).toMatch(/rope type "linear" needs "factor"/);
+    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), rope_scaling: { rope_type: 'llama3', factor: 8 } })).message).toMatch(
+      /llama3" needs "low_freq_factor"/,
+    );
   });
 
   it('mlp_only_layers: list with duplicates becomes a sorted unique set', () => {
@@ -105,8 +118,9 @@ describe('defaults and legacy forms', () => {
   });
 
   it('mlp_only_layers index out of range names it and the range', () => {
-    expect(errorOf(() => parseModelConfig({ ...raw(MOE), mlp_only_layers: [0, 2] })).message)
-      .toMatch(/mlp_only_layers contains 2; expected layer indices in \[0, 2\)/);
+    expect(errorOf(() => parseModelConfig({ ...raw(MOE), mlp_only_layers: [0, 2] })).message).toMatch(
+      /mlp_only_layers contains 2; expected layer indices in \[0, 2\)/,
+    );
     expect(errorOf(() => parseModelConfig({ ...raw(MOE), mlp_only_layers: [-1] })).message).toMatch(/contains -1/);
   });
 
@@ -124,8 +138,9 @@ describe('defaults and legacy forms', () => {
 
 describe('errors say what was found and what was expected', () => {
   it('unknown model_type', () => {
-    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), model_type: 'llama' })).message)
-      .toBe('config.json: model_type "llama" is not supported; expected one of qwen3, qwen3_moe, qwen3_5, qwen3_5_text.');
+    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), model_type: 'llama' })).message).toBe(
+      'config.json: model_type "llama" is not supported; expected one of qwen3, qwen3_moe, qwen3_5, qwen3_5_text.',
+    );
     expect(errorOf(() => parseModelConfig({ hidden_size: 1 })).message).toMatch(/"model_type" is missing/);
     expect(errorOf(() => parseModelConfig([1, 2])).message).toMatch(/expected a JSON object but found an array/);
   });
@@ -133,15 +148,16 @@ describe('errors say what was found and what was expected', () => {
   it('missing required field names it', () => {
     const r = raw(DENSE);
     delete r.vocab_size;
-    expect(errorOf(() => parseModelConfig(r, 'x/config.json')).message)
-      .toBe('x/config.json: field "vocab_size" is missing; expected a positive integer.');
+    expect(errorOf(() => parseModelConfig(r, 'x/config.json')).message).toBe('x/config.json: field "vocab_size" is missing; expected a positive integer.');
   });
 
   it('wrong types and values', () => {
-    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), hidden_size: -1 })).message)
-      .toMatch(/field "hidden_size" is -1 of type number; expected a positive integer/);
-    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), rms_norm_eps: '1e-6' })).message)
-      .toMatch(/field "rms_norm_eps" is '1e-6' of type string; expected a positive finite number/);
+    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), hidden_size: -1 })).message).toMatch(
+      /field "hidden_size" is -1 of type number; expected a positive integer/,
+    );
+    expect(errorOf(() => parseModelConfig({ ...raw(DENSE), rms_norm_eps: '1e-6' })).message).toMatch(
+      /field "rms_norm_eps" is '1e-6' of type string; expected a positive finite number/,
+    );
     expect(errorOf(() => parseModelConfig({ ...raw(DENSE), hidden_act: 'gelu' })).message).toMatch(/hidden_act.*expected "silu"/);
     expect(errorOf(() => parseModelConfig({ ...raw(DENSE), attention_bias: true })).message).toMatch(/attention_bias/);
   });
@@ -150,8 +166,9 @@ describe('errors say what was found and what was expected', () => {
     const r = raw(MOE);
     delete r.moe_intermediate_size;
     expect(errorOf(() => parseModelConfig(r)).message).toMatch(/field "moe_intermediate_size" is missing/);
-    expect(errorOf(() => parseModelConfig({ ...raw(MOE), num_experts_per_tok: 9 })).message)
-      .toMatch(/num_experts_per_tok \(9\) is greater than num_experts \(8\)/);
+    expect(errorOf(() => parseModelConfig({ ...raw(MOE), num_experts_per_tok: 9 })).message).toMatch(
+      /num_experts_per_tok \(9\) is greater than num_experts \(8\)/,
+    );
   });
 
   it('GQA needs whole groups; head_dim even', () => {

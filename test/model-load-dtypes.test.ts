@@ -31,13 +31,26 @@ const toBf16 = (x: number) => {
 
 describe('checkpoint dtypes', () => {
   it('widens F16 exactly (normals, subnormals, limits, infinities) and BF16 bit-exactly', () => {
-    expect([0x3c00, 0xc000, 0x7bff, 0x0001, 0x03ff, 0x0400, 0x7c00, 0xfc00, 0x8000, 0x3555].map(halfToFloat)).toEqual([1, -2, 65504, 2 ** -24, 1023 * 2 ** -24, 2 ** -14, Infinity, -Infinity, -0, 0.333251953125]);
+    expect([0x3c00, 0xc000, 0x7bff, 0x0001, 0x03ff, 0x0400, 0x7c00, 0xfc00, 0x8000, 0x3555].map(halfToFloat)).toEqual([
+      1,
+      -2,
+      65504,
+      2 ** -24,
+      1023 * 2 ** -24,
+      2 ** -14,
+      Infinity,
+      -Infinity,
+      -0,
+      0.333251953125,
+    ]);
     expect(Number.isNaN(halfToFloat(0x7e00))).toBe(true);
     const v = [1.5, -3.140625, 1e-20, 65504];
     const bf = Uint16Array.from(v.map(toBf16));
     const got = toFloat32(bytesOf(bf), 'BF16', { file: 'f', tensor: 't' });
     expect([...got].map(f32bits)).toEqual(v.map((x) => (toBf16(x) << 16) >>> 0));
-    expect(() => toFloat32(new Uint8Array(8), 'I32', { file: 'model.safetensors', tensor: 'model.norm.weight' })).toThrow(/model\.safetensors: model\.norm\.weight is I32; model weights load from F32, BF16 or F16 tensors/);
+    expect(() => toFloat32(new Uint8Array(8), 'I32', { file: 'model.safetensors', tensor: 'model.norm.weight' })).toThrow(
+      /model\.safetensors: model\.norm\.weight is I32; model weights load from F32, BF16 or F16 tensors/,
+    );
   });
 
   it('a BF16 checkpoint initialises the trainer with exactly its values; an I32 tensor is a CheckpointFormatError naming it', async () => {
@@ -53,7 +66,10 @@ describe('checkpoint dtypes', () => {
     const read = await readF32Checkpoint(model);
     const name = 'model.layers.0.self_attn.q_proj.weight';
     expect([...read.get(name)!.data].map(f32bits)).toEqual([...params.get(name)!.data].map((x) => (toBf16(x) << 16) >>> 0));
-    const s = await createStrategy(parseTrainerConfig({ strategy: 'single', model, init: 'checkpoint' }), { comm: { size: 1, rank: 0 } as never, device: Device.get(0) });
+    const s = await createStrategy(parseTrainerConfig({ strategy: 'single', model, init: 'checkpoint' }), {
+      comm: { size: 1, rank: 0 } as never,
+      device: Device.get(0),
+    });
     try {
       const state = await s.gatherState('params');
       expect([...state.get(name)!.data].map(f32bits)).toEqual([...read.get(name)!.data].map(f32bits));
@@ -63,7 +79,10 @@ describe('checkpoint dtypes', () => {
     const bad = join(dir, 'i32-model');
     mkdirSync(bad);
     await writeSafetensors(join(bad, 'model.safetensors'), [{ name: 'model.norm.weight', dtype: 'I32', shape: [2], data: new Uint8Array(8) }]);
-    const err = await readF32Checkpoint(bad).then(() => null, (e: unknown) => e);
+    const err = await readF32Checkpoint(bad).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(CheckpointFormatError);
     expect((err as Error).message).toMatch(/i32-model\/model\.safetensors: model\.norm\.weight is I32/);
   });

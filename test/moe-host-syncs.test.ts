@@ -13,9 +13,19 @@ import * as K from '../src/model/kernels/index.js';
 import * as R from './helpers/model-ref.js';
 
 const d = Device.get(0);
-const T = 10, H = 12, E = 5, k = 2, I = 7, renorm = true;
+const T = 10,
+  H = 12,
+  E = 5,
+  k = 2,
+  I = 7,
+  renorm = true;
 
-interface Params { x: Float32Array; wr: Float32Array; gateUp: Float32Array; down: Float32Array }
+interface Params {
+  x: Float32Array;
+  wr: Float32Array;
+  gateUp: Float32Array;
+  down: Float32Array;
+}
 
 /** fp64 JS MoE: y and, given dY, the gradients of sum(dY * y). */
 function jsMoe(p: { x: ArrayLike<number>; wr: ArrayLike<number>; gateUp: ArrayLike<number>; down: ArrayLike<number> }, dY?: ArrayLike<number>) {
@@ -24,11 +34,15 @@ function jsMoe(p: { x: ArrayLike<number>; wr: ArrayLike<number>; gateUp: ArrayLi
   for (let t = 0; t < T; t++) for (let e = 0; e < E; e++) for (let c = 0; c < H; c++) logits[t * E + e] += x[t * H + c]! * wr[e * H + c]!;
   const r = R.router(logits, T, E, k, renorm);
   const y = new Float64Array(T * H);
-  const dx = new Float64Array(T * H), dwr = new Float64Array(E * H), dgu = new Float64Array(E * 2 * I * H), ddown = new Float64Array(E * H * I);
+  const dx = new Float64Array(T * H),
+    dwr = new Float64Array(E * H),
+    dgu = new Float64Array(E * 2 * I * H),
+    ddown = new Float64Array(E * H * I);
   const dWeights = new Float64Array(T * k);
   for (let t = 0; t < T; t++) {
     for (let j = 0; j < k; j++) {
-      const e = r.indices[t * k + j]!, w = r.weights[t * k + j]!;
+      const e = r.indices[t * k + j]!,
+        w = r.weights[t * k + j]!;
       const gu = new Float64Array(2 * I);
       for (let a = 0; a < 2 * I; a++) for (let c = 0; c < H; c++) gu[a] += gateUp[(e * 2 * I + a) * H + c]! * x[t * H + c]!;
       const h = Array.from({ length: I }, (_, i) => R.silu(gu[i]!) * gu[I + i]!);
@@ -39,26 +53,42 @@ function jsMoe(p: { x: ArrayLike<number>; wr: ArrayLike<number>; gateUp: ArrayLi
       const dO = Array.from({ length: H }, (_, a) => w * dY[t * H + a]!);
       dWeights[t * k + j] = o.reduce((s, v, a) => s + v * dY[t * H + a]!, 0);
       const dh = new Float64Array(I);
-      for (let a = 0; a < H; a++) for (let b = 0; b < I; b++) { ddown[(e * H + a) * I + b] += dO[a]! * h[b]!; dh[b] += down[(e * H + a) * I + b]! * dO[a]!; }
+      for (let a = 0; a < H; a++)
+        for (let b = 0; b < I; b++) {
+          ddown[(e * H + a) * I + b] += dO[a]! * h[b]!;
+          dh[b] += down[(e * H + a) * I + b]! * dO[a]!;
+        }
       const dGU = new Float64Array(2 * I);
       for (let i = 0; i < I; i++) {
-        const g = gu[i]!, u = gu[I + i]!, s = 1 / (1 + Math.exp(-g));
+        const g = gu[i]!,
+          u = gu[I + i]!,
+          s = 1 / (1 + Math.exp(-g));
         dGU[i] = dh[i]! * u * s * (1 + g * (1 - s));
         dGU[I + i] = dh[i]! * g * s;
       }
-      for (let a = 0; a < 2 * I; a++) for (let c = 0; c < H; c++) { dgu[(e * 2 * I + a) * H + c] += dGU[a]! * x[t * H + c]!; dx[t * H + c] += gateUp[(e * 2 * I + a) * H + c]! * dGU[a]!; }
+      for (let a = 0; a < 2 * I; a++)
+        for (let c = 0; c < H; c++) {
+          dgu[(e * 2 * I + a) * H + c] += dGU[a]! * x[t * H + c]!;
+          dx[t * H + c] += gateUp[(e * 2 * I + a) * H + c]! * dGU[a]!;
+        }
     }
     if (!dY) continue;
     // router: weights = p[idx] / S  ->  dp  ->  softmax backward  ->  logits = x Wr^T
-    const probs = r.probs.subarray(t * E, (t + 1) * E), idx = r.indices.subarray(t * k, (t + 1) * k);
+    const probs = r.probs.subarray(t * E, (t + 1) * E),
+      idx = r.indices.subarray(t * k, (t + 1) * k);
     const S = Array.from(idx).reduce((s, e) => s + probs[e]!, 0);
-    const dot = Array.from(idx).reduce((s, e, j) => s + dWeights[t * k + j]! * probs[e]! / S, 0);
+    const dot = Array.from(idx).reduce((s, e, j) => s + (dWeights[t * k + j]! * probs[e]!) / S, 0);
     const dp = new Float64Array(E);
-    idx.forEach((e, j) => { dp[e] += (dWeights[t * k + j]! - dot) / S; });
+    idx.forEach((e, j) => {
+      dp[e] += (dWeights[t * k + j]! - dot) / S;
+    });
     const c = probs.reduce((s, p, e) => s + p * dp[e]!, 0);
     for (let e = 0; e < E; e++) {
       const dz = probs[e]! * (dp[e]! - c);
-      for (let cc = 0; cc < H; cc++) { dx[t * H + cc] += dz * wr[e * H + cc]!; dwr[e * H + cc] += dz * x[t * H + cc]!; }
+      for (let cc = 0; cc < H; cc++) {
+        dx[t * H + cc] += dz * wr[e * H + cc]!;
+        dwr[e * H + cc] += dz * x[t * H + cc]!;
+      }
     }
   }
   return { y, dx, dwr, dgu, ddown };
@@ -73,23 +103,40 @@ function close(got: ArrayLike<number>, want: ArrayLike<number>, tol: number, lab
 
 function params(): Params {
   return {
-    x: R.rand(T * H, 1), wr: R.rand(E * H, 2, 1.5), gateUp: R.rand(E * 2 * I * H, 3, 0.5), down: R.rand(E * H * I, 4, 0.5),
+    x: R.rand(T * H, 1),
+    wr: R.rand(E * H, 2, 1.5),
+    gateUp: R.rand(E * 2 * I * H, 3, 0.5),
+    down: R.rand(E * H * I, 4, 0.5),
   };
 }
 
 describe('MoE layer on the device', () => {
   it('the fp64 JS reference backward matches finite differences (checks the checker)', () => {
-    const p = params(), dY = R.rand(T * H, 5);
+    const p = params(),
+      dY = R.rand(T * H, 5);
     const g = jsMoe(p, dY);
-    close(g.dx, R.fdGrad((x) => jsMoe({ ...p, x }).y, p.x, dY), 1e-6, 'JS dx vs FD');
-    close(g.dwr, R.fdGrad((wr) => jsMoe({ ...p, wr }).y, p.wr, dY), 1e-6, 'JS dWr vs FD');
+    close(
+      g.dx,
+      R.fdGrad((x) => jsMoe({ ...p, x }).y, p.x, dY),
+      1e-6,
+      'JS dx vs FD',
+    );
+    close(
+      g.dwr,
+      R.fdGrad((wr) => jsMoe({ ...p, wr }).y, p.wr, dY),
+      1e-6,
+      'JS dWr vs FD',
+    );
   });
 
   for (const impl of ['fast', 'reference'] as KernelImpl[]) {
     it(`forward and backward perform zero host syncs and match the JS MoE (${impl})`, async () => {
-      const p = params(), dYh = R.rand(T * H, 5);
-      const x = Tensor.fromArray(d, p.x, [T, H]), wr = Tensor.fromArray(d, p.wr, [E, H]);
-      const gateUp = Tensor.fromArray(d, p.gateUp, [E, 2 * I, H]), down = Tensor.fromArray(d, p.down, [E, H, I]);
+      const p = params(),
+        dYh = R.rand(T * H, 5);
+      const x = Tensor.fromArray(d, p.x, [T, H]),
+        wr = Tensor.fromArray(d, p.wr, [E, H]);
+      const gateUp = Tensor.fromArray(d, p.gateUp, [E, 2 * I, H]),
+        down = Tensor.fromArray(d, p.down, [E, H, I]);
       const dY = Tensor.fromArray(d, dYh, [T, H]);
       const o = { impl };
       const before = d.stats().hostSyncs;

@@ -27,11 +27,15 @@ describe('native entry points', () => {
     const buf = d0.alloc(64);
     const before = s.stats().enqueued;
     const e = thrown(() => s.native.fill(buf, 0, -1, 0, 1, 0, 0));
-    expect(e.message).toBe("Expected a non-negative integer for count but received -1. HINT: pass fill's arguments in the order and types src/runtime/native.ts lists.");
+    expect(e.message).toBe(
+      "Expected a non-negative integer for count but received -1. HINT: pass fill's arguments in the order and types src/runtime/native.ts lists.",
+    );
     expect(e.details).toMatchObject({ argument: 'count', op: 'fill' });
     expect(thrown(() => s.native.fill(buf, 0, 4, 0, 1, 2 as never, 0)).message).toMatch(/^Expected 0 \(fast\) or 1 \(reference\) for impl but received 2\./);
     expect(thrown(() => s.native.sleep('soon' as never, 0)).message).toMatch(/^Expected a number for ms but received a string\./);
-    expect(thrown(() => s.native.permute(4, buf, 0, buf, 32, [2, 2], [2], 0, 0)).message).toMatch(/^Expected an array of 2 non-negative integers for srcStrides but received 1 of them\./);
+    expect(thrown(() => s.native.permute(4, buf, 0, buf, 32, [2, 2], [2], 0, 0)).message).toMatch(
+      /^Expected an array of 2 non-negative integers for srcStrides but received 1 of them\./,
+    );
     expect(s.stats().enqueued).toBe(before);
     buf.release();
     s.destroy();
@@ -40,7 +44,9 @@ describe('native entry points', () => {
   it('model kernels: messages start with the kernel name; unknown kernels are named', () => {
     const s = d0.newStream();
     const modelOp = (s.native.modelOp as unknown as (name: string, ...rest: unknown[]) => number).bind(s.native);
-    expect(thrown(() => modelOp('rmsNorm', 'x')).message).toMatch(/^rmsNorm: expected a non-negative integer for T but received a string\. HINT: pass rmsNorm's arguments/);
+    expect(thrown(() => modelOp('rmsNorm', 'x')).message).toMatch(
+      /^rmsNorm: expected a non-negative integer for T but received a string\. HINT: pass rmsNorm's arguments/,
+    );
     expect(thrown(() => modelOp('rmsNorm', 2, 0)).message).toMatch(/^rmsNorm: expected a positive integer for H but received 0\./);
     expect(thrown(() => modelOp('nope')).message).toBe("modelOp: unknown kernel 'nope'.");
     s.destroy();
@@ -50,9 +56,13 @@ describe('native entry points', () => {
     const native = loadNative();
     const unready = new native.Communicator();
     // The usability check of the method table runs before any argument is read.
-    expect(thrown(() => unready.allReduce(null as never, 0, null as never, 0, 1, 0, 0, null as never, 0)).message).toMatch(/^The communicator is not initialised; allReduce needs/);
+    expect(thrown(() => unready.allReduce(null as never, 0, null as never, 0, 1, 0, 0, null as never, 0)).message).toMatch(
+      /^The communicator is not initialised; allReduce needs/,
+    );
     expect(thrown(() => native.commInitRank('nope', 2, 0, 0, 1000, 1000, '', 0)).message).toMatch(/32 lowercase hex digits/);
-    expect(thrown(() => native.commInitRank('0'.repeat(32), 2, 0, 0, -5, 1000, '', 0)).message).toMatch(/^Expected a positive number of ms for connectTimeoutMs but received -5\./);
+    expect(thrown(() => native.commInitRank('0'.repeat(32), 2, 0, 0, -5, 1000, '', 0)).message).toMatch(
+      /^Expected a positive number of ms for connectTimeoutMs but received -5\./,
+    );
     const abortById = (native.commAbortById as unknown as (id: string, reason: string, culprits: unknown) => boolean).bind(native);
     expect(thrown(() => abortById('0'.repeat(32), 'x', [1, -1])).message).toMatch(/^Expected non-negative integers in culpritWorldRanks but element 1 is -1\./);
     expect(abortById('0'.repeat(32), 'x', [1])).toBe(false);

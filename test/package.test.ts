@@ -60,10 +60,26 @@ describe('examples/own-project.sh in a new project outside the repository', () =
   it('the tarball holds dist/ (js and types), the native sources and build script, bin/, README and LICENSE, and nothing else', () => {
     const list = spawnSync('tar', ['-tzf', join(project, 'ascent-0.1.0.tgz')], { encoding: 'utf8' });
     expect(list.status, list.stderr).toBe(0);
-    const files = list.stdout.trim().split('\n').map((f) => f.replace(/^package\//, ''));
-    const allowed = /^(LICENSE|README\.md|package\.json|binding\.gyp|scripts\/build-native\.mjs|bin\/[\w-]+\.mjs|native\/[\w/-]+\.(cc|h|inc)|dist\/src\/[\w/-]+\.(js|d\.ts))$/;
+    const files = list.stdout
+      .trim()
+      .split('\n')
+      .map((f) => f.replace(/^package\//, ''));
+    const allowed =
+      /^(LICENSE|README\.md|package\.json|binding\.gyp|scripts\/build-native\.mjs|bin\/[\w-]+\.mjs|native\/[\w/-]+\.(cc|h|inc)|dist\/src\/[\w/-]+\.(js|d\.ts))$/;
     expect(files.filter((f) => !allowed.test(f))).toEqual([]);
-    for (const f of ['LICENSE', 'README.md', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/cli/launch.js', 'dist/src/runtime/actor-system/rank-worker.js', 'bin/launch.mjs', 'bin/ascent.mjs', 'native/addon.cc', 'binding.gyp', 'scripts/build-native.mjs']) {
+    for (const f of [
+      'LICENSE',
+      'README.md',
+      'dist/src/index.js',
+      'dist/src/index.d.ts',
+      'dist/src/cli/launch.js',
+      'dist/src/runtime/actor-system/rank-worker.js',
+      'bin/launch.mjs',
+      'bin/ascent.mjs',
+      'native/addon.cc',
+      'binding.gyp',
+      'scripts/build-native.mjs',
+    ]) {
       expect(files).toContain(f);
     }
     const license = readFileSync(join(project, 'node_modules/ascent/LICENSE'), 'utf8');
@@ -78,11 +94,26 @@ describe('examples/own-project.sh in a new project outside the repository', () =
   });
 
   it('types come with the package: a correct file type-checks, a wrong call does not', () => {
-    writeFileSync(join(project, 'tsconfig.json'), JSON.stringify({ compilerOptions: { strict: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', noEmit: true, skipLibCheck: true, types: [] }, files: ['sum.ts'] }));
+    writeFileSync(
+      join(project, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: { strict: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', noEmit: true, skipLibCheck: true, types: [] },
+        files: ['sum.ts'],
+      }),
+    );
     const ok = inProject([process.execPath, TSC, '-p', 'tsconfig.json']);
     expect(ok.status, ok.stdout).toBe(0);
-    writeFileSync(join(project, 'bad.ts'), "import { Tensor, World } from 'ascent';\nexport const t: Tensor = Tensor.zeros('no device', [1]);\nexport const w: Promise<World> = World.create({ size: 'two' });\n");
-    writeFileSync(join(project, 'tsconfig.json'), JSON.stringify({ compilerOptions: { strict: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', noEmit: true, skipLibCheck: true, types: [] }, files: ['bad.ts'] }));
+    writeFileSync(
+      join(project, 'bad.ts'),
+      "import { Tensor, World } from 'ascent';\nexport const t: Tensor = Tensor.zeros('no device', [1]);\nexport const w: Promise<World> = World.create({ size: 'two' });\n",
+    );
+    writeFileSync(
+      join(project, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: { strict: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', noEmit: true, skipLibCheck: true, types: [] },
+        files: ['bad.ts'],
+      }),
+    );
     const bad = inProject([process.execPath, TSC, '-p', 'tsconfig.json']);
     expect(bad.status).not.toBe(0);
     expect(bad.stdout).toMatch(/bad\.ts\(2,\d+\): error TS2345/);
@@ -132,7 +163,10 @@ describe('a CommonJS project (package.json without "type": "module")', () => {
   });
 
   it('a World script (.mjs) runs, and a .ts actor module is refused with the same advice', () => {
-    writeFileSync(join(project, 'counter.mjs'), 'export class Counter { constructor(ctx, n) { this.n = n; this.rank = ctx.rank; } add(k) { return (this.n += k) * 100 + this.rank; } }\n');
+    writeFileSync(
+      join(project, 'counter.mjs'),
+      'export class Counter { constructor(ctx, n) { this.n = n; this.rank = ctx.rank; } add(k) { return (this.n += k) * 100 + this.rank; } }\n',
+    );
     writeFileSync(
       join(project, 'cjs-world.mjs'),
       "import { World } from 'ascent';\nconst world = await World.create({ size: 2 });\ntry {\n  const m = await world.spawn({ module: new URL(process.argv[2], import.meta.url), export: 'Counter', args: [1] });\n  console.log('results', JSON.stringify(await m.call('add', 2)));\n} finally {\n  await world.shutdown();\n}\n",

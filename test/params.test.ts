@@ -2,7 +2,15 @@ import { describe, expect, it } from 'vitest';
 import { CheckpointFormatError } from '../src/runtime/errors.js';
 import { loadModelConfig, parseModelConfig, toHFConfig } from '../src/model/config.js';
 import {
-  checkParamsAgainstConfig, convertExpertLayout, detectExpertLayout, fusedExpertNames, initParams, paramSpecs, perExpertNames, toHostTensors, type HostTensor,
+  checkParamsAgainstConfig,
+  convertExpertLayout,
+  detectExpertLayout,
+  fusedExpertNames,
+  initParams,
+  paramSpecs,
+  perExpertNames,
+  toHostTensors,
+  type HostTensor,
 } from '../src/model/params.js';
 import { Prng } from '../src/model/prng.js';
 
@@ -70,28 +78,56 @@ describe('detectExpertLayout', () => {
   it('detects each layout, and null for a dense model', () => {
     expect(detectExpertLayout(fusedNames, moe)).toBe('fused');
     expect(detectExpertLayout(perNames, moe)).toBe('per-expert');
-    expect(detectExpertLayout(paramSpecs(dense).map((s) => s.name), dense)).toBeNull();
+    expect(
+      detectExpertLayout(
+        paramSpecs(dense).map((s) => s.name),
+        dense,
+      ),
+    ).toBeNull();
   });
 
   it('a mixed set names both kinds', () => {
-    expect(errorOf(() => detectExpertLayout([...fusedNames, 'model.layers.1.mlp.experts.3.up_proj.weight'], moe)))
-      .toMatch(/Mixed expert layouts: fused tensors \("model.layers.0.mlp.experts.gate_up_proj".*\) and per-expert tensors \("model.layers.1.mlp.experts.3.up_proj.weight"\)/);
+    expect(errorOf(() => detectExpertLayout([...fusedNames, 'model.layers.1.mlp.experts.3.up_proj.weight'], moe))).toMatch(
+      /Mixed expert layouts: fused tensors \("model.layers.0.mlp.experts.gate_up_proj".*\) and per-expert tensors \("model.layers.1.mlp.experts.3.up_proj.weight"\)/,
+    );
   });
 
   it('an incomplete set names the missing tensors', () => {
     const drop = new Set(['model.layers.1.mlp.experts.5.down_proj.weight', 'model.layers.0.mlp.experts.0.gate_proj.weight']);
-    expect(errorOf(() => detectExpertLayout(perNames.filter((n) => !drop.has(n)), moe)))
-      .toBe('Incomplete per-expert expert layout: 2 tensors missing: "model.layers.0.mlp.experts.0.gate_proj.weight", "model.layers.1.mlp.experts.5.down_proj.weight".');
-    expect(errorOf(() => detectExpertLayout(fusedNames.filter((n) => n !== 'model.layers.1.mlp.experts.down_proj'), moe)))
-      .toMatch(/Incomplete fused expert layout: 1 tensor missing: "model.layers.1.mlp.experts.down_proj"/);
+    expect(
+      errorOf(() =>
+        detectExpertLayout(
+          perNames.filter((n) => !drop.has(n)),
+          moe,
+        ),
+      ),
+    ).toBe(
+      'Incomplete per-expert expert layout: 2 tensors missing: "model.layers.0.mlp.experts.0.gate_proj.weight", "model.layers.1.mlp.experts.5.down_proj.weight".',
+    );
+    expect(
+      errorOf(() =>
+        detectExpertLayout(
+          fusedNames.filter((n) => n !== 'model.layers.1.mlp.experts.down_proj'),
+          moe,
+        ),
+      ),
+    ).toMatch(/Incomplete fused expert layout: 1 tensor missing: "model.layers.1.mlp.experts.down_proj"/);
     const many = perNames.filter((n) => !n.includes('.experts.'));
     expect(errorOf(() => detectExpertLayout([...many, 'model.layers.0.mlp.experts.0.up_proj.weight'], moe))).toMatch(/47 tensors missing: .* and 41 more/);
   });
 
   it('no experts at all, and experts the config does not have', () => {
-    expect(errorOf(() => detectExpertLayout(fusedNames.filter((n) => !n.includes('.experts.')), moe))).toMatch(/No expert tensors for MoE layers \[0, 1\]/);
-    expect(errorOf(() => detectExpertLayout([...perNames, 'model.layers.0.mlp.experts.8.up_proj.weight'], moe)))
-      .toMatch(/Unexpected expert tensors "model.layers.0.mlp.experts.8.up_proj.weight"; the config has MoE layers \[0, 1\] with experts 0..7/);
+    expect(
+      errorOf(() =>
+        detectExpertLayout(
+          fusedNames.filter((n) => !n.includes('.experts.')),
+          moe,
+        ),
+      ),
+    ).toMatch(/No expert tensors for MoE layers \[0, 1\]/);
+    expect(errorOf(() => detectExpertLayout([...perNames, 'model.layers.0.mlp.experts.8.up_proj.weight'], moe))).toMatch(
+      /Unexpected expert tensors "model.layers.0.mlp.experts.8.up_proj.weight"; the config has MoE layers \[0, 1\] with experts 0..7/,
+    );
     expect(errorOf(() => detectExpertLayout(['model.layers.0.mlp.experts.gate_up_proj'], dense))).toMatch(/config has no MoE layers/);
   });
 });
@@ -127,7 +163,10 @@ describe('expert layout conversion', () => {
   });
 
   it('works on raw bytes of any dtype (BF16 and I8 round trips)', () => {
-    for (const [dtype, size] of [['BF16', 2], ['I8', 1]] as const) {
+    for (const [dtype, size] of [
+      ['BF16', 2],
+      ['I8', 1],
+    ] as const) {
       const rng = new Prng(11);
       const src = new Map<string, HostTensor>();
       for (const s of paramSpecs(moe)) {
@@ -152,8 +191,9 @@ describe('expert layout conversion', () => {
     const bad = new Map(fused);
     const gu = fusedExpertNames(0).gateUp;
     bad.set(gu, { ...fused.get(gu)!, shape: [E, I, 2 * H] });
-    expect(errorOf(() => convertExpertLayout(bad, moe, 'per-expert')))
-      .toBe('Tensor "model.layers.0.mlp.experts.gate_up_proj" has shape [8, 128, 256]; expected [8, 256, 128] for this config.');
+    expect(errorOf(() => convertExpertLayout(bad, moe, 'per-expert'))).toBe(
+      'Tensor "model.layers.0.mlp.experts.gate_up_proj" has shape [8, 128, 256]; expected [8, 256, 128] for this config.',
+    );
     const per = toHostTensors(initParams(moe, 1, { expertLayout: 'per-expert' }));
     const up = perExpertNames(1, 2).up;
     per.set(up, { ...per.get(up)!, dtype: 'BF16', data: per.get(up)!.data.subarray(0, I * H * 2) });
@@ -182,7 +222,10 @@ describe('initParams', () => {
     for (const s of paramSpecs(moe)) {
       const d = p.get(s.name)!.data;
       if (s.kind === 'norm') {
-        expect(d.every((x) => x === 1), s.name).toBe(true);
+        expect(
+          d.every((x) => x === 1),
+          s.name,
+        ).toBe(true);
         continue;
       }
       const mean = d.reduce((x, y) => x + y, 0) / d.length;
@@ -202,7 +245,8 @@ describe('checkParamsAgainstConfig', () => {
   });
 
   it('lists missing, misshapen and unexpected tensors in one error', () => {
-    const specs = paramSpecs(dense).filter((s) => s.name !== 'model.norm.weight')
+    const specs = paramSpecs(dense)
+      .filter((s) => s.name !== 'model.norm.weight')
       .map((s) => (s.name === 'model.layers.0.self_attn.k_proj.weight' ? { ...s, shape: [H, H] } : s));
     specs.push({ name: 'model.layers.0.self_attn.q_proj.bias', shape: [H], kind: 'linear' });
     expect(errorOf(() => checkParamsAgainstConfig(specs, dense))).toBe(

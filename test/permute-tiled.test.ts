@@ -28,10 +28,22 @@ function gather(x: Float32Array, shape: number[], dims: number[]): Float32Array 
 }
 
 const cases: Array<[number[], number[]]> = [
-  [[3, 37, 45], [0, 2, 1]],      // expert swap [E, A, B] -> [E, B, A], edges off the tile
-  [[2, 50, 3, 40], [0, 3, 2, 1]], // contiguous dim with an outer dim between it and the last
-  [[64, 9], [1, 0]],              // plain 2-D transpose
-  [[40, 33, 10], [2, 1, 0]],     // contiguous dim first, an outer dim between
+  [
+    [3, 37, 45],
+    [0, 2, 1],
+  ], // expert swap [E, A, B] -> [E, B, A], edges off the tile
+  [
+    [2, 50, 3, 40],
+    [0, 3, 2, 1],
+  ], // contiguous dim with an outer dim between it and the last
+  [
+    [64, 9],
+    [1, 0],
+  ], // plain 2-D transpose
+  [
+    [40, 33, 10],
+    [2, 1, 0],
+  ], // contiguous dim first, an outer dim between
 ];
 
 describe('fast permute, tiled transposes', () => {
@@ -50,7 +62,8 @@ describe('fast permute, tiled transposes', () => {
       ref.release();
       for (const dtype of ['bf16', 'int64', 'uint8'] as const) {
         const t = cast(x, dtype);
-        const a = permute(t, dims, { impl: 'fast' }), b = permute(t, dims, { impl: 'reference' });
+        const a = permute(t, dims, { impl: 'fast' }),
+          b = permute(t, dims, { impl: 'reference' });
         expect(await a.toBytes(), dtype).toEqual(await b.toBytes());
         for (const y of [t, a, b]) y.release();
       }

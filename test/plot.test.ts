@@ -24,8 +24,18 @@ function writeRun(name: string, steps: number, seed: number): string {
   const log = RunLog.open(p, { mode: 'new', config: { seed }, startStep: 0 });
   for (let s = 1; s <= steps; s++) {
     log.step({
-      step: s, lr: 1e-3, rewardMean: 0.1 * s + seed, rewardStd: 0.1, rewards: { reverse_digits: 0.1 * s + seed }, kl: 0.001 * s, clipFraction: 0.05, entropy: 2 - 0.1 * s,
-      loss: 1 / s, completionLength: { mean: 8, min: 2, max: 12 }, seconds: { generate: 0.3, reward: 0.01, logprob: 0.1, train: 0.4, sync: 0.1 }, syncBytes: 1 << 20,
+      step: s,
+      lr: 1e-3,
+      rewardMean: 0.1 * s + seed,
+      rewardStd: 0.1,
+      rewards: { reverse_digits: 0.1 * s + seed },
+      kl: 0.001 * s,
+      clipFraction: 0.05,
+      entropy: 2 - 0.1 * s,
+      loss: 1 / s,
+      completionLength: { mean: 8, min: 2, max: 12 },
+      seconds: { generate: 0.3, reward: 0.01, logprob: 0.1, train: 0.4, sync: 0.1 },
+      syncBytes: 1 << 20,
     });
   }
   return p;
@@ -90,10 +100,16 @@ describe('ascent plot', () => {
 
   it('collectives results: busbw vs size per op, the STREAM-like copy as a rule; two result files overlay', async () => {
     const result = (stream: number, scale: number) => ({
-      suite: 'collectives', baselines: { streamCopyGBs: stream },
-      rows: ['allReduce', 'allGather'].flatMap((op) => [1024, 65536, 4194304].flatMap((bytes) => [false, true].map((inPlace) => ({ op, inPlace, ranks: 4, bytes, busbwGBs: (scale * Math.log2(bytes)) / 10 })))),
+      suite: 'collectives',
+      baselines: { streamCopyGBs: stream },
+      rows: ['allReduce', 'allGather'].flatMap((op) =>
+        [1024, 65536, 4194304].flatMap((bytes) =>
+          [false, true].map((inPlace) => ({ op, inPlace, ranks: 4, bytes, busbwGBs: (scale * Math.log2(bytes)) / 10 })),
+        ),
+      ),
     });
-    const r1 = join(dir, 'collectives-1.json'), r2 = join(dir, 'collectives-2.json');
+    const r1 = join(dir, 'collectives-1.json'),
+      r2 = join(dir, 'collectives-2.json');
     writeFileSync(r1, JSON.stringify(result(30, 1)));
     writeFileSync(r2, JSON.stringify(result(25, 0.8)));
     const out = join(dir, 'bench');

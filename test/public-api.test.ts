@@ -12,43 +12,140 @@ const MAX_PUBLIC = 100;
 
 // Values and types together, sorted.
 const EXPECTED = [
-  'ActorAbortedError', 'ActorDiedError', 'ActorMesh', 'ActorRef', 'ActorSpec', 'ActorTimeoutError',
-  'AscentError', 'CallOptions', 'CheckpointFormatError', 'CollectiveMismatchError', 'CollectiveTimeoutError',
-  'ColocateSync', 'CommAbortedError', 'Communicator', 'ConfigError', 'DTensor', 'DType', 'Device',
-  'DeviceMesh', 'DeviceOOMError', 'ENV_VARS', 'Event', 'Fsdp2Strategy', 'GrpoConfig', 'GrpoConfigInput',
-  'GrpoConfigSchema', 'InvalidArgumentError', 'LaunchOptions', 'Logger', 'LoraConfigSchema', 'LossFn',
-  'MegatronStrategy', 'ModelConfig', 'OptimizerConfigSchema', 'P2PDeadlockError', 'Partial', 'Placement',
-  'Qwen3Model', 'RankActors', 'RankContext', 'RankFailedError', 'ReduceOp', 'RemoteError',
-  'Replicate', 'RolloutActor', 'RolloutEngine', 'SamplingParams', 'ServerSync', 'Shard',
-  'SingleDeviceStrategy', 'Stream', 'StreamError', 'SupervisedTrainer', 'SyncActor', 'SyncReport',
-  'TaskPool', 'Tensor', 'TimeoutError', 'TrainBatch', 'TrainStrategy', 'TrainerActor', 'TrainerConfig',
-  'TrainerConfigInput', 'TrainerConfigSchema', 'VerifyOptions', 'WeightLayoutError', 'WeightSyncError',
-  'World', 'WorldOptions', 'add', 'arange', 'axpy', 'cast', 'checkGrpoArgs', 'configureDevice', 'copy', 'copyPeer',
-  'cosineLr', 'createStrategy', 'fill', 'grpoMain', 'isAscentError', 'latestCheckpoint', 'launch',
-  'loadCheckpoint', 'loadModelConfig', 'matmul', 'mul', 'parseGrpoConfig', 'parseModelConfig', 'permute',
-  'readRunLog', 'registerLoss', 'registerRemoteErrorClass', 'runGrpo', 'saveCheckpoint', 'scale', 'syntheticTask', 'trainerActorSpec',
+  'ActorAbortedError',
+  'ActorDiedError',
+  'ActorMesh',
+  'ActorRef',
+  'ActorSpec',
+  'ActorTimeoutError',
+  'AscentError',
+  'CallOptions',
+  'CheckpointFormatError',
+  'CollectiveMismatchError',
+  'CollectiveTimeoutError',
+  'ColocateSync',
+  'CommAbortedError',
+  'Communicator',
+  'ConfigError',
+  'DTensor',
+  'DType',
+  'Device',
+  'DeviceMesh',
+  'DeviceOOMError',
+  'ENV_VARS',
+  'Event',
+  'Fsdp2Strategy',
+  'GrpoConfig',
+  'GrpoConfigInput',
+  'GrpoConfigSchema',
+  'InvalidArgumentError',
+  'LaunchOptions',
+  'Logger',
+  'LoraConfigSchema',
+  'LossFn',
+  'MegatronStrategy',
+  'ModelConfig',
+  'OptimizerConfigSchema',
+  'P2PDeadlockError',
+  'Partial',
+  'Placement',
+  'Qwen3Model',
+  'RankActors',
+  'RankContext',
+  'RankFailedError',
+  'ReduceOp',
+  'RemoteError',
+  'Replicate',
+  'RolloutActor',
+  'RolloutEngine',
+  'SamplingParams',
+  'ServerSync',
+  'Shard',
+  'SingleDeviceStrategy',
+  'Stream',
+  'StreamError',
+  'SupervisedTrainer',
+  'SyncActor',
+  'SyncReport',
+  'TaskPool',
+  'Tensor',
+  'TimeoutError',
+  'TrainBatch',
+  'TrainStrategy',
+  'TrainerActor',
+  'TrainerConfig',
+  'TrainerConfigInput',
+  'TrainerConfigSchema',
+  'VerifyOptions',
+  'WeightLayoutError',
+  'WeightSyncError',
+  'World',
+  'WorldOptions',
+  'add',
+  'arange',
+  'axpy',
+  'cast',
+  'checkGrpoArgs',
+  'configureDevice',
+  'copy',
+  'copyPeer',
+  'cosineLr',
+  'createStrategy',
+  'fill',
+  'grpoMain',
+  'isAscentError',
+  'latestCheckpoint',
+  'launch',
+  'loadCheckpoint',
+  'loadModelConfig',
+  'matmul',
+  'mul',
+  'parseGrpoConfig',
+  'parseModelConfig',
+  'permute',
+  'readRunLog',
+  'registerLoss',
+  'registerRemoteErrorClass',
+  'runGrpo',
+  'saveCheckpoint',
+  'scale',
+  'syntheticTask',
+  'trainerActorSpec',
   'transpose',
 ];
 
 /** Every name src/index.ts exports (values and types), from the TypeScript checker. */
 function exportedNames(file: string): string[] {
   const program = ts.createProgram([file], {
-    module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, target: ts.ScriptTarget.ES2022,
-    types: ['node'], skipLibCheck: true, noEmit: true,
+    module: ts.ModuleKind.NodeNext,
+    moduleResolution: ts.ModuleResolutionKind.NodeNext,
+    target: ts.ScriptTarget.ES2022,
+    types: ['node'],
+    skipLibCheck: true,
+    noEmit: true,
   });
   const checker = program.getTypeChecker();
   const source = program.getSourceFile(file);
   if (!source) throw new Error(`TypeScript could not load ${file}`);
   const mod = checker.getSymbolAtLocation(source);
   if (!mod) throw new Error(`${file} is not a module`);
-  return checker.getExportsOfModule(mod).map((s) => s.name).sort();
+  return checker
+    .getExportsOfModule(mod)
+    .map((s) => s.name)
+    .sort();
 }
 
 /** The runtime export names of a package specifier, imported by a plain node process in the repository (package self-reference, dist/). */
 function runtimeNames(specifier: string): string[] {
-  const r = spawnSync(process.execPath, ['--input-type=module', '-e', `const m = await import(${JSON.stringify(specifier)}); console.log(JSON.stringify(Object.keys(m).sort()));`], {
-    cwd: ROOT, encoding: 'utf8', timeout: 60_000,
-  });
+  const r = spawnSync(
+    process.execPath,
+    ['--input-type=module', '-e', `const m = await import(${JSON.stringify(specifier)}); console.log(JSON.stringify(Object.keys(m).sort()));`],
+    {
+      cwd: ROOT,
+      encoding: 'utf8',
+      timeout: 60_000,
+    },
+  );
   expect(r.status, r.stderr).toBe(0);
   return JSON.parse(r.stdout.trim()) as string[];
 }

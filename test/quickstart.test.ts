@@ -4,7 +4,12 @@ import { describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const launch = (args: string[]) =>
-  spawnSync(process.execPath, ['bin/launch.mjs', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 120_000, env: { ...process.env, ASCENT_DEVICE_MEMORY: '256MiB' } });
+  spawnSync(process.execPath, ['bin/launch.mjs', ...args], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 120_000,
+    env: { ...process.env, ASCENT_DEVICE_MEMORY: '256MiB' },
+  });
 
 describe('the README quickstart', () => {
   it('trains data-parallel under launch: the mean loss falls and every replica ends identical', () => {
@@ -28,6 +33,6 @@ describe('two copies of the runtime in one thread', () => {
     const r = launch(['--nproc', '1', '--max-time', '60', 'test/fixtures/launch/two-copies.ts']);
     expect(r.status).toBe(1);
     expect(r.stderr).toMatch(/Ascent's runtime is loaded twice in this thread: .*dist\/src\/runtime\/native\.js and .*src\/runtime\/native\.ts/);
-    expect(r.stderr).toContain("import Ascent from one place only");
+    expect(r.stderr).toContain('import Ascent from one place only');
   });
 });

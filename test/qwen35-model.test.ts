@@ -14,9 +14,20 @@ import { SingleDeviceStrategy } from '../src/train/single.js';
 import type { TrainBatch } from '../src/train/strategy.js';
 
 const cfg = parseModelConfig({
-  model_type: 'qwen3_5_text', hidden_size: 32, intermediate_size: 48, num_hidden_layers: 3, num_attention_heads: 4,
-  num_key_value_heads: 2, head_dim: 16, rms_norm_eps: 1e-6, vocab_size: 40,
-  linear_num_key_heads: 2, linear_num_value_heads: 4, linear_key_head_dim: 8, linear_value_head_dim: 8, linear_conv_kernel_dim: 4,
+  model_type: 'qwen3_5_text',
+  hidden_size: 32,
+  intermediate_size: 48,
+  num_hidden_layers: 3,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 16,
+  rms_norm_eps: 1e-6,
+  vocab_size: 40,
+  linear_num_key_heads: 2,
+  linear_num_value_heads: 4,
+  linear_key_head_dim: 8,
+  linear_value_head_dim: 8,
+  linear_conv_kernel_dim: 4,
   layer_types: ['linear_attention', 'full_attention', 'linear_attention'],
   rope_parameters: { rope_type: 'default', rope_theta: 10000, partial_rotary_factor: 0.25 },
 });
@@ -26,7 +37,8 @@ function params(seed: number) {
   const p = initialParams(cfg, seed);
   for (const [name, t] of p) {
     if (/proj|embed|lm_head/.test(name)) for (let i = 0; i < t.data.length; i++) t.data[i]! *= 12;
-    else if (/(layernorm|model\.norm|q_norm|k_norm)\.weight$/.test(name)) for (let i = 0; i < t.data.length; i++) t.data[i] = 0.2 * Math.sin(7 * i + name.length);
+    else if (/(layernorm|model\.norm|q_norm|k_norm)\.weight$/.test(name))
+      for (let i = 0; i < t.data.length; i++) t.data[i] = 0.2 * Math.sin(7 * i + name.length);
   }
   return p;
 }
@@ -61,7 +73,8 @@ describe('qwen3_5 decoder on the single-device strategy', () => {
         v[idx] = saved;
         return (await s.forward(data)).loss!;
       };
-      const pattern = /embed_tokens|in_proj_qkv|in_proj_z|in_proj_a|in_proj_b|conv1d|A_log|dt_bias|linear_attn\.norm|out_proj|q_proj|k_norm|o_proj|input_layernorm|model\.norm|down_proj/;
+      const pattern =
+        /embed_tokens|in_proj_qkv|in_proj_z|in_proj_a|in_proj_b|conv1d|A_log|dt_bias|linear_attn\.norm|out_proj|q_proj|k_norm|o_proj|input_layernorm|model\.norm|down_proj/;
       const names = [...grads.keys()].filter((n) => pattern.test(n) && /layers\.[01]\.|^model\.(embed|norm)/.test(n));
       let checked = 0;
       for (const name of names) {

@@ -38,7 +38,12 @@ function exampleFile(b: Block): string | undefined {
 function commands(b: Block): string[][] {
   return b.body
     .split('\n')
-    .map((l) => l.replace(/\s+#.*$/, '').replace(/^#.*$/, '').trim())
+    .map((l) =>
+      l
+        .replace(/\s+#.*$/, '')
+        .replace(/^#.*$/, '')
+        .trim(),
+    )
     .filter(Boolean)
     .flatMap((l) => l.split('&&').map((c) => c.trim().split(/\s+/)));
 }
@@ -137,7 +142,7 @@ describe('README commands run as written', () => {
 
   it('the main command runs the built bin: nothing is rebuilt and npx is not involved', () => {
     const main = commandBlocks.flatMap(commands).find((c) => c[1] === 'run' && c[2] === 'grpo');
-    expect(main, 'the README\'s main command is `npm run grpo`').toBeDefined();
+    expect(main, "the README's main command is `npm run grpo`").toBeDefined();
     expect(PKG.scripts.grpo).toMatch(/^node bin\/launch\.mjs --nproc 16 examples\/grpo\.ts$/);
     const built = [join(ROOT, 'dist/src/index.js'), join(ROOT, 'dist/src/cli/launch.js'), join(ROOT, 'build/Release/ascent_native.node')];
     const before = built.map((f) => statSync(f).mtimeMs);

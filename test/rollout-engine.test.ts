@@ -100,7 +100,14 @@ describe.each(['dense', 'moe'] as const)('rollout engine, tiny %s, tp = 1 (in pr
 });
 
 type Gen = { tokens: number[][]; logprobs: number[][]; finishReasons: string[] };
-type TpResult = { rank: number; logits: number[][]; logprobs: number[][]; greedy: Gen; sampled: Gen; checksums: Record<string, { layout: string; checksum: string }> };
+type TpResult = {
+  rank: number;
+  logits: number[][];
+  logprobs: number[][];
+  greedy: Gen;
+  sampled: Gen;
+  checksums: Record<string, { layout: string; checksum: string }>;
+};
 
 // Each case varies how the weights arrive: expert layout and host vs device source.
 const TP_CASES = [
@@ -113,46 +120,53 @@ const TP_CASES = [
 describe('rollout engine on real tensor-parallel ranks (launch)', () => {
   beforeAll(() => ensureParallelBuilt(), 120_000);
 
-  it.each(TP_CASES)('tiny $which, tp = $tp, $layout experts from $source: equals Qwen3Model and the tp = 1 engine', async ({ which, tp, layout, source }) => {
-    const cfg = cfgOf(which);
-    const run = await launchFixture(tp, 'test/fixtures/rollout/engine-tp.mjs', [which, layout, source]);
-    expect(run.stderr).toBe('');
-    expect(run.code).toBe(0);
-    const results = run.results as unknown as TpResult[];
-    expect(results.map((r) => r.rank)).toEqual(Array.from({ length: tp }, (_, i) => i));
+  it.each(TP_CASES)(
+    'tiny $which, tp = $tp, $layout experts from $source: equals Qwen3Model and the tp = 1 engine',
+    async ({ which, tp, layout, source }) => {
+      const cfg = cfgOf(which);
+      const run = await launchFixture(tp, 'test/fixtures/rollout/engine-tp.mjs', [which, layout, source]);
+      expect(run.stderr).toBe('');
+      expect(run.code).toBe(0);
+      const results = run.results as unknown as TpResult[];
+      expect(results.map((r) => r.rank)).toEqual(Array.from({ length: tp }, (_, i) => i));
 
-    const host = initialParams(cfg, SEED);
-    const ref = new Reference(cfg, host);
-    const single = RolloutEngine.create(cfg, { device: Device.get(0) });
-    try {
-      const singleReload = single.beginReload();
-      singleReload.load(host);
-      singleReload.finish();
-      const wantSampled = await single.generate(prompts(4, 13), SAMPLING);
-      const wantLogits = await Promise.all(prompts(4, 5).map((p) => ref.logits(p)));
-      const seqs = prompts(3, 9).map((p, i) => [...p, 4 + i, 5, EOS]);
-      const wantLp = await Promise.all(seqs.map((s) => ref.logprobs(s, 0.7)));
-      const wantGreedy = await Promise.all(prompts(4, 11).map((p) => ref.greedy(p, 6)));
-      for (const r of results) {
-        // Every local packed tensor is the host packing of this rank's slice.
-        const want = expectedChecksums(cfg, host, tp, r.rank);
-        expect(Object.keys(r.checksums).sort()).toEqual(Object.keys(want).sort());
-        for (const [n, c] of Object.entries(r.checksums)) {
-          expect(c.layout, n).toBe('processed');
-          expect(c.checksum, n).toBe(want[n]);
+      const host = initialParams(cfg, SEED);
+      const ref = new Reference(cfg, host);
+      const single = RolloutEngine.create(cfg, { device: Device.get(0) });
+      try {
+        const singleReload = single.beginReload();
+        singleReload.load(host);
+        singleReload.finish();
+        const wantSampled = await single.generate(prompts(4, 13), SAMPLING);
+        const wantLogits = await Promise.all(prompts(4, 5).map((p) => ref.logits(p)));
+        const seqs = prompts(3, 9).map((p, i) => [...p, 4 + i, 5, EOS]);
+        const wantLp = await Promise.all(seqs.map((s) => ref.logprobs(s, 0.7)));
+        const wantGreedy = await Promise.all(prompts(4, 11).map((p) => ref.greedy(p, 6)));
+        for (const r of results) {
+          // Every local packed tensor is the host packing of this rank's slice.
+          const want = expectedChecksums(cfg, host, tp, r.rank);
+          expect(Object.keys(r.checksums).sort()).toEqual(Object.keys(want).sort());
+          for (const [n, c] of Object.entries(r.checksums)) {
+            expect(c.layout, n).toBe('processed');
+            expect(c.checksum, n).toBe(want[n]);
+          }
+          for (let b = 0; b < wantLogits.length; b++) expect(maxRelErr(r.logits[b]!, wantLogits[b]!)).toBeLessThan(1e-4);
+          for (let b = 0; b < seqs.length; b++)
+            for (let t = 0; t < wantLp[b]!.length; t++) expect(Math.abs(r.logprobs[b]![t]! - wantLp[b]![t]!)).toBeLessThan(1e-4);
+          expect(r.greedy.tokens).toEqual(wantGreedy);
+          expect(r.sampled.tokens).toEqual(wantSampled.tokens);
+          for (let b = 0; b < 4; b++)
+            for (let t = 0; t < wantSampled.logprobs[b]!.length; t++)
+              expect(Math.abs(r.sampled.logprobs[b]![t]! - wantSampled.logprobs[b]![t]!)).toBeLessThan(1e-4);
+          // Tokens and log-probs come from tp rank 0: identical on every rank.
+          expect(r.sampled).toEqual(results[0]!.sampled);
+          expect(r.greedy).toEqual(results[0]!.greedy);
         }
-        for (let b = 0; b < wantLogits.length; b++) expect(maxRelErr(r.logits[b]!, wantLogits[b]!)).toBeLessThan(1e-4);
-        for (let b = 0; b < seqs.length; b++) for (let t = 0; t < wantLp[b]!.length; t++) expect(Math.abs(r.logprobs[b]![t]! - wantLp[b]![t]!)).toBeLessThan(1e-4);
-        expect(r.greedy.tokens).toEqual(wantGreedy);
-        expect(r.sampled.tokens).toEqual(wantSampled.tokens);
-        for (let b = 0; b < 4; b++) for (let t = 0; t < wantSampled.logprobs[b]!.length; t++) expect(Math.abs(r.sampled.logprobs[b]![t]! - wantSampled.logprobs[b]![t]!)).toBeLessThan(1e-4);
-        // Tokens and log-probs come from tp rank 0: identical on every rank.
-        expect(r.sampled).toEqual(results[0]!.sampled);
-        expect(r.greedy).toEqual(results[0]!.greedy);
+      } finally {
+        single.release();
+        ref.release();
       }
-    } finally {
-      single.release();
-      ref.release();
-    }
-  }, 60_000);
+    },
+    60_000,
+  );
 });

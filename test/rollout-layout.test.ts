@@ -51,7 +51,11 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     if (cfg.moe) {
       // At tp = 1 the preprocessed w13 / w2 are byte-for-byte the fused gate_up_proj / down_proj.
       const gu = host.get('model.layers.0.mlp.experts.gate_up_proj')!.data;
-      expect(sums.get(firstLayer)).toEqual({ layout: 'preprocessed', shape: [8, 256, 128], checksum: runtimeChecksum(new Uint8Array(gu.buffer, gu.byteOffset, gu.byteLength)) });
+      expect(sums.get(firstLayer)).toEqual({
+        layout: 'preprocessed',
+        shape: [8, 256, 128],
+        checksum: runtimeChecksum(new Uint8Array(gu.buffer, gu.byteOffset, gu.byteLength)),
+      });
     }
     reload.abort(); // never finished: the weights stay preprocessed
     const err = caught(() => e.generate(prompts(2), { maxTokens: 2 }));
@@ -223,7 +227,14 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
       expect(err.message).toContain(msg);
     }
     expect(caught(() => e.generate([[1, 64]], { maxTokens: 1 })).message).toContain('prompts[0][1] is 64');
-    expect(caught(() => e.generate(Array.from({ length: 9 }, () => [1]), { maxTokens: 1 })).message).toContain('maxBatch 8');
+    expect(
+      caught(() =>
+        e.generate(
+          Array.from({ length: 9 }, () => [1]),
+          { maxTokens: 1 },
+        ),
+      ).message,
+    ).toContain('maxBatch 8');
     expect(caught(() => e.computeLogprobs(p, {} as any)).message).toContain('temperature');
     expect(caught(() => e.wake()).message).toContain('not asleep');
     expect(caught(() => RolloutEngine.create(cfg, { device, waitTimeoutMs: -1 })).message).toContain('waitTimeoutMs');

@@ -101,7 +101,8 @@ describe.each(['dense', 'moe'] as const)('rollout weight sessions, tiny %s', (wh
       () => reload.target(name, 0, 4),
       () => reload.entry(name),
       () => reload.abort(),
-    ]) expect(caught(call)).toBeInstanceOf(InvalidStateError);
+    ])
+      expect(caught(call)).toBeInstanceOf(InvalidStateError);
     expect(e.layoutStates()).toEqual(before);
 
     const direct = e.beginDirect();

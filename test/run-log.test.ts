@@ -15,8 +15,21 @@ beforeAll(() => {
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const lines = (p: string) => readFileSync(p, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
-const stepRec = (step: number, reward: number) => ({ step, lr: 1e-3, rewardMean: reward, rewards: { reverse_digits: reward }, kl: 0, loss: 0.5, seconds: { generate: 0.1, sync: 0.01 }, syncBytes: 1024 });
+const lines = (p: string) =>
+  readFileSync(p, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+const stepRec = (step: number, reward: number) => ({
+  step,
+  lr: 1e-3,
+  rewardMean: reward,
+  rewards: { reverse_digits: reward },
+  kl: 0,
+  loss: 0.5,
+  seconds: { generate: 0.1, sync: 0.01 },
+  syncBytes: 1024,
+});
 
 function gitHead(): string | null {
   try {
@@ -67,7 +80,12 @@ describe('GRPO run log', () => {
     expect(all[4]).toMatchObject({ resumed: true, startStep: 2, runId: all[0]!.runId });
     const read = readRunLog(p);
     expect(read.headers).toHaveLength(2);
-    expect(read.steps.map((s) => [s.step, s.rewardMean])).toEqual([[1, 0.1], [2, 0.2], [3, 0.9], [4, 1]]);
+    expect(read.steps.map((s) => [s.step, s.rewardMean])).toEqual([
+      [1, 0.1],
+      [2, 0.2],
+      [3, 0.9],
+      [4, 1],
+    ]);
   });
 
   it('resume after a run killed mid-write drops the partial last line, so the log stays readable', () => {

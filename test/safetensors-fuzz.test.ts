@@ -173,7 +173,8 @@ function mutate(rng: Prng, kind: number): Buffer {
     return withLength(Buffer.from(ser(h)), d);
   };
   switch (kind) {
-    case 0: { // random byte flips inside the header (and sometimes the length field)
+    case 0: {
+      // random byte flips inside the header (and sometimes the length field)
       const out = Buffer.from(base);
       const flips = rng.int(1, 4);
       for (let i = 0; i < flips; i++) {
@@ -184,7 +185,8 @@ function mutate(rng: Prng, kind: number): Buffer {
     }
     case 1: // truncation anywhere
       return base.subarray(0, rng.int(0, base.length - 1));
-    case 2: { // structured edits of offsets / shapes / dtypes / entries
+    case 2: {
+      // structured edits of offsets / shapes / dtypes / entries
       for (let e = rng.int(1, 3); e > 0; e--) {
         const t = entry();
         const offs = field(t, 'data_offsets');
@@ -202,30 +204,67 @@ function mutate(rng: Prng, kind: number): Buffer {
       }
       return finish(header, rng.next() < 0.2 ? rng.int(-16, 16) : 0);
     }
-    case 3: { // the length field: off by a little, random, huge or zero
+    case 3: {
+      // the length field: off by a little, random, huge or zero
       const r = rng.int(0, 3);
-      const len = r === 0 ? BigInt(headerLen + rng.int(-8, 8)) : r === 1 ? BigInt(rng.nextU32()) : r === 2 ? (BigInt(rng.nextU32()) << 32n) | BigInt(rng.nextU32()) : 0n;
+      const len =
+        r === 0 ? BigInt(headerLen + rng.int(-8, 8)) : r === 1 ? BigInt(rng.nextU32()) : r === 2 ? (BigInt(rng.nextU32()) << 32n) | BigInt(rng.nextU32()) : 0n;
       const out = Buffer.from(base);
       out.writeBigUInt64LE(len < 0n ? 0n : len, 0);
       return out;
     }
-    case 4: { // whole header replaced by a random JSON-ish string
-      const pieces = ['{', '}', '[', ']', '"a"', ':', ',', '1', '"F32"', '"shape"', '"data_offsets"', '"dtype"', ' ', '-', 'e9', '"__proto__"', '"\\u0000"', '"\\ud800"'];
+    case 4: {
+      // whole header replaced by a random JSON-ish string
+      const pieces = [
+        '{',
+        '}',
+        '[',
+        ']',
+        '"a"',
+        ':',
+        ',',
+        '1',
+        '"F32"',
+        '"shape"',
+        '"data_offsets"',
+        '"dtype"',
+        ' ',
+        '-',
+        'e9',
+        '"__proto__"',
+        '"\\u0000"',
+        '"\\ud800"',
+      ];
       let s = '';
       for (let n = rng.int(0, 30); n > 0; n--) s += rng.pick(pieces);
       return withLength(Buffer.from(s), data);
     }
-    case 5: { // keys and values named after Object.prototype members
+    case 5: {
+      // keys and values named after Object.prototype members
       const name = rng.pick(PROTO_NAMES);
       const r = rng.int(0, 4);
-      if (r === 0) rng.pick(tensors)[0] = name; // a tensor called "__proto__" etc. (valid)
+      if (r === 0)
+        rng.pick(tensors)[0] = name; // a tensor called "__proto__" etc. (valid)
       else if (r === 1) set(entry(), 'dtype', name);
       else if (r === 2) (header.pairs[0][1] as Obj).pairs.push([name, rng.pick<J>(['x', 1, new Obj([])])]);
       else if (r === 3) entry().pairs.push([name, rng.pick<J>([new Obj([]), 'F32', [1]])]);
-      else header.pairs.push([name, rng.pick<J>([new Obj([]), null, new Obj([['dtype', 'F32'], ['shape', [0]], ['data_offsets', [0, 0]]])])]);
+      else
+        header.pairs.push([
+          name,
+          rng.pick<J>([
+            new Obj([]),
+            null,
+            new Obj([
+              ['dtype', 'F32'],
+              ['shape', [0]],
+              ['data_offsets', [0, 0]],
+            ]),
+          ]),
+        ]);
       return finish(header);
     }
-    case 6: { // 5,000-level nesting somewhere
+    case 6: {
+      // 5,000-level nesting somewhere
       const levels = rng.pick([65, 1000, 5000]);
       const nest = rng.next() < 0.5 ? deep(levels, '[', ']') : deep(levels, '{"a":', '}');
       const r = rng.int(0, 4);
@@ -236,11 +275,16 @@ function mutate(rng: Prng, kind: number): Buffer {
       else return withLength(Buffer.from(nest.text), data);
       return finish(header);
     }
-    default: { // duplicate keys (top level, in an entry, in __metadata__) or zero-element shapes
+    default: {
+      // duplicate keys (top level, in an entry, in __metadata__) or zero-element shapes
       const r = rng.int(0, 3);
-      if (r === 0) { const t = rng.pick(tensors); header.pairs.push([t[0], t[1]]); }
-      else if (r === 1) { const t = entry(); t.pairs.push(rng.pick(t.pairs)); }
-      else if (r === 2) (header.pairs[0][1] as Obj).pairs.push(['format', rng.pick(['pt', 'np'])]);
+      if (r === 0) {
+        const t = rng.pick(tensors);
+        header.pairs.push([t[0], t[1]]);
+      } else if (r === 1) {
+        const t = entry();
+        t.pairs.push(rng.pick(t.pairs));
+      } else if (r === 2) (header.pairs[0][1] as Obj).pairs.push(['format', rng.pick(['pt', 'np'])]);
       else set(header.pairs.find(([k]) => k === 'empty')![1] as Obj, 'shape', rng.pick(ZERO_SHAPES));
       return finish(header);
     }

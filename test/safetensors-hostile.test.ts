@@ -58,7 +58,9 @@ describe('prototype-named keys are data', () => {
 
   it('a dtype named after a prototype member is an unknown dtype', async () => {
     for (const dtype of ['constructor', 'toString', '__proto__', 'hasOwnProperty']) {
-      expect(await stError(raw(`{"x":${t4(dtype)}}`, new Uint8Array(4)))).toMatch(new RegExp(`tensor "x": dtype is '${dtype}' of type string; expected one of F32`));
+      expect(await stError(raw(`{"x":${t4(dtype)}}`, new Uint8Array(4)))).toMatch(
+        new RegExp(`tensor "x": dtype is '${dtype}' of type string; expected one of F32`),
+      );
     }
   });
 
@@ -71,16 +73,22 @@ describe('prototype-named keys are data', () => {
   });
 
   it('an entry with a "__proto__" or "constructor" key is an unknown key', async () => {
-    expect(await stError(raw(`{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"__proto__":{}}}`, new Uint8Array(4)))).toMatch(/tensor "x": unknown key "__proto__"/);
+    expect(await stError(raw(`{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"__proto__":{}}}`, new Uint8Array(4)))).toMatch(
+      /tensor "x": unknown key "__proto__"/,
+    );
     expect(await stError(raw(`{"x":{"dtype":"F32","shape":[1],"constructor":[0,4]}}`, new Uint8Array(4)))).toMatch(/tensor "x": unknown key "constructor"/);
   });
 
   it('weight_map keys and metadata named after prototype members', async () => {
     const out = mkdtempSync(join(dir, 'proto-index-'));
-    await writeCheckpoint(out, [
-      { name: 'constructor', dtype: 'U8', shape: [1], data: new Uint8Array([1]) },
-      { name: '__proto__', dtype: 'U8', shape: [1], data: new Uint8Array([2]) },
-    ], { maxShardBytes: 1 });
+    await writeCheckpoint(
+      out,
+      [
+        { name: 'constructor', dtype: 'U8', shape: [1], data: new Uint8Array([1]) },
+        { name: '__proto__', dtype: 'U8', shape: [1], data: new Uint8Array([2]) },
+      ],
+      { maxShardBytes: 1 },
+    );
     const index = readFileSync(join(out, INDEX_FILE), 'utf8');
     expect(index).toContain('"__proto__": "model-00002-of-00002.safetensors"');
     const ck = await Checkpoint.open(out);
@@ -89,7 +97,9 @@ describe('prototype-named keys are data', () => {
     await ck.close();
     // A weight_map that names "toString" (not in any shard) and a metadata "constructor".
     writeFileSync(join(out, INDEX_FILE), index.replace('"weight_map": {', '"weight_map": {"toString": "model-00001-of-00002.safetensors",'));
-    expect(await formatError(() => Checkpoint.open(out))).toMatch(/weight_map puts tensor "toString" in "model-00001-of-00002.safetensors", but that shard has no such tensor/);
+    expect(await formatError(() => Checkpoint.open(out))).toMatch(
+      /weight_map puts tensor "toString" in "model-00001-of-00002.safetensors", but that shard has no such tensor/,
+    );
     writeFileSync(join(out, INDEX_FILE), index.replace('"metadata": {', '"metadata": {"constructor": 1, "__proto__": null,'));
     const ok = await Checkpoint.open(out);
     expect(ok.index!.metadata['constructor']).toBe(1);
@@ -124,10 +134,12 @@ describe('duplicate keys are rejected, as safetensors does', () => {
   it('top level, inside an entry, in __metadata__', async () => {
     const d8 = new Uint8Array(8);
     expect(await stError(raw(`{"a":${t4()},"a":${t4()}}`, d8))).toMatch(/tensor "a": appears twice in the header/);
-    expect(await stError(raw(`{"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, d8.subarray(4))))
-      .toMatch(/tensor "a": key "dtype" appears twice in the entry/);
-    expect(await stError(raw(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"data_offsets":[0,4]}}`, d8.subarray(4))))
-      .toMatch(/tensor "a": key "data_offsets" appears twice/);
+    expect(await stError(raw(`{"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, d8.subarray(4)))).toMatch(
+      /tensor "a": key "dtype" appears twice in the entry/,
+    );
+    expect(await stError(raw(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"data_offsets":[0,4]}}`, d8.subarray(4)))).toMatch(
+      /tensor "a": key "data_offsets" appears twice/,
+    );
     expect(await stError(raw(`{"__metadata__":{"format":"pt","format":"pt"}}`))).toMatch(/__metadata__ key "format" appears twice/);
     // Escaped spellings of the same key are the same key.
     expect(await stError(raw(`{"a":${t4()},"\\u0061":${t4()}}`, d8))).toMatch(/tensor "a": appears twice/);
@@ -136,10 +148,14 @@ describe('duplicate keys are rejected, as safetensors does', () => {
 
   it("in an index's weight_map", async () => {
     const out = mkdtempSync(join(dir, 'dup-index-'));
-    await writeCheckpoint(out, [
-      { name: 'a', dtype: 'U8', shape: [1], data: new Uint8Array([1]) },
-      { name: 'b', dtype: 'U8', shape: [1], data: new Uint8Array([2]) },
-    ], { maxShardBytes: 1 });
+    await writeCheckpoint(
+      out,
+      [
+        { name: 'a', dtype: 'U8', shape: [1], data: new Uint8Array([1]) },
+        { name: 'b', dtype: 'U8', shape: [1], data: new Uint8Array([2]) },
+      ],
+      { maxShardBytes: 1 },
+    );
     const index = readFileSync(join(out, INDEX_FILE), 'utf8');
     writeFileSync(join(out, INDEX_FILE), index.replace('"weight_map": {', '"weight_map": {"b": "model-00001-of-00002.safetensors",'));
     expect(await formatError(() => Checkpoint.open(out))).toMatch(/cannot read the shard index \(duplicate key "b" at character \d+ \(in "weight_map"\)\)/);
@@ -149,10 +165,14 @@ describe('duplicate keys are rejected, as safetensors does', () => {
 describe('a directory where a file should be', () => {
   it('a shard, model.safetensors, the index, or the path given', async () => {
     const out = mkdtempSync(join(dir, 'dir-shard-'));
-    await writeCheckpoint(out, [
-      { name: 'a', dtype: 'U8', shape: [1], data: new Uint8Array([1]) },
-      { name: 'b', dtype: 'U8', shape: [1], data: new Uint8Array([2]) },
-    ], { maxShardBytes: 1 });
+    await writeCheckpoint(
+      out,
+      [
+        { name: 'a', dtype: 'U8', shape: [1], data: new Uint8Array([1]) },
+        { name: 'b', dtype: 'U8', shape: [1], data: new Uint8Array([2]) },
+      ],
+      { maxShardBytes: 1 },
+    );
     rmSync(join(out, 'model-00002-of-00002.safetensors'));
     mkdirSync(join(out, 'model-00002-of-00002.safetensors'));
     expect(await formatError(() => Checkpoint.open(out))).toMatch(/model-00002-of-00002\.safetensors: is a directory; expected a \.safetensors file/);
@@ -173,8 +193,9 @@ describe('zero-element tensors', () => {
     expect(f.info('z').shape).toEqual([2 ** 32, 2 ** 32, 0]);
     expect((await f.read('z')).length).toBe(0);
     await f.close();
-    expect(await stError(raw(`{"z":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}`)))
-      .toMatch(/tensor "z": data_offsets \[0, 0\] hold 0 bytes but F32 × \[4294967296, 4294967296\] needs 73786976294838206464 bytes/);
+    expect(await stError(raw(`{"z":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}`))).toMatch(
+      /tensor "z": data_offsets \[0, 0\] hold 0 bytes but F32 × \[4294967296, 4294967296\] needs 73786976294838206464 bytes/,
+    );
   });
 
   it('the writer accepts and round-trips it', async () => {
@@ -189,27 +210,53 @@ describe('zero-element tensors', () => {
 describe('index fuzz', () => {
   it('2,000 mutated index files: Checkpoint.open succeeds or throws a CheckpointFormatError, nothing else', async () => {
     const out = mkdtempSync(join(dir, 'index-fuzz-'));
-    await writeCheckpoint(out, ['a', 'b', 'c'].map((name, i) => ({ name, dtype: 'U8' as const, shape: [2], data: new Uint8Array([i, i]) })), { maxShardBytes: 2 });
+    await writeCheckpoint(
+      out,
+      ['a', 'b', 'c'].map((name, i) => ({ name, dtype: 'U8' as const, shape: [2], data: new Uint8Array([i, i]) })),
+      { maxShardBytes: 2 },
+    );
     const good = readFileSync(join(out, INDEX_FILE), 'utf8');
     const rng = new Prng(7);
-    const pieces = ['{', '}', '[', ']', ',', ':', '"__proto__"', '"constructor"', '"toString"', '"weight_map"', '"metadata"', '"a"', '"model-00001-of-00003.safetensors"', '1', '-1', 'null', '"\\u0000"'];
+    const pieces = [
+      '{',
+      '}',
+      '[',
+      ']',
+      ',',
+      ':',
+      '"__proto__"',
+      '"constructor"',
+      '"toString"',
+      '"weight_map"',
+      '"metadata"',
+      '"a"',
+      '"model-00001-of-00003.safetensors"',
+      '1',
+      '-1',
+      'null',
+      '"\\u0000"',
+    ];
     let ok = 0;
     let rejected = 0;
     for (let i = 0; i < 2000; i++) {
       let text = good;
       const r = i % 4;
-      if (r === 0) { // splice random JSON pieces in
+      if (r === 0) {
+        // splice random JSON pieces in
         for (let k = rng.int(1, 3); k > 0; k--) {
           const at = rng.int(0, text.length);
           text = text.slice(0, at) + rng.pick(pieces) + text.slice(at + rng.int(0, 2));
         }
-      } else if (r === 1) { // truncate
+      } else if (r === 1) {
+        // truncate
         text = text.slice(0, rng.int(0, text.length - 1));
-      } else if (r === 2) { // a prototype-named or duplicate key in weight_map or metadata
+      } else if (r === 2) {
+        // a prototype-named or duplicate key in weight_map or metadata
         const key = rng.pick(['__proto__', 'constructor', 'toString', 'a', 'b', 'total_size']);
         const where = rng.pick(['"weight_map": {', '"metadata": {']);
         text = text.replace(where, `${where}${JSON.stringify(key)}: ${rng.pick(['"model-00001-of-00003.safetensors"', '{}', '[]', '2', 'null'])},`);
-      } else { // deep nesting as a value
+      } else {
+        // deep nesting as a value
         text = text.replace('"total_size": 6', `"total_size": ${'['.repeat(rng.pick([20, 5000]))}${']'.repeat(5000)}`);
       }
       writeFileSync(join(out, INDEX_FILE), text);
@@ -217,7 +264,8 @@ describe('index fuzz', () => {
         await (await Checkpoint.open(out)).close();
         ok++;
       } catch (err) {
-        if (!(err instanceof CheckpointFormatError)) throw new Error(`mutant ${i} raised ${(err as Error)?.constructor?.name}: ${(err as Error)?.message}\n${text}`);
+        if (!(err instanceof CheckpointFormatError))
+          throw new Error(`mutant ${i} raised ${(err as Error)?.constructor?.name}: ${(err as Error)?.message}\n${text}`);
         rejected++;
       }
     }

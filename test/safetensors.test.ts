@@ -120,8 +120,12 @@ describe('malformed files are CheckpointFormatErrors naming the file and tensor'
   });
 
   it('header length absurd or past the end of the file', async () => {
-    expect((await openError(rawFile({ x: ok }, d8, { length: 1n << 60n }))).message).toMatch(/header length 1152921504606846976 exceeds the 100000000-byte limit/);
-    expect((await openError(rawFile({ x: ok }, d8, { length: BigInt(MAX_HEADER_BYTES) }))).message).toMatch(/is larger than the \d+ bytes after the length field/);
+    expect((await openError(rawFile({ x: ok }, d8, { length: 1n << 60n }))).message).toMatch(
+      /header length 1152921504606846976 exceeds the 100000000-byte limit/,
+    );
+    expect((await openError(rawFile({ x: ok }, d8, { length: BigInt(MAX_HEADER_BYTES) }))).message).toMatch(
+      /is larger than the \d+ bytes after the length field/,
+    );
   });
 
   it('bad JSON, bad UTF-8, not an object', async () => {
@@ -129,39 +133,57 @@ describe('malformed files are CheckpointFormatErrors naming the file and tensor'
     const bad = Buffer.from('{"\xff":1}', 'latin1');
     expect((await openError(rawFile(bad, new Uint8Array(0)))).message).toMatch(/header is not valid UTF-8/);
     expect((await openError(rawFile('[1,2]', new Uint8Array(0)))).message).toMatch(/header is an array of length 2; expected a JSON object/);
-    expect((await openError(rawFile('{"__metadata__":{"a":1}}', new Uint8Array(0)))).message).toMatch(/__metadata__\["a"\] is 1 of type number; expected a string/);
+    expect((await openError(rawFile('{"__metadata__":{"a":1}}', new Uint8Array(0)))).message).toMatch(
+      /__metadata__\["a"\] is 1 of type number; expected a string/,
+    );
   });
 
   it('unknown dtype, bad shape, bad offsets, unknown key', async () => {
-    expect((await openError(rawFile({ x: { ...ok, dtype: 'F8' } }, d8))).message).toMatch(/tensor "x": dtype is 'F8' of type string; expected one of F32, BF16/);
-    expect((await openError(rawFile({ x: { ...ok, shape: [-2] } }, d8))).message).toMatch(/tensor "x": shape is \[-2\]; expected a list of non-negative integers/);
+    expect((await openError(rawFile({ x: { ...ok, dtype: 'F8' } }, d8))).message).toMatch(
+      /tensor "x": dtype is 'F8' of type string; expected one of F32, BF16/,
+    );
+    expect((await openError(rawFile({ x: { ...ok, shape: [-2] } }, d8))).message).toMatch(
+      /tensor "x": shape is \[-2\]; expected a list of non-negative integers/,
+    );
     expect((await openError(rawFile({ x: { ...ok, shape: [2.5] } }, d8))).message).toMatch(/shape is \[2\.5\]/);
     expect((await openError(rawFile({ x: { ...ok, shape: 2 } }, d8))).message).toMatch(/shape is 2;/);
     expect((await openError(rawFile({ x: { ...ok, data_offsets: [0] } }, d8))).message).toMatch(/data_offsets is \[0\]; expected \[begin, end\]/);
     expect((await openError(rawFile({ x: { ...ok, data_offsets: [8, 0] } }, d8))).message).toMatch(/end before they begin/);
-    expect((await openError(rawFile({ x: { ...ok, data_offsets: [0, 16], shape: [4] } }, d8))).message).toMatch(/tensor "x": data_offsets \[0, 16\] run past the data section \(8 bytes\)/);
+    expect((await openError(rawFile({ x: { ...ok, data_offsets: [0, 16], shape: [4] } }, d8))).message).toMatch(
+      /tensor "x": data_offsets \[0, 16\] run past the data section \(8 bytes\)/,
+    );
     expect((await openError(rawFile({ x: { ...ok, data_offset: [0, 8] } }, d8))).message).toMatch(/unknown key "data_offset"/);
     expect((await openError(rawFile({ x: { dtype: 'F32', shape: [2] } }, d8))).message).toMatch(/data_offsets is missing/);
   });
 
   it('byte length differs from numel × dtype size (incl. overflowing shapes)', async () => {
-    expect((await openError(rawFile({ x: { ...ok, shape: [3] } }, d8))).message).toMatch(/tensor "x": data_offsets \[0, 8\] hold 8 bytes but F32 × \[3\] needs 12 bytes/);
-    expect((await openError(rawFile({ x: { ...ok, shape: [2 ** 40, 2 ** 40] } }, d8))).message).toMatch(/hold 8 bytes but F32 × \[1099511627776, 1099511627776\] needs 4835703278458516698824704 bytes/);
+    expect((await openError(rawFile({ x: { ...ok, shape: [3] } }, d8))).message).toMatch(
+      /tensor "x": data_offsets \[0, 8\] hold 8 bytes but F32 × \[3\] needs 12 bytes/,
+    );
+    expect((await openError(rawFile({ x: { ...ok, shape: [2 ** 40, 2 ** 40] } }, d8))).message).toMatch(
+      /hold 8 bytes but F32 × \[1099511627776, 1099511627776\] needs 4835703278458516698824704 bytes/,
+    );
   });
 
   it('overlap, gap and trailing bytes', async () => {
     const d16 = new Uint8Array(16);
     const a = { dtype: 'F32', shape: [2], data_offsets: [0, 8] };
-    expect((await openError(rawFile({ a, b: { dtype: 'F32', shape: [2], data_offsets: [4, 12] }, c: { dtype: 'F32', shape: [1], data_offsets: [12, 16] } }, d16))).message)
-      .toMatch(/tensor "b": bytes \[4, 12\) overlap tensor "a" \[0, 8\)/);
-    expect((await openError(rawFile({ a, b: { dtype: 'F32', shape: [1], data_offsets: [12, 16] } }, d16))).message)
-      .toMatch(/tensor "b": starts at byte 12 but the previous tensor "a" ends at 8: a gap of 4 bytes/);
-    expect((await openError(rawFile({ a: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, d8))).message).toMatch(/tensor "a": starts at byte 4 .* gap of 4 bytes/);
+    expect(
+      (await openError(rawFile({ a, b: { dtype: 'F32', shape: [2], data_offsets: [4, 12] }, c: { dtype: 'F32', shape: [1], data_offsets: [12, 16] } }, d16)))
+        .message,
+    ).toMatch(/tensor "b": bytes \[4, 12\) overlap tensor "a" \[0, 8\)/);
+    expect((await openError(rawFile({ a, b: { dtype: 'F32', shape: [1], data_offsets: [12, 16] } }, d16))).message).toMatch(
+      /tensor "b": starts at byte 12 but the previous tensor "a" ends at 8: a gap of 4 bytes/,
+    );
+    expect((await openError(rawFile({ a: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, d8))).message).toMatch(
+      /tensor "a": starts at byte 4 .* gap of 4 bytes/,
+    );
     expect((await openError(rawFile({ a }, d16))).message).toMatch(/data section is 16 bytes but the tensors cover only \[0, 8\); 8 trailing bytes/);
   });
 
   it('duplicate names are detected, not last-wins', async () => {
-    const header = '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}, "b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"a" :{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}';
+    const header =
+      '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}, "b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"a" :{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}';
     expect((await openError(rawFile(header, d8))).message).toMatch(/tensor "a": appears twice in the header/);
     // Nested keys with the same name are not duplicates.
     const f = await SafetensorsFile.open(rawFile('{"__metadata__":{"a":"1"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', d8));
@@ -179,9 +201,21 @@ describe('atomic write', () => {
     const path = fresh('atomic');
     await writeSafetensors(path, SAMPLE);
     const before = readFileSync(path);
-    const failing: TensorSource[] = [SAMPLE[0], { name: 'b', dtype: 'F32', shape: [4], data: () => { throw new Error('source died'); } }];
+    const failing: TensorSource[] = [
+      SAMPLE[0],
+      {
+        name: 'b',
+        dtype: 'F32',
+        shape: [4],
+        data: () => {
+          throw new Error('source died');
+        },
+      },
+    ];
     await expect(writeSafetensors(path, failing)).rejects.toThrow('source died');
-    await expect(writeSafetensors(path, [{ name: 'b', dtype: 'F32', shape: [4], data: new Uint8Array(15) }])).rejects.toThrow(/needs 16 bytes but its data is 15 bytes/);
+    await expect(writeSafetensors(path, [{ name: 'b', dtype: 'F32', shape: [4], data: new Uint8Array(15) }])).rejects.toThrow(
+      /needs 16 bytes but its data is 15 bytes/,
+    );
     expect(readFileSync(path).equals(before)).toBe(true);
     expect(readdirSync(dir).filter((n) => n.includes('.tmp-'))).toEqual([]);
   });
@@ -210,7 +244,12 @@ describe('atomic write', () => {
 });
 
 describe('sharded checkpoints', () => {
-  const tensors: TensorSource[] = Array.from({ length: 7 }, (_, i) => ({ name: `layer.${i}.w`, dtype: 'F32' as const, shape: [i + 1, 4], data: bytesOf(16 * (i + 1), i) }));
+  const tensors: TensorSource[] = Array.from({ length: 7 }, (_, i) => ({
+    name: `layer.${i}.w`,
+    dtype: 'F32' as const,
+    shape: [i + 1, 4],
+    data: bytesOf(16 * (i + 1), i),
+  }));
   const total = tensors.reduce((s, t) => s + (t.data as Uint8Array).length, 0);
 
   it('splits by max shard size, writes the index, reads back through folder and index path', async () => {
@@ -262,7 +301,11 @@ describe('sharded checkpoints', () => {
 
   async function indexError(mutate: (index: { metadata: Record<string, unknown>; weight_map: Record<string, string> }, out: string) => void): Promise<string> {
     const out = mkdtempSync(join(dir, 'bad-index-'));
-    expect((await writeCheckpoint(out, tensors, { maxShardBytes: 100 })).files).toEqual([s1, s2, ...[3, 4, 5].map((i) => `model-0000${i}-of-00005.safetensors`)]);
+    expect((await writeCheckpoint(out, tensors, { maxShardBytes: 100 })).files).toEqual([
+      s1,
+      s2,
+      ...[3, 4, 5].map((i) => `model-0000${i}-of-00005.safetensors`),
+    ]);
     const index = JSON.parse(readFileSync(join(out, INDEX_FILE), 'utf8'));
     mutate(index, out);
     writeFileSync(join(out, INDEX_FILE), JSON.stringify(index));
@@ -276,16 +319,41 @@ describe('sharded checkpoints', () => {
   }
 
   it('index errors: missing shard, tensor not in its shard, unlisted tensor, path traversal, bad total_size', async () => {
-    expect(await indexError((_, out) => rmSync(join(out, s2))))
-      .toMatch(/shard "model-00002-of-00005.safetensors" is missing from .* but the weight_map puts 1 tensor in it \(e.g. "layer.3.w"\)/);
-    expect(await indexError((ix) => { ix.weight_map['ghost.weight'] = s1; }))
-      .toMatch(/weight_map puts tensor "ghost.weight" in "model-00001-of-00005.safetensors", but that shard has no such tensor/);
-    expect(await indexError((ix) => { ix.weight_map['layer.0.w'] = s2; }))
-      .toMatch(/model-00001-of-00005.safetensors: tensor "layer.0.w" is also in this shard, but the weight_map .* puts it in "model-00002-of-00005.safetensors"/);
-    expect(await indexError((ix) => { delete ix.weight_map['layer.0.w']; })).toMatch(/tensor "layer.0.w" is not in the weight_map/);
-    expect(await indexError((ix) => { ix.weight_map['layer.0.w'] = '../x.safetensors'; })).toMatch(/expected a file name inside the checkpoint folder/);
-    expect(await indexError((ix) => { ix.metadata.total_size = -1; })).toMatch(/total_size is -1 of type number/);
-    expect(await indexError((ix) => { delete (ix as Record<string, unknown>).weight_map; })).toMatch(/"weight_map" is missing/);
+    expect(await indexError((_, out) => rmSync(join(out, s2)))).toMatch(
+      /shard "model-00002-of-00005.safetensors" is missing from .* but the weight_map puts 1 tensor in it \(e.g. "layer.3.w"\)/,
+    );
+    expect(
+      await indexError((ix) => {
+        ix.weight_map['ghost.weight'] = s1;
+      }),
+    ).toMatch(/weight_map puts tensor "ghost.weight" in "model-00001-of-00005.safetensors", but that shard has no such tensor/);
+    expect(
+      await indexError((ix) => {
+        ix.weight_map['layer.0.w'] = s2;
+      }),
+    ).toMatch(
+      /model-00001-of-00005.safetensors: tensor "layer.0.w" is also in this shard, but the weight_map .* puts it in "model-00002-of-00005.safetensors"/,
+    );
+    expect(
+      await indexError((ix) => {
+        delete ix.weight_map['layer.0.w'];
+      }),
+    ).toMatch(/tensor "layer.0.w" is not in the weight_map/);
+    expect(
+      await indexError((ix) => {
+        ix.weight_map['layer.0.w'] = '../x.safetensors';
+      }),
+    ).toMatch(/expected a file name inside the checkpoint folder/);
+    expect(
+      await indexError((ix) => {
+        ix.metadata.total_size = -1;
+      }),
+    ).toMatch(/total_size is -1 of type number/);
+    expect(
+      await indexError((ix) => {
+        delete (ix as Record<string, unknown>).weight_map;
+      }),
+    ).toMatch(/"weight_map" is missing/);
   });
 
   it('an unreadable or oversized index is a CheckpointFormatError', async () => {

@@ -19,7 +19,15 @@ describe('ascent schema', () => {
   it('agrees with the zod schema on good and bad configs', () => {
     const good = [
       { model: 'm' },
-      { $schema: './grpo.schema.json', model: 'm', mode: 'colocate', steps: 3, engine: { tp: 2 }, trainer: { strategy: 'megatron', tp: 2 }, sync: { bucketBytes: '64MiB', verify: true } },
+      {
+        $schema: './grpo.schema.json',
+        model: 'm',
+        mode: 'colocate',
+        steps: 3,
+        engine: { tp: 2 },
+        trainer: { strategy: 'megatron', tp: 2 },
+        sync: { bucketBytes: '64MiB', verify: true },
+      },
       { model: 'm', trainer: { lora: { rank: 4, alpha: 8, targetModules: ['q', 'v'] } }, log: 'run.jsonl', logOverwrite: true },
     ];
     for (const c of good) {
@@ -27,7 +35,14 @@ describe('ascent schema', () => {
       const { $schema: _, ...rest } = c as Record<string, unknown>;
       expect(() => parseGrpoConfig(rest, 4)).not.toThrow();
     }
-    const bad = [{}, { model: 'm', engine: { tp: 3 } }, { model: 'm', mode: 'both' }, { model: 'm', steps: 0 }, { model: 'm', stepz: 3 }, { model: 'm', trainer: { strategy: 'ddp' } }];
+    const bad = [
+      {},
+      { model: 'm', engine: { tp: 3 } },
+      { model: 'm', mode: 'both' },
+      { model: 'm', steps: 0 },
+      { model: 'm', stepz: 3 },
+      { model: 'm', trainer: { strategy: 'ddp' } },
+    ];
     for (const c of bad) {
       expect(validate(c), JSON.stringify(c)).toBe(false);
       expect(() => parseGrpoConfig(c, 4), JSON.stringify(c)).toThrow();

@@ -31,7 +31,12 @@ function toBf16(data: Float32Array): Uint8Array {
   return new Uint8Array(out.buffer);
 }
 
-async function writeModel(name: string, base: 'tiny-dense' | 'tiny-moe', edit: Record<string, unknown>, opts: { dtype: 'F32' | 'BF16'; layout: 'per-expert' | 'fused'; drop?: string; misshape?: string; maxShardBytes?: number }): Promise<string> {
+async function writeModel(
+  name: string,
+  base: 'tiny-dense' | 'tiny-moe',
+  edit: Record<string, unknown>,
+  opts: { dtype: 'F32' | 'BF16'; layout: 'per-expert' | 'fused'; drop?: string; misshape?: string; maxShardBytes?: number },
+): Promise<string> {
   const out = join(dir, name);
   mkdirSync(out);
   const raw = { ...JSON.parse(readFileSync(join(ROOT, 'examples', 'models', base, 'config.json'), 'utf8')), ...edit };
@@ -61,15 +66,32 @@ let misshapen: string;
 beforeAll(async () => {
   ensureParallelBuilt();
   // vocab 8192: embed and lm_head are 4 MiB each in fp32, four buckets each; in three files.
-  denseBig = await writeModel('dense-big', 'tiny-dense', { vocab_size: 8192, tie_word_embeddings: false }, { dtype: 'F32', layout: 'fused', maxShardBytes: 3 << 20 });
+  denseBig = await writeModel(
+    'dense-big',
+    'tiny-dense',
+    { vocab_size: 8192, tie_word_embeddings: false },
+    { dtype: 'F32', layout: 'fused', maxShardBytes: 3 << 20 },
+  );
   moePerExpert = await writeModel('moe-per-expert', 'tiny-moe', {}, { dtype: 'BF16', layout: 'per-expert' });
   moeFused = await writeModel('moe-fused', 'tiny-moe', {}, { dtype: 'F32', layout: 'fused' });
-  misshapen = await writeModel('misshapen', 'tiny-dense', { vocab_size: 8192, tie_word_embeddings: false }, { dtype: 'F32', layout: 'fused', misshape: 'lm_head.weight', maxShardBytes: 3 << 20 });
+  misshapen = await writeModel(
+    'misshapen',
+    'tiny-dense',
+    { vocab_size: 8192, tie_word_embeddings: false },
+    { dtype: 'F32', layout: 'fused', misshape: 'lm_head.weight', maxShardBytes: 3 << 20 },
+  );
   missing = await writeModel('missing', 'tiny-dense', {}, { dtype: 'F32', layout: 'fused', drop: 'model.layers.1.self_attn.k_proj.weight' });
 }, 120_000);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-interface Result { rank: number; peak: number; local: number; fullBytes: number; mismatch: string[]; error?: { name: string; message: string } }
+interface Result {
+  rank: number;
+  peak: number;
+  local: number;
+  fullBytes: number;
+  mismatch: string[];
+  error?: { name: string; message: string };
+}
 
 describe('fsdp2 initial weights through the sharded loader', () => {
   for (const mode of ['rank0-broadcast', 'every-rank-reads'] as const) {
@@ -108,7 +130,12 @@ describe('fsdp2 initial weights through the sharded loader', () => {
   }, 200_000);
 
   it('megatron (TP 2 and TP 2 × EP 2) starts from dense and MoE checkpoints exactly through the same loader', async () => {
-    for (const [model, strategy] of [[denseBig, 'megatron:2:1'], [moePerExpert, 'megatron:2:2'], [moeFused, 'megatron:2:2'], [moeFused, 'megatron:1:4']] as const) {
+    for (const [model, strategy] of [
+      [denseBig, 'megatron:2:1'],
+      [moePerExpert, 'megatron:2:2'],
+      [moeFused, 'megatron:2:2'],
+      [moeFused, 'megatron:1:4'],
+    ] as const) {
       const r = await launchFixture(4, FIXTURE, [model, 'rank0-broadcast', String(BUCKET), strategy], ENV, 120_000);
       expect(r.stderr, `${model} ${strategy}`).toBe('');
       expect(r.code).toBe(0);
@@ -121,15 +148,15 @@ describe('fsdp2 initial weights through the sharded loader', () => {
 
   it('a missing tensor stops every rank with one error naming it and the folder (fsdp2 and megatron); a misshapen one names its shard file', async () => {
     for (const strategy of ['fsdp2', 'megatron:2:1']) {
-    const r = await launchFixture(4, FIXTURE, [missing, 'rank0-broadcast', String(BUCKET), strategy], ENV, 120_000);
-    const results = r.results as unknown as Result[];
-    expect(results.map((x) => x.rank)).toEqual([0, 1, 2, 3]);
-    for (const x of results) {
-      expect(x.error?.name, `rank ${x.rank}`).toBe('CheckpointFormatError');
-      expect(x.error!.message).toContain('model.layers.1.self_attn.k_proj.weight');
-    }
-    // Rank 0 read the files; the others got its error through the agreement.
-    expect(results[0]!.error!.message).toContain(missing);
+      const r = await launchFixture(4, FIXTURE, [missing, 'rank0-broadcast', String(BUCKET), strategy], ENV, 120_000);
+      const results = r.results as unknown as Result[];
+      expect(results.map((x) => x.rank)).toEqual([0, 1, 2, 3]);
+      for (const x of results) {
+        expect(x.error?.name, `rank ${x.rank}`).toBe('CheckpointFormatError');
+        expect(x.error!.message).toContain('model.layers.1.self_attn.k_proj.weight');
+      }
+      // Rank 0 read the files; the others got its error through the agreement.
+      expect(results[0]!.error!.message).toContain(missing);
     }
     // A misshapen tensor of a sharded checkpoint: named with its shard file.
     const r = await launchFixture(4, FIXTURE, [misshapen, 'rank0-broadcast', String(BUCKET)], ENV, 120_000);

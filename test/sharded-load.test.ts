@@ -16,7 +16,7 @@ import { writeSafetensors, type SafetensorsDType } from '../src/model/safetensor
 
 const FIXTURE = 'test/fixtures/parallel/load-cases.mjs';
 const BUCKET = 32 * 1024;
-const SLACK = 4096;  // 64-byte alignment of each allocation and the few-byte control tensors
+const SLACK = 4096; // 64-byte alignment of each allocation and the few-byte control tensors
 const dir = mkdtempSync(join(tmpdir(), 'ascent-sharded-load-'));
 const good = join(dir, 'good.safetensors');
 const bad = join(dir, 'bad.safetensors');
@@ -27,13 +27,21 @@ beforeAll(async () => {
   ensureParallelBuilt();
   const E: Record<string, number> = { F32: 4, BF16: 2, I64: 8 };
   const tensors: Array<[string, SafetensorsDType, number[]]> = [
-    ['embed', 'F32', [64, 1000]], ['w_odd', 'BF16', [7, 10]], ['norm', 'F32', [33]], ['ids', 'I64', [13]], ['bias', 'F32', [3]], ['experts', 'BF16', [16, 300]],
+    ['embed', 'F32', [64, 1000]],
+    ['w_odd', 'BF16', [7, 10]],
+    ['norm', 'F32', [33]],
+    ['ids', 'I64', [13]],
+    ['bias', 'F32', [3]],
+    ['experts', 'BF16', [16, 300]],
   ];
-  await writeSafetensors(good, tensors.map(([name, dtype, shape], k) => {
-    const data = new Uint8Array(shape.reduce((a, b) => a * b, 1) * E[dtype]!);
-    for (let i = 0; i < data.length; i++) data[i] = (i * 31 + k * 7 + (i >> 8)) & 0xff;
-    return { name, dtype, shape, data };
-  }));
+  await writeSafetensors(
+    good,
+    tensors.map(([name, dtype, shape], k) => {
+      const data = new Uint8Array(shape.reduce((a, b) => a * b, 1) * E[dtype]!);
+      for (let i = 0; i < data.length; i++) data[i] = (i * 31 + k * 7 + (i >> 8)) & 0xff;
+      return { name, dtype, shape, data };
+    }),
+  );
   copyFileSync(good, bad);
   truncateSync(bad, statSync(bad).size - 10);
 }, 120_000);
@@ -57,18 +65,38 @@ describe('loadSharded', () => {
           // The bound means something: one full parameter on the device would break it.
           expect(bound).toBeLessThan(largest);
         }
-        const shapes = r.results.map((x) => (x.shapes as Record<string, number[]>));
+        const shapes = r.results.map((x) => x.shapes as Record<string, number[]>);
         if (mesh === '4') {
           // torch.chunk: 13 -> [4, 4, 4, 1]; 10 -> [3, 3, 3, 1]; 3 -> [1, 1, 1, 0] (allowEmpty).
           expect(shapes.map((s) => s.ids)).toEqual([[4], [4], [4], [1]]);
-          expect(shapes.map((s) => s.w_odd)).toEqual([[7, 3], [7, 3], [7, 3], [7, 1]]);
+          expect(shapes.map((s) => s.w_odd)).toEqual([
+            [7, 3],
+            [7, 3],
+            [7, 3],
+            [7, 1],
+          ]);
           expect(shapes.map((s) => s.bias)).toEqual([[1], [1], [1], [0]]);
-          expect(shapes.map((s) => s.embed)).toEqual([[16, 1000], [16, 1000], [16, 1000], [16, 1000]]);
+          expect(shapes.map((s) => s.embed)).toEqual([
+            [16, 1000],
+            [16, 1000],
+            [16, 1000],
+            [16, 1000],
+          ]);
         } else {
           // Nested [Shard(0), Shard(0)]: 13 -> [7, 6] -> [4, 3] and [3, 3].
           expect(shapes.map((s) => s.ids)).toEqual([[4], [3], [3], [3]]);
-          expect(shapes.map((s) => s.embed)).toEqual([[32, 500], [32, 500], [32, 500], [32, 500]]);
-          expect(shapes.map((s) => s.experts)).toEqual([[8, 150], [8, 150], [8, 150], [8, 150]]);
+          expect(shapes.map((s) => s.embed)).toEqual([
+            [32, 500],
+            [32, 500],
+            [32, 500],
+            [32, 500],
+          ]);
+          expect(shapes.map((s) => s.experts)).toEqual([
+            [8, 150],
+            [8, 150],
+            [8, 150],
+            [8, 150],
+          ]);
         }
       }
     });

@@ -20,7 +20,8 @@ function referenceMap(w: SliceGeometry): Int32Array {
   const outer = numel(w.view.slice(0, w.dim));
   const map = new Int32Array(numel(w.view)).fill(-1);
   let d = w.dstOffset;
-  for (let o = 0; o < outer; o++) for (let i = w.start; i < w.start + w.len; i++) for (let k = 0; k < inner; k++) map[(o * w.view[w.dim]! + i) * inner + k] = d++;
+  for (let o = 0; o < outer; o++)
+    for (let i = w.start; i < w.start + w.len; i++) for (let k = 0; k < inner; k++) map[(o * w.view[w.dim]! + i) * inner + k] = d++;
   return map;
 }
 
@@ -50,7 +51,9 @@ describe('writeSliceRange / contiguousTarget', () => {
     const map = referenceMap(w);
     const dstLen = Math.max(...map) + 1 + 4;
     const want = new Float32Array(dstLen);
-    map.forEach((d, i) => { if (d >= 0) want[d] = src[i]!; });
+    map.forEach((d, i) => {
+      if (d >= 0) want[d] = src[i]!;
+    });
     for (const seed of [1, 7, 99]) {
       const dst = Tensor.zeros(device, [dstLen], 'fp32', { stream });
       const c = cuts(n, seed);

@@ -16,7 +16,7 @@ describe('streams and events', () => {
     const seqs = s.pending().map((p) => p.seq);
     expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
     const out = await acc.toArray({ stream: s });
-    expect(Array.from(out)).toEqual(new Array(16).fill(10));  // sum of (-1)^i * i
+    expect(Array.from(out)).toEqual(new Array(16).fill(10)); // sum of (-1)^i * i
     s.destroy();
   });
 
@@ -48,7 +48,7 @@ describe('streams and events', () => {
     end.record(s);
     await end.synchronize();
     const ms = start.elapsedTime(end);
-    expect(ms).toBeGreaterThanOrEqual(29);  // sleep waits at least its duration
+    expect(ms).toBeGreaterThanOrEqual(29); // sleep waits at least its duration
     expect(Number.isFinite(ms)).toBe(true);
     s.destroy();
   });
@@ -58,7 +58,10 @@ describe('streams and events', () => {
     const t = Tensor.empty(d, [8], 'fp32');
     s.sleep(60_000);
     fill(t, 1, { stream: s });
-    const err = await s.synchronize({ timeoutMs: 50 }).then(() => undefined, (e: unknown) => e);
+    const err = await s.synchronize({ timeoutMs: 50 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(TimeoutError);
     const e = err as TimeoutError;
     expect(e.code).toBe('ASCENT_TIMEOUT');
@@ -66,9 +69,13 @@ describe('streams and events', () => {
     expect(e.message).toContain('#2 fill (queued)');
     expect(e.message).toContain('#3 synchronize (queued)');
     const pending = e.details.pending as { seq: number; op: string; state: string }[];
-    expect(pending.map((p) => [p.seq, p.op, p.state])).toEqual([[1, 'sleep', 'running'], [2, 'fill', 'queued'], [3, 'synchronize', 'queued']]);
+    expect(pending.map((p) => [p.seq, p.op, p.state])).toEqual([
+      [1, 'sleep', 'running'],
+      [2, 'fill', 'queued'],
+      [3, 'synchronize', 'queued'],
+    ]);
     expect(e.stack).toContain('stream.test.ts');
-    s.destroy();  // wakes the sleep
+    s.destroy(); // wakes the sleep
     expect(s.pending()).toEqual([]);
     t.release();
   });
@@ -78,7 +85,10 @@ describe('streams and events', () => {
     const t = Tensor.zeros(d, [4], 'fp32', { stream: s });
     s.fail('injected failure');
     fill(t, 9, { stream: s });
-    const err = await s.synchronize().then(() => undefined, (e: unknown) => e);
+    const err = await s.synchronize().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(StreamError);
     const e = err as StreamError;
     expect(e.message).toContain("failed in op #2 'fail': injected failure");
@@ -94,7 +104,10 @@ describe('streams and events', () => {
   it('does not block the event loop while an op runs, and destroy wakes it', async () => {
     const s = d.newStream();
     s.sleep(60_000);
-    const sync = s.synchronize().then(() => 'resolved', (e: unknown) => e);
+    const sync = s.synchronize().then(
+      () => 'resolved',
+      (e: unknown) => e,
+    );
     let ticks = 0;
     await new Promise<void>((resolve) => {
       const timer = setInterval(() => {

@@ -43,7 +43,9 @@ describe('parseStrictJson', () => {
   });
 
   it('nesting beyond maxDepth is an error, not a RangeError', () => {
-    expect(error(`${'['.repeat(100_000)}${']'.repeat(100_000)}`).message).toBe('nesting deeper than 64 levels at character 64 (in [0] → [0] → [0] → … → [0] → [0])');
+    expect(error(`${'['.repeat(100_000)}${']'.repeat(100_000)}`).message).toBe(
+      'nesting deeper than 64 levels at character 64 (in [0] → [0] → [0] → … → [0] → [0])',
+    );
     expect(parseStrictJson('[[1]]', { maxDepth: 2 })).toEqual([[1]]);
     expect(error('[[[1]]]', 2).message).toMatch(/^nesting deeper than 2 levels at character 2/);
   });

@@ -5,7 +5,7 @@ import { planBuckets } from '../src/sync/buckets.js';
 describe('planBuckets', () => {
   it('covers every tensor exactly once without exceeding or overlapping a bucket (randomised)', () => {
     let seed = 12345;
-    const rnd = (n: number) => ((seed = (seed * 1103515245 + 12345) >>> 0) % n);
+    const rnd = (n: number) => (seed = (seed * 1103515245 + 12345) >>> 0) % n;
     for (let trial = 0; trial < 300; trial++) {
       const bucketBytes = 64 * (1 + rnd(64));
       const items = Array.from({ length: 1 + rnd(20) }, (_, i) => ({ name: `t${i}`, bytes: rnd(5) === 0 ? 0 : 4 * rnd(3 * bucketBytes) }));
@@ -14,7 +14,10 @@ describe('planBuckets', () => {
       buckets.forEach((b, i) => {
         expect(b.index).toBe(i);
         expect(b.bytes).toBeLessThanOrEqual(bucketBytes);
-        const ranges = b.segments.filter((s) => s.bytes > 0).map((s) => [s.bucketOffset, s.bucketOffset + s.bytes] as const).sort((x, y) => x[0] - y[0]);
+        const ranges = b.segments
+          .filter((s) => s.bytes > 0)
+          .map((s) => [s.bucketOffset, s.bucketOffset + s.bytes] as const)
+          .sort((x, y) => x[0] - y[0]);
         for (let k = 1; k < ranges.length; k++) expect(ranges[k]![0]).toBeGreaterThanOrEqual(ranges[k - 1]![1]);
         for (const s of b.segments) {
           expect(s.bucketOffset % 64).toBe(0);

@@ -17,7 +17,14 @@ interface CaseResult {
   engineTp: number;
   bucketBytes: number;
   bug?: boolean;
-  report: { mode: string; kind: string; bytes: number; peakExtraBytes: number; tensors: number; verified?: { checksums: boolean; maxLogprobDiff: number } } | null;
+  report: {
+    mode: string;
+    kind: string;
+    bytes: number;
+    peakExtraBytes: number;
+    tensors: number;
+    verified?: { checksums: boolean; maxLogprobDiff: number };
+  } | null;
   error: { code: string; message: string } | null;
   got: Record<string, string>;
   want: Record<string, string>;
@@ -72,7 +79,9 @@ describe('colocated sync on 2 ranks', () => {
         if (!c.bug) continue;
         n++;
         expect(c.error?.code).toBe('ASCENT_WEIGHT_SYNC');
-        expect(c.error?.message).toMatch(/engine rank 0 \(tp rank \d\) holds model\.layers\.0\.mlp\.experts\.down_proj with fingerprint [0-9a-f]{16} but the trainer's is [0-9a-f]{16}/);
+        expect(c.error?.message).toMatch(
+          /engine rank 0 \(tp rank \d\) holds model\.layers\.0\.mlp\.experts\.down_proj with fingerprint [0-9a-f]{16} but the trainer's is [0-9a-f]{16}/,
+        );
         expect(c.error?.message).toMatch(/engine rank 1 \(tp rank \d\) holds model\.layers\.0\.mlp\.experts\.down_proj/);
         // Independent confirmation: the bytes differ from a full reload exactly in that tensor.
         const bad = Object.keys(c.want).filter((k) => c.got[k] !== c.want[k]);

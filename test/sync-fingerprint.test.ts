@@ -12,13 +12,15 @@ import { enqueueFingerprint, flatView, type AffineView, type RegionFilter } from
 
 const device = Device.get(0);
 const stream = device.defaultStream;
-const R = 6, C = 10;
+const R = 6,
+  C = 10;
 const data = Float32Array.from({ length: R * C }, (_, i) => Math.sin(i * 1.7) * 3);
 
 async function fp(parts: Array<{ t: Tensor; view: AffineView; filter?: RegionFilter; limit?: number }>): Promise<bigint> {
   const out = Tensor.zeros(device, [1], 'int64', { stream });
   try {
-    for (const p of parts) enqueueFingerprint(p.t, p.view, out, 0, stream, { ...(p.filter ? { filter: p.filter } : {}), ...(p.limit !== undefined ? { limit: p.limit } : {}) });
+    for (const p of parts)
+      enqueueFingerprint(p.t, p.view, out, 0, stream, { ...(p.filter ? { filter: p.filter } : {}), ...(p.limit !== undefined ? { limit: p.limit } : {}) });
     return ((await out.toArray({ stream, timeoutMs: 30_000 })) as BigInt64Array)[0]!;
   } finally {
     out.release();
@@ -31,7 +33,12 @@ describe('tensor fingerprints', () => {
     const whole = await fp([{ t: x, view: flatView(R * C) }]);
     expect(whole).not.toBe(0n);
     // Rows [0, 2) and [2, 6) read separately.
-    expect(await fp([{ t: x, view: flatView(2 * C) }, { t: x, view: flatView(4 * C, 2 * C, 2 * C) }])).toBe(whole);
+    expect(
+      await fp([
+        { t: x, view: flatView(2 * C) },
+        { t: x, view: flatView(4 * C, 2 * C, 2 * C) },
+      ]),
+    ).toBe(whole);
     // The transposed copy [C, R], read with global strides [1, C].
     const xt = permute(x, [1, 0], { stream });
     expect(await fp([{ t: xt, view: { shape: [C, R], local: [R, 1], localOffset: 0, global: [1, C], globalOffset: 0 } }])).toBe(whole);
@@ -41,10 +48,20 @@ describe('tensor fingerprints', () => {
     expect(await fp([cols(0, 4)])).not.toBe(whole);
     // The same slices read from the transposed layout (canonical stride C along the inner loop).
     const tview: AffineView = { shape: [C, R], local: [R, 1], localOffset: 0, global: [1, C], globalOffset: 0 };
-    expect(await fp([{ t: xt, view: tview, filter: { period: C, start: 0, len: 4 } }, { t: xt, view: tview, filter: { period: C, start: 4, len: 6 } }])).toBe(whole);
+    expect(
+      await fp([
+        { t: xt, view: tview, filter: { period: C, start: 0, len: 4 } },
+        { t: xt, view: tview, filter: { period: C, start: 4, len: 6 } },
+      ]),
+    ).toBe(whole);
     // fsdp2-style padded chunks of 4 rows: the second chunk's padding is cut by limit.
     const padded = Tensor.fromArray(device, Float32Array.from([...data, ...new Float32Array(2 * C).fill(7)]), [8 * C], { stream });
-    expect(await fp([{ t: padded, view: flatView(4 * C, 0, 0), limit: R * C }, { t: padded, view: flatView(4 * C, 4 * C, 4 * C), limit: R * C }])).toBe(whole);
+    expect(
+      await fp([
+        { t: padded, view: flatView(4 * C, 0, 0), limit: R * C },
+        { t: padded, view: flatView(4 * C, 4 * C, 4 * C), limit: R * C },
+      ]),
+    ).toBe(whole);
     for (const t of [x, xt, padded]) t.release();
   });
 

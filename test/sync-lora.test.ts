@@ -32,7 +32,9 @@ describe.each([
 ] as const)('adapter sync, tiny %s', (which, loraCfg, adaptedSuffixes) => {
   it('changes only adapted runtime params, no processing, log-probs equal the trainer and a merged full sync', async () => {
     const cfg = cfgOf(which);
-    const s = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 7), { lora: { config: { ...loraCfg, targetModules: [...loraCfg.targetModules] } as never } });
+    const s = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 7), {
+      lora: { config: { ...loraCfg, targetModules: [...loraCfg.targetModules] } as never },
+    });
     const engine = RolloutEngine.create(cfg, { device });
     released.push(s, engine);
     // Post-load processing runs only in a reload session's finish(): count the reloads opened.

@@ -26,44 +26,48 @@ describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
     ['dense', 'megatron', 4096],
     ['moe', 'fsdp2', 1 << 20],
     ['moe', 'megatron-dp2', 1 << 20],
-  ] as const)('tiny %s from %s, bucket %i bytes', async (which, kind, bucket) => {
-    const run = await launchFixture(4, 'test/fixtures/sync/server.mjs', [which, kind, String(bucket)]);
-    expect(run.code, run.stderr).toBe(0);
-    expect(run.results.map((r) => r.rank)).toEqual([0, 1, 2, 3]);
-    for (const r of run.results as Array<Record<string, any>>) r.tensors = which === 'moe' ? MOE_TENSORS : DENSE_TENSORS;
-    const diffs = new Set<number>();
-    for (const r of run.results as Array<Record<string, any> & { rank: number }>) {
-      expect(r.error, `rank ${r.rank}`).toBeNull();
-      expect(r.report.mode).toBe('server');
-      expect(r.report.kind).toBe('full');
-      expect(r.report.verified.checksums).toBe(true);
-      // Fingerprints of every tensor region were compared on both engine ranks.
-      expect(r.report.verified.fingerprints).toBe(2 * r.tensors);
-      expect(r.report.verified.maxLogprobDiff).toBeLessThan(1e-4);
-      diffs.add(r.report.verified.maxLogprobDiff);
-      if (r.trainer) {
-        expect(r.failed, `trainer rank ${r.rank}: the injected engine failure`).toBeNull();
-        expect(r.processCalls).toBe(0);
-        expect(r.report.peakExtraBytes, `trainer rank ${r.rank}`).toBeLessThanOrEqual(2 * bucket);
-      } else {
-        // The failed first sync threw and left no session open; only the second one processed.
-        expect(r.failed).toContain('injected failure before processing');
-        expect(r.leftOpen, `engine rank ${r.rank}: a session left open`).toBe(false);
-        expect(r.processCalls, `engine rank ${r.rank}: post-load processing runs`).toBe(1);
-        // Received buckets stream straight into the engine's parameters: two slots at most.
-        expect(r.report.peakExtraBytes, `engine rank ${r.rank}`).toBeGreaterThan(0);
-        // Trainer tp (1) != engine tp (2): TP-split tensors are re-cut through one scratch
-        // as large as the largest of them (tiny moe: qkv [256, 128] fp32) on top of the slots.
-        const assembly = kind === 'megatron-dp2' ? 256 * 128 * 4 : 0;
-        expect(r.report.peakExtraBytes, `engine rank ${r.rank}`).toBeLessThanOrEqual(2 * bucket + assembly);
-        expect(r.syncProcessCount).toBe(1);
-        expect(Object.keys(r.got).length).toBeGreaterThan(0);
-        expect(r.got).toEqual(r.want);
-        expect(r.maxDiff).toBeLessThan(1e-4);
+  ] as const)(
+    'tiny %s from %s, bucket %i bytes',
+    async (which, kind, bucket) => {
+      const run = await launchFixture(4, 'test/fixtures/sync/server.mjs', [which, kind, String(bucket)]);
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.results.map((r) => r.rank)).toEqual([0, 1, 2, 3]);
+      for (const r of run.results as Array<Record<string, any>>) r.tensors = which === 'moe' ? MOE_TENSORS : DENSE_TENSORS;
+      const diffs = new Set<number>();
+      for (const r of run.results as Array<Record<string, any> & { rank: number }>) {
+        expect(r.error, `rank ${r.rank}`).toBeNull();
+        expect(r.report.mode).toBe('server');
+        expect(r.report.kind).toBe('full');
+        expect(r.report.verified.checksums).toBe(true);
+        // Fingerprints of every tensor region were compared on both engine ranks.
+        expect(r.report.verified.fingerprints).toBe(2 * r.tensors);
+        expect(r.report.verified.maxLogprobDiff).toBeLessThan(1e-4);
+        diffs.add(r.report.verified.maxLogprobDiff);
+        if (r.trainer) {
+          expect(r.failed, `trainer rank ${r.rank}: the injected engine failure`).toBeNull();
+          expect(r.processCalls).toBe(0);
+          expect(r.report.peakExtraBytes, `trainer rank ${r.rank}`).toBeLessThanOrEqual(2 * bucket);
+        } else {
+          // The failed first sync threw and left no session open; only the second one processed.
+          expect(r.failed).toContain('injected failure before processing');
+          expect(r.leftOpen, `engine rank ${r.rank}: a session left open`).toBe(false);
+          expect(r.processCalls, `engine rank ${r.rank}: post-load processing runs`).toBe(1);
+          // Received buckets stream straight into the engine's parameters: two slots at most.
+          expect(r.report.peakExtraBytes, `engine rank ${r.rank}`).toBeGreaterThan(0);
+          // Trainer tp (1) != engine tp (2): TP-split tensors are re-cut through one scratch
+          // as large as the largest of them (tiny moe: qkv [256, 128] fp32) on top of the slots.
+          const assembly = kind === 'megatron-dp2' ? 256 * 128 * 4 : 0;
+          expect(r.report.peakExtraBytes, `engine rank ${r.rank}`).toBeLessThanOrEqual(2 * bucket + assembly);
+          expect(r.syncProcessCount).toBe(1);
+          expect(Object.keys(r.got).length).toBeGreaterThan(0);
+          expect(r.got).toEqual(r.want);
+          expect(r.maxDiff).toBeLessThan(1e-4);
+        }
       }
-    }
-    expect(diffs.size, 'every rank returns the same verdict').toBe(1);
-  }, 60_000);
+      expect(diffs.size, 'every rank returns the same verdict').toBe(1);
+    },
+    60_000,
+  );
 });
 
 describe('server-mode LoRA adapter sync', () => {

@@ -28,45 +28,59 @@ describe.each([
   ['colocate', 2],
   ['server', 6],
 ] as const)('%s sync verification under fault injection', (mode, nproc) => {
-  it.each(['dense', 'moe'] as const)('tiny %s: every injection is caught on every rank, naming the tensor and the engine rank', async (which) => {
-    ensureParallelBuilt();
-    const run = await launchFixture(nproc, 'test/fixtures/sync/inject.mjs', [mode, which], {}, 110_000);
-    expect(run.code, run.stderr).toBe(0);
-    expect(run.results.length).toBe(nproc);
-    const engineRanks = run.results[0]!.engineRanks as number[];
-    expect(engineRanks.length).toBe(mode === 'colocate' ? 2 : 4);
-    const injected = new Set<string>();
-    const targets = new Set<number>();
-    for (const r of run.results) {
-      const cases = r.cases as Case[];
-      expect(cases.length, `rank ${r.rank}`).toBe(which === 'moe' ? 12 : 11);
-      for (const c of cases) {
-        const tag = `${mode} ${which} rank ${r.rank}: ${c.name}`;
-        if (c.target === null) {
-          expect(c.ok, `${tag}: ${c.message}`).toBe(true);
-          expect(c.verified!.checksums, tag).toBe(true);
-          expect(c.verified!.fingerprints, tag).toBeGreaterThan(0);
-          continue;
+  it.each(['dense', 'moe'] as const)(
+    'tiny %s: every injection is caught on every rank, naming the tensor and the engine rank',
+    async (which) => {
+      ensureParallelBuilt();
+      const run = await launchFixture(nproc, 'test/fixtures/sync/inject.mjs', [mode, which], {}, 110_000);
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.results.length).toBe(nproc);
+      const engineRanks = run.results[0]!.engineRanks as number[];
+      expect(engineRanks.length).toBe(mode === 'colocate' ? 2 : 4);
+      const injected = new Set<string>();
+      const targets = new Set<number>();
+      for (const r of run.results) {
+        const cases = r.cases as Case[];
+        expect(cases.length, `rank ${r.rank}`).toBe(which === 'moe' ? 12 : 11);
+        for (const c of cases) {
+          const tag = `${mode} ${which} rank ${r.rank}: ${c.name}`;
+          if (c.target === null) {
+            expect(c.ok, `${tag}: ${c.message}`).toBe(true);
+            expect(c.verified!.checksums, tag).toBe(true);
+            expect(c.verified!.fingerprints, tag).toBeGreaterThan(0);
+            continue;
+          }
+          injected.add(c.name);
+          targets.add(c.target);
+          expect(c.ok, `${tag}: not caught`).toBe(false);
+          expect(c.code, tag).toBe('ASCENT_WEIGHT_SYNC');
+          expect(c.details!.tensor, tag).toBe(c.tensor);
+          expect(c.details!.engineRank, tag).toBe(c.target);
+          expect(c.details!.engineFingerprint, tag).toMatch(/^[0-9a-f]{16}$/);
+          expect(c.details!.trainerFingerprint, tag).toMatch(/^[0-9a-f]{16}$/);
+          expect(c.details!.engineFingerprint, tag).not.toBe(c.details!.trainerFingerprint);
+          expect(c.message, tag).toContain(`engine rank ${c.target} `);
+          expect(c.message, tag).toContain(c.tensor!);
+          // Only the faulty rank differs.
+          expect(c.details!.failures!.length, tag).toBe(1);
         }
-        injected.add(c.name);
-        targets.add(c.target);
-        expect(c.ok, `${tag}: not caught`).toBe(false);
-        expect(c.code, tag).toBe('ASCENT_WEIGHT_SYNC');
-        expect(c.details!.tensor, tag).toBe(c.tensor);
-        expect(c.details!.engineRank, tag).toBe(c.target);
-        expect(c.details!.engineFingerprint, tag).toMatch(/^[0-9a-f]{16}$/);
-        expect(c.details!.trainerFingerprint, tag).toMatch(/^[0-9a-f]{16}$/);
-        expect(c.details!.engineFingerprint, tag).not.toBe(c.details!.trainerFingerprint);
-        expect(c.message, tag).toContain(`engine rank ${c.target} `);
-        expect(c.message, tag).toContain(c.tensor!);
-        // Only the faulty rank differs.
-        expect(c.details!.failures!.length, tag).toBe(1);
+        if (which === 'dense' && r.isEngine) expect(r.secondProcess, `rank ${r.rank}`).toBe('ASCENT_WEIGHT_LAYOUT');
       }
-      if (which === 'dense' && r.isEngine) expect(r.secondProcess, `rank ${r.rank}`).toBe('ASCENT_WEIGHT_LAYOUT');
-    }
-    const kinds = ['swapped gate/up', 'wrong TP slice', 'skipped tensor (stale)', 'one element +1e-3 (a)', 'one element +1e-3 (b)', 'one element +1e-3 (c)', 'one tensor x1.001'];
-    kinds.push(...(which === 'moe' ? ['transposed expert w13', 'transposed expert w2', 'processing twice'] : ['transposed gate_up (w13)', 'transposed down (w2)']));
-    expect(injected).toEqual(new Set(kinds));
-    expect(targets, 'every engine rank had a fault injected').toEqual(new Set(engineRanks));
-  }, 120_000);
+      const kinds = [
+        'swapped gate/up',
+        'wrong TP slice',
+        'skipped tensor (stale)',
+        'one element +1e-3 (a)',
+        'one element +1e-3 (b)',
+        'one element +1e-3 (c)',
+        'one tensor x1.001',
+      ];
+      kinds.push(
+        ...(which === 'moe' ? ['transposed expert w13', 'transposed expert w2', 'processing twice'] : ['transposed gate_up (w13)', 'transposed down (w2)']),
+      );
+      expect(injected).toEqual(new Set(kinds));
+      expect(targets, 'every engine rank had a fault injected').toEqual(new Set(engineRanks));
+    },
+    120_000,
+  );
 });

@@ -2,8 +2,22 @@ import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../src/runtime/errors.js';
 import { TaskPool } from '../src/runtime/actor-system/task-pool.js';
 import {
-  BOS, DIGIT_BASE, EOS, IGNORE_INDEX, MAX_LEN, MIN_LEN, PAD, SEP, VOCAB_SIZE, detokenize, digitTokens, makeBatch, makeProblem,
-  promptDigits, reward, rewardBatch,
+  BOS,
+  DIGIT_BASE,
+  EOS,
+  IGNORE_INDEX,
+  MAX_LEN,
+  MIN_LEN,
+  PAD,
+  SEP,
+  VOCAB_SIZE,
+  detokenize,
+  digitTokens,
+  makeBatch,
+  makeProblem,
+  promptDigits,
+  reward,
+  rewardBatch,
 } from '../src/data/synthetic-task.js';
 import { Prng } from '../src/model/prng.js';
 
@@ -38,7 +52,8 @@ describe('problems', () => {
 
 describe('makeBatch', () => {
   it('rows are prompt + answer + PAD; targets are the next answer token, -100 elsewhere', () => {
-    const B = 16, S = 20;
+    const B = 16,
+      S = 20;
     const { inputIds, targets, problems } = makeBatch(3, B, S);
     expect(inputIds).toBeInstanceOf(Int32Array);
     expect(targets).toBeInstanceOf(Int32Array);
@@ -83,10 +98,10 @@ describe('reward', () => {
 
   it('partial credit by position, always below 1', () => {
     expect(reward(prompt, answer.slice(0, -1))).toBeCloseTo(0.9); // right digits, no EOS
-    expect(reward(prompt, [...digitTokens('51410'), EOS])).toBeCloseTo(0.9 * 4 / 5);
-    expect(reward(prompt, [...digitTokens('514130'), EOS])).toBeCloseTo(0.9 * 5 / 6); // one extra token
-    expect(reward(prompt, [...digitTokens('514'), EOS])).toBeCloseTo(0.9 * 3 / 5);
-    expect(reward(prompt, [...digitTokens('31415'), EOS])).toBeCloseTo(0.9 * 3 / 5); // copy, not reverse: 3 of 5 positions agree
+    expect(reward(prompt, [...digitTokens('51410'), EOS])).toBeCloseTo((0.9 * 4) / 5);
+    expect(reward(prompt, [...digitTokens('514130'), EOS])).toBeCloseTo((0.9 * 5) / 6); // one extra token
+    expect(reward(prompt, [...digitTokens('514'), EOS])).toBeCloseTo((0.9 * 3) / 5);
+    expect(reward(prompt, [...digitTokens('31415'), EOS])).toBeCloseTo((0.9 * 3) / 5); // copy, not reverse: 3 of 5 positions agree
     expect(reward(prompt, [])).toBe(0);
     expect(reward(prompt, [EOS])).toBe(0);
   });
@@ -95,7 +110,9 @@ describe('reward', () => {
     const rng = new Prng(77);
     for (let i = 0; i < 2000; i++) {
       const p = makeProblem(4, i);
-      const completion = Array.from({ length: rng.int(0, 12) }, () => (rng.next() < 0.7 ? p.answer[rng.int(0, p.answer.length - 1)] : rng.int(0, VOCAB_SIZE - 1)));
+      const completion = Array.from({ length: rng.int(0, 12) }, () =>
+        rng.next() < 0.7 ? p.answer[rng.int(0, p.answer.length - 1)] : rng.int(0, VOCAB_SIZE - 1),
+      );
       const r = reward(p.prompt, completion);
       expect(r).toBeGreaterThanOrEqual(0);
       expect(r).toBeLessThanOrEqual(1);

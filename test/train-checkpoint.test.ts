@@ -125,10 +125,12 @@ describe('crash safety and errors', () => {
       const loader = SingleDeviceStrategy.create(cfg, device, initialParams(cfg, 7));
       try {
         await saveCheckpoint(saver, { root: base, step: 1 });
-        const child = (root: string, killAt?: number) => spawnSync(
-          process.execPath, [join(ROOT, 'test/fixtures/train/ckpt-crash.mjs'), root, String(newStep), '6', cfgPath('dense')],
-          { encoding: 'utf8', timeout: 60_000, env: { ...process.env, ...(killAt === undefined ? {} : { ASCENT_TEST_KILL_BEFORE_OP: String(killAt) }) } },
-        );
+        const child = (root: string, killAt?: number) =>
+          spawnSync(process.execPath, [join(ROOT, 'test/fixtures/train/ckpt-crash.mjs'), root, String(newStep), '6', cfgPath('dense')], {
+            encoding: 'utf8',
+            timeout: 60_000,
+            env: { ...process.env, ...(killAt === undefined ? {} : { ASCENT_TEST_KILL_BEFORE_OP: String(killAt) }) },
+          });
         // A full save first, to count its operations.
         const counted = join(fastDir, `crash-count-${newStep}`);
         cpSync(base, counted, { recursive: true });
@@ -157,7 +159,10 @@ describe('crash safety and errors', () => {
           // The next save repairs and cleans up: no temporary or moved-aside copies are left, and
           // every step folder it keeps is complete.
           await saveCheckpoint(loader, { root, step: 3 });
-          expect(readdirSync(root).filter((n) => n.startsWith('.')), `k=${k}`).toEqual([]);
+          expect(
+            readdirSync(root).filter((n) => n.startsWith('.')),
+            `k=${k}`,
+          ).toEqual([]);
           expect(await latestCheckpoint(root)).toBe(join(root, 'step-000003'));
           for (const n of readdirSync(root).filter((d) => d.startsWith('step-'))) await loadCheckpoint(loader, { path: join(root, n) });
           expect(existsSync(join(root, 'step-000001', 'trainer_state.json')), `k=${k}`).toBe(true);

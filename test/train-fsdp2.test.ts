@@ -20,7 +20,12 @@ beforeAll(() => ensureParallelBuilt(), 120_000);
 const TOL = 1e-5;
 const FIXTURE = 'test/fixtures/train/fsdp2-cases.mjs';
 
-interface Cmp { worst: number; worstName: string; problems: string[]; count: number }
+interface Cmp {
+  worst: number;
+  worstName: string;
+  problems: string[];
+  count: number;
+}
 
 function checkCmp(c: Cmp, what: string, count: number): void {
   expect(c.problems, what).toEqual([]);

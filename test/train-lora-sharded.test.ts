@@ -52,13 +52,21 @@ describe('LoRA on sharded strategies vs single device', () => {
     ['moe', 1, 2, 2, 2, 'ep2'],
     ['dense', 2, 2, 1, 4, 'tp2dp2'],
     ['moe', 2, 2, 2, 4, 'tp2ep2'],
-  ] as const)('megatron tiny-%s tp=%i dp=%i ep=%i on %i ranks (%s)', async (which, tp, dp, ep, nproc, layout) => {
-    const run = await launchFixture(nproc, FIXTURE, ['megatron', which, String(tp), String(dp), String(ep)]);
-    check(run, nproc, layout);
-  }, 60_000);
+  ] as const)(
+    'megatron tiny-%s tp=%i dp=%i ep=%i on %i ranks (%s)',
+    async (which, tp, dp, ep, nproc, layout) => {
+      const run = await launchFixture(nproc, FIXTURE, ['megatron', which, String(tp), String(dp), String(ep)]);
+      check(run, nproc, layout);
+    },
+    60_000,
+  );
 
-  it.each(['dense', 'moe'] as const)('fsdp2 tiny-%s on 4 ranks', async (which) => {
-    const run = await launchFixture(4, FIXTURE, ['fsdp2', which]);
-    check(run, 4, 'dp4');
-  }, 60_000);
+  it.each(['dense', 'moe'] as const)(
+    'fsdp2 tiny-%s on 4 ranks',
+    async (which) => {
+      const run = await launchFixture(4, FIXTURE, ['fsdp2', which]);
+      check(run, 4, 'dp4');
+    },
+    60_000,
+  );
 });

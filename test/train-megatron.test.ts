@@ -51,10 +51,14 @@ describe('megatron strategy vs single device', () => {
     ['dense', 2, 2, 1, 4, 'tp2dp2'],
     ['moe', 2, 2, 1, 4, 'tp2dp2'],
     ['moe', 2, 2, 2, 4, 'tp2ep2'],
-  ] as const)('tiny-%s tp=%i dp=%i ep=%i on %i ranks (%s)', async (which, tp, dp, ep, nproc, layout) => {
-    const run = await launchFixture(nproc, FIXTURE, [which, String(tp), String(dp), String(ep)]);
-    check(run, nproc, layout, tp);
-  }, 60_000);
+  ] as const)(
+    'tiny-%s tp=%i dp=%i ep=%i on %i ranks (%s)',
+    async (which, tp, dp, ep, nproc, layout) => {
+      const run = await launchFixture(nproc, FIXTURE, [which, String(tp), String(dp), String(ep)]);
+      check(run, nproc, layout, tp);
+    },
+    60_000,
+  );
 
   it('bad sizes or parameters reject on every rank with a message naming them', async () => {
     const run = await launchFixture(2, FIXTURE, ['errors']);

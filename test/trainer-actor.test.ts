@@ -34,7 +34,9 @@ describe('trainer actor (one rank)', () => {
   it('trainStep matches the strategy run in this process; save and load round-trip', async () => {
     const world = await World.create({ size: 1, deviceMemory: '64MiB', taskPool: false });
     try {
-      const trainers = await world.spawn<TrainerActor>(trainerActorSpec({ strategy: 'single', model, init: { seed: 4 }, optimizer: { lr: 1e-2 }, clipGradNorm: 0.5 }));
+      const trainers = await world.spawn<TrainerActor>(
+        trainerActorSpec({ strategy: 'single', model, init: { seed: 4 }, optimizer: { lr: 1e-2 }, clipGradNorm: 0.5 }),
+      );
       const [info] = await trainers.call('setup');
       expect(info).toEqual({ rank: 0, groupRank: 0, layout: 'single' });
       const cfg = loadModelConfig(join(model, 'config.json'));
@@ -103,7 +105,12 @@ describe('trainer actor (one rank)', () => {
 
 describe('trainer actor with LoRA (2 ranks, megatron tp2)', () => {
   it('the trainer config validates its lora field with the LoRA schema', () => {
-    expect(parseTrainerConfig({ strategy: 'fsdp2', model, lora: { rank: 2, alpha: 4, targetModules: ['q'] } }).lora).toMatchObject({ rank: 2, alpha: 4, dropout: 0, targetModules: ['q'] });
+    expect(parseTrainerConfig({ strategy: 'fsdp2', model, lora: { rank: 2, alpha: 4, targetModules: ['q'] } }).lora).toMatchObject({
+      rank: 2,
+      alpha: 4,
+      dropout: 0,
+      targetModules: ['q'],
+    });
     const err = (() => {
       try {
         parseTrainerConfig({ strategy: 'megatron', model, lora: { rank: 0, alpha: 4, targetModules: ['qq'] } });
@@ -123,7 +130,17 @@ describe('trainer actor with LoRA (2 ranks, megatron tp2)', () => {
     const optimizer = { lr: 1e-2, eps: 1e-3 };
     const world = await World.create({ size: 2, deviceMemory: '64MiB', taskPool: false });
     try {
-      const trainers = await world.spawn<TrainerActor>(trainerActorSpec({ strategy: 'megatron', tp: 2, model: dense, init: { seed: 4 }, optimizer, clipGradNorm: 1.0, lora: { ...lora, targetModules: [...lora.targetModules] } }));
+      const trainers = await world.spawn<TrainerActor>(
+        trainerActorSpec({
+          strategy: 'megatron',
+          tp: 2,
+          model: dense,
+          init: { seed: 4 },
+          optimizer,
+          clipGradNorm: 1.0,
+          lora: { ...lora, targetModules: [...lora.targetModules] },
+        }),
+      );
       const infos = await trainers.call('setup');
       expect(infos.map((i) => i!.layout)).toEqual(['tp2', 'tp2']);
       const cfg = loadModelConfig(join(dense, 'config.json'));
@@ -151,7 +168,8 @@ describe('trainer actor with LoRA (2 ranks, megatron tp2)', () => {
             const g = got!.get(n)!.data;
             expect(Buffer.from(g.buffer).equals(Buffer.from(p.data.buffer)), `adapter ${n} trained`).toBe(false);
             const w = want.get(n)!.data;
-            let diff = 0, scale = 0;
+            let diff = 0,
+              scale = 0;
             for (let i = 0; i < w.length; i++) {
               diff = Math.max(diff, Math.abs(g[i]! - w[i]!));
               scale = Math.max(scale, Math.abs(w[i]!));

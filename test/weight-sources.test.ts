@@ -102,12 +102,19 @@ describe('weight sources', () => {
       const scratch = Tensor.empty(device, [Math.max(1, scratchNumel(s))], 'fp32');
       try {
         const got = assembleHf(s, parts, scratch, stream);
-        expect(got.map(([n]) => n).sort()).toEqual(hfViews(s, 0).map((v) => v.hf).sort());
+        expect(got.map(([n]) => n).sort()).toEqual(
+          hfViews(s, 0)
+            .map((v) => v.hf)
+            .sort(),
+        );
         for (const [name, t] of got) {
           const want = hf.get(name)!;
           expect(t.shape, name).toEqual(want.shape);
           const data = (await t.toArray({ stream, timeoutMs: 60_000 })) as Float32Array;
-          expect(data.every((x, i) => Object.is(x, want.data[i])), name).toBe(true);
+          expect(
+            data.every((x, i) => Object.is(x, want.data[i])),
+            name,
+          ).toBe(true);
         }
       } finally {
         parts.release();

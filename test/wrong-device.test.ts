@@ -27,7 +27,9 @@ describe('wrong device or stream', () => {
     }
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect((err as InvalidArgumentError).code).toBe('ASCENT_INVALID_ARGUMENT');
-    expect((err as Error).message).toBe('Expected tensors on device 0 but b is on device 1 (stream belongs to device 0). HINT: use copyPeer() to move it first.');
+    expect((err as Error).message).toBe(
+      'Expected tensors on device 0 but b is on device 1 (stream belongs to device 0). HINT: use copyPeer() to move it first.',
+    );
     expect((err as InvalidArgumentError).details).toMatchObject({ argument: 'b', expectedDevice: 0, actualDevice: 1 });
     expect(() => matmul(Tensor.empty(d1, [2, 2]), Tensor.empty(d1, [2, 2]), { stream: s0 })).toThrow(/but a is on device 1/);
     expect(() => axpy(a, 1, b)).toThrow(InvalidArgumentError);
@@ -54,7 +56,9 @@ describe('wrong device or stream', () => {
       err = e;
     }
     expect(err).toBeInstanceOf(InvalidArgumentError);
-    expect((err as Error).message).toBe('Expected buffers on device 0 but b is on device 1 (stream belongs to device 0). HINT: use copyPeer() to move it first.');
+    expect((err as Error).message).toBe(
+      'Expected buffers on device 0 but b is on device 1 (stream belongs to device 0). HINT: use copyPeer() to move it first.',
+    );
     expect((err as InvalidArgumentError).details).toMatchObject({ argument: 'b', actualDevice: 1, streamDevice: 0 });
     expect(() => s0.native.fill(buf0, 0, 17, 0, 1, 0, 0)).toThrow(/Out of bounds: dst needs bytes \[0, 68\) but buffer \d+ has 64 bytes/);
     expect(() => s0.native.fill(buf0, 2, 1, 0, 1, 0, 0)).toThrow(/not a multiple of the element size/);

@@ -43,8 +43,13 @@ export function makeWeightSync(s: WeightSyncSetup): Coordinator {
   }
   if (!s.syncComm) throw new InvalidArgumentError('server weight sync needs the sync communicator.');
   return ServerSync.create({
-    comm: s.syncComm, role: s.roles.isTrainer ? 'trainer' : 'engine', trainerRanks: s.roles.trainerRanks.length, cfg: s.model,
-    ...(s.strategy ? { strategy: s.strategy } : {}), ...(s.engine ? { engine: s.engine } : {}), bucketBytes,
+    comm: s.syncComm,
+    role: s.roles.isTrainer ? 'trainer' : 'engine',
+    trainerRanks: s.roles.trainerRanks.length,
+    cfg: s.model,
+    ...(s.strategy ? { strategy: s.strategy } : {}),
+    ...(s.engine ? { engine: s.engine } : {}),
+    bucketBytes,
   });
 }
 

@@ -55,7 +55,10 @@ export class TrainerActor {
 
   /** Collective over the world: splits off the trainer group and builds the strategy. */
   async setup(): Promise<{ rank: number; groupRank: number; layout: string }> {
-    if (this.#strategy) throw new InvalidStateError('TrainerActor.setup() was already called on this rank. HINT: set a trainer up once; make a new TrainerActor for another model.');
+    if (this.#strategy)
+      throw new InvalidStateError(
+        'TrainerActor.setup() was already called on this rank. HINT: set a trainer up once; make a new TrainerActor for another model.',
+      );
     const { ctx } = this;
     const ranks = this.ranks ?? Array.from({ length: ctx.worldSize }, (_, i) => i);
     const comm = ranks.length === ctx.worldSize ? ctx.comm : await ctx.comm.split(ranks.includes(ctx.rank) ? 0 : null, ranks.indexOf(ctx.rank));
@@ -103,7 +106,15 @@ export class TrainerActor {
     await this.ctx.device.defaultStream.synchronize();
     const t3 = performance.now();
     const comm = opts.measureComm ? commMillis(s.communicators ?? [this.#comm!], wall0, Date.now()) : NaN;
-    return { loss: r.loss, tokens: r.tokens, ...(r.stats ? { stats: r.stats } : {}), gradNorm, lr, step: s.optimizerSteps, ms: { forwardBackward: t1 - t0, clip: t2 - t1, optimizer: t3 - t2, total: t3 - t0, comm } };
+    return {
+      loss: r.loss,
+      tokens: r.tokens,
+      ...(r.stats ? { stats: r.stats } : {}),
+      gradNorm,
+      lr,
+      step: s.optimizerSteps,
+      ms: { forwardBackward: t1 - t0, clip: t2 - t1, optimizer: t3 - t2, total: t3 - t0, comm },
+    };
   }
 
   /**
@@ -115,9 +126,16 @@ export class TrainerActor {
   }
 
   /** lossStep() over micro-batches accumulated into one optimizer step (each with its own loss data). */
-  async lossSteps(name: string, micro: ReadonlyArray<{ batch: TrainBatch; data: unknown }>, opts: { lr?: number } & Record<string, unknown> = {}): Promise<TrainStepResult> {
+  async lossSteps(
+    name: string,
+    micro: ReadonlyArray<{ batch: TrainBatch; data: unknown }>,
+    opts: { lr?: number } & Record<string, unknown> = {},
+  ): Promise<TrainStepResult> {
     const build = lossByName(name);
-    return this.#step(micro.map((m) => ({ batch: m.batch, loss: build(m.data, opts) })), { lr: opts.lr, measureComm: false });
+    return this.#step(
+      micro.map((m) => ({ batch: m.batch, loss: build(m.data, opts) })),
+      { lr: opts.lr, measureComm: false },
+    );
   }
 
   /**
@@ -131,7 +149,10 @@ export class TrainerActor {
 
   /** Local setup on a trainer-group communicator the caller already formed (SPMD drivers). */
   async setupOn(comm: Communicator): Promise<TrainStrategy> {
-    if (this.#strategy) throw new InvalidStateError('TrainerActor.setup() was already called on this rank. HINT: set a trainer up once; make a new TrainerActor for another model.');
+    if (this.#strategy)
+      throw new InvalidStateError(
+        'TrainerActor.setup() was already called on this rank. HINT: set a trainer up once; make a new TrainerActor for another model.',
+      );
     this.#comm = comm;
     this.#strategy = await createStrategy(this.config, { comm, device: this.ctx.device });
     return this.#strategy;
@@ -204,7 +225,13 @@ export class TrainerActor {
 
   /** Writes the model as a Hugging Face folder transformers loads (train/hf-export.ts); collective over the trainer group. */
   exportHf(dir: string, opts: { dtype?: SaveDtype; expertLayout?: 'per-expert' | 'fused'; merged?: boolean } = {}): Promise<string> {
-    return exportHfModel(this.strategy, { dir, source: this.config.model, ...opts, ...(this.config.lora ? { lora: this.config.lora } : {}), comm: this.#comm! });
+    return exportHfModel(this.strategy, {
+      dir,
+      source: this.config.model,
+      ...opts,
+      ...(this.config.lora ? { lora: this.config.lora } : {}),
+      comm: this.#comm!,
+    });
   }
 
   save(root: string, step: number, extra?: Record<string, unknown>): Promise<string> {

@@ -20,7 +20,10 @@ import { builtFile } from '../runtime/paths.js';
 import { grpoUsage } from '../grpo/cli.js';
 
 function buildProgram(out: string[]): Command {
-  const program = new Command('ascent').description('Ascent tools').exitOverride().configureOutput({ writeErr: () => {}, writeOut: (s) => process.stdout.write(s) });
+  const program = new Command('ascent')
+    .description('Ascent tools')
+    .exitOverride()
+    .configureOutput({ writeErr: () => {}, writeOut: (s) => process.stdout.write(s) });
   program
     .command('trace')
     .description('explain flight-recorder dumps: which rank missed which collective, which fingerprints differ')
@@ -35,8 +38,20 @@ function buildProgram(out: string[]): Command {
   registerSchema(program);
   registerProfile(program);
   // `ascent launch ...` is handled by the launch CLI itself (main below); listed here for the help.
-  program.command('launch').description('run an SPMD entry on N ranks, like torchrun (`ascent launch --help` for its flags)').helpOption(false).allowUnknownOption().allowExcessArguments();
-  program.command('grpo').description('GRPO on your model folder, dataset and rewards under launch: ascent grpo [--nproc N] --model DIR --dataset FILE --reward MODULE#EXPORT (`ascent grpo --help`)').helpOption(false).allowUnknownOption().allowExcessArguments();
+  program
+    .command('launch')
+    .description('run an SPMD entry on N ranks, like torchrun (`ascent launch --help` for its flags)')
+    .helpOption(false)
+    .allowUnknownOption()
+    .allowExcessArguments();
+  program
+    .command('grpo')
+    .description(
+      'GRPO on your model folder, dataset and rewards under launch: ascent grpo [--nproc N] --model DIR --dataset FILE --reward MODULE#EXPORT (`ascent grpo --help`)',
+    )
+    .helpOption(false)
+    .allowUnknownOption()
+    .allowExcessArguments();
   return program;
 }
 

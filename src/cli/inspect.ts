@@ -63,11 +63,16 @@ export function formatInspectReport(r: InspectReport): string {
   const head = ['name', 'dtype', 'shape', 'bytes', ...(sharded ? ['file'] : [])];
   const rows = r.tensors.map((t) => [t.name, t.dtype, `[${t.shape.join(', ')}]`, String(t.bytes), ...(sharded ? [t.file] : [])]);
   const widths = head.map((h, c) => Math.max(h.length, ...rows.map((row) => row[c].length)));
-  const line = (cells: string[]) => cells.map((cell, c) => (c === 3 ? cell.padStart(widths[c]) : cell.padEnd(widths[c]))).join('  ').trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((cell, c) => (c === 3 ? cell.padStart(widths[c]) : cell.padEnd(widths[c])))
+      .join('  ')
+      .trimEnd();
   const out = [line(head), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line), ''];
   out.push(`${r.tensors.length} tensors, ${formatBytes(r.totalBytes)} in ${r.files.length} file${r.files.length === 1 ? '' : 's'} (${r.files.join(', ')})`);
   if (Object.keys(r.metadata).length) out.push(`metadata: ${JSON.stringify(r.metadata)}`);
-  if (r.config) out.push(`config: ${r.config.path} (${r.config.modelType}${r.config.expertLayout ? `, ${r.config.expertLayout} experts` : ''}): names and shapes match`);
+  if (r.config)
+    out.push(`config: ${r.config.path} (${r.config.modelType}${r.config.expertLayout ? `, ${r.config.expertLayout} experts` : ''}): names and shapes match`);
   for (const w of r.warnings) out.push(`warning: ${w}`);
   out.push('ok: checkpoint is valid');
   return out.join('\n');

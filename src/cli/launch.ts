@@ -17,28 +17,30 @@ import { ascentVersion } from '../runtime/actor-system/run-meta.js';
 const ENTRY_EXT = /\.(ts|mts|cts|js|mjs|cjs)$/;
 
 function buildProgram(): Command {
-  return new Command('launch')
-    .description('Run an SPMD entry on N ranks (worker threads, one device each), like torchrun.')
-    .usage('--nproc N [flags] entry.(ts|mjs|js) [entry args...]')
-    .version(ascentVersion(), '-V, --version', 'print the version and exit')
-    // Checked after parsing, so that an unknown flag is named as such first.
-    .option('--nproc <n>', 'number of ranks (positive integer; required)')
-    .option('--nproc-per-node <n>', 'torchrun spelling of --nproc (one node)')
-    .option('--nnodes <n>', 'number of nodes: only 1 is supported')
-    .option('--node-rank <n>', 'rank of this node: only 0 is supported')
-    .option('--log-dir <dir>', 'also write each rank\'s output to <dir>/rank-<N>.log')
-    .option('--rank0-only', 'show only rank 0 output (failure reports always show)', false)
-    .option('--no-prefix', 'do not prefix output lines with [rank N]')
-    .addOption(new Option('--grace-period <seconds>', 'time ranks get to stop after a failure or signal').default('5'))
-    .addOption(new Option('--max-time <seconds>', 'wall-clock limit; a run still going then is stopped with a report (exit 124)'))
-    .addOption(new Option('--device-memory <size>', 'device memory per rank, e.g. 512MiB (default ASCENT_DEVICE_MEMORY or 16GiB)'))
-    .addOption(new Option('--enable-npu-model-patch <bool>', 'model patches (fast/fused kernels) on or off: true or false'))
-    .argument('<entry>', 'entry module exporting main(ctx)')
-    .argument('[args...]', 'arguments passed to the entry (ctx.args)')
-    .passThroughOptions()
-    .helpOption('-h, --help', 'show this help')
-    .exitOverride()
-    .configureOutput({ writeErr: () => {}, writeOut: (s) => process.stdout.write(s) });
+  return (
+    new Command('launch')
+      .description('Run an SPMD entry on N ranks (worker threads, one device each), like torchrun.')
+      .usage('--nproc N [flags] entry.(ts|mjs|js) [entry args...]')
+      .version(ascentVersion(), '-V, --version', 'print the version and exit')
+      // Checked after parsing, so that an unknown flag is named as such first.
+      .option('--nproc <n>', 'number of ranks (positive integer; required)')
+      .option('--nproc-per-node <n>', 'torchrun spelling of --nproc (one node)')
+      .option('--nnodes <n>', 'number of nodes: only 1 is supported')
+      .option('--node-rank <n>', 'rank of this node: only 0 is supported')
+      .option('--log-dir <dir>', "also write each rank's output to <dir>/rank-<N>.log")
+      .option('--rank0-only', 'show only rank 0 output (failure reports always show)', false)
+      .option('--no-prefix', 'do not prefix output lines with [rank N]')
+      .addOption(new Option('--grace-period <seconds>', 'time ranks get to stop after a failure or signal').default('5'))
+      .addOption(new Option('--max-time <seconds>', 'wall-clock limit; a run still going then is stopped with a report (exit 124)'))
+      .addOption(new Option('--device-memory <size>', 'device memory per rank, e.g. 512MiB (default ASCENT_DEVICE_MEMORY or 16GiB)'))
+      .addOption(new Option('--enable-npu-model-patch <bool>', 'model patches (fast/fused kernels) on or off: true or false'))
+      .argument('<entry>', 'entry module exporting main(ctx)')
+      .argument('[args...]', 'arguments passed to the entry (ctx.args)')
+      .passThroughOptions()
+      .helpOption('-h, --help', 'show this help')
+      .exitOverride()
+      .configureOutput({ writeErr: () => {}, writeOut: (s) => process.stdout.write(s) })
+  );
 }
 
 function seconds(flag: string, raw: string | undefined): number | undefined {
@@ -60,14 +62,17 @@ function positiveIntFlag(flag: string, raw: string): number {
 function rankCount(o: Record<string, unknown>): number {
   const single = (flag: string, raw: unknown, ok: RegExp, what: string) => {
     if (raw !== undefined && !ok.test(String(raw).trim())) {
-      throw new ConfigError(`${flag} ${String(raw)} is not supported yet: Ascent runs ${what}. HINT: drop ${flag} (or pass ${flag} ${flag === '--nnodes' ? '1' : '0'}).`);
+      throw new ConfigError(
+        `${flag} ${String(raw)} is not supported yet: Ascent runs ${what}. HINT: drop ${flag} (or pass ${flag} ${flag === '--nnodes' ? '1' : '0'}).`,
+      );
     }
   };
   single('--nnodes', o.nnodes, /^1(:1)?$/, 'on one node (its ranks are threads of one process)');
   single('--node-rank', o.nodeRank, /^0$/, 'on one node, node rank 0');
   const a = o.nproc === undefined ? undefined : positiveIntFlag('--nproc', String(o.nproc));
   const b = o.nprocPerNode === undefined ? undefined : positiveIntFlag('--nproc-per-node', String(o.nprocPerNode));
-  if (a !== undefined && b !== undefined && a !== b) throw new ConfigError(`--nproc ${a} and --nproc-per-node ${b} disagree; they are the same flag. HINT: pass one of them.`);
+  if (a !== undefined && b !== undefined && a !== b)
+    throw new ConfigError(`--nproc ${a} and --nproc-per-node ${b} disagree; they are the same flag. HINT: pass one of them.`);
   const n = a ?? b;
   if (n === undefined) throw new ConfigError('required option --nproc N (or --nproc-per-node N) not specified.');
   return n;

@@ -30,7 +30,8 @@ export type PlotInput = RunInput | BenchInput;
 /** Suites with a figure. */
 export const PLOTTED_SUITES = ['collectives', 'kernels'];
 
-const WHAT = 'ascent plot reads GRPO run logs (--log run.jsonl) and benchmark results of the collectives and kernels suites (bench/results/<suite>-<date>.json)';
+const WHAT =
+  'ascent plot reads GRPO run logs (--log run.jsonl) and benchmark results of the collectives and kernels suites (bench/results/<suite>-<date>.json)';
 
 function stem(path: string): string {
   return basename(path, extname(path));
@@ -53,7 +54,10 @@ export function readPlotInput(path: string, text?: string): PlotInput {
     const suite = typeof data?.suite === 'string' ? data.suite : null;
     if (!suite) throw new InvalidArgumentError(`${path} is JSON but neither a run log nor a benchmark result (no "suite" field). HINT: ${WHAT}.`, { path });
     if (!PLOTTED_SUITES.includes(suite)) {
-      throw new InvalidArgumentError(`${path} holds results of the ${suite} suite, which has no figure; figures exist for ${PLOTTED_SUITES.join(' and ')}.`, { path, suite });
+      throw new InvalidArgumentError(`${path} holds results of the ${suite} suite, which has no figure; figures exist for ${PLOTTED_SUITES.join(' and ')}.`, {
+        path,
+        suite,
+      });
     }
     const rows = Array.isArray(data.rows) ? (data.rows as Array<Record<string, unknown>>) : [];
     if (rows.length === 0) throw new InvalidArgumentError(`${path}: the ${suite} results have no rows to draw.`, { path, suite });

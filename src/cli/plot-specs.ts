@@ -43,7 +43,9 @@ interface LineOptions {
 
 function lineFigure(name: string, title: string, xTitle: string, yTitle: string, points: Point[], opts: LineOptions = {}): Figure {
   const x = {
-    field: 'x', type: 'quantitative', title: xTitle,
+    field: 'x',
+    type: 'quantitative',
+    title: xTitle,
     ...(opts.logX ? { scale: { type: 'log', base: 2 } } : {}),
     ...(opts.stepX ? { axis: { format: 'd', tickMinStep: 1 } } : {}),
   };
@@ -51,20 +53,27 @@ function lineFigure(name: string, title: string, xTitle: string, yTitle: string,
   const legend = { orient: 'bottom', columns: 2, labelLimit: 400 };
   const dashed = points.some((p) => p.run !== undefined);
   const encoding = {
-    x, y,
+    x,
+    y,
     color: { field: 'series', type: 'nominal', title: null, legend },
     ...(dashed ? { strokeDash: { field: 'run', type: 'nominal', title: 'run', legend } } : {}),
   };
   const layer: VlSpec[] = [
     { mark: { type: 'line', strokeWidth: 1.5 }, encoding },
-    { mark: { type: 'point', filled: true, size: 18 }, encoding: { x, y, color: encoding.color, ...(dashed ? { detail: { field: 'run', type: 'nominal' } } : {}) } },
+    {
+      mark: { type: 'point', filled: true, size: 18 },
+      encoding: { x, y, color: encoding.color, ...(dashed ? { detail: { field: 'run', type: 'nominal' } } : {}) },
+    },
   ];
   (opts.rules ?? []).forEach((r, i) => {
     layer.push({
       data: { values: [r] },
       layer: [
         { mark: { type: 'rule', strokeDash: [6, 4], color: '#555' }, encoding: { y: { field: 'y', type: 'quantitative' } } },
-        { mark: { type: 'text', align: 'left', dx: 4, dy: -6 - 12 * i, color: '#555', fontSize: 10 }, encoding: { y: { field: 'y', type: 'quantitative' }, x: { value: 0 }, text: { field: 'label' } } },
+        {
+          mark: { type: 'text', align: 'left', dx: 4, dy: -6 - 12 * i, color: '#555', fontSize: 10 },
+          encoding: { y: { field: 'y', type: 'quantitative' }, x: { value: 0 }, text: { field: 'label' } },
+        },
       ],
     });
   });
@@ -129,7 +138,8 @@ export function collectivesFigure(runs: readonly BenchInput[]): Figure {
   for (const r of runs) {
     for (const row of r.rows) {
       if (row.inPlace === true) continue;
-      const bytes = Number(row.bytes), busbw = Number(row.busbwGBs);
+      const bytes = Number(row.bytes),
+        busbw = Number(row.busbwGBs);
       if (!Number.isFinite(bytes) || !Number.isFinite(busbw)) continue;
       pts.push({ x: bytes, y: busbw, series: String(row.op), ...(runs.length > 1 ? { run: r.label } : {}) });
     }
@@ -138,7 +148,10 @@ export function collectivesFigure(runs: readonly BenchInput[]): Figure {
   }
   pts.sort((a, b) => OP_ORDER.indexOf(a.series) - OP_ORDER.indexOf(b.series));
   const ranks = runs[0]?.rows[0]?.ranks;
-  return lineFigure('busbw', `Collectives: bus bandwidth vs size${ranks ? ` (${String(ranks)} ranks)` : ''}`, 'size (bytes)', 'busbw (GB/s)', pts, { logX: true, rules });
+  return lineFigure('busbw', `Collectives: bus bandwidth vs size${ranks ? ` (${String(ranks)} ranks)` : ''}`, 'size (bytes)', 'busbw (GB/s)', pts, {
+    logX: true,
+    rules,
+  });
 }
 
 /** Matmul GFLOP/s vs n: fast and reference per dtype, and single-thread OpenBLAS where measured. */

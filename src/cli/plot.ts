@@ -66,7 +66,10 @@ export async function plot(paths: readonly string[], opts: PlotOptions): Promise
 }
 
 function parseFormats(v: string): PlotFormat[] {
-  const list = v.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean);
+  const list = v
+    .split(',')
+    .map((s) => s.trim().toLowerCase())
+    .filter(Boolean);
   const bad = list.filter((f) => f !== 'svg' && f !== 'png');
   if (list.length === 0 || bad.length) throw new InvalidArgumentError(`ascent plot: --format takes svg, png or svg,png; got ${JSON.stringify(v)}.`);
   return list as PlotFormat[];
@@ -79,7 +82,7 @@ export function registerPlot(program: Command): void {
     .argument('<files...>', 'run logs (--log run.jsonl) and/or bench/results/<suite>-<date>.json files')
     .option('--out <dir>', 'folder for the figures', 'plots')
     .option('--format <list>', 'svg, png or svg,png', 'svg,png')
-    .option('--name <prefix>', 'file-name prefix (default: the first input\'s name, or the suite)')
+    .option('--name <prefix>', "file-name prefix (default: the first input's name, or the suite)")
     .action(async (files: string[], o: { out: string; format: string; name?: string }) => {
       const written = await plot(files, { out: o.out, formats: parseFormats(o.format), ...(o.name ? { name: o.name } : {}) });
       for (const w of written) process.stdout.write(`${w.figure}: ${w.series} series, ${w.points} points -> ${w.files.join(', ')}\n`);

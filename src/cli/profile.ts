@@ -36,10 +36,13 @@ export function readTraces(dir: string): { files: string[]; events: TraceEvent[]
   try {
     names = readdirSync(dir);
   } catch (err) {
-    throw new InvalidArgumentError(`ascent profile: cannot read ${dir}: ${(err as Error).message}. HINT: pass the folder given as ASCENT_PROFILE.`, { path: dir });
+    throw new InvalidArgumentError(`ascent profile: cannot read ${dir}: ${(err as Error).message}. HINT: pass the folder given as ASCENT_PROFILE.`, {
+      path: dir,
+    });
   }
   const files = names.filter((n) => n.endsWith('.trace.json')).sort();
-  if (files.length === 0) throw new InvalidArgumentError(`ascent profile: ${dir} holds no *.trace.json file. HINT: run with ASCENT_PROFILE=${dir} first.`, { path: dir });
+  if (files.length === 0)
+    throw new InvalidArgumentError(`ascent profile: ${dir} holds no *.trace.json file. HINT: run with ASCENT_PROFILE=${dir} first.`, { path: dir });
   const events: TraceEvent[] = [];
   for (const f of files) {
     let parsed: unknown;
@@ -98,7 +101,11 @@ export function mergeProfile(dir: string): ProfileSummary & { merged: string } {
 }
 
 export function formatSummary(s: ProfileSummary & { merged: string }, top: number): string {
-  const t = new Table({ head: ['op', 'kind', 'count', 'total ms', 'mean µs', 'share'], style: { head: [], border: [] }, colAligns: ['left', 'left', 'right', 'right', 'right', 'right'] });
+  const t = new Table({
+    head: ['op', 'kind', 'count', 'total ms', 'mean µs', 'share'],
+    style: { head: [], border: [] },
+    colAligns: ['left', 'left', 'right', 'right', 'right', 'right'],
+  });
   for (const o of s.ops.slice(0, top)) t.push([o.name, o.cat, o.count, o.totalMs.toFixed(2), o.meanUs.toFixed(1), `${(o.share * 100).toFixed(1)}%`]);
   const h = new Table({ head: ['host span', 'kind', 'count', 'total ms'], style: { head: [], border: [] }, colAligns: ['left', 'left', 'right', 'right'] });
   for (const x of s.spans.slice(0, top)) h.push([x.name, x.cat, x.count, x.totalMs.toFixed(2)]);
@@ -120,7 +127,8 @@ export function registerProfile(program: Command): void {
     .option('--json', 'print the summary as JSON')
     .action((dir: string, opts: { top: string; json?: boolean }) => {
       const top = Number(opts.top);
-      if (!Number.isInteger(top) || top < 1) throw new InvalidArgumentError(`ascent profile: --top must be a positive integer but is ${JSON.stringify(opts.top)}.`);
+      if (!Number.isInteger(top) || top < 1)
+        throw new InvalidArgumentError(`ascent profile: --top must be a positive integer but is ${JSON.stringify(opts.top)}.`);
       const s = mergeProfile(dir);
       process.stdout.write(`${opts.json ? JSON.stringify(s, null, 2) : formatSummary(s, top)}\n`);
     });

@@ -18,7 +18,8 @@ export const CONFIG_SCHEMAS: Record<string, { schema: z.ZodType; title: string; 
 
 export function configJsonSchema(name: string): Record<string, unknown> {
   const entry = CONFIG_SCHEMAS[name];
-  if (!entry) throw new InvalidArgumentError(`ascent schema: no config named ${JSON.stringify(name)}; choose one of ${Object.keys(CONFIG_SCHEMAS).join(', ')}.`);
+  if (!entry)
+    throw new InvalidArgumentError(`ascent schema: no config named ${JSON.stringify(name)}; choose one of ${Object.keys(CONFIG_SCHEMAS).join(', ')}.`);
   const json = z.toJSONSchema(entry.schema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
   const props = json.properties as Record<string, unknown> | undefined;
   // Editors look for "$schema" in the file itself; allow it beside the strict fields.

@@ -24,7 +24,12 @@ export function extractAnswer(text: string): string {
 
 /** Trim, lowercase, drop `$`, trailing `.`, and thousands commas; numbers compare by value. */
 export function normalizeAnswer(s: string): string {
-  const t = s.trim().replace(/^\$+|\$+$/g, '').replace(/\.$/, '').trim().toLowerCase();
+  const t = s
+    .trim()
+    .replace(/^\$+|\$+$/g, '')
+    .replace(/\.$/, '')
+    .trim()
+    .toLowerCase();
   const n = t.replace(/,/g, '');
   return /^-?\d+(\.\d+)?$/.test(n) ? String(Number(n)) : t;
 }
@@ -63,7 +68,9 @@ export function overlong(input: RewardInput): RewardValues {
   const max = input.options?.maxCompletionLength;
   const cache = input.options?.cacheLength;
   if (typeof max !== 'number' || typeof cache !== 'number' || cache > max) {
-    throw new TypeError(`the overlong reward needs maxCompletionLength and cacheLength (cacheLength <= maxCompletionLength), got ${JSON.stringify({ max, cache })}.`);
+    throw new TypeError(
+      `the overlong reward needs maxCompletionLength and cacheLength (cacheLength <= maxCompletionLength), got ${JSON.stringify({ max, cache })}.`,
+    );
   }
   return input.completionIds.map((ids) => overlongPenalty(ids.length, max, cache));
 }

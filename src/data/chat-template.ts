@@ -27,12 +27,20 @@ export class ChatTemplate {
   private readonly template: Template;
   private readonly specials: Record<string, string | undefined>;
 
-  constructor(readonly source: string, readonly file: string, specials: Record<string, string | undefined> = {}) {
+  constructor(
+    readonly source: string,
+    readonly file: string,
+    specials: Record<string, string | undefined> = {},
+  ) {
     this.specials = specials;
     try {
       this.template = new Template(source);
     } catch (err) {
-      throw new ConfigError(`${file}: chat_template does not parse: ${(err as Error).message}. HINT: fix the Jinja syntax of chat_template.`, { path: file }, { cause: err });
+      throw new ConfigError(
+        `${file}: chat_template does not parse: ${(err as Error).message}. HINT: fix the Jinja syntax of chat_template.`,
+        { path: file },
+        { cause: err },
+      );
     }
   }
 
@@ -40,7 +48,10 @@ export class ChatTemplate {
   static fromTokenizer(tok: LoadedTokenizer): ChatTemplate {
     const file = join(tok.dir, 'tokenizer_config.json');
     if (tok.chatTemplate === undefined) {
-      throw new ConfigError(`${file} has no chat_template (a string). HINT: use a chat/instruct model, or a \`prompt\` column with plain text instead of \`messages\`.`, { path: file });
+      throw new ConfigError(
+        `${file} has no chat_template (a string). HINT: use a chat/instruct model, or a \`prompt\` column with plain text instead of \`messages\`.`,
+        { path: file },
+      );
     }
     const cfg = tok.config as Record<string, unknown>;
     const unk = typeof cfg.unk_token === 'string' ? cfg.unk_token : undefined;
@@ -66,7 +77,11 @@ export class ChatTemplate {
     try {
       return this.template.render(ctx);
     } catch (err) {
-      throw new ConfigError(`${this.file}: rendering chat_template failed: ${(err as Error).message}. HINT: check the messages and template kwargs.`, { path: this.file }, { cause: err });
+      throw new ConfigError(
+        `${this.file}: rendering chat_template failed: ${(err as Error).message}. HINT: check the messages and template kwargs.`,
+        { path: this.file },
+        { cause: err },
+      );
     }
   }
 }

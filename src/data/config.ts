@@ -27,33 +27,37 @@ function withAliases<T extends z.ZodTypeAny>(schema: T) {
   }, schema);
 }
 
-export const TokenizerConfigSchema = withAliases(z.strictObject({
-  /** HF model folder holding tokenizer.json, tokenizer_config.json (and generation_config.json). */
-  path: z.string().min(1),
-  /** Render `messages` prompts with `add_generation_prompt` (default true). */
-  addGenerationPrompt: z.boolean().default(true),
-  /** Extra chat template variables, e.g. `{ enable_thinking: false }`. */
-  chatTemplateKwargs: z.record(z.string(), z.unknown()).default({}),
-}));
+export const TokenizerConfigSchema = withAliases(
+  z.strictObject({
+    /** HF model folder holding tokenizer.json, tokenizer_config.json (and generation_config.json). */
+    path: z.string().min(1),
+    /** Render `messages` prompts with `add_generation_prompt` (default true). */
+    addGenerationPrompt: z.boolean().default(true),
+    /** Extra chat template variables, e.g. `{ enable_thinking: false }`. */
+    chatTemplateKwargs: z.record(z.string(), z.unknown()).default({}),
+  }),
+);
 export type TokenizerConfig = z.output<typeof TokenizerConfigSchema>;
 
-export const DatasetConfigSchema = withAliases(z.strictObject({
-  /** A .jsonl or .parquet file. */
-  path: z.string().min(1),
-  /** Default: from the file extension. */
-  format: z.enum(['jsonl', 'parquet']).optional(),
-  /** Prompt length limit in tokens (after the chat template). */
-  maxPromptLength: z.number().int().positive().optional(),
-  /** Over-long prompts: `filter` drops the row, `truncate` keeps the last maxPromptLength tokens (left truncation). */
-  overlong: z.enum(['filter', 'truncate']).default('filter'),
-  shuffle: z.boolean().default(true),
-  seed: z.number().int().default(0),
-  epochs: z.number().int().positive().default(1),
-  /** Prompts per step (before the group expansion of GRPO). */
-  promptsPerStep: z.number().int().positive().default(8),
-  /** Keep the last, smaller batch of an epoch (default false, like drop_last=True). */
-  keepLastBatch: z.boolean().default(false),
-}));
+export const DatasetConfigSchema = withAliases(
+  z.strictObject({
+    /** A .jsonl or .parquet file. */
+    path: z.string().min(1),
+    /** Default: from the file extension. */
+    format: z.enum(['jsonl', 'parquet']).optional(),
+    /** Prompt length limit in tokens (after the chat template). */
+    maxPromptLength: z.number().int().positive().optional(),
+    /** Over-long prompts: `filter` drops the row, `truncate` keeps the last maxPromptLength tokens (left truncation). */
+    overlong: z.enum(['filter', 'truncate']).default('filter'),
+    shuffle: z.boolean().default(true),
+    seed: z.number().int().default(0),
+    epochs: z.number().int().positive().default(1),
+    /** Prompts per step (before the group expansion of GRPO). */
+    promptsPerStep: z.number().int().positive().default(8),
+    /** Keep the last, smaller batch of an epoch (default false, like drop_last=True). */
+    keepLastBatch: z.boolean().default(false),
+  }),
+);
 export type DatasetConfig = z.output<typeof DatasetConfigSchema>;
 
 export const BUILTIN_REWARDS = ['accuracy', 'format', 'overlong', 'reverse_digits'] as const;
@@ -68,29 +72,33 @@ const UserRewardSchema = z.strictObject({
   name: z.string().min(1).optional(),
 });
 
-const BuiltinRewardSchema = withAliases(z.strictObject({
-  builtin: z.enum(BUILTIN_REWARDS),
-  weight: z.number().finite().default(1),
-  name: z.string().min(1).optional(),
-  /** accuracy: the dataset column with the reference answer (default `answer`). */
-  column: z.string().min(1).optional(),
-  /** format: the regex a completion must match (whole text, dotall). */
-  pattern: z.string().min(1).optional(),
-  /** overlong: L_max (maxCompletionLength) and the soft buffer L_cache. */
-  maxCompletionLength: z.number().int().positive().optional(),
-  cacheLength: z.number().int().nonnegative().optional(),
-}));
+const BuiltinRewardSchema = withAliases(
+  z.strictObject({
+    builtin: z.enum(BUILTIN_REWARDS),
+    weight: z.number().finite().default(1),
+    name: z.string().min(1).optional(),
+    /** accuracy: the dataset column with the reference answer (default `answer`). */
+    column: z.string().min(1).optional(),
+    /** format: the regex a completion must match (whole text, dotall). */
+    pattern: z.string().min(1).optional(),
+    /** overlong: L_max (maxCompletionLength) and the soft buffer L_cache. */
+    maxCompletionLength: z.number().int().positive().optional(),
+    cacheLength: z.number().int().nonnegative().optional(),
+  }),
+);
 
 export const RewardSpecSchema = z.union([UserRewardSchema, BuiltinRewardSchema]);
 export type RewardSpec = z.output<typeof RewardSpecSchema>;
 export type UserRewardSpec = z.output<typeof UserRewardSchema>;
 export type BuiltinRewardSpec = z.output<typeof BuiltinRewardSchema>;
 
-export const RewardsConfigSchema = withAliases(z.strictObject({
-  rewards: z.array(RewardSpecSchema).min(1),
-  /** Per-call deadline of one reward function on one batch. */
-  timeoutMs: z.number().int().positive().default(30_000),
-}));
+export const RewardsConfigSchema = withAliases(
+  z.strictObject({
+    rewards: z.array(RewardSpecSchema).min(1),
+    /** Per-call deadline of one reward function on one batch. */
+    timeoutMs: z.number().int().positive().default(30_000),
+  }),
+);
 export type RewardsConfig = z.output<typeof RewardsConfigSchema>;
 
 /** Parses `value` with `schema`; a failure is a ConfigError listing each bad key. */
@@ -98,5 +106,8 @@ export function parseConfig<S extends z.ZodTypeAny>(schema: S, value: unknown, w
   const r = schema.safeParse(value);
   if (r.success) return r.data as z.output<S>;
   const issues = r.error.issues.map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`).join('; ');
-  throw new ConfigError(`Invalid ${what} config: ${issues}. HINT: fix these keys (camelCase, or the TRL snake_case aliases: ${Object.keys(TRL_ALIASES).join(', ')}).`, { issues: r.error.issues });
+  throw new ConfigError(
+    `Invalid ${what} config: ${issues}. HINT: fix these keys (camelCase, or the TRL snake_case aliases: ${Object.keys(TRL_ALIASES).join(', ')}).`,
+    { issues: r.error.issues },
+  );
 }

@@ -111,15 +111,29 @@ export class PromptDataset {
       let text: string;
       let messages: ChatMessage[] | undefined;
       if (typeof value === 'string') {
-        if (col === 'messages') throw new ConfigError(`${where} column messages: expected a chat list, got a string. HINT: use a \`prompt\` column for plain text.`, { path: file, row: at, column: col });
+        if (col === 'messages')
+          throw new ConfigError(`${where} column messages: expected a chat list, got a string. HINT: use a \`prompt\` column for plain text.`, {
+            path: file,
+            row: at,
+            column: col,
+          });
         text = value;
       } else {
         messages = asMessages(value, `${where} column ${col}`);
-        if (!opts.chatTemplate) throw new ConfigError(`${where} column ${col} is a chat list but no chat template was given. HINT: pass chatTemplate (ChatTemplate.fromTokenizer(tokenizer)).`, { path: file, row: at, column: col });
+        if (!opts.chatTemplate)
+          throw new ConfigError(
+            `${where} column ${col} is a chat list but no chat template was given. HINT: pass chatTemplate (ChatTemplate.fromTokenizer(tokenizer)).`,
+            { path: file, row: at, column: col },
+          );
         text = opts.chatTemplate.render(messages, { addGenerationPrompt: opts.addGenerationPrompt ?? true, kwargs: opts.chatTemplateKwargs });
       }
       let ids = opts.tokenizer.encode(text);
-      if (ids.length === 0) throw new ConfigError(`${where} column ${col}: the prompt is empty after tokenization. HINT: remove the row or give it text.`, { path: file, row: at, column: col });
+      if (ids.length === 0)
+        throw new ConfigError(`${where} column ${col}: the prompt is empty after tokenization. HINT: remove the row or give it text.`, {
+          path: file,
+          row: at,
+          column: col,
+        });
       let cut = false;
       if (cfg.maxPromptLength !== undefined && ids.length > cfg.maxPromptLength) {
         if (cfg.overlong === 'filter') {
@@ -136,10 +150,16 @@ export class PromptDataset {
       samples.push({ index: samples.length, at, prompt: text, promptIds: ids, messages, truncated: cut, columns });
     }
     if (samples.length === 0) {
-      throw new ConfigError(`Dataset ${file}: all ${rows.length} rows are longer than maxPromptLength=${cfg.maxPromptLength} tokens and were filtered. HINT: raise maxPromptLength or use overlong: 'truncate'.`, { path: file });
+      throw new ConfigError(
+        `Dataset ${file}: all ${rows.length} rows are longer than maxPromptLength=${cfg.maxPromptLength} tokens and were filtered. HINT: raise maxPromptLength or use overlong: 'truncate'.`,
+        { path: file },
+      );
     }
     if (samples.length < cfg.promptsPerStep && !cfg.keepLastBatch) {
-      throw new ConfigError(`Dataset ${file}: ${samples.length} usable prompts, fewer than promptsPerStep=${cfg.promptsPerStep}; no full step. HINT: lower promptsPerStep or set keepLastBatch.`, { path: file });
+      throw new ConfigError(
+        `Dataset ${file}: ${samples.length} usable prompts, fewer than promptsPerStep=${cfg.promptsPerStep}; no full step. HINT: lower promptsPerStep or set keepLastBatch.`,
+        { path: file },
+      );
     }
     const lens = samples.map((s) => s.promptIds.length);
     const stats: DatasetStats = {

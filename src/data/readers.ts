@@ -22,24 +22,34 @@ export function formatOf(path: string, format?: DatasetFormat): DatasetFormat {
   const ext = extname(path).toLowerCase();
   if (ext === '.jsonl' || ext === '.ndjson') return 'jsonl';
   if (ext === '.parquet') return 'parquet';
-  throw new ConfigError(`Dataset ${path}: cannot tell the format from the extension ${JSON.stringify(ext)}. HINT: use .jsonl or .parquet, or set format.`, { path });
+  throw new ConfigError(`Dataset ${path}: cannot tell the format from the extension ${JSON.stringify(ext)}. HINT: use .jsonl or .parquet, or set format.`, {
+    path,
+  });
 }
 
 export function readJsonl(path: string): SourceRow[] {
   const rows: SourceRow[] = [];
-  readFileSync(path, 'utf8').split('\n').forEach((line, i) => {
-    if (line.trim() === '') return;
-    let v: unknown;
-    try {
-      v = JSON.parse(line);
-    } catch (err) {
-      throw new ConfigError(`Dataset ${path} line ${i + 1}: not valid JSON (${(err as Error).message}). HINT: each line must be one JSON object.`, { path, line: i + 1 });
-    }
-    if (!v || typeof v !== 'object' || Array.isArray(v)) {
-      throw new ConfigError(`Dataset ${path} line ${i + 1}: expected a JSON object, got ${Array.isArray(v) ? 'an array' : typeof v}. HINT: each line must be one JSON object.`, { path, line: i + 1 });
-    }
-    rows.push({ at: i + 1, row: v as Row });
-  });
+  readFileSync(path, 'utf8')
+    .split('\n')
+    .forEach((line, i) => {
+      if (line.trim() === '') return;
+      let v: unknown;
+      try {
+        v = JSON.parse(line);
+      } catch (err) {
+        throw new ConfigError(`Dataset ${path} line ${i + 1}: not valid JSON (${(err as Error).message}). HINT: each line must be one JSON object.`, {
+          path,
+          line: i + 1,
+        });
+      }
+      if (!v || typeof v !== 'object' || Array.isArray(v)) {
+        throw new ConfigError(
+          `Dataset ${path} line ${i + 1}: expected a JSON object, got ${Array.isArray(v) ? 'an array' : typeof v}. HINT: each line must be one JSON object.`,
+          { path, line: i + 1 },
+        );
+      }
+      rows.push({ at: i + 1, row: v as Row });
+    });
   return rows;
 }
 
@@ -60,12 +70,17 @@ export async function readParquet(path: string): Promise<SourceRow[]> {
   try {
     objs = (await parquetReadObjects({ file, compressors })) as Row[];
   } catch (err) {
-    throw new ConfigError(`Dataset ${path}: cannot read Parquet: ${(err as Error).message}. HINT: check that the file is a complete Parquet file.`, { path }, { cause: err });
+    throw new ConfigError(
+      `Dataset ${path}: cannot read Parquet: ${(err as Error).message}. HINT: check that the file is a complete Parquet file.`,
+      { path },
+      { cause: err },
+    );
   }
   return objs.map((row, i) => ({ at: i + 1, row: plain(row) as Row }));
 }
 
 export async function readRows(path: string, format?: DatasetFormat): Promise<SourceRow[]> {
-  if (!existsSync(path)) throw new ConfigError(`Dataset file ${path} does not exist. HINT: check dataset.path (relative paths are against the current directory).`, { path });
+  if (!existsSync(path))
+    throw new ConfigError(`Dataset file ${path} does not exist. HINT: check dataset.path (relative paths are against the current directory).`, { path });
   return formatOf(path, format) === 'jsonl' ? readJsonl(path) : readParquet(path);
 }

@@ -48,13 +48,22 @@ interface Resolved {
 function resolveSpec(spec: RewardSpec): Resolved {
   if ('builtin' in spec) {
     const { builtin, weight, name, ...options } = spec;
-    if (builtin === 'format' && options.pattern === undefined) throw new ConfigError("The built-in reward 'format' needs `pattern` (a regex string). HINT: e.g. { builtin: 'format', pattern: '<think>.*</think>.*' }.");
+    if (builtin === 'format' && options.pattern === undefined)
+      throw new ConfigError("The built-in reward 'format' needs `pattern` (a regex string). HINT: e.g. { builtin: 'format', pattern: '<think>.*</think>.*' }.");
     if (builtin === 'overlong' && (options.maxCompletionLength === undefined || options.cacheLength === undefined)) {
-      throw new ConfigError("The built-in reward 'overlong' needs `maxCompletionLength` and `cacheLength`. HINT: e.g. { builtin: 'overlong', maxCompletionLength: 1024, cacheLength: 256 }.");
+      throw new ConfigError(
+        "The built-in reward 'overlong' needs `maxCompletionLength` and `cacheLength`. HINT: e.g. { builtin: 'overlong', maxCompletionLength: 1024, cacheLength: 256 }.",
+      );
     }
     return { name: name ?? builtin, label: `builtin:${builtin}`, module: builtFile('data/builtin-rewards.js'), exportName: builtin, weight, options };
   }
-  return { name: spec.name ?? `${basename(spec.module)}:${spec.export}`, label: `${spec.module}:${spec.export}`, module: spec.module, exportName: spec.export, weight: spec.weight };
+  return {
+    name: spec.name ?? `${basename(spec.module)}:${spec.export}`,
+    label: `${spec.module}:${spec.export}`,
+    module: spec.module,
+    exportName: spec.export,
+    weight: spec.weight,
+  };
 }
 
 function stat(values: RewardValues): RewardStat {
@@ -70,7 +79,10 @@ export class RewardRunner {
   readonly config: RewardsConfig;
   private readonly specs: Resolved[];
 
-  constructor(private readonly pool: TaskPool, config: unknown) {
+  constructor(
+    private readonly pool: TaskPool,
+    config: unknown,
+  ) {
     this.config = parseConfig(RewardsConfigSchema, config, 'rewards');
     this.specs = this.config.rewards.map(resolveSpec);
     const seen = new Set<string>();
@@ -86,9 +98,17 @@ export class RewardRunner {
 
   async score(input: RewardInput): Promise<RewardResult> {
     const n = input.completions.length;
-    for (const [k, v] of Object.entries({ prompts: input.prompts, promptIds: input.promptIds, completionIds: input.completionIds, finishReasons: input.finishReasons, columns: input.columns })) {
+    for (const [k, v] of Object.entries({
+      prompts: input.prompts,
+      promptIds: input.promptIds,
+      completionIds: input.completionIds,
+      finishReasons: input.finishReasons,
+      columns: input.columns,
+    })) {
       if (!Array.isArray(v) || v.length !== n) {
-        throw new ConfigError(`Reward input ${k} has ${Array.isArray(v) ? v.length : 'no'} entries but there are ${n} completions. HINT: pass one entry per sample.`);
+        throw new ConfigError(
+          `Reward input ${k} has ${Array.isArray(v) ? v.length : 'no'} entries but there are ${n} completions. HINT: pass one entry per sample.`,
+        );
       }
     }
     const results = await Promise.all(this.specs.map((s) => this.runOne(s, input, n)));
@@ -118,22 +138,36 @@ export class RewardRunner {
       out = await this.pool.run({ module: s.module, export: s.exportName }, s.options ? { ...input, options: s.options } : input, { signal: ac.signal });
     } catch (err) {
       if (ac.signal.aborted) {
-        throw new TimeoutError(`Reward ${JSON.stringify(s.name)} (${s.label}) did not return within ${timeoutMs} ms on a batch of ${n}. HINT: make it faster or raise the rewards timeoutMs.`, { reward: s.name, timeoutMs }, { cause: err });
+        throw new TimeoutError(
+          `Reward ${JSON.stringify(s.name)} (${s.label}) did not return within ${timeoutMs} ms on a batch of ${n}. HINT: make it faster or raise the rewards timeoutMs.`,
+          { reward: s.name, timeoutMs },
+          { cause: err },
+        );
       }
       if (err instanceof AscentError && err.code === 'ASCENT_INVALID_ARGUMENT') {
         throw new ConfigError(`Reward ${JSON.stringify(s.name)} (${s.label}): ${err.message}`, { reward: s.name }, { cause: err });
       }
       const msg = (err as Error).cause instanceof Error ? ((err as Error).cause as Error).message : (err as Error).message;
-      throw new RewardError(`Reward ${JSON.stringify(s.name)} (${s.label}) failed: ${msg}. HINT: fix the reward function; the step is failed.`, { reward: s.name }, { cause: err });
+      throw new RewardError(
+        `Reward ${JSON.stringify(s.name)} (${s.label}) failed: ${msg}. HINT: fix the reward function; the step is failed.`,
+        { reward: s.name },
+        { cause: err },
+      );
     } finally {
       clearTimeout(timer);
     }
     if (!Array.isArray(out) || out.length !== n) {
-      throw new RewardError(`Reward ${JSON.stringify(s.name)} (${s.label}) returned ${Array.isArray(out) ? `${out.length} values` : typeof out} for ${n} samples. HINT: return an array with one number or null per sample.`, { reward: s.name });
+      throw new RewardError(
+        `Reward ${JSON.stringify(s.name)} (${s.label}) returned ${Array.isArray(out) ? `${out.length} values` : typeof out} for ${n} samples. HINT: return an array with one number or null per sample.`,
+        { reward: s.name },
+      );
     }
     out.forEach((v, i) => {
       if (v !== null && !(typeof v === 'number' && Number.isFinite(v))) {
-        throw new RewardError(`Reward ${JSON.stringify(s.name)} (${s.label}) returned ${String(v)} for sample ${i}. HINT: return a finite number, or null where the reward does not apply.`, { reward: s.name, sample: i });
+        throw new RewardError(
+          `Reward ${JSON.stringify(s.name)} (${s.label}) returned ${String(v)} for sample ${i}. HINT: return a finite number, or null where the reward does not apply.`,
+          { reward: s.name, sample: i },
+        );
       }
     });
     return out as RewardValues;

@@ -150,9 +150,7 @@ export function rewardBatch(arg: { prompts: readonly (readonly number[])[]; comp
 /** Readable form for logs: "<bos>3141<sep>1413<eos>" (digits as characters, others in brackets). */
 export function detokenize(tokens: readonly number[]): string {
   const special: Record<number, string> = { [PAD]: '<pad>', [BOS]: '<bos>', [EOS]: '<eos>', [SEP]: '<sep>' };
-  return tokens
-    .map((t) => special[t] ?? (t >= DIGIT_BASE && t < DIGIT_BASE + NUM_DIGITS ? String(t - DIGIT_BASE) : `<${t}>`))
-    .join('');
+  return tokens.map((t) => special[t] ?? (t >= DIGIT_BASE && t < DIGIT_BASE + NUM_DIGITS ? String(t - DIGIT_BASE) : `<${t}>`)).join('');
 }
 
 /** Tokens of a digit string, e.g. "3141" → [7, 5, 8, 5]. */

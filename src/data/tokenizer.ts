@@ -17,14 +17,21 @@ type Json = Record<string, unknown>;
 function readJson(path: string, required: boolean): Json | undefined {
   if (!existsSync(path)) {
     if (!required) return undefined;
-    throw new ConfigError(`The tokenizer file ${path} is missing. HINT: point the tokenizer at a HF model folder holding tokenizer.json and tokenizer_config.json.`, { path });
+    throw new ConfigError(
+      `The tokenizer file ${path} is missing. HINT: point the tokenizer at a HF model folder holding tokenizer.json and tokenizer_config.json.`,
+      { path },
+    );
   }
   try {
     const v: unknown = JSON.parse(readFileSync(path, 'utf8'));
     if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new Error('top level is not a JSON object');
     return v as Json;
   } catch (err) {
-    throw new ConfigError(`The tokenizer file ${path} is not valid JSON: ${(err as Error).message}. HINT: re-download it from the model repository.`, { path }, { cause: err });
+    throw new ConfigError(
+      `The tokenizer file ${path} is not valid JSON: ${(err as Error).message}. HINT: re-download it from the model repository.`,
+      { path },
+      { cause: err },
+    );
   }
 }
 
@@ -82,13 +89,21 @@ export function loadTokenizer(dir: string): LoadedTokenizer {
   try {
     tok = new Tokenizer(tokJson, config);
   } catch (err) {
-    throw new ConfigError(`${tokPath}: could not build the tokenizer: ${(err as Error).message}. HINT: check that tokenizer.json and tokenizer_config.json come from the same model.`, { path: tokPath }, { cause: err });
+    throw new ConfigError(
+      `${tokPath}: could not build the tokenizer: ${(err as Error).message}. HINT: check that tokenizer.json and tokenizer_config.json come from the same model.`,
+      { path: tokPath },
+      { cause: err },
+    );
   }
 
   const idOf = (token: string | undefined, what: string, file: string): number | undefined => {
     if (token === undefined) return undefined;
     const id = tok.token_to_id(token);
-    if (id === undefined) throw new ConfigError(`${file}: ${what} ${JSON.stringify(token)} is not in the vocabulary of ${tokPath}. HINT: fix ${what} in ${file}.`, { path: file, token });
+    if (id === undefined)
+      throw new ConfigError(`${file}: ${what} ${JSON.stringify(token)} is not in the vocabulary of ${tokPath}. HINT: fix ${what} in ${file}.`, {
+        path: file,
+        token,
+      });
     return id;
   };
 
@@ -100,10 +115,18 @@ export function loadTokenizer(dir: string): LoadedTokenizer {
   if (eosTokId !== undefined) eos.add(eosTokId);
   const genEos = gen?.eos_token_id;
   for (const v of genEos === undefined || genEos === null ? [] : Array.isArray(genEos) ? genEos : [genEos]) {
-    if (!Number.isInteger(v) || (v as number) < 0) throw new ConfigError(`${genPath}: eos_token_id must be a non-negative integer or a list of them, got ${JSON.stringify(genEos)}. HINT: fix generation_config.json.`, { path: genPath });
+    if (!Number.isInteger(v) || (v as number) < 0)
+      throw new ConfigError(
+        `${genPath}: eos_token_id must be a non-negative integer or a list of them, got ${JSON.stringify(genEos)}. HINT: fix generation_config.json.`,
+        { path: genPath },
+      );
     eos.add(v as number);
   }
-  if (eos.size === 0) throw new ConfigError(`No EOS token: neither ${cfgPath} (eos_token) nor ${genPath} (eos_token_id) names one. HINT: set eos_token in tokenizer_config.json.`, { path: cfgPath });
+  if (eos.size === 0)
+    throw new ConfigError(
+      `No EOS token: neither ${cfgPath} (eos_token) nor ${genPath} (eos_token_id) names one. HINT: set eos_token in tokenizer_config.json.`,
+      { path: cfgPath },
+    );
   const eosIds = [...eos].sort((a, b) => a - b);
   const genPad = gen?.pad_token_id;
   const padId = idOf(padToken, 'pad_token', cfgPath) ?? (Number.isInteger(genPad) ? (genPad as number) : eosIds[0]!);
@@ -113,7 +136,15 @@ export function loadTokenizer(dir: string): LoadedTokenizer {
   const chatTemplate = typeof config.chat_template === 'string' ? config.chat_template : undefined;
 
   return {
-    dir, config, chatTemplate, bosToken, eosToken, padToken, eosIds, padId, vocabSize,
+    dir,
+    config,
+    chatTemplate,
+    bosToken,
+    eosToken,
+    padToken,
+    eosIds,
+    padId,
+    vocabSize,
     encode: (text, opts = {}) => tok.encode(text, { add_special_tokens: opts.addSpecialTokens ?? false }).ids,
     // The library refuses an empty list; an empty completion (EOS first) is the empty text.
     decode: (ids, opts = {}) => (ids.length === 0 ? '' : tok.decode([...ids], { skip_special_tokens: opts.skipSpecialTokens ?? false })),

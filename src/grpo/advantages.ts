@@ -21,11 +21,15 @@ export function groupAdvantages(rewards: ArrayLike<number>, opts: AdvantageOptio
   const n = opts.numGenerations;
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`numGenerations must be a positive integer but is ${n}.`);
   if (rewards.length % n !== 0) {
-    throw new InvalidArgumentError(`groupAdvantages(): ${rewards.length} rewards do not form groups of numGenerations = ${n}.`, { rewards: rewards.length, numGenerations: n });
+    throw new InvalidArgumentError(`groupAdvantages(): ${rewards.length} rewards do not form groups of numGenerations = ${n}.`, {
+      rewards: rewards.length,
+      numGenerations: n,
+    });
   }
   const eps = opts.eps ?? 1e-4;
   const scale = opts.scale ?? (opts.scaleByStd === false ? 'none' : 'group');
-  if (!['group', 'batch', 'none'].includes(scale)) throw new InvalidArgumentError(`groupAdvantages(): scale must be group, batch or none but is ${JSON.stringify(scale)}.`);
+  if (!['group', 'batch', 'none'].includes(scale))
+    throw new InvalidArgumentError(`groupAdvantages(): scale must be group, batch or none but is ${JSON.stringify(scale)}.`);
   const out = new Float64Array(rewards.length);
   let batchStd = 0;
   if (scale === 'batch') {
@@ -63,7 +67,8 @@ export function groupsWithSpread(rewards: ArrayLike<number>, numGenerations: num
   if (rewards.length % n !== 0) throw new InvalidArgumentError(`groupsWithSpread(): ${rewards.length} rewards do not form groups of ${n}.`);
   const keep: number[] = [];
   for (let g = 0; g < rewards.length / n; g++) {
-    let lo = Infinity, hi = -Infinity;
+    let lo = Infinity,
+      hi = -Infinity;
     for (let i = 0; i < n; i++) {
       lo = Math.min(lo, rewards[g * n + i]!);
       hi = Math.max(hi, rewards[g * n + i]!);

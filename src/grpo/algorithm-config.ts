@@ -11,8 +11,13 @@ import { LR_SCHEDULES } from '../train/lr-schedule.js';
 import { IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES } from './objective.js';
 import { CORRECTION_MODES } from './rollout-correction.js';
 
-const posInt = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
-const oneOf = <T extends readonly [string, ...string[]]>(what: string, values: T) => z.enum(values, { error: `expected ${what} to be one of ${values.join(', ')}` });
+const posInt = (what: string) =>
+  z
+    .number({ error: `expected ${what} as a number` })
+    .int(`expected an integer for ${what}`)
+    .positive(`expected a positive integer for ${what}`);
+const oneOf = <T extends readonly [string, ...string[]]>(what: string, values: T) =>
+  z.enum(values, { error: `expected ${what} to be one of ${values.join(', ')}` });
 
 export const ALGORITHM_SHAPE = {
   /** μ: optimizer passes over each rollout (TRL num_iterations, verl ppo_epochs). */
@@ -38,7 +43,10 @@ export const ALGORITHM_SHAPE = {
   refModelMixupAlpha: z.number().gt(0).max(1, 'expected refModelMixupAlpha in (0, 1]').default(0.6),
   /** Rollout-vs-trainer mismatch correction with the engine's log-probs (off by default; metrics are always logged). */
   rolloutCorrection: z
-    .object({ mode: oneOf('rolloutCorrection.mode', CORRECTION_MODES).default('token_truncate'), cap: z.number().min(1, 'expected rolloutCorrection.cap >= 1').default(2) })
+    .object({
+      mode: oneOf('rolloutCorrection.mode', CORRECTION_MODES).default('token_truncate'),
+      cap: z.number().min(1, 'expected rolloutCorrection.cap >= 1').default(2),
+    })
     .strict()
     .optional(),
   /** DAPO dynamic sampling: train only on groups whose rewards differ; sample up to maxRounds extra rounds of prompts to refill the batch. */
@@ -74,12 +82,16 @@ export function checkAlgorithmConfig(c: AlgorithmConfig): void {
     throw new ConfigError(`GRPO: delta (${c.delta}) must be greater than 1 + clipHigh = ${1 + c.clipHigh}, or null.`, { delta: c.delta });
   }
   const s = c.lrScheduler;
-  if (s.warmupSteps !== undefined && s.warmupRatio !== undefined) throw new ConfigError('GRPO: give lrScheduler.warmupSteps or lrScheduler.warmupRatio, not both.');
-  if (s.minLr !== undefined && s.minLr > c.optimizer.lr) throw new ConfigError(`GRPO: lrScheduler.minLr (${s.minLr}) is above the learning rate (${c.optimizer.lr}).`);
+  if (s.warmupSteps !== undefined && s.warmupRatio !== undefined)
+    throw new ConfigError('GRPO: give lrScheduler.warmupSteps or lrScheduler.warmupRatio, not both.');
+  if (s.minLr !== undefined && s.minLr > c.optimizer.lr)
+    throw new ConfigError(`GRPO: lrScheduler.minLr (${s.minLr}) is above the learning rate (${c.optimizer.lr}).`);
   const total = totalOptimizerSteps(c);
   const warm = warmupSteps(c);
   if (s.type !== 'constant' && warm >= total) {
-    throw new ConfigError(`GRPO: ${warm} warm-up steps leave no room for the '${s.type}' decay over ${total} optimizer steps. HINT: lower lrScheduler.warmupSteps / warmupRatio.`);
+    throw new ConfigError(
+      `GRPO: ${warm} warm-up steps leave no room for the '${s.type}' decay over ${total} optimizer steps. HINT: lower lrScheduler.warmupSteps / warmupRatio.`,
+    );
   }
 }
 

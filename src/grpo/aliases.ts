@@ -54,12 +54,14 @@ export function applyTrlAliases(input: unknown): unknown {
     let at = out;
     for (const p of parts.slice(0, -1)) {
       const next = at[p];
-      if (next !== undefined && (typeof next !== 'object' || next === null || Array.isArray(next))) throw new ConfigError(`GRPO config: ${k} sets ${path}, but ${p} is not an object.`);
+      if (next !== undefined && (typeof next !== 'object' || next === null || Array.isArray(next)))
+        throw new ConfigError(`GRPO config: ${k} sets ${path}, but ${p} is not an object.`);
       // A copy, so the caller's nested objects are never modified.
       at = at[p] = { ...((next as Record<string, unknown> | undefined) ?? {}) };
     }
     const last = parts.at(-1)!;
-    if (at[last] !== undefined) throw new ConfigError(`GRPO config: ${k} (TRL's name) and ${path} both set the same key. HINT: keep one of them.`, { key: k, path });
+    if (at[last] !== undefined)
+      throw new ConfigError(`GRPO config: ${k} (TRL's name) and ${path} both set the same key. HINT: keep one of them.`, { key: k, path });
     at[last] = v;
   }
   return out;

@@ -21,7 +21,7 @@ function program(): Command {
     .option('--config <file>', 'JSON config file (flags override it)')
     .option('--mode <mode>', 'server (trainer and engine on separate ranks) or colocate')
     .option('--model <dir>', 'Hugging Face model folder (config.json; weights, tokenizer, generation_config.json)')
-    .option('--init <how>', 'initial weights: auto (the folder\'s checkpoint when it has one), checkpoint or seed')
+    .option('--init <how>', "initial weights: auto (the folder's checkpoint when it has one), checkpoint or seed")
     .option('--dataset <file>', 'prompts: a .jsonl or .parquet file with a prompt or messages column (default: the digit task)')
     .option('--eval-dataset <file>', 'held-out prompts for --eval-every')
     .option('--eval-every <n>', 'evaluate on held-out prompts every n steps', num('--eval-every'))
@@ -30,9 +30,12 @@ function program(): Command {
     .option('--max-prompt-length <n>', 'prompt tokens at most (longer prompts are dropped)', num('--max-prompt-length'))
     .option('--save <dir>', 'after the last step, write the model as a Hugging Face folder here')
     .option('--save-merged', 'LoRA runs: save the merged model instead of the PEFT adapter folder')
-    .option('--save-dtype <dtype>', 'float32, bfloat16 or float16 (default: the input checkpoint\'s)')
+    .option('--save-dtype <dtype>', "float32, bfloat16 or float16 (default: the input checkpoint's)")
     .option('--mask-truncated-completions', 'completions cut by --max-new-tokens take no loss')
-    .option('--set <key=json>', 'any config key, e.g. --set lossType=\'"grpo"\' --set dataset.epochs=2 (repeatable)', (v: string, acc: string[] = []) => [...acc, v])
+    .option('--set <key=json>', 'any config key, e.g. --set lossType=\'"grpo"\' --set dataset.epochs=2 (repeatable)', (v: string, acc: string[] = []) => [
+      ...acc,
+      v,
+    ])
     .option('--steps <n>', 'GRPO steps', num('--steps'))
     .option('--seed <n>', 'seed', num('--seed'))
     .option('--strategy <s>', 'trainer strategy: fsdp2 or megatron')
@@ -124,7 +127,11 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
   sub('sync', 'bucketBytes', o.bucket);
   if (o.verify) sub('sync', 'verify', true);
   if (o.checkpointDir !== undefined || o.checkpointEvery !== undefined) {
-    c.checkpoint = { ...((c.checkpoint as object) ?? {}), ...(o.checkpointDir !== undefined ? { dir: o.checkpointDir } : {}), ...(o.checkpointEvery !== undefined ? { every: o.checkpointEvery } : {}) };
+    c.checkpoint = {
+      ...((c.checkpoint as object) ?? {}),
+      ...(o.checkpointDir !== undefined ? { dir: o.checkpointDir } : {}),
+      ...(o.checkpointEvery !== undefined ? { every: o.checkpointEvery } : {}),
+    };
   }
   if (o.resume) c.resume = true;
   set('log', o.log);
@@ -137,11 +144,13 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
 /** `module#export[:weight]` or `builtin:NAME[:weight]` → a reward spec. */
 function parseRewardFlag(v: string): Record<string, unknown> {
   const weighted = /^(.*?)(?::(-?[\d.eE+-]+))?$/.exec(v)!;
-  const body = weighted[1]!, weight = weighted[2] === undefined ? 1 : Number(weighted[2]);
+  const body = weighted[1]!,
+    weight = weighted[2] === undefined ? 1 : Number(weighted[2]);
   if (!Number.isFinite(weight)) throw new ConfigError(`--reward ${v}: the weight after ':' must be a number.`);
   if (body.startsWith('builtin:')) return { builtin: body.slice(8), weight };
   const at = body.lastIndexOf('#');
-  if (at <= 0 || at === body.length - 1) throw new ConfigError(`--reward ${JSON.stringify(v)}: expected MODULE#EXPORT[:WEIGHT] (e.g. ./rewards.mjs#exact:1) or builtin:NAME[:WEIGHT].`);
+  if (at <= 0 || at === body.length - 1)
+    throw new ConfigError(`--reward ${JSON.stringify(v)}: expected MODULE#EXPORT[:WEIGHT] (e.g. ./rewards.mjs#exact:1) or builtin:NAME[:WEIGHT].`);
   return { module: body.slice(0, at), export: body.slice(at + 1), weight };
 }
 

@@ -15,7 +15,11 @@ import { updatePlan } from './update-plan.js';
 import { RewardSpecSchema } from '../data/config.js';
 import { applyTrlAliases } from './aliases.js';
 
-const posInt = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
+const posInt = (what: string) =>
+  z
+    .number({ error: `expected ${what} as a number` })
+    .int(`expected an integer for ${what}`)
+    .positive(`expected a positive integer for ${what}`);
 
 export const GrpoConfigSchema = z
   .object({
@@ -42,7 +46,11 @@ export const GrpoConfigSchema = z
       .optional(),
     /** Tokenizer and chat template (default: the model folder's tokenizer.json / tokenizer_config.json). */
     tokenizer: z
-      .object({ path: z.string().min(1).optional(), addGenerationPrompt: z.boolean().default(true), chatTemplateKwargs: z.record(z.string(), z.unknown()).default({}) })
+      .object({
+        path: z.string().min(1).optional(),
+        addGenerationPrompt: z.boolean().default(true),
+        chatTemplateKwargs: z.record(z.string(), z.unknown()).default({}),
+      })
       .strict()
       .default({ addGenerationPrompt: true, chatTemplateKwargs: {} }),
     /**
@@ -87,7 +95,9 @@ export const GrpoConfigSchema = z
     /** Supervised warm-up steps (token-mean cross-entropy on reference answers) before GRPO, as RL pipelines start from an SFT model. */
     sftWarmup: z
       .object({
-        steps: z.number().int().min(0).default(0), batch: posInt('sftWarmup.batch').default(64), lr: z.number().positive().default(5e-3),
+        steps: z.number().int().min(0).default(0),
+        batch: posInt('sftWarmup.batch').default(64),
+        lr: z.number().positive().default(5e-3),
         /** Dataset runs: the column with the reference completion text. */
         column: z.string().min(1).default('completion'),
       })
@@ -158,35 +168,54 @@ export type GrpoConfigInput = z.input<typeof GrpoConfigSchema>;
 /** Parses a config and checks it against the world size. */
 export function parseGrpoConfig(value: unknown, worldSize: number): GrpoConfig {
   const c = parseConfig(GrpoConfigSchema, applyTrlAliases(value), 'GRPO config');
-  const trainerRanks = c.mode === 'colocate' ? worldSize : c.trainer.ranks ?? Math.floor(worldSize / 2);
+  const trainerRanks = c.mode === 'colocate' ? worldSize : (c.trainer.ranks ?? Math.floor(worldSize / 2));
   const engineRanks = c.mode === 'colocate' ? worldSize : worldSize - trainerRanks;
   if (trainerRanks < 1 || engineRanks < 1) {
-    throw new ConfigError(`GRPO: mode ${c.mode} on ${worldSize} ranks leaves ${trainerRanks} trainer and ${engineRanks} engine ranks; each needs at least one. HINT: launch more ranks or use --mode colocate.`);
+    throw new ConfigError(
+      `GRPO: mode ${c.mode} on ${worldSize} ranks leaves ${trainerRanks} trainer and ${engineRanks} engine ranks; each needs at least one. HINT: launch more ranks or use --mode colocate.`,
+    );
   }
   if (engineRanks % c.engine.tp !== 0) {
     throw new ConfigError(`GRPO: engine.tp = ${c.engine.tp} does not divide the ${engineRanks} engine ranks.`, { engineRanks, tp: c.engine.tp });
   }
-  if (trainerRanks % (c.trainer.tp) !== 0) {
+  if (trainerRanks % c.trainer.tp !== 0) {
     throw new ConfigError(`GRPO: trainer.tp = ${c.trainer.tp} does not divide the ${trainerRanks} trainer ranks.`);
   }
-  if (c.dataset && !c.rewards) throw new ConfigError('GRPO: a dataset run needs reward functions: rewards: [{ module, export, weight }] or built-ins such as { builtin: "accuracy" }. HINT: add --reward MODULE#EXPORT or a rewards list to the config.');
-  if (c.dataset && c.eval && !c.eval.dataset) throw new ConfigError('GRPO: eval on a dataset run needs eval.dataset (held-out prompts). HINT: add eval.dataset, or drop eval.');
+  if (c.dataset && !c.rewards)
+    throw new ConfigError(
+      'GRPO: a dataset run needs reward functions: rewards: [{ module, export, weight }] or built-ins such as { builtin: "accuracy" }. HINT: add --reward MODULE#EXPORT or a rewards list to the config.',
+    );
+  if (c.dataset && c.eval && !c.eval.dataset)
+    throw new ConfigError('GRPO: eval on a dataset run needs eval.dataset (held-out prompts). HINT: add eval.dataset, or drop eval.');
   if (c.resume && !c.checkpoint) throw new ConfigError('GRPO: --resume needs --checkpoint-dir (checkpoint.dir): the folder the run saved its checkpoints to.');
   const samples = c.promptsPerStep * c.numGenerations;
   const dp = trainerRanks / c.trainer.tp;
   if (samples % dp !== 0) {
-    throw new ConfigError(`GRPO: promptsPerStep x numGenerations = ${samples} samples do not split over ${dp} data-parallel trainer ranks. HINT: make it a multiple of ${dp}.`, { samples, dp });
+    throw new ConfigError(
+      `GRPO: promptsPerStep x numGenerations = ${samples} samples do not split over ${dp} data-parallel trainer ranks. HINT: make it a multiple of ${dp}.`,
+      { samples, dp },
+    );
   }
-  updatePlan({ rows: samples, numIterations: c.numIterations, stepsPerGeneration: c.stepsPerGeneration, gradientAccumulationSteps: c.gradientAccumulationSteps, dp });
+  updatePlan({
+    rows: samples,
+    numIterations: c.numIterations,
+    stepsPerGeneration: c.stepsPerGeneration,
+    gradientAccumulationSteps: c.gradientAccumulationSteps,
+    dp,
+  });
   checkAlgorithmConfig(c);
-  if (c.klInReward && c.beta === 0) throw new ConfigError('GRPO: klInReward puts beta x KL into the reward, but beta is 0. HINT: set beta > 0, or drop klInReward.');
-  if (c.syncRefModel && c.beta === 0) throw new ConfigError('GRPO: syncRefModel refreshes the KL reference, but beta is 0 (no reference). HINT: set beta > 0, or drop syncRefModel.');
+  if (c.klInReward && c.beta === 0)
+    throw new ConfigError('GRPO: klInReward puts beta x KL into the reward, but beta is 0. HINT: set beta > 0, or drop klInReward.');
+  if (c.syncRefModel && c.beta === 0)
+    throw new ConfigError('GRPO: syncRefModel refreshes the KL reference, but beta is 0 (no reference). HINT: set beta > 0, or drop syncRefModel.');
   const engineDp = engineRanks / c.engine.tp;
   if (c.eval && c.eval.prompts % engineDp !== 0) {
     throw new ConfigError(`GRPO: eval.prompts = ${c.eval.prompts} does not split over ${engineDp} engine replicas. HINT: make it a multiple of ${engineDp}.`);
   }
   if (c.promptsPerStep % engineDp !== 0) {
-    throw new ConfigError(`GRPO: promptsPerStep = ${c.promptsPerStep} does not split over ${engineDp} engine replicas (engine ranks / engine.tp). HINT: make it a multiple of ${engineDp}.`);
+    throw new ConfigError(
+      `GRPO: promptsPerStep = ${c.promptsPerStep} does not split over ${engineDp} engine replicas (engine ranks / engine.tp). HINT: make it a multiple of ${engineDp}.`,
+    );
   }
   return c;
 }

@@ -87,7 +87,7 @@ interface Roles {
 
 function rolesOf(cfg: GrpoConfig, rank: number, world: number): Roles {
   const all = Array.from({ length: world }, (_, i) => i);
-  const t = cfg.mode === 'colocate' ? world : cfg.trainer.ranks ?? Math.floor(world / 2);
+  const t = cfg.mode === 'colocate' ? world : (cfg.trainer.ranks ?? Math.floor(world / 2));
   const trainerRanks = cfg.mode === 'colocate' ? all : all.slice(0, t);
   const engineRanks = cfg.mode === 'colocate' ? all : all.slice(t);
   const e = engineRanks.indexOf(rank);
@@ -130,16 +130,27 @@ export async function checkGrpoConfig(input: GrpoConfigInput, worldSize: number,
   if (checkLog && cfg.log) checkRunLogTarget(cfg.log, runLogMode(cfg));
   const source = cfg.dataset
     ? await datasetSource({
-        dataset: cfg.dataset, ...(cfg.eval?.dataset ? { evalDataset: cfg.eval.dataset } : {}), tokenizerDir: tokenizerDirOf(cfg.model, cfg.tokenizer.path),
-        addGenerationPrompt: cfg.tokenizer.addGenerationPrompt, chatTemplateKwargs: cfg.tokenizer.chatTemplateKwargs, promptsPerStep: cfg.promptsPerStep, sftColumn: cfg.sftWarmup.column,
+        dataset: cfg.dataset,
+        ...(cfg.eval?.dataset ? { evalDataset: cfg.eval.dataset } : {}),
+        tokenizerDir: tokenizerDirOf(cfg.model, cfg.tokenizer.path),
+        addGenerationPrompt: cfg.tokenizer.addGenerationPrompt,
+        chatTemplateKwargs: cfg.tokenizer.chatTemplateKwargs,
+        promptsPerStep: cfg.promptsPerStep,
+        sftColumn: cfg.sftWarmup.column,
       })
     : digitTaskSource(cfg.seed);
   if (source.vocabSize > model.vocabSize) {
-    throw new ConfigError(`GRPO: the tokenizer has ${source.vocabSize} tokens but the model's vocabulary (vocab_size in config.json) has ${model.vocabSize}. HINT: use the tokenizer that belongs to the model (tokenizer.path).`, { tokenizer: source.vocabSize, model: model.vocabSize });
+    throw new ConfigError(
+      `GRPO: the tokenizer has ${source.vocabSize} tokens but the model's vocabulary (vocab_size in config.json) has ${model.vocabSize}. HINT: use the tokenizer that belongs to the model (tokenizer.path).`,
+      { tokenizer: source.vocabSize, model: model.vocabSize },
+    );
   }
   const init = cfg.init === 'auto' ? (hasWeights(cfg.model) ? 'checkpoint' : 'seed') : cfg.init;
   if (init === 'checkpoint' && !hasWeights(cfg.model)) {
-    throw new ConfigError(`GRPO: init is 'checkpoint' but ${cfg.model} holds no model.safetensors or model.safetensors.index.json. HINT: point model at a Hugging Face model folder, or use init: 'seed'.`, { model: cfg.model });
+    throw new ConfigError(
+      `GRPO: init is 'checkpoint' but ${cfg.model} holds no model.safetensors or model.safetensors.index.json. HINT: point model at a Hugging Face model folder, or use init: 'seed'.`,
+      { model: cfg.model },
+    );
   }
   return { cfg, resumeDir, model, source, init };
 }
@@ -163,11 +174,21 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
 
   // Local actors.
   // KV cache rows: the largest batch a replica generates (training rounds, or an evaluation).
-  const perReplica = Math.max((cfg.promptsPerStep / roles.replicas) * cfg.numGenerations, cfg.eval ? (cfg.eval.prompts / roles.replicas) * cfg.eval.numGenerations : 0);
+  const perReplica = Math.max(
+    (cfg.promptsPerStep / roles.replicas) * cfg.numGenerations,
+    cfg.eval ? (cfg.eval.prompts / roles.replicas) * cfg.eval.numGenerations : 0,
+  );
   const trainer = roles.isTrainer
     ? new TrainerActor(ctx, {
-        strategy: cfg.trainer.strategy, model: cfg.model, init: init === 'checkpoint' ? 'checkpoint' : { seed: cfg.seed }, tp: cfg.trainer.tp, ep: cfg.trainer.ep,
-        optimizer: cfg.optimizer, clipGradNorm: cfg.clipGradNorm, load: cfg.trainer.load, ...(cfg.trainer.lora ? { lora: cfg.trainer.lora } : {}),
+        strategy: cfg.trainer.strategy,
+        model: cfg.model,
+        init: init === 'checkpoint' ? 'checkpoint' : { seed: cfg.seed },
+        tp: cfg.trainer.tp,
+        ep: cfg.trainer.ep,
+        optimizer: cfg.optimizer,
+        clipGradNorm: cfg.clipGradNorm,
+        load: cfg.trainer.load,
+        ...(cfg.trainer.lora ? { lora: cfg.trainer.lora } : {}),
       } as TrainerConfigInput)
     : null;
   if (trainer) await trainer.setupOn(trainerComm!);
@@ -181,7 +202,10 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
     // Trainer ranks learn the step from the checkpoint they load; engine-only ranks read it.
     startStep = trainer ? (await trainer.load(resumeDir)).step : (await readTrainerState(resumeDir)).step;
   }
-  const sync = new SyncActor(ctx, makeWeightSync({ cfg, model, mode: cfg.mode, roles, strategy: trainer?.strategy ?? null, engine: rollout?.engine ?? null, syncComm }));
+  const sync = new SyncActor(
+    ctx,
+    makeWeightSync({ cfg, model, mode: cfg.mode, roles, strategy: trainer?.strategy ?? null, engine: rollout?.engine ?? null, syncComm }),
+  );
   // First sync: the engines start from the trainer's (initial or resumed) weights;
   // with LoRA the base goes first, then the (possibly resumed) adapters.
   await sync.sync({ verify: cfg.sync.verify });
@@ -197,7 +221,13 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   ctx.actors.expose('grpo-control', control);
 
   if (rank !== 0) {
-    const aborted = new Promise<never>((_, rej) => ctx.signal.addEventListener('abort', () => rej(new InvalidArgumentError(`rank ${rank}: stopped while waiting for the GRPO controller (${String(ctx.signal.reason ?? 'abort')}).`)), { once: true }));
+    const aborted = new Promise<never>((_, rej) =>
+      ctx.signal.addEventListener(
+        'abort',
+        () => rej(new InvalidArgumentError(`rank ${rank}: stopped while waiting for the GRPO controller (${String(ctx.signal.reason ?? 'abort')}).`)),
+        { once: true },
+      ),
+    );
     try {
       await Promise.race([control.done, aborted]);
       if (control.failure) ctx.log.info(`stopping: the GRPO controller (rank 0) failed: ${control.failure}`);
@@ -212,7 +242,12 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
     return await controller(ctx, cfg, roles, startStep, source);
   } catch (e) {
     const controls = await ctx.actors.mesh<GrpoControl>('grpo-control', undefined, { timeoutMs: CALL_MS });
-    for (const r of controls.ranks) if (r !== 0) controls.ref(r).invoke('fail', [(e as Error).message]).catch(() => undefined);
+    for (const r of controls.ranks)
+      if (r !== 0)
+        controls
+          .ref(r)
+          .invoke('fail', [(e as Error).message])
+          .catch(() => undefined);
     throw e;
   } finally {
     sync.release();
@@ -237,7 +272,10 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
   const G = cfg.numGenerations;
   const trainerDp = roles.trainerRanks.length / cfg.trainer.tp;
   const schedule: LrSchedule = {
-    kind: cfg.lrScheduler.type, lr: cfg.optimizer.lr, warmupSteps: warmupSteps(cfg), totalSteps: totalOptimizerSteps(cfg),
+    kind: cfg.lrScheduler.type,
+    lr: cfg.optimizer.lr,
+    warmupSteps: warmupSteps(cfg),
+    totalSteps: totalOptimizerSteps(cfg),
     ...(cfg.lrScheduler.minLr !== undefined ? { minLr: cfg.lrScheduler.minLr } : {}),
   };
   // A colocated engine sleeps while the trainer trains: level 2 (drop weights) for full
@@ -246,7 +284,8 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
   const sleepLevel = cfg.mode === 'colocate' ? (adapterOnly ? 1 : 2) : null;
   if (startStep === 0 && cfg.sftWarmup.steps > 0) {
     const w = cfg.sftWarmup;
-    let first = 0, last = 0;
+    let first = 0,
+      last = 0;
     for (let i = 0; i < w.steps; i++) {
       const [r] = await trainers.call('trainStep', source.sft(i, w.batch), { lr: w.lr });
       if (i === 0) first = r!.loss;
@@ -268,7 +307,12 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     sample(source.train(step, round, cfg.promptsPerStep), G, { temperature: cfg.temperature, seed: cfg.seed * 1_000_003 + step * 97 + 7_919 * round }, spent);
   const [eosTokenId, ...stopTokenIds] = source.stopIds;
   // `items` split evenly over the engine replicas (a multiple of them), each sampled n times, decoded and scored.
-  const sample = async (items: PromptItem[], n: number, how: { temperature: number; seed: number }, spent?: { generate: number; reward: number }): Promise<Sampled> => {
+  const sample = async (
+    items: PromptItem[],
+    n: number,
+    how: { temperature: number; seed: number },
+    spent?: { generate: number; reward: number },
+  ): Promise<Sampled> => {
     const t0 = performance.now();
     const perReplica = items.length / roles.replicas;
     const rows = items.flatMap((p) => Array.from({ length: n }, () => p));
@@ -276,7 +320,13 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       roles.engineRanks.map((er, i) => {
         const r = Math.floor(i / cfg.engine.tp);
         const mine = rows.slice(r * perReplica * n, (r + 1) * perReplica * n).map((p) => p.ids);
-        return rollouts.ref(er).invoke('generate', [mine, { maxTokens: cfg.maxNewTokens, temperature: how.temperature, topK: cfg.topK, topP: cfg.topP, seed: how.seed + r, eosTokenId, stopTokenIds }], opts);
+        return rollouts
+          .ref(er)
+          .invoke(
+            'generate',
+            [mine, { maxTokens: cfg.maxNewTokens, temperature: how.temperature, topK: cfg.topK, topP: cfg.topP, seed: how.seed + r, eosTokenId, stopTokenIds }],
+            opts,
+          );
       }),
     );
     const out: Sampled = { prompts: rows.map((p) => p.ids), completions: [], engineLogprobs: [], rewards: [], finishReasons: [] };
@@ -289,8 +339,12 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     const decoded = out.completions.map((c) => source.decode(c));
     out.finishReasons = decoded.map((d) => d.finishReason);
     const scored = await rewardFns.score({
-      prompts: rows.map((p) => p.text), promptIds: out.prompts, completions: decoded.map((d) => d.text), completionIds: out.completions,
-      finishReasons: out.finishReasons, columns: rows.map((p) => p.columns),
+      prompts: rows.map((p) => p.text),
+      promptIds: out.prompts,
+      completions: decoded.map((d) => d.text),
+      completionIds: out.completions,
+      finishReasons: out.finishReasons,
+      columns: rows.map((p) => p.columns),
     });
     out.rewards = scored.total;
     out.rewardSummary = scored.summary;
@@ -316,7 +370,8 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       const first = await sampleRound(step, 0, seconds);
       const rewards = first.rewards;
       let kept = first;
-      let rounds = 1, droppedGroups = 0;
+      let rounds = 1,
+        droppedGroups = 0;
       if (cfg.dynamicSampling) {
         let r = addInformative(null, first, G);
         droppedGroups += r.flat;
@@ -333,8 +388,21 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         const mean = rewards.reduce((x, y) => x + y, 0) / rewards.length;
         ctx.log.info(`step ${step}: every sampled group has equal rewards (${rounds} rounds); no update`);
         const m: StepMetrics = {
-          step, lr: 0, rewardMean: mean, rewardStd: 0, rewards: rewardMeans(first), completionLength: lengthStats(first.completions),
-          kl: 0, clipFraction: 0, entropy: 0, loss: 0, gradNorm: 0, responseTokens: 0, seconds, syncBytes: 0, syncGBs: 0,
+          step,
+          lr: 0,
+          rewardMean: mean,
+          rewardStd: 0,
+          rewards: rewardMeans(first),
+          completionLength: lengthStats(first.completions),
+          kl: 0,
+          clipFraction: 0,
+          entropy: 0,
+          loss: 0,
+          gradNorm: 0,
+          responseTokens: 0,
+          seconds,
+          syncBytes: 0,
+          syncGBs: 0,
         };
         metrics.push(m);
         log?.step({ ...m, optimizerSteps: 0, samplingRounds: rounds, droppedGroups, time: new Date().toISOString() });
@@ -363,19 +431,39 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       lap('logprob');
       // 4. The policy update: numIterations passes of stepsPerGeneration optimizer steps (update.ts).
       const optimizerStepsPerRollout = cfg.numIterations * cfg.stepsPerGeneration;
-      const tr = await policyUpdate(trainers, {
-        batch, advantages: Float32Array.from(adv), engineLogprobs: engineAligned,
-        ...(ref && !cfg.klInReward ? { refLogprobs: ref } : {}),
-        ...(oldForReward ? { oldLogprobs: oldForReward } : {}),
-      }, {
-        shape: { numIterations: cfg.numIterations, stepsPerGeneration: cfg.stepsPerGeneration, gradientAccumulationSteps: cfg.gradientAccumulationSteps, dp: trainerDp },
-        loss: {
-          clipLow: cfg.clipLow, clipHigh: cfg.clipHigh, beta: cfg.klInReward ? 0 : cfg.beta, temperature: cfg.temperature,
-          lossType: cfg.lossType, delta: cfg.delta, importanceSamplingLevel: cfg.importanceSamplingLevel, klEstimator: cfg.klEstimator,
-          maxCompletionLength: cfg.maxNewTokens, ...(cfg.rolloutCorrection ? { rolloutCorrection: cfg.rolloutCorrection } : {}),
+      const tr = await policyUpdate(
+        trainers,
+        {
+          batch,
+          advantages: Float32Array.from(adv),
+          engineLogprobs: engineAligned,
+          ...(ref && !cfg.klInReward ? { refLogprobs: ref } : {}),
+          ...(oldForReward ? { oldLogprobs: oldForReward } : {}),
         },
-        schedule, firstStep: (step - 1) * optimizerStepsPerRollout, temperature: cfg.temperature,
-      });
+        {
+          shape: {
+            numIterations: cfg.numIterations,
+            stepsPerGeneration: cfg.stepsPerGeneration,
+            gradientAccumulationSteps: cfg.gradientAccumulationSteps,
+            dp: trainerDp,
+          },
+          loss: {
+            clipLow: cfg.clipLow,
+            clipHigh: cfg.clipHigh,
+            beta: cfg.klInReward ? 0 : cfg.beta,
+            temperature: cfg.temperature,
+            lossType: cfg.lossType,
+            delta: cfg.delta,
+            importanceSamplingLevel: cfg.importanceSamplingLevel,
+            klEstimator: cfg.klEstimator,
+            maxCompletionLength: cfg.maxNewTokens,
+            ...(cfg.rolloutCorrection ? { rolloutCorrection: cfg.rolloutCorrection } : {}),
+          },
+          schedule,
+          firstStep: (step - 1) * optimizerStepsPerRollout,
+          temperature: cfg.temperature,
+        },
+      );
       if (cfg.syncRefModel && step % cfg.refModelSyncSteps === 0) await trainers.call('refreshReference', cfg.refModelMixupAlpha);
       lap('train');
       // 5. Weight sync (wakes a sleeping colocated engine first).
@@ -388,7 +476,8 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       // Metrics (the loss's stats are sums over every optimizer step of the update).
       const st = tr.stats;
       const tokens = st.tokens ?? 0;
-      let entropy = 0, sampled = 0;
+      let entropy = 0,
+        sampled = 0;
       for (let i = 0; i < batch.targets.length; i++) {
         if (batch.targets[i] === -100) continue;
         entropy -= engineAligned[i]!;
@@ -398,21 +487,45 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       const mean = rewards.reduce((a, b) => a + b, 0) / rewards.length;
       const std = Math.sqrt(rewards.reduce((a, b) => a + (b - mean) ** 2, 0) / rewards.length);
       const m: StepMetrics = {
-        step, lr: tr.lr, rewardMean: mean, rewardStd: std, rewards: rewardMeans(first),
+        step,
+        lr: tr.lr,
+        rewardMean: mean,
+        rewardStd: std,
+        rewards: rewardMeans(first),
         completionLength: lengthStats(first.completions),
         kl: klPenalty ? klPenalty.reduce((a, b) => a + b, 0) / Math.max(1, sampled) : per('kl'),
         clipFraction: per('clipped'),
         entropy: sampled ? entropy / sampled : 0,
-        loss: tr.loss, gradNorm: tr.gradNorm, responseTokens: sampled, seconds,
-        syncBytes: rep!.bytes, syncGBs: rep!.GBs,
+        loss: tr.loss,
+        gradNorm: tr.gradNorm,
+        responseTokens: sampled,
+        seconds,
+        syncBytes: rep!.bytes,
+        syncGBs: rep!.GBs,
       };
       metrics.push(m);
       log?.step({
-        ...m, engineTrainerLogprobDiff: per('mismatchAbsDiff'), mismatchK3: per('mismatchK3'), isWeightMean: per('isWeight'), isCorrectedFraction: per('isCorrected'),
-        samplingRounds: rounds, droppedGroups, maskedTruncatedRows: maskedRows, truncatedFraction: first.finishReasons.filter((f) => f === 'length').length / first.finishReasons.length,
-        rewardStats: first.rewardSummary, trainedGroups: kept.rewards.length / G, trainedFlatGroups: flatGroups(kept.rewards, G),
-        clipLowFraction: per('clippedLow'), clipHighFraction: per('clippedHigh'), ratioMean: per('ratio'), optimizerSteps: tr.optimizerSteps, recomputedOld: tr.recomputedOld,
-        syncPeakExtraBytes: rep!.peakExtraBytes, verified: rep!.verified ?? null, time: new Date().toISOString() });
+        ...m,
+        engineTrainerLogprobDiff: per('mismatchAbsDiff'),
+        mismatchK3: per('mismatchK3'),
+        isWeightMean: per('isWeight'),
+        isCorrectedFraction: per('isCorrected'),
+        samplingRounds: rounds,
+        droppedGroups,
+        maskedTruncatedRows: maskedRows,
+        truncatedFraction: first.finishReasons.filter((f) => f === 'length').length / first.finishReasons.length,
+        rewardStats: first.rewardSummary,
+        trainedGroups: kept.rewards.length / G,
+        trainedFlatGroups: flatGroups(kept.rewards, G),
+        clipLowFraction: per('clippedLow'),
+        clipHighFraction: per('clippedHigh'),
+        ratioMean: per('ratio'),
+        optimizerSteps: tr.optimizerSteps,
+        recomputedOld: tr.recomputedOld,
+        syncPeakExtraBytes: rep!.peakExtraBytes,
+        verified: rep!.verified ?? null,
+        time: new Date().toISOString(),
+      });
       progress.update(m, (line) => ctx.log.info(line));
       if (cfg.eval && (step % cfg.eval.every === 0 || step === cfg.steps)) {
         // Held-out prompts (a prompt stream the training never draws from), on the synced weights.
@@ -423,9 +536,20 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         const em = out.rewards.reduce((x, y) => x + y, 0) / out.rewards.length;
         const es = Math.sqrt(out.rewards.reduce((x, y) => x + (y - em) ** 2, 0) / out.rewards.length);
         const exact = out.rewards.filter((x) => x >= 1).length / out.rewards.length;
-        const rec = { step, rewardMean: em, rewardStd: es, exactFraction: exact, samples: out.rewards.length, completionLength: lengthStats(out.completions), temperature: ev.temperature, seconds: (performance.now() - t0e) / 1000 };
+        const rec = {
+          step,
+          rewardMean: em,
+          rewardStd: es,
+          exactFraction: exact,
+          samples: out.rewards.length,
+          completionLength: lengthStats(out.completions),
+          temperature: ev.temperature,
+          seconds: (performance.now() - t0e) / 1000,
+        };
         log?.eval(rec);
-        ctx.log.info(`eval at step ${step}: reward ${em.toFixed(3)} (exact ${(exact * 100).toFixed(1)}%) over ${out.rewards.length} samples of ${ev.prompts} held-out prompts`);
+        ctx.log.info(
+          `eval at step ${step}: reward ${em.toFixed(3)} (exact ${(exact * 100).toFixed(1)}%) over ${out.rewards.length} samples of ${ev.prompts} held-out prompts`,
+        );
         evals.push(rec);
       }
       if (cfg.checkpoint?.every !== undefined && step % cfg.checkpoint.every === 0) {
@@ -438,15 +562,20 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
     await pool.close();
   }
   if (cfg.save) {
-    const [dir] = await trainers.call('exportHf', cfg.save.dir, { ...(cfg.save.dtype ? { dtype: cfg.save.dtype } : {}), expertLayout: cfg.save.expertLayout, merged: cfg.save.merged });
+    const [dir] = await trainers.call('exportHf', cfg.save.dir, {
+      ...(cfg.save.dtype ? { dtype: cfg.save.dtype } : {}),
+      expertLayout: cfg.save.expertLayout,
+      merged: cfg.save.merged,
+    });
     ctx.log.info(`saved the model as a Hugging Face folder: ${dir}`);
   }
   const summary = { steps: metrics, evals, startStep, seconds: (Date.now() - t0) / 1000 };
-  ctx.log.info(`\n${summaryTable(metrics)}\n(${summary.seconds.toFixed(1)} s, ${cfg.mode} mode, ${roles.trainerRanks.length} trainer / ${roles.engineRanks.length} engine ranks)`);
+  ctx.log.info(
+    `\n${summaryTable(metrics)}\n(${summary.seconds.toFixed(1)} s, ${cfg.mode} mode, ${roles.trainerRanks.length} trainer / ${roles.engineRanks.length} engine ranks)`,
+  );
   for (const r of controls.ranks) if (r !== 0) await controls.ref(r).invoke('finish', [], opts);
   return summary;
 }
-
 
 /** Σ_t (old − ref) over each row's response tokens: the k1 KL of a sample (for a KL penalty in the reward). */
 function rowKl(batch: TrainBatch, old: Float32Array, ref: Float32Array): number[] {

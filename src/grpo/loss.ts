@@ -54,18 +54,37 @@ export interface GrpoLossOptions extends TokenTermOptions, Partial<Omit<Objectiv
  * mismatch* keys are the rollout-vs-trainer metrics (rollout-correction.ts), present when
  * engine log-probs were given.
  */
-export const GRPO_STATS = ['tokens', 'clipped', 'clippedLow', 'clippedHigh', 'kl', 'ratio', 'logpSum', 'mismatchAbsDiff', 'mismatchK3', 'isWeight', 'isCorrected'] as const;
+export const GRPO_STATS = [
+  'tokens',
+  'clipped',
+  'clippedLow',
+  'clippedHigh',
+  'kl',
+  'ratio',
+  'logpSum',
+  'mismatchAbsDiff',
+  'mismatchK3',
+  'isWeight',
+  'isCorrected',
+] as const;
 
 export function checkGrpoData(batch: TrainBatch, data: GrpoBatchData, opts: GrpoLossOptions): void {
   const n = batch.batch * batch.seqLen;
-  if (data.oldLogprobs && data.oldLogprobs.length !== n) throw new InvalidArgumentError(`GRPO: oldLogprobs has ${data.oldLogprobs.length} entries; expected batch x seqLen = ${n}.`);
-  if (data.advantages.length !== batch.batch) throw new InvalidArgumentError(`GRPO: advantages has ${data.advantages.length} entries; expected one per row (${batch.batch}).`);
+  if (data.oldLogprobs && data.oldLogprobs.length !== n)
+    throw new InvalidArgumentError(`GRPO: oldLogprobs has ${data.oldLogprobs.length} entries; expected batch x seqLen = ${n}.`);
+  if (data.advantages.length !== batch.batch)
+    throw new InvalidArgumentError(`GRPO: advantages has ${data.advantages.length} entries; expected one per row (${batch.batch}).`);
   if (opts.beta > 0 && data.refLogprobs?.length !== n) {
-    throw new InvalidArgumentError(`GRPO: beta = ${opts.beta} needs refLogprobs of batch x seqLen = ${n} entries (got ${data.refLogprobs?.length ?? 'none'}). HINT: set beta to 0 or compute reference log-probs.`);
+    throw new InvalidArgumentError(
+      `GRPO: beta = ${opts.beta} needs refLogprobs of batch x seqLen = ${n} entries (got ${data.refLogprobs?.length ?? 'none'}). HINT: set beta to 0 or compute reference log-probs.`,
+    );
   }
-  if (data.engineLogprobs && data.engineLogprobs.length !== n) throw new InvalidArgumentError(`GRPO: engineLogprobs has ${data.engineLogprobs.length} entries; expected batch x seqLen = ${n}.`);
+  if (data.engineLogprobs && data.engineLogprobs.length !== n)
+    throw new InvalidArgumentError(`GRPO: engineLogprobs has ${data.engineLogprobs.length} entries; expected batch x seqLen = ${n}.`);
   if (opts.rolloutCorrection && !data.engineLogprobs) {
-    throw new InvalidArgumentError('GRPO: rolloutCorrection needs the engine\'s log-probs (data.engineLogprobs). HINT: pass the log-probs generate() returned, aligned to the targets.');
+    throw new InvalidArgumentError(
+      "GRPO: rolloutCorrection needs the engine's log-probs (data.engineLogprobs). HINT: pass the log-probs generate() returned, aligned to the targets.",
+    );
   }
 }
 
@@ -89,29 +108,52 @@ export function grpoLoss(data: GrpoBatchData, opts: GrpoLossOptions): LossFn {
     checkGrpoData(global, data, opts);
     const logp = targetLogprobs(tape, logits, rows.targets, opts.temperature);
     const host = (await logp.value.toArray({ stream: tape.stream })) as Float32Array;
-    const base = rows.row0 * rows.seqLen, n = host.length;
+    const base = rows.row0 * rows.seqLen,
+      n = host.length;
     const mask = Array.from(rows.targets, (t) => t !== IGNORE_INDEX);
     const sl = (a: Float32Array) => a.subarray(base, base + n);
     const oldLogp = data.oldLogprobs ? sl(data.oldLogprobs) : host;
     const stats: Record<string, number> = {};
     let isWeights: Float64Array | undefined;
     if (data.engineLogprobs) {
-      const c = rolloutCorrection({ rows: rows.rows, seqLen: rows.seqLen, mask, oldLogp, engineLogp: sl(data.engineLogprobs) }, opts.rolloutCorrection?.mode ?? 'token_truncate', opts.rolloutCorrection?.cap ?? Infinity);
+      const c = rolloutCorrection(
+        { rows: rows.rows, seqLen: rows.seqLen, mask, oldLogp, engineLogp: sl(data.engineLogprobs) },
+        opts.rolloutCorrection?.mode ?? 'token_truncate',
+        opts.rolloutCorrection?.cap ?? Infinity,
+      );
       if (opts.rolloutCorrection) isWeights = c.weights;
       const m = c.metrics;
-      Object.assign(stats, { mismatchAbsDiff: m.meanAbsDiff * m.tokens, mismatchK3: m.k3Kl * m.tokens, isWeight: m.meanWeight * m.tokens, isCorrected: m.correctedFraction * m.tokens });
+      Object.assign(stats, {
+        mismatchAbsDiff: m.meanAbsDiff * m.tokens,
+        mismatchK3: m.k3Kl * m.tokens,
+        isWeight: m.meanWeight * m.tokens,
+        isCorrected: m.correctedFraction * m.tokens,
+      });
     }
-    const res = grpoObjective({
-      rows: rows.rows, seqLen: rows.seqLen, mask, logp: host, oldLogp,
-      ...(data.refLogprobs ? { refLogp: sl(data.refLogprobs) } : {}),
-      ...(isWeights ? { isWeights } : {}),
-      advantages: data.advantages.subarray(rows.row0, rows.row0 + rows.rows),
-      globalRows: data.norm?.rows ?? global.batch, globalTokens: data.norm?.tokens ?? targetTokens(global),
-    }, o);
+    const res = grpoObjective(
+      {
+        rows: rows.rows,
+        seqLen: rows.seqLen,
+        mask,
+        logp: host,
+        oldLogp,
+        ...(data.refLogprobs ? { refLogp: sl(data.refLogprobs) } : {}),
+        ...(isWeights ? { isWeights } : {}),
+        advantages: data.advantages.subarray(rows.row0, rows.row0 + rows.rows),
+        globalRows: data.norm?.rows ?? global.batch,
+        globalTokens: data.norm?.tokens ?? targetTokens(global),
+      },
+      o,
+    );
     let logpSum = 0;
     for (let i = 0; i < n; i++) if (mask[i]) logpSum += host[i]!;
     const { tokens, clipped, clippedLow, clippedHigh, kl, ratio } = res.stats;
-    return { perToken: logp, weights: Float32Array.from(res.weights), value: res.value, stats: { tokens, clipped, clippedLow, clippedHigh, kl, ratio, logpSum, ...stats } };
+    return {
+      perToken: logp,
+      weights: Float32Array.from(res.weights),
+      value: res.value,
+      stats: { tokens, clipped, clippedLow, clippedHigh, kl, ratio, logpSum, ...stats },
+    };
   };
 }
 

@@ -57,9 +57,13 @@ export class Progress {
     readonly out: NodeJS.WriteStream = process.stderr,
     enabled = true,
   ) {
-    this.bar = enabled && out.isTTY
-      ? new SingleBar({ format: 'GRPO {bar} {value}/{total} | reward {reward} | kl {kl} | {sps}s/step', stream: out, hideCursor: true, clearOnComplete: false }, undefined)
-      : null;
+    this.bar =
+      enabled && out.isTTY
+        ? new SingleBar(
+            { format: 'GRPO {bar} {value}/{total} | reward {reward} | kl {kl} | {sps}s/step', stream: out, hideCursor: true, clearOnComplete: false },
+            undefined,
+          )
+        : null;
   }
 
   start(from: number): void {
@@ -87,7 +91,8 @@ export function summaryTable(steps: readonly StepMetrics[]): string {
   table.push(['total', all.toFixed(3), '100%']);
   // Each step draws new prompts, so single steps are noisy: compare the means of the first and last tenth.
   const k = Math.max(1, Math.floor(steps.length / 10));
-  const head = steps.slice(0, k), tail = steps.slice(-k);
+  const head = steps.slice(0, k),
+    tail = steps.slice(-k);
   const avg = (xs: readonly StepMetrics[]) => xs.reduce((s, m) => s + m.rewardMean, 0) / xs.length;
   const range = (xs: readonly StepMetrics[]) => (xs.length === 1 ? `step ${xs[0]!.step}` : `steps ${xs[0]!.step}-${xs[xs.length - 1]!.step}`);
   const sync = steps.filter((m) => m.syncBytes > 0);

@@ -110,22 +110,31 @@ export function grpoObjective(inp: ObjectiveInput, o: ObjectiveOptions): Objecti
   checkObjectiveOptions(o);
   const { rows, seqLen } = inp;
   const n = rows * seqLen;
-  for (const [k, a] of [['mask', inp.mask], ['logp', inp.logp], ['oldLogp', inp.oldLogp]] as const) {
+  for (const [k, a] of [
+    ['mask', inp.mask],
+    ['logp', inp.logp],
+    ['oldLogp', inp.oldLogp],
+  ] as const) {
     if (a.length !== n) throw new InvalidArgumentError(`GRPO objective: ${k} has ${a.length} entries; expected rows x seqLen = ${n}.`);
   }
-  if (inp.advantages.length !== rows) throw new InvalidArgumentError(`GRPO objective: advantages has ${inp.advantages.length} entries; expected one per row (${rows}).`);
-  if (o.beta > 0 && inp.refLogp?.length !== n) throw new InvalidArgumentError(`GRPO objective: beta = ${o.beta} needs refLogp of ${n} entries. HINT: set beta to 0 or compute reference log-probs.`);
-  if (inp.isWeights && inp.isWeights.length !== n) throw new InvalidArgumentError(`GRPO objective: isWeights has ${inp.isWeights.length} entries; expected ${n}.`);
+  if (inp.advantages.length !== rows)
+    throw new InvalidArgumentError(`GRPO objective: advantages has ${inp.advantages.length} entries; expected one per row (${rows}).`);
+  if (o.beta > 0 && inp.refLogp?.length !== n)
+    throw new InvalidArgumentError(`GRPO objective: beta = ${o.beta} needs refLogp of ${n} entries. HINT: set beta to 0 or compute reference log-probs.`);
+  if (inp.isWeights && inp.isWeights.length !== n)
+    throw new InvalidArgumentError(`GRPO objective: isWeights has ${inp.isWeights.length} entries; expected ${n}.`);
   const weights = new Float64Array(n);
   const stats: ObjectiveStats = { tokens: 0, clippedLow: 0, clippedHigh: 0, clipped: 0, ratio: 0, kl: 0 };
   let localTokens = 0;
   for (let i = 0; i < n; i++) if (inp.mask[i]) localTokens++;
   let value = 0;
-  const lo = 1 - o.epsilon, hi = 1 + o.epsilonHigh;
+  const lo = 1 - o.epsilon,
+    hi = 1 + o.epsilonHigh;
   for (let r = 0; r < rows; r++) {
     const A = inp.advantages[r]!;
     const base = r * seqLen;
-    let len = 0, logRatioSum = 0;
+    let len = 0,
+      logRatioSum = 0;
     for (let t = 0; t < seqLen; t++) {
       if (!inp.mask[base + t]) continue;
       len++;
@@ -133,10 +142,13 @@ export function grpoObjective(inp: ObjectiveInput, o: ObjectiveOptions): Objecti
     }
     if (len === 0) continue;
     const norm =
-      o.lossType === 'grpo' ? 1 / (len * inp.globalRows)
-      : o.lossType === 'bnpo' ? rows / inp.globalRows / localTokens
-      : o.lossType === 'dr_grpo' ? 1 / (inp.globalRows * o.maxCompletionLength)
-      : 1 / inp.globalTokens;
+      o.lossType === 'grpo'
+        ? 1 / (len * inp.globalRows)
+        : o.lossType === 'bnpo'
+          ? rows / inp.globalRows / localTokens
+          : o.lossType === 'dr_grpo'
+            ? 1 / (inp.globalRows * o.maxCompletionLength)
+            : 1 / inp.globalTokens;
     const seqCoef = Math.exp(logRatioSum / len);
     // Sequence level: Σ_s c_s·w_s·(dpg_s/dcoef) flows to every token through dcoef/dlogp_t = coef/|y|.
     let seqGrad = 0;

@@ -96,9 +96,16 @@ export interface DatasetSourceOptions {
 export async function datasetSource(o: DatasetSourceOptions): Promise<PromptSource> {
   const tok = loadTokenizer(o.tokenizerDir);
   const chatTemplate = tok.chatTemplate ? ChatTemplate.fromTokenizer(tok) : undefined;
-  const opts = { tokenizer: tok, ...(chatTemplate ? { chatTemplate } : {}), addGenerationPrompt: o.addGenerationPrompt, chatTemplateKwargs: o.chatTemplateKwargs };
+  const opts = {
+    tokenizer: tok,
+    ...(chatTemplate ? { chatTemplate } : {}),
+    addGenerationPrompt: o.addGenerationPrompt,
+    chatTemplateKwargs: o.chatTemplateKwargs,
+  };
   const train = await PromptDataset.load({ ...o.dataset, promptsPerStep: o.promptsPerStep, keepLastBatch: false }, opts);
-  const held = o.evalDataset ? await PromptDataset.load({ ...o.dataset, path: o.evalDataset, shuffle: false, promptsPerStep: 1, keepLastBatch: true }, opts) : null;
+  const held = o.evalDataset
+    ? await PromptDataset.load({ ...o.dataset, path: o.evalDataset, shuffle: false, promptsPerStep: 1, keepLastBatch: true }, opts)
+    : null;
   const perEpoch = train.stepsPerEpoch * o.promptsPerStep;
   const total = perEpoch * train.config.epochs;
   const orders = new Map<number, number[]>();
@@ -113,12 +120,16 @@ export async function datasetSource(o: DatasetSourceOptions): Promise<PromptSour
     stopIds: tok.eosIds,
     vocabSize: tok.vocabSize,
     train: (step, round, count) => {
-      const block = (step - 1) + round * ROUND_STRIDE;
+      const block = step - 1 + round * ROUND_STRIDE;
       return Array.from({ length: count }, (_, i) => at(block * count + i));
     },
     heldOut: (count) => {
-      if (!held) throw new ConfigError('GRPO: eval on a dataset needs eval.dataset (a held-out JSONL or Parquet file of the same columns). HINT: add eval.dataset, or drop eval.');
-      if (held.samples.length < count) throw new ConfigError(`GRPO: eval.prompts = ${count} but ${held.config.path} has ${held.samples.length} usable prompts. HINT: lower eval.prompts.`);
+      if (!held)
+        throw new ConfigError(
+          'GRPO: eval on a dataset needs eval.dataset (a held-out JSONL or Parquet file of the same columns). HINT: add eval.dataset, or drop eval.',
+        );
+      if (held.samples.length < count)
+        throw new ConfigError(`GRPO: eval.prompts = ${count} but ${held.config.path} has ${held.samples.length} usable prompts. HINT: lower eval.prompts.`);
       return held.samples.slice(0, count).map((s) => ({ ids: s.promptIds, text: s.prompt, columns: s.columns }));
     },
     decode: (ids) => decodeWith(tok, ids),
@@ -127,7 +138,10 @@ export async function datasetSource(o: DatasetSourceOptions): Promise<PromptSour
       const completions = rows.map((s) => {
         const text = s.columns[o.sftColumn];
         if (typeof text !== 'string') {
-          throw new ConfigError(`GRPO: the supervised warm-up reads reference completions from column ${JSON.stringify(o.sftColumn)}, but ${train.config.path} row ${s.at} has ${text === undefined ? 'no such column' : JSON.stringify(text)}. HINT: set sftWarmup.column to the column holding the answers as text, or sftWarmup.steps to 0.`, { path: train.config.path, row: s.at });
+          throw new ConfigError(
+            `GRPO: the supervised warm-up reads reference completions from column ${JSON.stringify(o.sftColumn)}, but ${train.config.path} row ${s.at} has ${text === undefined ? 'no such column' : JSON.stringify(text)}. HINT: set sftWarmup.column to the column holding the answers as text, or sftWarmup.steps to 0.`,
+            { path: train.config.path, row: s.at },
+          );
         }
         return [...tok.encode(text, { addSpecialTokens: false }), tok.eosIds[0]!];
       });

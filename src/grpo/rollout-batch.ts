@@ -23,7 +23,8 @@ export function buildTrainBatch(s: Sequences): TrainBatch {
   const inputIds = new Int32Array(n * seqLen).fill(PAD);
   const targets = new Int32Array(n * seqLen).fill(IGNORE_INDEX);
   for (let i = 0; i < n; i++) {
-    const p = s.prompts[i]!, c = s.completions[i]!;
+    const p = s.prompts[i]!,
+      c = s.completions[i]!;
     if (p.length === 0) throw new InvalidArgumentError(`buildTrainBatch(): prompt ${i} is empty.`);
     const row = i * seqLen;
     inputIds.set(p, row);

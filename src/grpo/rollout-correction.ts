@@ -42,14 +42,22 @@ export interface MismatchMetrics {
 }
 
 export function rolloutCorrection(inp: CorrectionInput, mode: CorrectionMode, cap: number): { weights: Float64Array; metrics: MismatchMetrics } {
-  if (!CORRECTION_MODES.includes(mode)) throw new InvalidArgumentError(`rollout correction: mode must be one of ${CORRECTION_MODES.join(', ')} but is ${JSON.stringify(mode)}.`, { option: 'mode' });
+  if (!CORRECTION_MODES.includes(mode))
+    throw new InvalidArgumentError(`rollout correction: mode must be one of ${CORRECTION_MODES.join(', ')} but is ${JSON.stringify(mode)}.`, {
+      option: 'mode',
+    });
   if (!(cap >= 1)) throw new InvalidArgumentError(`rollout correction: cap must be at least 1 but is ${cap}.`, { option: 'cap' });
   const n = inp.rows * inp.seqLen;
   if (inp.mask.length !== n || inp.oldLogp.length !== n || inp.engineLogp.length !== n) {
     throw new InvalidArgumentError(`rollout correction: mask, oldLogp and engineLogp must each have rows x seqLen = ${n} entries.`);
   }
   const weights = new Float64Array(n);
-  let tokens = 0, sumAbs = 0, maxAbs = 0, k3 = 0, sumW = 0, corrected = 0;
+  let tokens = 0,
+    sumAbs = 0,
+    maxAbs = 0,
+    k3 = 0,
+    sumW = 0,
+    corrected = 0;
   const seqLevel = mode.startsWith('sequence');
   const truncate = mode.endsWith('truncate');
   const apply = (rho: number) => (truncate ? Math.min(rho, cap) : rho <= cap ? rho : 0);
@@ -78,5 +86,8 @@ export function rolloutCorrection(inp: CorrectionInput, mode: CorrectionMode, ca
     }
   }
   const per = (x: number) => (tokens ? x / tokens : 0);
-  return { weights, metrics: { tokens, meanAbsDiff: per(sumAbs), maxAbsDiff: maxAbs, k3Kl: per(k3), meanWeight: per(sumW), correctedFraction: per(corrected) } };
+  return {
+    weights,
+    metrics: { tokens, meanAbsDiff: per(sumAbs), maxAbsDiff: maxAbs, k3Kl: per(k3), meanWeight: per(sumW), correctedFraction: per(corrected) },
+  };
 }

@@ -41,7 +41,9 @@ export interface RunLogRecord {
 /** How to open the log for a run's flags; resume and overwrite together are a contradiction. */
 export function runLogMode(opts: { resume?: boolean; logOverwrite?: boolean }): RunLogMode {
   if (opts.resume && opts.logOverwrite) {
-    throw new ConfigError('GRPO: resume appends to the run log and logOverwrite replaces it; choose one. HINT: drop --log-overwrite to continue the run in the same log, or drop --resume to start over.');
+    throw new ConfigError(
+      'GRPO: resume appends to the run log and logOverwrite replaces it; choose one. HINT: drop --log-overwrite to continue the run in the same log, or drop --resume to start over.',
+    );
   }
   return opts.resume ? 'resume' : opts.logOverwrite ? 'overwrite' : 'new';
 }
@@ -58,7 +60,10 @@ function parseLines(path: string, text: string): Array<Record<string, unknown>> 
     } catch (e) {
       // A run killed while writing leaves a partial last line; anything else is not a run log.
       if (i === lines.length - 1 && !text.endsWith('\n')) return;
-      throw new InvalidArgumentError(`${path}:${i + 1} is not a JSON object (${(e as Error).message}); a GRPO run log has one JSON object per line.`, { path, line: i + 1 });
+      throw new InvalidArgumentError(`${path}:${i + 1} is not a JSON object (${(e as Error).message}); a GRPO run log has one JSON object per line.`, {
+        path,
+        line: i + 1,
+      });
     }
   });
   return out;
@@ -116,7 +121,10 @@ export class RunLog {
       const recs = parseLines(path, text);
       const last = [...recs].reverse().find((r) => r.type === 'header');
       if (!last && !recs.some((r) => typeof r.step === 'number')) {
-        throw new ConfigError(`GRPO: --resume would append to ${path}, which is not a GRPO run log (no header and no step records). HINT: pass --log with the run's own log file.`, { path });
+        throw new ConfigError(
+          `GRPO: --resume would append to ${path}, which is not a GRPO run log (no header and no step records). HINT: pass --log with the run's own log file.`,
+          { path },
+        );
       }
       runId = last ? String(last.runId) : null;
       if (!text.endsWith('\n')) {

@@ -52,5 +52,9 @@ export function addInformative(kept: Sampled | null, round: Sampled, G: number):
 export function trimGroups(s: Sampled, maxGroups: number, rowMultiple: number, G: number): Sampled {
   let n = Math.min(maxGroups, s.rewards.length / G);
   while (n > 0 && (n * G) % rowMultiple !== 0) n--;
-  return pickGroups(s, Array.from({ length: n }, (_, g) => g), G);
+  return pickGroups(
+    s,
+    Array.from({ length: n }, (_, g) => g),
+    G,
+  );
 }

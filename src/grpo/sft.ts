@@ -13,7 +13,6 @@ import { initialParams } from '../model/params.js';
 import { Qwen3Model, uploadBatch } from '../model/qwen3.js';
 import { makeBatch } from '../data/synthetic-task.js';
 
-
 export interface StepResult {
   /** Mean cross-entropy over answer tokens (only when `readLoss`). */
   loss?: number;

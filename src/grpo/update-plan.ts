@@ -43,12 +43,18 @@ export function updatePlan(s: UpdateShape): MiniBatchPlan[] {
       { rows: s.rows, stepsPerGeneration: s.stepsPerGeneration, gradientAccumulationSteps: s.gradientAccumulationSteps, dp: s.dp },
     );
   }
-  const mini = s.rows / s.stepsPerGeneration, micro = mini / s.gradientAccumulationSteps;
+  const mini = s.rows / s.stepsPerGeneration,
+    micro = mini / s.gradientAccumulationSteps;
   const out: MiniBatchPlan[] = [];
   for (let it = 0; it < s.numIterations; it++) {
     for (let m = 0; m < s.stepsPerGeneration; m++) {
       const r0 = m * mini;
-      out.push({ iteration: it, index: m, rows: [r0, r0 + mini], micro: Array.from({ length: s.gradientAccumulationSteps }, (_, k) => [r0 + k * micro, r0 + (k + 1) * micro] as [number, number]) });
+      out.push({
+        iteration: it,
+        index: m,
+        rows: [r0, r0 + mini],
+        micro: Array.from({ length: s.gradientAccumulationSteps }, (_, k) => [r0 + k * micro, r0 + (k + 1) * micro] as [number, number]),
+      });
     }
   }
   return out;

@@ -71,5 +71,12 @@ export async function policyUpdate(trainers: ActorMesh<TrainerActor>, r: Rollout
   const stats: Record<string, number> = {};
   for (const tr of results) for (const [key, v] of Object.entries(tr.stats ?? {})) stats[key] = (stats[key] ?? 0) + v;
   const mean = (f: (t: TrainStepResult) => number) => results.reduce((a, t) => a + f(t), 0) / results.length;
-  return { loss: mean((t) => t.loss), gradNorm: mean((t) => t.gradNorm), lr: results.at(-1)!.lr, optimizerSteps: results.length, stats, recomputedOld: recompute };
+  return {
+    loss: mean((t) => t.loss),
+    gradNorm: mean((t) => t.gradNorm),
+    lr: results.at(-1)!.lr,
+    optimizerSteps: results.length,
+    stats,
+    recomputedOld: recompute,
+  };
 }

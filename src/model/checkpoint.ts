@@ -13,7 +13,16 @@ import { CheckpointFormatError, InvalidArgumentError } from '../runtime/errors.j
 import { describe } from '../runtime/device/dtype.js';
 import { removeFile } from './file-ops.js';
 import { isJsonObject, parseStrictJson } from './strict-json.js';
-import { MAX_HEADER_BYTES, SafetensorsFile, asFormatError, atomicWrite, tensorBytes, writeSafetensors, type TensorInfo, type TensorSource } from './safetensors.js';
+import {
+  MAX_HEADER_BYTES,
+  SafetensorsFile,
+  asFormatError,
+  atomicWrite,
+  tensorBytes,
+  writeSafetensors,
+  type TensorInfo,
+  type TensorSource,
+} from './safetensors.js';
 
 export const INDEX_FILE = 'model.safetensors.index.json';
 export const SINGLE_FILE = 'model.safetensors';
@@ -89,7 +98,11 @@ export class Checkpoint {
     try {
       st = await stat(path);
     } catch (err) {
-      throw new CheckpointFormatError(`${path}: cannot open (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}).`, { file: path }, { cause: err });
+      throw new CheckpointFormatError(
+        `${path}: cannot open (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}).`,
+        { file: path },
+        { cause: err },
+      );
     }
     if (st.isDirectory()) {
       let names: string[];
@@ -140,7 +153,7 @@ export class Checkpoint {
         } catch {
           const some = [...index.weightMap].filter(([, s]) => s === f).map(([n]) => n);
           throw new CheckpointFormatError(
-            `${indexPath}: shard ${JSON.stringify(f)} is missing from ${dir} but the weight_map puts ${some.length} tensor${some.length === 1 ? "" : "s"} in it (e.g. ${JSON.stringify(some[0])}).`,
+            `${indexPath}: shard ${JSON.stringify(f)} is missing from ${dir} but the weight_map puts ${some.length} tensor${some.length === 1 ? '' : 's'} in it (e.g. ${JSON.stringify(some[0])}).`,
             { file: p, tensor: some[0] },
           );
         }
@@ -166,7 +179,10 @@ export class Checkpoint {
       }
       for (const [name, f] of index.weightMap) {
         if (!owner.has(name)) {
-          throw new CheckpointFormatError(`${indexPath}: weight_map puts tensor ${JSON.stringify(name)} in ${JSON.stringify(f)}, but that shard has no such tensor.`, { file: join(dir, f), tensor: name });
+          throw new CheckpointFormatError(
+            `${indexPath}: weight_map puts tensor ${JSON.stringify(name)} in ${JSON.stringify(f)}, but that shard has no such tensor.`,
+            { file: join(dir, f), tensor: name },
+          );
         }
       }
       const warnings: string[] = [];
@@ -231,7 +247,11 @@ export interface ShardedWriteOptions {
  * given order. Each file is written atomically and the index last, then shards and an index
  * left from an earlier save with another shard count are removed.
  */
-export async function writeCheckpoint(dir: string, tensors: readonly TensorSource[], opts: ShardedWriteOptions): Promise<{ files: string[]; totalSize: number }> {
+export async function writeCheckpoint(
+  dir: string,
+  tensors: readonly TensorSource[],
+  opts: ShardedWriteOptions,
+): Promise<{ files: string[]; totalSize: number }> {
   const max = opts.maxShardBytes;
   if (!Number.isSafeInteger(max) || max <= 0) {
     throw new InvalidArgumentError(`Expected a positive integer for maxShardBytes but received ${describe(max)}.`, { argument: 'maxShardBytes' });

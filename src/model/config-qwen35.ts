@@ -55,7 +55,8 @@ const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object
 export function qwen35TextView(obj: Record<string, unknown>, fail: Fail): Qwen35Raw {
   let text: Record<string, unknown> = obj;
   if (obj.model_type === 'qwen3_5' && obj.text_config !== undefined && obj.text_config !== null) {
-    if (!isObj(obj.text_config)) fail('field "text_config" is not an object; expected the text model\'s config (Qwen3_5TextConfig fields).', { field: 'text_config' });
+    if (!isObj(obj.text_config))
+      fail('field "text_config" is not an object; expected the text model\'s config (Qwen3_5TextConfig fields).', { field: 'text_config' });
     const nested = obj.text_config as Record<string, unknown>;
     if (nested.model_type !== undefined && nested.model_type !== 'qwen3_5_text' && nested.model_type !== 'qwen3_5') {
       fail(`field "text_config.model_type" is ${JSON.stringify(nested.model_type)}; expected "qwen3_5_text".`, { field: 'text_config.model_type' });
@@ -81,7 +82,10 @@ export function qwen35TextView(obj: Record<string, unknown>, fail: Fail): Qwen35
   }
   if (text.partial_rotary_factor !== undefined) {
     if (rope.partial_rotary_factor !== undefined && rope.partial_rotary_factor !== text.partial_rotary_factor) {
-      fail(`partial_rotary_factor is ${JSON.stringify(text.partial_rotary_factor)} at the top level but ${JSON.stringify(rope.partial_rotary_factor)} in rope_parameters; expected them to agree.`, { field: 'partial_rotary_factor' });
+      fail(
+        `partial_rotary_factor is ${JSON.stringify(text.partial_rotary_factor)} at the top level but ${JSON.stringify(rope.partial_rotary_factor)} in rope_parameters; expected them to agree.`,
+        { field: 'partial_rotary_factor' },
+      );
     }
     rope.partial_rotary_factor = text.partial_rotary_factor;
   }
@@ -96,28 +100,47 @@ export function parseQwen35(raw: Qwen35Raw, numLayers: number, headDim: number, 
   // Qwen3.5 text models are dense; a MoE field means a qwen3_5_moe checkpoint under the wrong model_type.
   for (const key of ['num_experts', 'num_experts_per_tok', 'moe_intermediate_size', 'shared_expert_intermediate_size']) {
     if (t[key] !== undefined && t[key] !== null && t[key] !== 0) {
-      fail(`field "${key}" is set but model_type qwen3_5 is the dense Qwen3.5; expected no MoE fields. HINT: a Qwen3.5-MoE checkpoint says model_type "qwen3_5_moe", which this build does not train yet.`, { field: key });
+      fail(
+        `field "${key}" is set but model_type qwen3_5 is the dense Qwen3.5; expected no MoE fields. HINT: a Qwen3.5-MoE checkpoint says model_type "qwen3_5_moe", which this build does not train yet.`,
+        { field: key },
+      );
     }
   }
   if (t.attn_output_gate !== undefined && t.attn_output_gate !== true) {
-    fail(`field "attn_output_gate" is ${JSON.stringify(t.attn_output_gate)}; expected true (Qwen3.5 full attention always gates its output).`, { field: 'attn_output_gate' });
+    fail(`field "attn_output_gate" is ${JSON.stringify(t.attn_output_gate)}; expected true (Qwen3.5 full attention always gates its output).`, {
+      field: 'attn_output_gate',
+    });
   }
   if (ropeType !== 'default') {
-    fail(`rope type "${ropeType}" is not supported for qwen3_5 yet; expected "default" (scaled multimodal rope is not implemented).`, { field: 'rope_parameters.rope_type' });
+    fail(`rope type "${ropeType}" is not supported for qwen3_5 yet; expected "default" (scaled multimodal rope is not implemented).`, {
+      field: 'rope_parameters.rope_type',
+    });
   }
   const sizes: Record<string, number> = {};
-  const defaults: Record<string, number> = { linear_num_key_heads: 16, linear_num_value_heads: 32, linear_key_head_dim: 128, linear_value_head_dim: 128, linear_conv_kernel_dim: 4 };
+  const defaults: Record<string, number> = {
+    linear_num_key_heads: 16,
+    linear_num_value_heads: 32,
+    linear_key_head_dim: 128,
+    linear_value_head_dim: 128,
+    linear_conv_kernel_dim: 4,
+  };
   for (const [key, dflt] of Object.entries(defaults)) {
     const v = t[key] ?? dflt;
     if (!posInt(v)) fail(`field "${key}" is ${JSON.stringify(v)}; expected a positive integer.`, { field: key });
     sizes[key] = v as number;
   }
   const linear: LinearAttentionConfig = {
-    numKeyHeads: sizes.linear_num_key_heads!, numValueHeads: sizes.linear_num_value_heads!,
-    keyHeadDim: sizes.linear_key_head_dim!, valueHeadDim: sizes.linear_value_head_dim!, convKernelDim: sizes.linear_conv_kernel_dim!,
+    numKeyHeads: sizes.linear_num_key_heads!,
+    numValueHeads: sizes.linear_num_value_heads!,
+    keyHeadDim: sizes.linear_key_head_dim!,
+    valueHeadDim: sizes.linear_value_head_dim!,
+    convKernelDim: sizes.linear_conv_kernel_dim!,
   };
   if (linear.numValueHeads % linear.numKeyHeads !== 0) {
-    fail(`linear_num_value_heads (${linear.numValueHeads}) is not a multiple of linear_num_key_heads (${linear.numKeyHeads}); each key head must serve whole groups of value heads.`, { field: 'linear_num_value_heads' });
+    fail(
+      `linear_num_value_heads (${linear.numValueHeads}) is not a multiple of linear_num_key_heads (${linear.numKeyHeads}); each key head must serve whole groups of value heads.`,
+      { field: 'linear_num_value_heads' },
+    );
   }
 
   const layerTypes = parseLayerTypes(t, numLayers, fail);
@@ -128,7 +151,9 @@ export function parseQwen35(raw: Qwen35Raw, numLayers: number, headDim: number, 
   }
   const rotaryDim = Math.trunc(headDim * (factor as number)); // HF: int(head_dim * partial_rotary_factor)
   if (rotaryDim < 2 || rotaryDim % 2 !== 0) {
-    fail(`head_dim ${headDim} × partial_rotary_factor ${factor} gives ${rotaryDim} rotary channels; expected an even number >= 2 (RoPE rotates pairs).`, { field: 'partial_rotary_factor' });
+    fail(`head_dim ${headDim} × partial_rotary_factor ${factor} gives ${rotaryDim} rotary channels; expected an even number >= 2 (RoPE rotates pairs).`, {
+      field: 'partial_rotary_factor',
+    });
   }
   const cfg: Qwen35Config = { layerTypes, linear, partialRotaryFactor: factor as number, rotaryDim };
   const section = raw.rope.mrope_section;
@@ -150,10 +175,12 @@ function parseLayerTypes(t: Record<string, unknown>, numLayers: number, fail: Fa
   if (lt === undefined || lt === null) {
     // HF: every full_attention_interval-th layer (1-based) is full attention, the rest GDN.
     const interval = t.full_attention_interval ?? 4;
-    if (!posInt(interval)) fail(`field "full_attention_interval" is ${JSON.stringify(interval)}; expected a positive integer.`, { field: 'full_attention_interval' });
+    if (!posInt(interval))
+      fail(`field "full_attention_interval" is ${JSON.stringify(interval)}; expected a positive integer.`, { field: 'full_attention_interval' });
     return Array.from({ length: numLayers }, (_, i) => ((i + 1) % (interval as number) === 0 ? 'full_attention' : 'linear_attention'));
   }
-  if (!Array.isArray(lt)) fail(`field "layer_types" is ${JSON.stringify(lt)}; expected a list of "linear_attention" / "full_attention", one per layer.`, { field: 'layer_types' });
+  if (!Array.isArray(lt))
+    fail(`field "layer_types" is ${JSON.stringify(lt)}; expected a list of "linear_attention" / "full_attention", one per layer.`, { field: 'layer_types' });
   const list = lt as unknown[];
   if (list.length !== numLayers) {
     fail(`field "layer_types" has ${list.length} entries but num_hidden_layers is ${numLayers}; expected one entry per layer.`, { field: 'layer_types' });

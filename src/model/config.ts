@@ -138,7 +138,10 @@ export function parseModelConfig(raw: unknown, source = 'config.json'): ModelCon
   let modelType = obj.model_type;
   if (modelType === undefined) fail(`field "model_type" is missing; expected one of ${ACCEPTED_TYPES.join(', ')}.`, { field: 'model_type' });
   if (modelType === 'qwen3_5_moe') {
-    fail('model_type "qwen3_5_moe" is not supported yet: this build trains the dense Qwen3.5 (qwen3_5) only; the shared-expert MoE block is not implemented. HINT: use a dense Qwen3.5 or a qwen3_moe model.', { field: 'model_type' });
+    fail(
+      'model_type "qwen3_5_moe" is not supported yet: this build trains the dense Qwen3.5 (qwen3_5) only; the shared-expert MoE block is not implemented. HINT: use a dense Qwen3.5 or a qwen3_moe model.',
+      { field: 'model_type' },
+    );
   }
   if (!(ACCEPTED_TYPES as readonly unknown[]).includes(modelType)) {
     fail(`model_type ${JSON.stringify(modelType)} is not supported; expected one of ${ACCEPTED_TYPES.join(', ')}.`, { field: 'model_type' });
@@ -190,7 +193,9 @@ export function parseModelConfig(raw: unknown, source = 'config.json'): ModelCon
     const layers = [...new Set(moeRaw.mlp_only_layers ?? [])].sort((a, b) => a - b);
     for (const i of layers) {
       if (i < 0 || i >= cfg.numLayers) {
-        fail(`mlp_only_layers contains ${i}; expected layer indices in [0, ${cfg.numLayers}) (num_hidden_layers is ${cfg.numLayers}).`, { field: 'mlp_only_layers' });
+        fail(`mlp_only_layers contains ${i}; expected layer indices in [0, ${cfg.numLayers}) (num_hidden_layers is ${cfg.numLayers}).`, {
+          field: 'mlp_only_layers',
+        });
       }
     }
     cfg.moe = {
@@ -315,7 +320,9 @@ function normaliseRope(base: z.infer<typeof baseSchema>, fail: (msg: string) => 
     if (value === undefined || value === null) return;
     const prev = seen.get(key);
     if (prev && prev.value !== value) {
-      fail(`${prev.where} says ${key}=${JSON.stringify(prev.value)} but ${where} says ${JSON.stringify(value)}; expected them to agree. HINT: keep only "rope_parameters".`);
+      fail(
+        `${prev.where} says ${key}=${JSON.stringify(prev.value)} but ${where} says ${JSON.stringify(value)}; expected them to agree. HINT: keep only "rope_parameters".`,
+      );
     }
     if (!prev) seen.set(key, { value, where });
   };

@@ -64,7 +64,8 @@ export function gatedRmsNorm(tape: Tape, x: Var, z: Var, w: Var, eps: number): V
 export function gdnGating(tape: Tape, a: Var, b: Var, aLog: Var, dtBias: Var): { g: Var; beta: Var } {
   const o = opts(tape);
   const r = K.gdnGating(a.value, b.value, aLog.value, dtBias.value, o);
-  const g = tape.result(r.g), beta = tape.result(r.beta);
+  const g = tape.result(r.g),
+    beta = tape.result(r.beta);
   tape.record('gdnGating', [a, b, aLog, dtBias], [g, beta], ([dg, db]) => {
     const z = (): Tensor => tape.own(Tensor.zeros(a.value.device, a.value.shape, 'fp32', { stream: tape.stream }));
     const gr = K.gdnGatingBackward(dg ?? z(), db ?? z(), a.value, b.value, aLog.value, dtBias.value, o);

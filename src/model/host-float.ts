@@ -21,7 +21,10 @@ export function halfToFloat(h: number): number {
 /** The little-endian bytes of one tensor of `dtype`, widened to fp32. */
 export function toFloat32(bytes: Uint8Array, dtype: SafetensorsDType, where: { file: string; tensor: string }): Float32Array {
   if (!WIDENED.includes(dtype)) {
-    throw new CheckpointFormatError(`${where.file}: ${where.tensor} is ${dtype}; model weights load from F32, BF16 or F16 tensors. HINT: convert the checkpoint's floating-point weights to one of these.`, { file: where.file, tensor: where.tensor, dtype });
+    throw new CheckpointFormatError(
+      `${where.file}: ${where.tensor} is ${dtype}; model weights load from F32, BF16 or F16 tensors. HINT: convert the checkpoint's floating-point weights to one of these.`,
+      { file: where.file, tensor: where.tensor, dtype },
+    );
   }
   if (dtype === 'F32') {
     const out = new Float32Array(bytes.byteLength / 4);

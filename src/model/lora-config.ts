@@ -79,11 +79,15 @@ export interface LoraTarget {
 export function parseLoraConfig(value: unknown): LoraConfig {
   const r = LoraConfigSchema.safeParse(value);
   if (!r.success) {
-    throw new ConfigError(`Invalid LoRA config:\n${formatIssues(r.error)}`, { issues: r.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })) });
+    throw new ConfigError(`Invalid LoRA config:\n${formatIssues(r.error)}`, {
+      issues: r.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })),
+    });
   }
   const c = r.data;
   if (c.targetModules.length === 0 && c.targetParameters.length === 0) {
-    throw new ConfigError(`Invalid LoRA config: no targets. HINT: set targetModules (some of ${LORA_MODULE_NAMES.join(', ')}) and/or targetParameters (e.g. 'mlp.experts.gate_up_proj').`);
+    throw new ConfigError(
+      `Invalid LoRA config: no targets. HINT: set targetModules (some of ${LORA_MODULE_NAMES.join(', ')}) and/or targetParameters (e.g. 'mlp.experts.gate_up_proj').`,
+    );
   }
   if (c.targetParameters.length > 0 && c.dropout > 0) {
     throw new ConfigError(

@@ -55,8 +55,11 @@ export function dropoutMask(seed: number, name: string, n: number, p: number): F
  * exactly the entries the single-device run applies to the same elements.
  */
 export function dropoutMaskWindow(
-  seed: number, name: string, p: number,
-  total: { rows: number; cols: number }, win: { row0: number; rows: number; col0: number; cols: number },
+  seed: number,
+  name: string,
+  p: number,
+  total: { rows: number; cols: number },
+  win: { row0: number; rows: number; col0: number; cols: number },
 ): Float32Array {
   const full = dropoutMask(seed, name, total.rows * total.cols, p);
   if (win.col0 === 0 && win.cols === total.cols) return full.slice(win.row0 * total.cols, (win.row0 + win.rows) * total.cols);

@@ -105,7 +105,15 @@ export class LoraAdapters {
 
   /** Checks host adapter params are exactly this config's (names and shapes). */
   checkHost(host: ReadonlyMap<string, HostParam>): void {
-    const want = new Map(this.targets.flatMap((t) => [[t.a, t.aShape], [t.b, t.bShape]] as const));
+    const want = new Map(
+      this.targets.flatMap(
+        (t) =>
+          [
+            [t.a, t.aShape],
+            [t.b, t.bShape],
+          ] as const,
+      ),
+    );
     const missing = [...want.keys()].filter((n) => !host.has(n));
     const extra = [...host.keys()].filter((n) => !want.has(n));
     if (missing.length || extra.length) {
@@ -117,7 +125,9 @@ export class LoraAdapters {
     for (const [name, shape] of want) {
       const p = host.get(name)!;
       if (p.shape.length !== shape.length || p.shape.some((d, i) => d !== shape[i]) || p.data.length !== shape.reduce((x, y) => x * y, 1)) {
-        throw new InvalidArgumentError(`LoRA parameter ${name} has shape [${p.shape.join(', ')}] but rank ${this.config.rank} needs [${shape.join(', ')}].`, { name });
+        throw new InvalidArgumentError(`LoRA parameter ${name} has shape [${p.shape.join(', ')}] but rank ${this.config.rank} needs [${shape.join(', ')}].`, {
+          name,
+        });
       }
     }
   }
@@ -139,14 +149,20 @@ export class LoraAdapters {
 
   /** W ← W + s·B·A for every target, on `stream` (fused experts: batched per-expert matmul). */
   merge(lookup: TensorLookup, stream: Stream): void {
-    if (this.mergedState) throw new InvalidArgumentError('LoRA merge(): the adapters are already merged into the base weights. HINT: unmerge() first; merging twice would add B·A twice.');
+    if (this.mergedState)
+      throw new InvalidArgumentError(
+        'LoRA merge(): the adapters are already merged into the base weights. HINT: unmerge() first; merging twice would add B·A twice.',
+      );
     this.apply(lookup, stream, 1);
     this.mergedState = true;
   }
 
   /** W ← W − s·B·A: restores the base weights within fp32 rounding. */
   unmerge(lookup: TensorLookup, stream: Stream): void {
-    if (!this.mergedState) throw new InvalidArgumentError('LoRA unmerge(): the adapters are not merged. HINT: call merge() first; unmerging now would subtract B·A from the base weights.');
+    if (!this.mergedState)
+      throw new InvalidArgumentError(
+        'LoRA unmerge(): the adapters are not merged. HINT: call merge() first; unmerging now would subtract B·A from the base weights.',
+      );
     this.apply(lookup, stream, -1);
     this.mergedState = false;
   }
@@ -155,9 +171,16 @@ export class LoraAdapters {
     const tensors = this.targets.map((t) => ({ t, w: lookup(t.base), a: lookup(t.a), b: lookup(t.b) }));
     // Check every shape before touching any weight (no half-merged state on a bad lookup).
     for (const { t, w, a, b } of tensors) {
-      for (const [name, x, shape] of [[t.base, w, t.baseShape], [t.a, a, t.aShape], [t.b, b, t.bShape]] as const) {
+      for (const [name, x, shape] of [
+        [t.base, w, t.baseShape],
+        [t.a, a, t.aShape],
+        [t.b, b, t.bShape],
+      ] as const) {
         if (x.shape.length !== shape.length || x.shape.some((d, i) => d !== shape[i])) {
-          throw new InvalidArgumentError(`LoRA merge: ${name} is [${x.shape.join(', ')}] but [${shape.join(', ')}] is expected. HINT: merge needs full (unsharded) tensors.`, { name });
+          throw new InvalidArgumentError(
+            `LoRA merge: ${name} is [${x.shape.join(', ')}] but [${shape.join(', ')}] is expected. HINT: merge needs full (unsharded) tensors.`,
+            { name },
+          );
         }
       }
     }
@@ -218,7 +241,9 @@ export class LoraHooks implements ProjectionHooks {
 
   private checkUnmerged(): void {
     if (this.adapters.merged) {
-      throw new InvalidArgumentError('LoRA hooks: the adapters are merged into the base weights, so applying them again would double the update. HINT: unmerge() first, or run the model without the LoRA hooks while merged.');
+      throw new InvalidArgumentError(
+        'LoRA hooks: the adapters are merged into the base weights, so applying them again would double the update. HINT: unmerge() first, or run the model without the LoRA hooks while merged.',
+      );
     }
   }
 }

@@ -49,7 +49,9 @@ export class ParamStore {
     for (const spec of specs) {
       const p = host.get(spec.name)!;
       if (p.shape.length !== spec.shape.length || p.shape.some((d, i) => d !== spec.shape[i])) {
-        throw new InvalidArgumentError(`Parameter ${spec.name} has shape [${p.shape.join(', ')}] but the config needs [${spec.shape.join(', ')}].`, { name: spec.name });
+        throw new InvalidArgumentError(`Parameter ${spec.name} has shape [${p.shape.join(', ')}] but the config needs [${spec.shape.join(', ')}].`, {
+          name: spec.name,
+        });
       }
       store.vars.set(spec.name, new Var(Tensor.fromArray(device, p.data, spec.shape, { stream }), true, spec.name));
     }
@@ -65,7 +67,8 @@ export class ParamStore {
     if (clash.length) throw new InvalidArgumentError(`addParams(): parameters [${clash.slice(0, 5).join(', ')}] already exist in this store.`, { clash });
     for (const [name, p] of host) {
       const n = p.shape.reduce((a, b) => a * b, 1);
-      if (p.data.length !== n) throw new InvalidArgumentError(`addParams(): ${name} has ${p.data.length} values but shape [${p.shape.join(', ')}] needs ${n}.`, { name });
+      if (p.data.length !== n)
+        throw new InvalidArgumentError(`addParams(): ${name} has ${p.data.length} values but shape [${p.shape.join(', ')}] needs ${n}.`, { name });
     }
     for (const [name, p] of host) {
       const trainable = this.trainable === null || this.trainable.has(name);
@@ -131,11 +134,19 @@ export class ParamStore {
    * Overwrites parameters (and AdamW state when given) from host arrays by name; shapes
    * must match. Moments missing from the state stay zero (a parameter never stepped).
    */
-  loadHost(state: { params: ReadonlyMap<string, HostParam>; optimizer?: { step: number; expAvg: ReadonlyMap<string, HostParam>; expAvgSq: ReadonlyMap<string, HostParam> } }, stream: Stream): void {
+  loadHost(
+    state: {
+      params: ReadonlyMap<string, HostParam>;
+      optimizer?: { step: number; expAvg: ReadonlyMap<string, HostParam>; expAvgSq: ReadonlyMap<string, HostParam> };
+    },
+    stream: Stream,
+  ): void {
     const check = (what: string, name: string, p: HostParam | undefined, shape: readonly number[]): HostParam => {
       if (!p) throw new InvalidArgumentError(`Loading state: ${what} for ${name} is missing.`, { name });
       if (p.shape.length !== shape.length || p.shape.some((d, i) => d !== shape[i]) || p.data.length !== v0(shape)) {
-        throw new InvalidArgumentError(`Loading state: ${what} ${name} has shape [${p.shape.join(', ')}] but the parameter is [${shape.join(', ')}].`, { name });
+        throw new InvalidArgumentError(`Loading state: ${what} ${name} has shape [${p.shape.join(', ')}] but the parameter is [${shape.join(', ')}].`, {
+          name,
+        });
       }
       return p;
     };
@@ -159,7 +170,10 @@ export class ParamStore {
         mv = { m: Tensor.zeros(this.device, v.value.shape, 'fp32', { stream }), v: Tensor.zeros(this.device, v.value.shape, 'fp32', { stream }) };
         this.moments.set(name, mv);
       }
-      for (const [dst, src, what] of [[mv.m, m, 'exp_avg'], [mv.v, s, 'exp_avg_sq']] as const) {
+      for (const [dst, src, what] of [
+        [mv.m, m, 'exp_avg'],
+        [mv.v, s, 'exp_avg_sq'],
+      ] as const) {
         const h = check(what, name, src, v.value.shape);
         const t = Tensor.fromArray(this.device, h.data, v.value.shape, { stream });
         copy(dst, t, { stream });

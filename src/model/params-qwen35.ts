@@ -76,7 +76,10 @@ export function textOnlyWeights<T>(params: ReadonlyMap<string, T>, log: (line: s
     }
     const text = name.startsWith(LANGUAGE_MODEL) ? `model.${name.slice(LANGUAGE_MODEL.length)}` : name;
     if (out.has(text)) {
-      throw new CheckpointFormatError(`The checkpoint holds ${JSON.stringify(text)} twice (as itself and under "model.language_model."); expected one spelling. HINT: re-export the checkpoint with one naming scheme.`, { tensor: text });
+      throw new CheckpointFormatError(
+        `The checkpoint holds ${JSON.stringify(text)} twice (as itself and under "model.language_model."); expected one spelling. HINT: re-export the checkpoint with one naming scheme.`,
+        { tensor: text },
+      );
     }
     out.set(text, t);
   }

@@ -103,7 +103,10 @@ function moeLayers(cfg: ModelConfig): number[] {
 }
 
 function listSome(names: string[], max = 6): string {
-  const shown = names.slice(0, max).map((n) => JSON.stringify(n)).join(', ');
+  const shown = names
+    .slice(0, max)
+    .map((n) => JSON.stringify(n))
+    .join(', ');
   return names.length > max ? `${shown} and ${names.length - max} more` : shown;
 }
 
@@ -152,7 +155,10 @@ export function detectExpertLayout(names: Iterable<string>, cfg: ModelConfig): E
   const layout: ExpertLayout = foundFused.length ? 'fused' : 'per-expert';
   const missing = [...(layout === 'fused' ? fused : per)].filter((n) => !have.has(n));
   if (missing.length) {
-    throw new CheckpointFormatError(`Incomplete ${layout} expert layout: ${missing.length} tensor${missing.length === 1 ? "" : "s"} missing: ${listSome(missing)}.`, { tensor: missing[0], missing });
+    throw new CheckpointFormatError(
+      `Incomplete ${layout} expert layout: ${missing.length} tensor${missing.length === 1 ? '' : 's'} missing: ${listSome(missing)}.`,
+      { tensor: missing[0], missing },
+    );
   }
   return layout;
 }
@@ -160,14 +166,18 @@ export function detectExpertLayout(names: Iterable<string>, cfg: ModelConfig): E
 function expectTensor(tensors: ReadonlyMap<string, HostTensor>, name: string, shape: number[], dtype?: SafetensorsDType): HostTensor {
   const t = tensors.get(name)!;
   if (t.shape.length !== shape.length || t.shape.some((d, k) => d !== shape[k])) {
-    throw new CheckpointFormatError(`Tensor ${JSON.stringify(name)} has shape [${t.shape.join(', ')}]; expected [${shape.join(', ')}] for this config.`, { tensor: name });
+    throw new CheckpointFormatError(`Tensor ${JSON.stringify(name)} has shape [${t.shape.join(', ')}]; expected [${shape.join(', ')}] for this config.`, {
+      tensor: name,
+    });
   }
   if (dtype !== undefined && t.dtype !== dtype) {
     throw new CheckpointFormatError(`Tensor ${JSON.stringify(name)} is ${t.dtype}; expected ${dtype} like the other experts of its layer.`, { tensor: name });
   }
   const want = numelOf(shape)! * safetensorsDTypeSize(t.dtype);
   if (t.data.length !== want) {
-    throw new CheckpointFormatError(`Tensor ${JSON.stringify(name)} holds ${t.data.length} bytes; ${t.dtype} × [${shape.join(', ')}] needs ${want}.`, { tensor: name });
+    throw new CheckpointFormatError(`Tensor ${JSON.stringify(name)} holds ${t.data.length} bytes; ${t.dtype} × [${shape.join(', ')}] needs ${want}.`, {
+      tensor: name,
+    });
   }
   return t;
 }
@@ -191,7 +201,7 @@ export function convertExpertLayout(tensors: ReadonlyMap<string, HostTensor>, cf
       const block = I * H * safetensorsDTypeSize(gu.dtype); // bytes of one [I, H] or [H, I] matrix
       for (let e = 0; e < E; e++) {
         const n = perExpertNames(layer, e);
-        out.set(n.gate, { dtype: gu.dtype, shape: [I, H], data: gu.data.slice((2 * e) * block, (2 * e + 1) * block) });
+        out.set(n.gate, { dtype: gu.dtype, shape: [I, H], data: gu.data.slice(2 * e * block, (2 * e + 1) * block) });
         out.set(n.up, { dtype: gu.dtype, shape: [I, H], data: gu.data.slice((2 * e + 1) * block, (2 * e + 2) * block) });
         out.set(n.down, { dtype: dn.dtype, shape: [H, I], data: dn.data.slice(e * block, (e + 1) * block) });
       }
@@ -202,7 +212,7 @@ export function convertExpertLayout(tensors: ReadonlyMap<string, HostTensor>, cf
       const down = new Uint8Array(E * block);
       for (let e = 0; e < E; e++) {
         const n = perExpertNames(layer, e);
-        gateUp.set(expectTensor(tensors, n.gate, [I, H], dtype).data, (2 * e) * block);
+        gateUp.set(expectTensor(tensors, n.gate, [I, H], dtype).data, 2 * e * block);
         gateUp.set(expectTensor(tensors, n.up, [I, H], dtype).data, (2 * e + 1) * block);
         down.set(expectTensor(tensors, n.down, [H, I], dtype).data, e * block);
       }
@@ -270,14 +280,20 @@ export function initialParams(cfg: ModelConfig, seed: number): Map<string, { sha
   return toFusedParams(initParams(cfg, seed), cfg);
 }
 
-export function toFusedParams(params: ReadonlyMap<string, { shape: readonly number[]; data: Float32Array }>, cfg: ModelConfig): Map<string, { shape: number[]; data: Float32Array }> {
+export function toFusedParams(
+  params: ReadonlyMap<string, { shape: readonly number[]; data: Float32Array }>,
+  cfg: ModelConfig,
+): Map<string, { shape: number[]; data: Float32Array }> {
   if (cfg.modelType === 'qwen3_5') params = textOnlyWeights(params);
-  if (!cfg.moe || detectExpertLayout(params.keys(), cfg) !== 'per-expert') return new Map([...params].map(([n, p]) => [n, { shape: [...p.shape], data: p.data }]));
+  if (!cfg.moe || detectExpertLayout(params.keys(), cfg) !== 'per-expert')
+    return new Map([...params].map(([n, p]) => [n, { shape: [...p.shape], data: p.data }]));
   return fromHostTensors(convertExpertLayout(toHostTensors(params), cfg, 'fused'));
 }
 
 export function toHostTensors(params: ReadonlyMap<string, { shape: readonly number[]; data: Float32Array }>): Map<string, HostTensor> {
-  return new Map([...params].map(([n, p]) => [n, { dtype: 'F32' as const, shape: [...p.shape], data: new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength) }]));
+  return new Map(
+    [...params].map(([n, p]) => [n, { dtype: 'F32' as const, shape: [...p.shape], data: new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength) }]),
+  );
 }
 
 /**
@@ -290,7 +306,10 @@ export function toHostTensors(params: ReadonlyMap<string, { shape: readonly numb
 export function checkParamsAgainstConfig(tensors: Iterable<{ name: string; shape: readonly number[]; file?: string }>, cfg: ModelConfig): ExpertLayout | null {
   let list = [...tensors];
   if (cfg.modelType === 'qwen3_5') list = [...textOnlyWeights(new Map(list.map((t) => [t.name, t])), () => {}).entries()].map(([name, t]) => ({ ...t, name }));
-  const layout = detectExpertLayout(list.map((t) => t.name), cfg);
+  const layout = detectExpertLayout(
+    list.map((t) => t.name),
+    cfg,
+  );
   const specs = new Map(paramSpecs(cfg, { expertLayout: layout ?? 'fused' }).map((s) => [s.name, s.shape]));
   if (cfg.tieWordEmbeddings && list.some((t) => t.name === 'lm_head.weight')) specs.set('lm_head.weight', [cfg.vocabSize, cfg.hiddenSize]);
   const seen = new Set<string>();

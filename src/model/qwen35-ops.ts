@@ -40,14 +40,27 @@ export function splitLast(tape: Tape, x: Var, sizes: readonly number[]): Var[] {
     start += len;
     return y;
   });
-  if (start !== C) throw new InvalidArgumentError(`splitLast(): the sizes sum to ${start} but the last dim of x is ${C}; expected them to cover it exactly.`, { argument: 'sizes' });
-  tape.record('splitLast', [x], outs, (dys) => [concatTensors(tape, dys.map((d, i) => d ?? zeros(tape, x.value, [N, sizes[i]!])))]);
+  if (start !== C)
+    throw new InvalidArgumentError(`splitLast(): the sizes sum to ${start} but the last dim of x is ${C}; expected them to cover it exactly.`, {
+      argument: 'sizes',
+    });
+  tape.record('splitLast', [x], outs, (dys) => [
+    concatTensors(
+      tape,
+      dys.map((d, i) => d ?? zeros(tape, x.value, [N, sizes[i]!])),
+    ),
+  ]);
   return outs;
 }
 
 /** Parts [N, d_i] joined along the last dim into [N, Σd]. */
 export function concatLast(tape: Tape, parts: readonly Var[]): Var {
-  const y = tape.result(concatTensors(tape, parts.map((p) => p.value)));
+  const y = tape.result(
+    concatTensors(
+      tape,
+      parts.map((p) => p.value),
+    ),
+  );
   tape.record('concatLast', parts, [y], ([dy]) => {
     let start = 0;
     return parts.map((p) => {

@@ -61,7 +61,8 @@ export class Qwen35Model {
       const res = x;
       x = this.block({ kind: 'layer', index: i }, () => {
         const h = this.norm(res, `${pre}.input_layernorm.weight`);
-        const mixed = cfg.qwen35!.layerTypes[i] === 'linear_attention' ? this.gatedDeltaNet(h, `${pre}.linear_attn`, batch) : this.attention(h, `${pre}.self_attn`, batch);
+        const mixed =
+          cfg.qwen35!.layerTypes[i] === 'linear_attention' ? this.gatedDeltaNet(h, `${pre}.linear_attn`, batch) : this.attention(h, `${pre}.self_attn`, batch);
         const y = F.add(tape, res, mixed);
         const h2 = this.norm(y, `${pre}.post_attention_layernorm.weight`);
         const gate = this.linear(h2, `${pre}.mlp.gate_proj.weight`);
@@ -79,7 +80,10 @@ export class Qwen35Model {
   private attention(h: Var, pre: string, batch: Batch): Var {
     const { cfg, tape } = this;
     const { batch: B, seqLen: S } = batch;
-    const T = B * S, D = cfg.headDim, nH = cfg.numHeads, nKV = cfg.numKvHeads;
+    const T = B * S,
+      D = cfg.headDim,
+      nH = cfg.numHeads,
+      nKV = cfg.numKvHeads;
     const rot = cfg.qwen35!.rotaryDim;
     // q_proj rows are per head [query (D) ‖ gate (D)].
     const qg = F.reshape(tape, this.linear(h, `${pre}.q_proj.weight`), [T * nH, 2 * D]);
@@ -109,11 +113,9 @@ export class Qwen35Model {
     const b = F.reshape(tape, this.linear(h, `${pre}.in_proj_b.weight`), [B, S, Hv]);
     const a = F.reshape(tape, this.linear(h, `${pre}.in_proj_a.weight`), [B, S, Hv]);
     const { g, beta } = gdnGating(tape, a, b, this.p(`${pre}.A_log`), this.p(`${pre}.dt_bias`));
-    const o = gatedDeltaRule(
-      tape,
-      F.reshape(tape, q, [B, S, Hk, Dk]), F.reshape(tape, k, [B, S, Hk, Dk]), F.reshape(tape, v, [B, S, Hv, Dv]),
-      g, beta, { useQkL2norm: true },
-    );
+    const o = gatedDeltaRule(tape, F.reshape(tape, q, [B, S, Hk, Dk]), F.reshape(tape, k, [B, S, Hk, Dk]), F.reshape(tape, v, [B, S, Hv, Dv]), g, beta, {
+      useQkL2norm: true,
+    });
     const normed = gatedRmsNorm(tape, F.reshape(tape, o, [T * Hv, Dv]), F.reshape(tape, z, [T * Hv, Dv]), this.p(`${pre}.norm.weight`), cfg.rmsNormEps);
     return this.linear(F.reshape(tape, normed, [T, Hv * Dv]), `${pre}.out_proj.weight`);
   }

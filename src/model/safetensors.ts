@@ -31,7 +31,14 @@ export type SafetensorsDType = (typeof SAFETENSORS_DTYPES)[number];
 const DTYPE_BYTES: Readonly<Record<SafetensorsDType, number>> = { F32: 4, BF16: 2, F16: 2, I32: 4, I64: 8, U8: 1, I8: 1, BOOL: 1 };
 
 /** Device dtype of each safetensors dtype that the device supports. */
-export const DEVICE_DTYPE: Readonly<Partial<Record<SafetensorsDType, DType>>> = { F32: 'fp32', BF16: 'bf16', F16: 'fp16', I32: 'int32', I64: 'int64', U8: 'uint8' };
+export const DEVICE_DTYPE: Readonly<Partial<Record<SafetensorsDType, DType>>> = {
+  F32: 'fp32',
+  BF16: 'bf16',
+  F16: 'fp16',
+  I32: 'int32',
+  I64: 'int64',
+  U8: 'uint8',
+};
 
 /** Headers above this are rejected before they are read (the reference implementation uses the same bound). */
 export const MAX_HEADER_BYTES = 100_000_000;
@@ -165,7 +172,10 @@ function checkCoverage(tensors: TensorInfo[], dataLength: number, fail: (msg: st
   for (const t of sorted) {
     if (t.begin < pos) fail(`bytes [${t.begin}, ${t.end}) overlap tensor ${JSON.stringify(prev!.name)} [${prev!.begin}, ${prev!.end}).`, t.name);
     if (t.begin > pos) {
-      fail(`starts at byte ${t.begin} but the previous tensor${prev ? ` ${JSON.stringify(prev.name)}` : ''} ends at ${pos}: a gap of ${t.begin - pos} bytes; expected tensors to cover the data section contiguously.`, t.name);
+      fail(
+        `starts at byte ${t.begin} but the previous tensor${prev ? ` ${JSON.stringify(prev.name)}` : ''} ends at ${pos}: a gap of ${t.begin - pos} bytes; expected tensors to cover the data section contiguously.`,
+        t.name,
+      );
     }
     pos = t.end;
     prev = t;
@@ -222,26 +232,40 @@ export class SafetensorsFile {
       // Non-blocking open: a FIFO or device given as a shard is refused below instead of hanging here.
       fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
     } catch (err) {
-      throw new CheckpointFormatError(`${path}: cannot open (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}).`, { file: path }, { cause: err });
+      throw new CheckpointFormatError(
+        `${path}: cannot open (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}).`,
+        { file: path },
+        { cause: err },
+      );
     }
     try {
       const st = await fh.stat();
       if (!st.isFile()) {
-        throw new CheckpointFormatError(`${path}: is ${st.isDirectory() ? 'a directory' : 'not a regular file'}; expected a .safetensors file.`, { file: path });
+        throw new CheckpointFormatError(`${path}: is ${st.isDirectory() ? 'a directory' : 'not a regular file'}; expected a .safetensors file.`, {
+          file: path,
+        });
       }
       const size = st.size;
       if (size < 8) {
-        throw new CheckpointFormatError(`${path}: file is ${size} bytes; a safetensors file starts with an 8-byte header length. The file is truncated or not safetensors.`, { file: path });
+        throw new CheckpointFormatError(
+          `${path}: file is ${size} bytes; a safetensors file starts with an 8-byte header length. The file is truncated or not safetensors.`,
+          { file: path },
+        );
       }
       const lenBuf = new Uint8Array(8);
       await readExactly(fh, lenBuf, 0, path, 'header length');
       const n = new DataView(lenBuf.buffer).getBigUint64(0, true);
       if (n > BigInt(MAX_HEADER_BYTES)) {
-        throw new CheckpointFormatError(`${path}: header length ${n} exceeds the ${MAX_HEADER_BYTES}-byte limit; the file is corrupt or not safetensors.`, { file: path });
+        throw new CheckpointFormatError(`${path}: header length ${n} exceeds the ${MAX_HEADER_BYTES}-byte limit; the file is corrupt or not safetensors.`, {
+          file: path,
+        });
       }
       const headerLength = Number(n);
       if (headerLength > size - 8) {
-        throw new CheckpointFormatError(`${path}: header length ${headerLength} is larger than the ${size - 8} bytes after the length field; the file is truncated or not safetensors.`, { file: path });
+        throw new CheckpointFormatError(
+          `${path}: header length ${headerLength} is larger than the ${size - 8} bytes after the length field; the file is truncated or not safetensors.`,
+          { file: path },
+        );
       }
       const header = new Uint8Array(headerLength);
       await readExactly(fh, header, 8, path, 'header');
@@ -261,7 +285,13 @@ export class SafetensorsFile {
   info(name: string): TensorInfo {
     const t = this.byName.get(name);
     if (!t) {
-      throw new InvalidArgumentError(`${this.path} has no tensor ${JSON.stringify(name)}; it holds ${this.tensors.length} tensors (e.g. ${this.tensors.slice(0, 3).map((x) => JSON.stringify(x.name)).join(', ')}).`, { file: this.path, tensor: name });
+      throw new InvalidArgumentError(
+        `${this.path} has no tensor ${JSON.stringify(name)}; it holds ${this.tensors.length} tensors (e.g. ${this.tensors
+          .slice(0, 3)
+          .map((x) => JSON.stringify(x.name))
+          .join(', ')}).`,
+        { file: this.path, tensor: name },
+      );
     }
     return t;
   }
@@ -310,10 +340,16 @@ export interface WriteOptions {
 /** Bytes a tensor of this dtype and shape occupies (validating both). */
 export function tensorBytes(t: Pick<TensorSource, 'name' | 'dtype' | 'shape'>): number {
   if (!isSafetensorsDType(t.dtype)) {
-    throw new InvalidArgumentError(`Expected one of ${SAFETENSORS_DTYPES.join(', ')} for the dtype of ${JSON.stringify(t.name)} but received ${describe(t.dtype)}.`, { tensor: t.name });
+    throw new InvalidArgumentError(
+      `Expected one of ${SAFETENSORS_DTYPES.join(', ')} for the dtype of ${JSON.stringify(t.name)} but received ${describe(t.dtype)}.`,
+      { tensor: t.name },
+    );
   }
   if (!Array.isArray(t.shape) || !t.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
-    throw new InvalidArgumentError(`Expected a list of non-negative integers for the shape of ${JSON.stringify(t.name)} but received ${JSON.stringify(t.shape)}.`, { tensor: t.name });
+    throw new InvalidArgumentError(
+      `Expected a list of non-negative integers for the shape of ${JSON.stringify(t.name)} but received ${JSON.stringify(t.shape)}.`,
+      { tensor: t.name },
+    );
   }
   const bytes = numelBig(t.shape) * BigInt(DTYPE_BYTES[t.dtype]);
   if (bytes > BigInt(Number.MAX_SAFE_INTEGER)) {

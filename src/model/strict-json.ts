@@ -103,9 +103,9 @@ export function parseStrictJson(text: string, opts: StrictJsonOptions = {}): Jso
       return c === '{' ? parseObject(depth + 1) : parseArray(depth + 1);
     }
     if (c === '"') return parseString();
-    if (text.startsWith('true', i)) return (i += 4), true;
-    if (text.startsWith('false', i)) return (i += 5), false;
-    if (text.startsWith('null', i)) return (i += 4), null;
+    if (text.startsWith('true', i)) return ((i += 4), true);
+    if (text.startsWith('false', i)) return ((i += 5), false);
+    if (text.startsWith('null', i)) return ((i += 4), null);
     NUMBER.lastIndex = i;
     const m = NUMBER.exec(text);
     if (m && m[0] !== '' && m[0] !== '-') {
@@ -119,14 +119,14 @@ export function parseStrictJson(text: string, opts: StrictJsonOptions = {}): Jso
     i++;
     const out: JsonValue[] = [];
     skipWs();
-    if (text[i] === ']') return i++, out;
+    if (text[i] === ']') return (i++, out);
     for (;;) {
       path.push(`[${out.length}]`);
       out.push(parseValue(depth));
       path.pop();
       skipWs();
       if (text[i] === ',') i++;
-      else if (text[i] === ']') return i++, out;
+      else if (text[i] === ']') return (i++, out);
       else unexpected();
     }
   };
@@ -135,7 +135,7 @@ export function parseStrictJson(text: string, opts: StrictJsonOptions = {}): Jso
     i++;
     const out = Object.create(null) as JsonObject;
     skipWs();
-    if (text[i] === '}') return i++, out;
+    if (text[i] === '}') return (i++, out);
     for (;;) {
       skipWs();
       if (text[i] !== '"') unexpected();
@@ -151,7 +151,7 @@ export function parseStrictJson(text: string, opts: StrictJsonOptions = {}): Jso
       Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
       skipWs();
       if (text[i] === ',') i++;
-      else if (text[i] === '}') return i++, out;
+      else if (text[i] === '}') return (i++, out);
       else unexpected();
     }
   };

@@ -36,10 +36,17 @@ function checkMeshOptions(comm: unknown, options: unknown): { shape: number[]; n
     throw new InvalidArgumentError(`DeviceMesh.create(): expected { shape, names } but received ${describe(options)}.`);
   }
   const unknown = Object.keys(options).filter((k) => !['shape', 'names', 'split'].includes(k));
-  if (unknown.length) throw new InvalidArgumentError(`Unknown option '${unknown[0]}' for DeviceMesh.create().${didYouMean(unknown[0]!, ['shape', 'names', 'split'])} Expected one of: shape, names, split.`, { option: unknown[0] });
+  if (unknown.length)
+    throw new InvalidArgumentError(
+      `Unknown option '${unknown[0]}' for DeviceMesh.create().${didYouMean(unknown[0]!, ['shape', 'names', 'split'])} Expected one of: shape, names, split.`,
+      { option: unknown[0] },
+    );
   const { shape, names } = options as DeviceMeshOptions;
   if (!Array.isArray(shape) || shape.length === 0 || shape.some((d) => typeof d !== 'number' || !Number.isInteger(d) || d < 1)) {
-    throw new InvalidArgumentError(`DeviceMesh.create(): expected shape to be a non-empty array of positive integers but received ${Array.isArray(shape) ? `[${shape.join(', ')}]` : describe(shape)}.`, { argument: 'shape' });
+    throw new InvalidArgumentError(
+      `DeviceMesh.create(): expected shape to be a non-empty array of positive integers but received ${Array.isArray(shape) ? `[${shape.join(', ')}]` : describe(shape)}.`,
+      { argument: 'shape' },
+    );
   }
   if (!Array.isArray(names) || names.length !== shape.length) {
     throw new InvalidArgumentError(
@@ -49,10 +56,15 @@ function checkMeshOptions(comm: unknown, options: unknown): { shape: number[]; n
   }
   names.forEach((n, i) => {
     if (typeof n !== 'string' || !NAME.test(n)) {
-      throw new InvalidArgumentError(`DeviceMesh.create(): expected dim name ${i} to be an identifier like 'dp' or 'tp' but received ${describe(n)}.`, { argument: 'names' });
+      throw new InvalidArgumentError(`DeviceMesh.create(): expected dim name ${i} to be an identifier like 'dp' or 'tp' but received ${describe(n)}.`, {
+        argument: 'names',
+      });
     }
     if (names.indexOf(n) !== i) {
-      throw new InvalidArgumentError(`DeviceMesh.create(): dim name '${n}' is given twice in [${names.map((x) => `'${x}'`).join(', ')}]; expected unique names.`, { argument: 'names', name: n });
+      throw new InvalidArgumentError(
+        `DeviceMesh.create(): dim name '${n}' is given twice in [${names.map((x) => `'${x}'`).join(', ')}]; expected unique names.`,
+        { argument: 'names', name: n },
+      );
     }
   });
   const product = shape.reduce((a, b) => a * b, 1);
@@ -94,7 +106,9 @@ export class DeviceMesh {
         for (let j = 0; j < shape.length; j++) if (j !== i) color = color * shape[j]! + coordinate[j]!;
         const sub = await comm.split(color, coordinate[i]!, options.split);
         if (sub === null || sub.size !== shape[i] || sub.rank !== coordinate[i]) {
-          throw new InvalidArgumentError(`DeviceMesh.create(): the split for dim '${names[i]}' gave ${sub ? `rank ${sub.rank} of ${sub.size}` : 'no communicator'} but expected rank ${coordinate[i]} of ${shape[i]}.`);
+          throw new InvalidArgumentError(
+            `DeviceMesh.create(): the split for dim '${names[i]}' gave ${sub ? `rank ${sub.rank} of ${sub.size}` : 'no communicator'} but expected rank ${coordinate[i]} of ${shape[i]}.`,
+          );
         }
         comms.push(sub);
       }

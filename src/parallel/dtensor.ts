@@ -41,8 +41,16 @@ import { Tensor, numelOf } from '../runtime/device/tensor.js';
 import { DeviceMesh } from './device-mesh.js';
 import { Temps, copyRange, inversePermutation, narrow, permuteOrView, stridedRead, viewOf } from '../runtime/device/views.js';
 import {
-  Replicate, chunkRange, chunkSize, formatPlacements, localBox, normalizePlacements, samePlacement, samePlacements,
-  type PartialPlacement, type Placement,
+  Replicate,
+  chunkRange,
+  chunkSize,
+  formatPlacements,
+  localBox,
+  normalizePlacements,
+  samePlacement,
+  samePlacements,
+  type PartialPlacement,
+  type Placement,
 } from './placement.js';
 
 export interface FromLocalOptions {
@@ -75,7 +83,8 @@ export class DTensor {
    */
   static fromLocal(local: Tensor, mesh: DeviceMesh, placements: readonly Placement[], options?: FromLocalOptions): DTensor {
     const fn = 'DTensor.fromLocal()';
-    if (!(local instanceof Tensor)) throw new InvalidArgumentError(`${fn}: expected a Tensor for local but received ${describe(local)}.`, { argument: 'local' });
+    if (!(local instanceof Tensor))
+      throw new InvalidArgumentError(`${fn}: expected a Tensor for local but received ${describe(local)}.`, { argument: 'local' });
     local.checkLive('local');
     if (!(mesh instanceof DeviceMesh)) throw new InvalidArgumentError(`${fn}: expected a DeviceMesh but received ${describe(mesh)}.`, { argument: 'mesh' });
     if (options !== undefined && (typeof options !== 'object' || options === null || Object.keys(options).some((k) => k !== 'shape'))) {
@@ -170,7 +179,8 @@ export class DTensor {
       cur[i] = to;
     };
     for (let i = 0; i < cur.length; i++) {
-      const from = cur[i]!, to = target[i]!;
+      const from = cur[i]!,
+        to = target[i]!;
       if (samePlacement(from, to)) continue;
       const touched = new Set<number>();
       if (from.kind === 'shard') touched.add(from.dim);
@@ -223,7 +233,8 @@ export class DTensor {
     if (other.shape.length !== this.shape.length || other.shape.some((d, i) => d !== this.shape[i])) {
       throw new InvalidArgumentError(`${fn}: ${a} has global shape [${this.shape.join(', ')}] but ${b} has [${other.shape.join(', ')}].`, { op });
     }
-    if (other.dtype !== this.dtype) throw new InvalidArgumentError(`${fn}: ${a} is ${this.dtype} but ${b} is ${other.dtype}. HINT: cast() the local tensor first.`, { op });
+    if (other.dtype !== this.dtype)
+      throw new InvalidArgumentError(`${fn}: ${a} is ${this.dtype} but ${b} is ${other.dtype}. HINT: cast() the local tensor first.`, { op });
     if (!samePlacements(this.placements, other.placements)) {
       const want = formatPlacements(this.placements);
       throw new InvalidArgumentError(
@@ -246,7 +257,10 @@ function streamOf(mesh: DeviceMesh, options: { stream?: Stream } | undefined): S
   const s = options?.stream;
   if (s === undefined) return mesh.device.defaultStream;
   if (typeof s !== 'object' || s === null || !('native' in s) || s.device.ordinal !== mesh.device.ordinal) {
-    throw new InvalidArgumentError(`Expected a Stream of device ${mesh.device.ordinal} (this rank's device) for the stream option but received ${describe(s)}.`, { argument: 'stream' });
+    throw new InvalidArgumentError(
+      `Expected a Stream of device ${mesh.device.ordinal} (this rank's device) for the stream option but received ${describe(s)}.`,
+      { argument: 'stream' },
+    );
   }
   return s;
 }
@@ -257,11 +271,24 @@ function streamOf(mesh: DeviceMesh, options: { stream?: Stream } | undefined): S
  * released; the result is a new tensor (or a view of one) unless nothing changes
  * locally.
  */
-async function redistributeDim(local: Tensor, global: readonly number[], cur: readonly Placement[], i: number, to: Placement, mesh: DeviceMesh, stream: Stream): Promise<Tensor> {
+async function redistributeDim(
+  local: Tensor,
+  global: readonly number[],
+  cur: readonly Placement[],
+  i: number,
+  to: Placement,
+  mesh: DeviceMesh,
+  stream: Stream,
+): Promise<Tensor> {
   const from = cur[i]!;
   const comm = mesh.comm(i);
   // The local shape as if mesh dim i were Replicate: the "full" tensor of this step.
-  const full = localBox(global, cur.map((p, j) => (j === i ? Replicate() : p)), mesh.shape, mesh.coordinate).shape;
+  const full = localBox(
+    global,
+    cur.map((p, j) => (j === i ? Replicate() : p)),
+    mesh.shape,
+    mesh.coordinate,
+  ).shape;
   if (to.kind === 'partial') {
     if (from.kind === 'shard') {
       const r = await redistributeDim(local, global, cur, i, Replicate(), mesh, stream);
@@ -354,7 +381,14 @@ async function allGatherShard(local: Tensor, full: readonly number[], d: number,
 }
 
 /** Partial -> Shard(d): reduce-scatter of the tensor padded to n x ceil(size / n) rows (padding zero-filled). */
-async function reduceScatterShard(local: Tensor, full: readonly number[], d: number, from: PartialPlacement, comm: Communicator, stream: Stream): Promise<Tensor> {
+async function reduceScatterShard(
+  local: Tensor,
+  full: readonly number[],
+  d: number,
+  from: PartialPlacement,
+  comm: Communicator,
+  stream: Stream,
+): Promise<Tensor> {
   const n = comm.size;
   const D = full[d]!;
   const c = chunkSize(D, n);
@@ -393,9 +427,12 @@ async function reduceScatterShard(local: Tensor, full: readonly number[], d: num
  * ca x cb x rest elements; the receiver reads each block transposed into [a, b, rest].
  */
 async function allToAllShard(local: Tensor, full: readonly number[], a: number, b: number, comm: Communicator, stream: Stream): Promise<Tensor> {
-  const n = comm.size, r = comm.rank;
-  const Da = full[a]!, Db = full[b]!;
-  const ca = chunkSize(Da, n), cb = chunkSize(Db, n);
+  const n = comm.size,
+    r = comm.rank;
+  const Da = full[a]!,
+    Db = full[b]!;
+  const ca = chunkSize(Da, n),
+    cb = chunkSize(Db, n);
   const others = frontOrder(full.length, a, b).slice(2);
   const R = numelOf(others.map((k) => full[k]!));
   const la = local.shape[a]!;

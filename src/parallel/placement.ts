@@ -36,7 +36,9 @@ export function Shard(dim: number, options?: { allowEmpty?: boolean }): ShardPla
     throw new InvalidArgumentError(`Expected an integer tensor dim in [-16, 16) for Shard() but received ${describe(dim)}.`, { argument: 'dim' });
   }
   if (options !== undefined && (typeof options !== 'object' || options === null || Object.keys(options).some((k) => k !== 'allowEmpty'))) {
-    throw new InvalidArgumentError(`Expected { allowEmpty?: boolean } for the options of Shard() but received ${describe(options)}${options && typeof options === 'object' ? ` with keys ${Object.keys(options).join(', ')}` : ''}.`);
+    throw new InvalidArgumentError(
+      `Expected { allowEmpty?: boolean } for the options of Shard() but received ${describe(options)}${options && typeof options === 'object' ? ` with keys ${Object.keys(options).join(', ')}` : ''}.`,
+    );
   }
   const allowEmpty = options?.allowEmpty ?? false;
   if (typeof allowEmpty !== 'boolean') throw new InvalidArgumentError(`Expected a boolean for allowEmpty of Shard() but received ${describe(allowEmpty)}.`);
@@ -64,9 +66,12 @@ export function isPlacement(p: unknown): p is Placement {
 /** "Shard(0)", "Replicate()", "Partial(sum)": the spelling a user types. */
 export function formatPlacement(p: Placement): string {
   switch (p.kind) {
-    case 'shard': return p.allowEmpty ? `Shard(${p.dim}, { allowEmpty: true })` : `Shard(${p.dim})`;
-    case 'replicate': return 'Replicate()';
-    case 'partial': return `Partial('${p.op}')`;
+    case 'shard':
+      return p.allowEmpty ? `Shard(${p.dim}, { allowEmpty: true })` : `Shard(${p.dim})`;
+    case 'replicate':
+      return 'Replicate()';
+    case 'partial':
+      return `Partial('${p.op}')`;
   }
 }
 
@@ -89,10 +94,15 @@ export function samePlacements(a: readonly Placement[], b: readonly Placement[])
 /** Validates a placement list against a mesh and a tensor rank; Shard dims come back non-negative. */
 export function normalizePlacements(placements: unknown, meshNdim: number, tensorNdim: number, fn: string): Placement[] {
   if (!Array.isArray(placements) || !placements.every(isPlacement)) {
-    throw new InvalidArgumentError(`${fn}: expected an array of placements (Shard(d), Replicate(), Partial(op)) but received ${describe(placements)}.`, { argument: 'placements' });
+    throw new InvalidArgumentError(`${fn}: expected an array of placements (Shard(d), Replicate(), Partial(op)) but received ${describe(placements)}.`, {
+      argument: 'placements',
+    });
   }
   if (placements.length !== meshNdim) {
-    throw new InvalidArgumentError(`${fn}: expected ${meshNdim} placement${meshNdim === 1 ? '' : 's'} (one per mesh dim) but received ${placements.length}: ${formatPlacements(placements)}.`, { argument: 'placements' });
+    throw new InvalidArgumentError(
+      `${fn}: expected ${meshNdim} placement${meshNdim === 1 ? '' : 's'} (one per mesh dim) but received ${placements.length}: ${formatPlacements(placements)}.`,
+      { argument: 'placements' },
+    );
   }
   return placements.map((p) => {
     if (p.kind !== 'shard') return p;
@@ -110,16 +120,27 @@ export function chunkSize(size: number, parts: number): number {
 
 /** [start, end) of chunk `index` of `size` elements split into `parts` with torch.chunk semantics. */
 export function chunkRange(size: number, parts: number, index: number): [number, number] {
-  for (const [v, what] of [[size, 'size'], [parts, 'parts'], [index, 'index']] as const) {
-    if (!Number.isSafeInteger(v) || v < 0) throw new InvalidArgumentError(`chunkRange(): expected a non-negative integer for ${what} but received ${describe(v)}.`);
+  for (const [v, what] of [
+    [size, 'size'],
+    [parts, 'parts'],
+    [index, 'index'],
+  ] as const) {
+    if (!Number.isSafeInteger(v) || v < 0)
+      throw new InvalidArgumentError(`chunkRange(): expected a non-negative integer for ${what} but received ${describe(v)}.`);
   }
-  if (parts < 1 || index >= parts) throw new InvalidArgumentError(`chunkRange(): expected parts >= 1 and index in [0, parts) but received parts ${parts}, index ${index}.`);
+  if (parts < 1 || index >= parts)
+    throw new InvalidArgumentError(`chunkRange(): expected parts >= 1 and index in [0, parts) but received parts ${parts}, index ${index}.`);
   const c = chunkSize(size, parts);
   return [Math.min(index * c, size), Math.min((index + 1) * c, size)];
 }
 
 /** Local box (offset and size per tensor dim) of the mesh coordinate `coord` of a mesh of `meshShape`. */
-export function localBox(global: readonly number[], placements: readonly Placement[], meshShape: readonly number[], coord: readonly number[]): { offset: number[]; shape: number[] } {
+export function localBox(
+  global: readonly number[],
+  placements: readonly Placement[],
+  meshShape: readonly number[],
+  coord: readonly number[],
+): { offset: number[]; shape: number[] } {
   const offset = global.map(() => 0);
   const shape = [...global];
   placements.forEach((p, i) => {

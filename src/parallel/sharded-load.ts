@@ -84,24 +84,38 @@ const OPTION_KEYS = ['mesh', 'placements', 'mode', 'bucketBytes', 'stream', 'che
 type CheckedOptions = Required<Pick<ShardedLoadOptions, 'mesh' | 'mode' | 'bucketBytes'>> & ShardedLoadOptions;
 
 function checkLoadOptions(path: unknown, options: unknown, fn: string): CheckedOptions {
-  if (typeof path !== 'string' || path === '') throw new InvalidArgumentError(`${fn}: expected a checkpoint path but received ${describe(path)}.`, { argument: 'path' });
-  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError(`${fn}: expected options { mesh, placements?, mode?, bucketBytes? } but received ${describe(options)}.`);
+  if (typeof path !== 'string' || path === '')
+    throw new InvalidArgumentError(`${fn}: expected a checkpoint path but received ${describe(path)}.`, { argument: 'path' });
+  if (typeof options !== 'object' || options === null)
+    throw new InvalidArgumentError(`${fn}: expected options { mesh, placements?, mode?, bucketBytes? } but received ${describe(options)}.`);
   const unknown = Object.keys(options).find((k) => !OPTION_KEYS.includes(k));
-  if (unknown) throw new InvalidArgumentError(`Unknown option '${unknown}' for ${fn}.${didYouMean(unknown, OPTION_KEYS)} Expected one of: ${OPTION_KEYS.join(', ')}.`, { option: unknown });
+  if (unknown)
+    throw new InvalidArgumentError(`Unknown option '${unknown}' for ${fn}.${didYouMean(unknown, OPTION_KEYS)} Expected one of: ${OPTION_KEYS.join(', ')}.`, {
+      option: unknown,
+    });
   const o = options as ShardedLoadOptions;
-  if (!(o.mesh instanceof DeviceMesh)) throw new InvalidArgumentError(`${fn}: expected a DeviceMesh for mesh but received ${describe(o.mesh)}.`, { argument: 'mesh' });
+  if (!(o.mesh instanceof DeviceMesh))
+    throw new InvalidArgumentError(`${fn}: expected a DeviceMesh for mesh but received ${describe(o.mesh)}.`, { argument: 'mesh' });
   const mode = o.mode ?? 'rank0-broadcast';
-  if (!LOAD_MODES.includes(mode)) throw new InvalidArgumentError(`${fn}: expected mode ${LOAD_MODES.map((m) => `'${m}'`).join(' or ')} but received ${describe(mode)}.`, { argument: 'mode' });
+  if (!LOAD_MODES.includes(mode))
+    throw new InvalidArgumentError(`${fn}: expected mode ${LOAD_MODES.map((m) => `'${m}'`).join(' or ')} but received ${describe(mode)}.`, {
+      argument: 'mode',
+    });
   const bucketBytes = o.bucketBytes ?? DEFAULT_BUCKET_BYTES;
   if (typeof bucketBytes !== 'number' || !Number.isSafeInteger(bucketBytes) || bucketBytes < 4 || bucketBytes % 4 !== 0) {
-    throw new InvalidArgumentError(`${fn}: expected bucketBytes to be a positive multiple of 4 but received ${describe(bucketBytes)}.`, { argument: 'bucketBytes' });
+    throw new InvalidArgumentError(`${fn}: expected bucketBytes to be a positive multiple of 4 but received ${describe(bucketBytes)}.`, {
+      argument: 'bucketBytes',
+    });
   }
   for (const k of ['check', 'select'] as const) {
-    if (o[k] !== undefined && typeof o[k] !== 'function') throw new InvalidArgumentError(`${fn}: expected a function for ${k} but received ${describe(o[k])}.`, { argument: k });
+    if (o[k] !== undefined && typeof o[k] !== 'function')
+      throw new InvalidArgumentError(`${fn}: expected a function for ${k} but received ${describe(o[k])}.`, { argument: k });
   }
   const p = o.placements;
   if (p !== undefined && typeof p !== 'function' && (typeof p !== 'object' || p === null)) {
-    throw new InvalidArgumentError(`${fn}: expected placements to be a record name -> placements or a function but received ${describe(p)}.`, { argument: 'placements' });
+    throw new InvalidArgumentError(`${fn}: expected placements to be a record name -> placements or a function but received ${describe(p)}.`, {
+      argument: 'placements',
+    });
   }
   return { ...o, mode, bucketBytes };
 }
@@ -202,29 +216,53 @@ async function loadEach(path: string, o: CheckedOptions, fn: string, onTensor: O
   }
 }
 
-function planLoad(manifest: ParamMeta[], plan: PlacementPlan | undefined, mesh: DeviceMesh, path: string, fn: string, toHost: boolean): Array<{ meta: ParamMeta; placements: Placement[] }> {
+function planLoad(
+  manifest: ParamMeta[],
+  plan: PlacementPlan | undefined,
+  mesh: DeviceMesh,
+  path: string,
+  fn: string,
+  toHost: boolean,
+): Array<{ meta: ParamMeta; placements: Placement[] }> {
   if (plan !== undefined && typeof plan !== 'function') {
     const names = new Set(manifest.map((m) => m.name));
     const missing = Object.keys(plan).filter((k) => !names.has(k));
     if (missing.length) {
       throw new InvalidArgumentError(
-        `${fn}: placements name ${missing.map((k) => JSON.stringify(k)).join(', ')}, which ${missing.length === 1 ? 'is' : 'are'} not in ${path} (it holds ${manifest.length} tensors, e.g. ${manifest.slice(0, 3).map((m) => JSON.stringify(m.name)).join(', ')}).`,
+        `${fn}: placements name ${missing.map((k) => JSON.stringify(k)).join(', ')}, which ${missing.length === 1 ? 'is' : 'are'} not in ${path} (it holds ${manifest.length} tensors, e.g. ${manifest
+          .slice(0, 3)
+          .map((m) => JSON.stringify(m.name))
+          .join(', ')}).`,
         { missing },
       );
     }
   }
   return manifest.map((meta) => {
     if (toHost && !HOST_DTYPES.includes(meta.dtype)) {
-      throw new CheckpointFormatError(`${path}: tensor ${JSON.stringify(meta.name)} is ${meta.dtype}; ${fn} widens F32, BF16 and F16 tensors to fp32 only. HINT: convert the checkpoint's floating-point weights to one of these.`, { file: path, tensor: meta.name, dtype: meta.dtype });
+      throw new CheckpointFormatError(
+        `${path}: tensor ${JSON.stringify(meta.name)} is ${meta.dtype}; ${fn} widens F32, BF16 and F16 tensors to fp32 only. HINT: convert the checkpoint's floating-point weights to one of these.`,
+        { file: path, tensor: meta.name, dtype: meta.dtype },
+      );
     }
     if (DEVICE_DTYPE[meta.dtype] === undefined) {
-      throw new CheckpointFormatError(`${path}: tensor ${JSON.stringify(meta.name)} is ${meta.dtype}, which the device has no dtype for (supported: ${Object.keys(DEVICE_DTYPE).join(', ')}).`, { file: path, tensor: meta.name });
+      throw new CheckpointFormatError(
+        `${path}: tensor ${JSON.stringify(meta.name)} is ${meta.dtype}, which the device has no dtype for (supported: ${Object.keys(DEVICE_DTYPE).join(', ')}).`,
+        { file: path, tensor: meta.name },
+      );
     }
     const given = typeof plan === 'function' ? plan({ ...meta, shape: [...meta.shape] }) : plan?.[meta.name];
-    const placements = normalizePlacements(given ?? mesh.shape.map(() => Replicate()), mesh.ndim, meta.shape.length, `${fn} placements of ${JSON.stringify(meta.name)}`);
+    const placements = normalizePlacements(
+      given ?? mesh.shape.map(() => Replicate()),
+      mesh.ndim,
+      meta.shape.length,
+      `${fn} placements of ${JSON.stringify(meta.name)}`,
+    );
     const partial = placements.find((p) => p.kind === 'partial');
     if (partial) {
-      throw new InvalidArgumentError(`${fn}: parameter ${JSON.stringify(meta.name)} is planned as ${formatPlacements(placements)}, but a checkpoint holds full values; load it as Replicate() or Shard(d).`, { tensor: meta.name });
+      throw new InvalidArgumentError(
+        `${fn}: parameter ${JSON.stringify(meta.name)} is planned as ${formatPlacements(placements)}, but a checkpoint holds full values; load it as Replicate() or Shard(d).`,
+        { tensor: meta.name },
+      );
     }
     checkNoEmptyShard(meta, placements, mesh, fn);
     return { meta, placements };
@@ -267,10 +305,14 @@ function upload(bytes: Uint8Array, meta: ParamMeta, placements: Placement[], mes
   const n = numelOf(box.shape);
   const buf = local.buffer.slice(local.byteOffset, local.byteOffset + local.byteLength);
   const host =
-    dtype === 'fp32' ? new Float32Array(buf, 0, n)
-      : dtype === 'int32' ? new Int32Array(buf, 0, n)
-        : dtype === 'int64' ? new BigInt64Array(buf, 0, n)
-          : dtype === 'uint8' ? new Uint8Array(buf, 0, n)
+    dtype === 'fp32'
+      ? new Float32Array(buf, 0, n)
+      : dtype === 'int32'
+        ? new Int32Array(buf, 0, n)
+        : dtype === 'int64'
+          ? new BigInt64Array(buf, 0, n)
+          : dtype === 'uint8'
+            ? new Uint8Array(buf, 0, n)
             : new Uint16Array(buf, 0, n);
   const t = Tensor.fromArray(mesh.device, host, box.shape, { dtype, stream });
   return DTensor.fromLocal(t, mesh, placements, { shape: meta.shape });
@@ -308,7 +350,11 @@ export function sliceHost(bytes: Uint8Array, shape: readonly number[], elem: num
 
 // ------------------------------------------------------------------ wire helpers (collective)
 
-interface WireError { code: string; message: string; details: Record<string, unknown> }
+interface WireError {
+  code: string;
+  message: string;
+  details: Record<string, unknown>;
+}
 
 function wireError(e: Error): WireError {
   return { code: e instanceof AscentError ? e.code : 'ASCENT_ERROR', message: e.message, details: e instanceof AscentError ? e.details : {} };
@@ -368,7 +414,10 @@ async function agree(comm: Communicator, stream: Stream, localError: Error | und
   }
   if (localError) throw localError;
   if (rootError) throw fromWire(rootError, 'rank 0 read the checkpoint and broadcast this error');
-  throw new InvalidArgumentError(`${fn}: rank${failed.length === 1 ? '' : 's'} ${failed.join(', ')} could not ${what}; every rank stops here (see rank ${failed[0]}'s error).`, { failedRanks: failed });
+  throw new InvalidArgumentError(
+    `${fn}: rank${failed.length === 1 ? '' : 's'} ${failed.join(', ')} could not ${what}; every rank stops here (see rank ${failed[0]}'s error).`,
+    { failedRanks: failed },
+  );
 }
 
 /**
@@ -378,8 +427,13 @@ async function agree(comm: Communicator, stream: Stream, localError: Error | und
  * rank there instead of leaving the others waiting in the next broadcast.
  */
 async function broadcastBuckets(
-  comm: Communicator, stream: Stream, ckpt: Checkpoint | undefined, plan: Array<{ meta: ParamMeta; placements: Placement[] }>, bucketBytes: number,
-  onTensor: OnTensor, fn: string,
+  comm: Communicator,
+  stream: Stream,
+  ckpt: Checkpoint | undefined,
+  plan: Array<{ meta: ParamMeta; placements: Placement[] }>,
+  bucketBytes: number,
+  onTensor: OnTensor,
+  fn: string,
 ): Promise<void> {
   const root = comm.rank === 0;
   // Pieces [tensor, start, len) packed greedily into buckets; the same on every rank.

@@ -26,19 +26,27 @@ export function scratchNumel(d: SourceDescriptor): number {
  * Results are views into `parts` or `scratch`; they stay valid until those are reused (stream order).
  */
 export function assembleHf(d: SourceDescriptor, parts: Tensor, scratch: Tensor | null, stream: Stream): Array<[string, Tensor]> {
-  const S = d.shape, N = numelOf(S), P = d.parts, n = d.localNumel;
+  const S = d.shape,
+    N = numelOf(S),
+    P = d.parts,
+    n = d.localNumel;
   const dim = d.placement.kind === 'shard' ? d.placement.dim : 0;
   const m = d.map;
   const need = (what: string) => {
-    if (!scratch || scratch.numel < N) throw new InvalidArgumentError(`assembleHf(${d.key}): ${what} needs a scratch of ${N} elements. HINT: size it with scratchNumel().`, { source: d.key });
+    if (!scratch || scratch.numel < N)
+      throw new InvalidArgumentError(`assembleHf(${d.key}): ${what} needs a scratch of ${N} elements. HINT: size it with scratchNumel().`, { source: d.key });
     return scratch;
   };
   if (P > 1 && (dim > 0 || m.kind !== 'identity') && P * n !== N) {
-    throw new InvalidArgumentError(`assembleHf(${d.key}): ${P} parts of ${n} elements do not tile [${S.join(', ')}]. HINT: a ${m.kind} source over Shard(${dim}) needs parts that divide its dim.`, { source: d.key });
+    throw new InvalidArgumentError(
+      `assembleHf(${d.key}): ${P} parts of ${n} elements do not tile [${S.join(', ')}]. HINT: a ${m.kind} source over Shard(${dim}) needs parts that divide its dim.`,
+      { source: d.key },
+    );
   }
   if (m.kind === 'identity' || m.kind === 'experts') {
     if (P === 1 || dim === 0) return [[m.hf, viewOf(parts, S)]];
-    const outer = numelOf(S.slice(0, dim)), rows = n / outer;
+    const outer = numelOf(S.slice(0, dim)),
+      rows = n / outer;
     const full = viewOf(need('a Shard(d > 0) source'), S);
     stridedRead(full.reshape([N]), parts, [outer, P, rows], [rows, n, 1], 0, stream);
     return [[m.hf, full]];
@@ -47,20 +55,35 @@ export function assembleHf(d: SourceDescriptor, parts: Tensor, scratch: Tensor |
   const src = viewOf(parts, [N]);
   if (m.kind === 'gate-up') {
     const I = S[0]! / 2;
-    if (P === 1) return [[m.gate, viewOf(parts, [I, H])], [m.up, viewOf(parts, [I, H], I * H)]];
+    if (P === 1)
+      return [
+        [m.gate, viewOf(parts, [I, H])],
+        [m.up, viewOf(parts, [I, H], I * H)],
+      ];
     const out = need('a gate-up source');
-    const gate = viewOf(out, [I, H], 0), up = viewOf(out, [I, H], I * H);
+    const gate = viewOf(out, [I, H], 0),
+      up = viewOf(out, [I, H], I * H);
     stridedRead(gate.reshape([I * H]), src, [P, n / 2], [n, 1], 0, stream);
     stridedRead(up.reshape([I * H]), src, [P, n / 2], [n, 1], n / 2, stream);
-    return [[m.gate, gate], [m.up, up]];
+    return [
+      [m.gate, gate],
+      [m.up, up],
+    ];
   }
   // qkv: whole groups per part, so the parts side by side are the interleaved tensor.
   const { heads: nH, kvHeads: nKV, headDim: D } = m;
-  const g = nH / nKV, grp = (g + 2) * D * H;
+  const g = nH / nKV,
+    grp = (g + 2) * D * H;
   const out = need('a qkv source');
-  const q = viewOf(out, [nH * D, H], 0), k = viewOf(out, [nKV * D, H], nH * D * H), v = viewOf(out, [nKV * D, H], (nH + nKV) * D * H);
+  const q = viewOf(out, [nH * D, H], 0),
+    k = viewOf(out, [nKV * D, H], nH * D * H),
+    v = viewOf(out, [nKV * D, H], (nH + nKV) * D * H);
   stridedRead(q.reshape([q.numel]), src, [nKV, g * D * H], [grp, 1], 0, stream);
   stridedRead(k.reshape([k.numel]), src, [nKV, D * H], [grp, 1], g * D * H, stream);
   stridedRead(v.reshape([v.numel]), src, [nKV, D * H], [grp, 1], (g + 1) * D * H, stream);
-  return [[m.q, q], [m.k, k], [m.v, v]];
+  return [
+    [m.q, q],
+    [m.k, k],
+    [m.v, v],
+  ];
 }

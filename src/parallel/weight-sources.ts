@@ -81,7 +81,16 @@ export const numelOf = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 /** The descriptor of a source (tensors and communicators dropped). */
 export function describeSource(s: SourceDescriptor): SourceDescriptor {
   const { key, shape, placement, parts, part, localNumel, map, owner } = s;
-  return { key, shape: [...shape], placement: placement.kind === 'shard' ? { kind: 'shard', dim: placement.dim, allowEmpty: placement.allowEmpty } : { kind: 'replicate' }, parts, part, localNumel, map: { ...map }, owner };
+  return {
+    key,
+    shape: [...shape],
+    placement: placement.kind === 'shard' ? { kind: 'shard', dim: placement.dim, allowEmpty: placement.allowEmpty } : { kind: 'replicate' },
+    parts,
+    part,
+    localNumel,
+    map: { ...map },
+    owner,
+  };
 }
 
 /** [start, end) along the sharded dim that part `part` holds (the whole dim for Replicate). */
@@ -101,33 +110,54 @@ export function hfViews(d: SourceDescriptor, part = d.part): HfView[] {
   const [r0, r1] = partRange(d, part);
   const n = r1 - r0;
   if (n === 0) return [];
-  const inner = numelOf(S.slice(dim + 1)), outer = numelOf(S.slice(0, dim));
+  const inner = numelOf(S.slice(dim + 1)),
+    outer = numelOf(S.slice(0, dim));
   if (m.kind === 'identity' || m.kind === 'experts') {
-    const view: AffineView = outer === 1
-      ? { shape: [n * inner], local: [1], localOffset: 0, global: [1], globalOffset: r0 * inner }
-      : { shape: [outer, n * inner], local: [n * inner, 1], localOffset: 0, global: [S[dim]! * inner, 1], globalOffset: r0 * inner };
+    const view: AffineView =
+      outer === 1
+        ? { shape: [n * inner], local: [1], localOffset: 0, global: [1], globalOffset: r0 * inner }
+        : { shape: [outer, n * inner], local: [n * inner, 1], localOffset: 0, global: [S[dim]! * inner, 1], globalOffset: r0 * inner };
     return [{ hf: m.hf, shape: [...S], view }];
   }
-  if (dim !== 0) throw new InvalidArgumentError(`Weight source ${d.key}: a ${m.kind} mapping needs Shard(0) or Replicate but has Shard(${dim}).`, { source: d.key });
+  if (dim !== 0)
+    throw new InvalidArgumentError(`Weight source ${d.key}: a ${m.kind} mapping needs Shard(0) or Replicate but has Shard(${dim}).`, { source: d.key });
   const H = inner;
   if (m.kind === 'gate-up') {
     // Part t = gate_t ‖ up_t, I/parts rows each (parts divide I: no padding).
-    const I = S[0]! / 2, Il = n / 2;
+    const I = S[0]! / 2,
+      Il = n / 2;
     return [
       { hf: m.gate, shape: [I, H], view: flat(Il * H, 0, (r0 / 2) * H) },
       { hf: m.up, shape: [I, H], view: flat(Il * H, Il * H, (r0 / 2) * H) },
     ];
   }
   const { heads: nH, kvHeads: nKV, headDim: D } = m;
-  const g = nH / nKV, row = (g + 2) * D * H;
-  const groups = n / ((g + 2) * D), first = r0 / ((g + 2) * D);
+  const g = nH / nKV,
+    row = (g + 2) * D * H;
+  const groups = n / ((g + 2) * D),
+    first = r0 / ((g + 2) * D);
   if (!Number.isInteger(groups) || !Number.isInteger(first)) {
-    throw new InvalidArgumentError(`Weight source ${d.key}: part ${part} of ${d.parts} does not hold whole query groups. HINT: the parts must divide the ${nKV} KV heads.`, { source: d.key });
+    throw new InvalidArgumentError(
+      `Weight source ${d.key}: part ${part} of ${d.parts} does not hold whole query groups. HINT: the parts must divide the ${nKV} KV heads.`,
+      { source: d.key },
+    );
   }
   return [
-    { hf: m.q, shape: [nH * D, H], view: { shape: [groups, g * D * H], local: [row, 1], localOffset: 0, global: [g * D * H, 1], globalOffset: first * g * D * H } },
-    { hf: m.k, shape: [nKV * D, H], view: { shape: [groups, D * H], local: [row, 1], localOffset: g * D * H, global: [D * H, 1], globalOffset: first * D * H } },
-    { hf: m.v, shape: [nKV * D, H], view: { shape: [groups, D * H], local: [row, 1], localOffset: (g + 1) * D * H, global: [D * H, 1], globalOffset: first * D * H } },
+    {
+      hf: m.q,
+      shape: [nH * D, H],
+      view: { shape: [groups, g * D * H], local: [row, 1], localOffset: 0, global: [g * D * H, 1], globalOffset: first * g * D * H },
+    },
+    {
+      hf: m.k,
+      shape: [nKV * D, H],
+      view: { shape: [groups, D * H], local: [row, 1], localOffset: g * D * H, global: [D * H, 1], globalOffset: first * D * H },
+    },
+    {
+      hf: m.v,
+      shape: [nKV * D, H],
+      view: { shape: [groups, D * H], local: [row, 1], localOffset: (g + 1) * D * H, global: [D * H, 1], globalOffset: first * D * H },
+    },
   ];
 }
 
@@ -145,13 +175,29 @@ export function hfNames(d: SourceDescriptor): string[] {
 export function checkDescriptor(x: unknown, from: string): SourceDescriptor {
   const d = x as SourceDescriptor;
   const ints = (v: unknown) => Array.isArray(v) && v.every((e) => Number.isSafeInteger(e) && e >= 0);
-  const ok = !!d && typeof d === 'object' && typeof d.key === 'string' && ints(d.shape)
-    && !!d.placement && (d.placement.kind === 'replicate' || (d.placement.kind === 'shard' && Number.isSafeInteger(d.placement.dim) && d.placement.dim >= 0 && d.placement.dim < d.shape.length))
-    && Number.isSafeInteger(d.parts) && d.parts >= 1 && Number.isSafeInteger(d.part) && d.part >= 0 && d.part < d.parts
-    && Number.isSafeInteger(d.localNumel) && d.localNumel >= 0 && typeof d.owner === 'boolean'
-    && !!d.map && ['identity', 'qkv', 'gate-up', 'experts'].includes(d.map.kind);
+  const ok =
+    !!d &&
+    typeof d === 'object' &&
+    typeof d.key === 'string' &&
+    ints(d.shape) &&
+    !!d.placement &&
+    (d.placement.kind === 'replicate' ||
+      (d.placement.kind === 'shard' && Number.isSafeInteger(d.placement.dim) && d.placement.dim >= 0 && d.placement.dim < d.shape.length)) &&
+    Number.isSafeInteger(d.parts) &&
+    d.parts >= 1 &&
+    Number.isSafeInteger(d.part) &&
+    d.part >= 0 &&
+    d.part < d.parts &&
+    Number.isSafeInteger(d.localNumel) &&
+    d.localNumel >= 0 &&
+    typeof d.owner === 'boolean' &&
+    !!d.map &&
+    ['identity', 'qkv', 'gate-up', 'experts'].includes(d.map.kind);
   if (!ok) {
-    throw new InvalidArgumentError(`Weight sources from ${from}: ${JSON.stringify(x)?.slice(0, 200)} is not a source descriptor. HINT: every trainer rank must run the same Ascent build and publish strategy.weightSources().`, { from });
+    throw new InvalidArgumentError(
+      `Weight sources from ${from}: ${JSON.stringify(x)?.slice(0, 200)} is not a source descriptor. HINT: every trainer rank must run the same Ascent build and publish strategy.weightSources().`,
+      { from },
+    );
   }
   return d;
 }

@@ -41,7 +41,10 @@ const PER_EXPERT = /^model\.layers\.\d+\.mlp\.experts\.\d+\./;
 
 function checkSrc(name: string, src: Tensor, shape: readonly number[]): void {
   if (src.dtype !== 'fp32' || src.shape.length !== shape.length || src.shape.some((d, i) => d !== shape[i])) {
-    throw new InvalidArgumentError(`Direct write of ${name}: expected an fp32 [${shape.join(', ')}] tensor but received ${src.dtype} [${src.shape.join(', ')}].`, { tensor: name });
+    throw new InvalidArgumentError(
+      `Direct write of ${name}: expected an fp32 [${shape.join(', ')}] tensor but received ${src.dtype} [${src.shape.join(', ')}].`,
+      { tensor: name },
+    );
   }
 }
 
@@ -53,21 +56,35 @@ export function hfDirectWrites(cfg: ModelConfig, shard: TpShard, plan: ReadonlyM
   const m = FUSED.exec(name);
   if (m) {
     const { numExperts: E, intermediateSize: I } = cfg.moe!;
-    const Im = shard.moeInterLocal, s = shard.moeInterStart;
+    const Im = shard.moeInterLocal,
+      s = shard.moeInterStart;
     const p = `model.layers.${m[1]}.mlp.experts`;
     if (m[2] === 'gate_up_proj') {
-      return [{ param: `${p}.w13_weight`, write: (dst, src, stream) => {
-        checkSrc(name, src, entry.shape);
-        stridedRead(dst.reshape([dst.numel]), src, [E, H, 2, Im], [2 * I * H, 1, I * H, H], s * H, stream);
-      } }];
+      return [
+        {
+          param: `${p}.w13_weight`,
+          write: (dst, src, stream) => {
+            checkSrc(name, src, entry.shape);
+            stridedRead(dst.reshape([dst.numel]), src, [E, H, 2, Im], [2 * I * H, 1, I * H, H], s * H, stream);
+          },
+        },
+      ];
     }
-    return [{ param: `${p}.w2_weight`, write: (dst, src, stream) => {
-      checkSrc(name, src, entry.shape);
-      stridedRead(dst.reshape([dst.numel]), src, [E, Im, H], [H * I, 1, I], s, stream);
-    } }];
+    return [
+      {
+        param: `${p}.w2_weight`,
+        write: (dst, src, stream) => {
+          checkSrc(name, src, entry.shape);
+          stridedRead(dst.reshape([dst.numel]), src, [E, Im, H], [H * I, 1, I], s, stream);
+        },
+      },
+    ];
   }
   if (PER_EXPERT.test(name)) {
-    throw new InvalidArgumentError(`Direct write of ${name}: per-expert HF expert tensors cannot be written in the processed layout one by one. HINT: pass the fused mlp.experts.gate_up_proj / down_proj, or Megatron linear_fc1 / linear_fc2 per expert (expertDirectWrite), or do a full reload.`, { tensor: name });
+    throw new InvalidArgumentError(
+      `Direct write of ${name}: per-expert HF expert tensors cannot be written in the processed layout one by one. HINT: pass the fused mlp.experts.gate_up_proj / down_proj, or Megatron linear_fc1 / linear_fc2 per expert (expertDirectWrite), or do a full reload.`,
+      { tensor: name },
+    );
   }
   return entry.writes.map((w) => ({
     param: w.param,
@@ -86,16 +103,23 @@ export function hfDirectWrites(cfg: ModelConfig, shard: TpShard, plan: ReadonlyM
 export function expertDirectWrite(cfg: ModelConfig, shard: TpShard, layer: number, e: number, fc: 'fc1' | 'fc2'): DirectWrite {
   const H = cfg.hiddenSize;
   const I = cfg.moe!.intermediateSize;
-  const Im = shard.moeInterLocal, s = shard.moeInterStart;
+  const Im = shard.moeInterLocal,
+    s = shard.moeInterStart;
   const p = `model.layers.${layer}.mlp.experts`;
   if (fc === 'fc1') {
-    return { param: `${p}.w13_weight`, write: (dst, src, stream) => {
-      checkSrc(`expert ${e} linear_fc1`, src, [2 * I, H]);
-      stridedRead(viewOf(dst.reshape([dst.numel]), [H * 2 * Im], e * H * 2 * Im), src, [H, 2, Im], [1, I * H, H], s * H, stream);
-    } };
+    return {
+      param: `${p}.w13_weight`,
+      write: (dst, src, stream) => {
+        checkSrc(`expert ${e} linear_fc1`, src, [2 * I, H]);
+        stridedRead(viewOf(dst.reshape([dst.numel]), [H * 2 * Im], e * H * 2 * Im), src, [H, 2, Im], [1, I * H, H], s * H, stream);
+      },
+    };
   }
-  return { param: `${p}.w2_weight`, write: (dst, src, stream) => {
-    checkSrc(`expert ${e} linear_fc2`, src, [H, I]);
-    stridedRead(viewOf(dst.reshape([dst.numel]), [Im * H], e * Im * H), src, [Im, H], [1, I], s, stream);
-  } };
+  return {
+    param: `${p}.w2_weight`,
+    write: (dst, src, stream) => {
+      checkSrc(`expert ${e} linear_fc2`, src, [H, I]);
+      stridedRead(viewOf(dst.reshape([dst.numel]), [Im * H], e * Im * H), src, [Im, H], [1, I], s, stream);
+    },
+  };
 }

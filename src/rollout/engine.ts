@@ -83,7 +83,8 @@ export class RolloutEngine {
     this.plan = hfLoadPlan(cfg, this.shard);
     const posInt = (v: unknown, name: string, dflt: number) => {
       const x = v ?? dflt;
-      if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 1) throw new InvalidArgumentError(`Expected a positive integer for ${name} but received ${describe(x)}.`, { argument: name });
+      if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 1)
+        throw new InvalidArgumentError(`Expected a positive integer for ${name} but received ${describe(x)}.`, { argument: name });
       return x;
     };
     this.timeoutMs = posInt(opts.waitTimeoutMs, 'waitTimeoutMs', 300_000);
@@ -125,7 +126,9 @@ export class RolloutEngine {
   private enter(what: string, allowAsleep = false, allowSession = false): void {
     if (this.busy) throw new InvalidStateError(`${what} called while ${this.busy} is running. HINT: await it first.`, { busy: this.busy });
     if (this.session && !allowSession) {
-      throw new InvalidStateError(`${what} called while ${this.session.label} is open. HINT: finish() it first (or abort() it when it failed).`, { session: this.session.kind });
+      throw new InvalidStateError(`${what} called while ${this.session.label} is open. HINT: finish() it first (or abort() it when it failed).`, {
+        session: this.session.kind,
+      });
     }
     if (!allowAsleep && this.sleepLevel !== null) {
       throw new InvalidStateError(`${what} called while the engine is asleep (level ${this.sleepLevel}). HINT: call wake() first.`, { level: this.sleepLevel });
@@ -154,7 +157,11 @@ export class RolloutEngine {
 
   private sessionHost(): SessionHost {
     return {
-      cfg: this.cfg, device: this.device, stream: this.stream, params: this.params, plan: this.plan,
+      cfg: this.cfg,
+      device: this.device,
+      stream: this.stream,
+      params: this.params,
+      plan: this.plan,
       closed: (s) => {
         if (this.session === s) this.session = null;
       },
@@ -189,7 +196,8 @@ export class RolloutEngine {
   /** Right-padded ids / positions of sequences (pad id 0, positions 0..S-1 per row). */
   private upload(seqs: number[][], S: number, scratch: Tensor[]): { ids: Tensor; positions: Tensor } {
     const B = seqs.length;
-    const ids = new Int32Array(B * S), pos = new Int32Array(B * S);
+    const ids = new Int32Array(B * S),
+      pos = new Int32Array(B * S);
     seqs.forEach((s, b) => {
       ids.set(s, b * S);
       for (let t = 0; t < S; t++) pos[b * S + t] = t;
@@ -223,11 +231,19 @@ export class RolloutEngine {
       };
       try {
         const batch = this.upload(rows, S, scratch);
-        let logits = forward(this.ctx(), {
-          ...batch, batch: B, seqLen: S, mode: 'prefill',
-          kv: { cache: this.kv, cachePos: rows.map(() => 0) },
-          outRows: up(Int32Array.from(lens, (l, b) => b * S + l - 1)),
-        }, scratch, pending);
+        let logits = forward(
+          this.ctx(),
+          {
+            ...batch,
+            batch: B,
+            seqLen: S,
+            mode: 'prefill',
+            kv: { cache: this.kv, cachePos: rows.map(() => 0) },
+            outRows: up(Int32Array.from(lens, (l, b) => b * S + l - 1)),
+          },
+          scratch,
+          pending,
+        );
         const cur = [...lens];
         for (let step = 0; step < sp.maxTokens; step++) {
           scratch.push(logits);
@@ -236,7 +252,11 @@ export class RolloutEngine {
           scratch.push(tokens, lp);
           this.fromLeader(tokens, pending);
           this.fromLeader(lp, pending);
-          const [tok, lps] = await Promise.all([tokens.toArray({ stream, timeoutMs: this.timeoutMs }), lp.toArray({ stream, timeoutMs: this.timeoutMs }), ...pending.splice(0)]);
+          const [tok, lps] = await Promise.all([
+            tokens.toArray({ stream, timeoutMs: this.timeoutMs }),
+            lp.toArray({ stream, timeoutMs: this.timeoutMs }),
+            ...pending.splice(0),
+          ]);
           for (let b = 0; b < B; b++) {
             if (done[b]) continue;
             out.tokens[b]!.push(tok![b] as number);
@@ -251,11 +271,20 @@ export class RolloutEngine {
           const prev = scratch;
           scratch = [tokens];
           for (const t of prev) if (t !== tokens) t.release();
-          logits = forward(this.ctx(), {
-            ids: tokens, positions: up(Int32Array.from(cur)), batch: B, seqLen: 1, mode: 'decode',
-            kv: { cache: this.kv, cachePos: [...cur] },
-            lengths: up(Int32Array.from(cur, (c) => c + 1)),
-          }, scratch, pending);
+          logits = forward(
+            this.ctx(),
+            {
+              ids: tokens,
+              positions: up(Int32Array.from(cur)),
+              batch: B,
+              seqLen: 1,
+              mode: 'decode',
+              kv: { cache: this.kv, cachePos: [...cur] },
+              lengths: up(Int32Array.from(cur, (c) => c + 1)),
+            },
+            scratch,
+            pending,
+          );
           for (let b = 0; b < B; b++) cur[b]!++;
         }
         return out;
@@ -276,7 +305,10 @@ export class RolloutEngine {
     checkOptions(options, ['temperature'], 'computeLogprobs()');
     const temperature = options?.temperature;
     if (typeof temperature !== 'number' || !(temperature > 0) || !Number.isFinite(temperature)) {
-      throw new InvalidArgumentError(`computeLogprobs() requires { temperature } > 0 (the sampling temperature; 1 for greedy samples) but received ${describe(temperature)}.`, { argument: 'temperature' });
+      throw new InvalidArgumentError(
+        `computeLogprobs() requires { temperature } > 0 (the sampling temperature; 1 for greedy samples) but received ${describe(temperature)}.`,
+        { argument: 'temperature' },
+      );
     }
     const rows = checkSequences(ids, this.cfg.vocabSize, 'ids', 2);
     return this.run('computeLogprobs()', async () => {
@@ -300,7 +332,10 @@ export class RolloutEngine {
   }
 
   /** One prefill pass (no KV cache) over right-padded rows; `pick` makes the tensor read back (broadcast from tp rank 0). */
-  private async scoreRows(rows: number[][], pick: (logits: Tensor, targets: Tensor, scratch: Tensor[]) => Tensor): Promise<{ values: Float32Array; S: number }> {
+  private async scoreRows(
+    rows: number[][],
+    pick: (logits: Tensor, targets: Tensor, scratch: Tensor[]) => Tensor,
+  ): Promise<{ values: Float32Array; S: number }> {
     const S = Math.max(...rows.map((r) => r.length));
     const scratch: Tensor[] = [];
     const pending: Promise<void>[] = [];

@@ -53,8 +53,11 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
   registerModelPatches();
   const { cfg, params, shard, comm, stream } = ctx;
   const { batch: B, seqLen: S } = inp;
-  const T = B * S, D = cfg.headDim, H = cfg.hiddenSize;
-  const nH = shard.headsLocal, nKV = shard.kvHeadsLocal;
+  const T = B * S,
+    D = cfg.headDim,
+    H = cfg.hiddenSize;
+  const nH = shard.headsLocal,
+    nKV = shard.kvHeadsLocal;
   const own = <X extends Tensor>(t: X): X => (scratch.push(t), t);
   const o = (patch: string) => ({ stream, impl: patchImpl(patch) });
   const w = (name: string) => params.get(name).view('processed');

@@ -55,9 +55,16 @@ export class KvCache {
   /** Checks a batch fits: `batch` rows, each needing up to `seqLen` positions. */
   checkFits(batch: number, seqLen: number): void {
     const s = this.shape;
-    if (batch > s.maxBatch) throw new InvalidArgumentError(`A batch of ${batch} sequences exceeds the KV cache's maxBatch ${s.maxBatch}. HINT: raise maxBatch when creating the engine, or split the batch.`, { batch, maxBatch: s.maxBatch });
+    if (batch > s.maxBatch)
+      throw new InvalidArgumentError(
+        `A batch of ${batch} sequences exceeds the KV cache's maxBatch ${s.maxBatch}. HINT: raise maxBatch when creating the engine, or split the batch.`,
+        { batch, maxBatch: s.maxBatch },
+      );
     if (seqLen > s.maxSeqLen) {
-      throw new InvalidArgumentError(`Prompt plus maxTokens needs ${seqLen} positions but the KV cache holds ${s.maxSeqLen}. HINT: lower maxTokens or raise maxSeqLen.`, { seqLen, maxSeqLen: s.maxSeqLen });
+      throw new InvalidArgumentError(
+        `Prompt plus maxTokens needs ${seqLen} positions but the KV cache holds ${s.maxSeqLen}. HINT: lower maxTokens or raise maxSeqLen.`,
+        { seqLen, maxSeqLen: s.maxSeqLen },
+      );
     }
   }
 
@@ -65,7 +72,8 @@ export class KvCache {
   views(l: number, batch: number): { k: Tensor; v: Tensor } {
     const s = this.shape;
     const shape = [batch, s.maxSeqLen, s.kvHeads, s.headDim];
-    const kt = this.k[l]!, vt = this.v[l]!;
+    const kt = this.k[l]!,
+      vt = this.v[l]!;
     return {
       k: new Tensor(kt.device, kt.buffer, 'fp32', shape, undefined, kt.byteOffset),
       v: new Tensor(vt.device, vt.buffer, 'fp32', shape, undefined, vt.byteOffset),
@@ -79,7 +87,10 @@ export class KvCache {
   write(l: number, k: Tensor, v: Tensor, pos: readonly number[], count: number, stream: Stream): void {
     const s = this.shape;
     const row = s.kvHeads * s.headDim; // floats per position
-    for (const [src, dst] of [[k, this.k[l]!], [v, this.v[l]!]] as const) {
+    for (const [src, dst] of [
+      [k, this.k[l]!],
+      [v, this.v[l]!],
+    ] as const) {
       for (let b = 0; b < pos.length; b++) {
         const from = new Tensor(src.device, src.buffer, 'fp32', [count * row], undefined, src.byteOffset + b * count * row * 4);
         const to = new Tensor(dst.device, dst.buffer, 'fp32', [count * row], undefined, dst.byteOffset + (b * s.maxSeqLen + pos[b]!) * row * 4);
@@ -92,7 +103,8 @@ export class KvCache {
   async sleep(level: 1 | 2, stream: Stream, timeoutMs?: number): Promise<void> {
     if (level === 1) {
       this.host = [];
-      for (let l = 0; l < this.shape.layers; l++) this.host.push(await this.k[l]!.toBytes({ stream, timeoutMs }), await this.v[l]!.toBytes({ stream, timeoutMs }));
+      for (let l = 0; l < this.shape.layers; l++)
+        this.host.push(await this.k[l]!.toBytes({ stream, timeoutMs }), await this.v[l]!.toBytes({ stream, timeoutMs }));
     }
     for (const t of [...this.k, ...this.v]) t.release();
     this.k = [];
@@ -104,7 +116,10 @@ export class KvCache {
     this.allocate();
     if (this.host) {
       for (let l = 0; l < this.shape.layers; l++) {
-        for (const [i, t] of [[2 * l, this.k[l]!], [2 * l + 1, this.v[l]!]] as const) {
+        for (const [i, t] of [
+          [2 * l, this.k[l]!],
+          [2 * l + 1, this.v[l]!],
+        ] as const) {
           const tmp = Tensor.fromArray(this.device, this.host[i]!, [this.host[i]!.length], { dtype: 'uint8', stream });
           copy(new Tensor(t.device, t.buffer, 'uint8', [t.numel * 4], undefined, t.byteOffset), tmp, { stream });
           tmp.release();

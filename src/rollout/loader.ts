@@ -55,7 +55,8 @@ export function hfLoadPlan(cfg: ModelConfig, shard: TpShard): Map<string, HfEntr
     whole(`${p}.post_attention_layernorm.weight`, [H]);
     whole(`${p}.self_attn.q_norm.weight`, [D]);
     whole(`${p}.self_attn.k_norm.weight`, [D]);
-    const hl = shard.headsLocal * D, kvl = shard.kvHeadsLocal * D;
+    const hl = shard.headsLocal * D,
+      kvl = shard.kvHeadsLocal * D;
     rows(`${p}.self_attn.q_proj.weight`, [nH * D, H], qkv, 'q', shard.headStart * D, hl, 0);
     rows(`${p}.self_attn.k_proj.weight`, [nKV * D, H], qkv, 'k', shard.kvHeadStart * D, kvl, hl);
     rows(`${p}.self_attn.v_proj.weight`, [nKV * D, H], qkv, 'v', shard.kvHeadStart * D, kvl, hl + kvl);
@@ -63,21 +64,30 @@ export function hfLoadPlan(cfg: ModelConfig, shard: TpShard): Map<string, HfEntr
     plan.set(o, { shape: [H, nH * D], writes: [{ param: o, parts: ['all'], view: [H, nH * D], dim: 1, start: shard.headStart * D, len: hl, dstOffset: 0 }] });
     if (isMoeLayer(cfg, i)) {
       const { numExperts: E, intermediateSize: I } = cfg.moe!;
-      const Im = shard.moeInterLocal, s = shard.moeInterStart;
-      const w13 = `${p}.mlp.experts.w13_weight`, w2 = `${p}.mlp.experts.w2_weight`;
+      const Im = shard.moeInterLocal,
+        s = shard.moeInterStart;
+      const w13 = `${p}.mlp.experts.w13_weight`,
+        w2 = `${p}.mlp.experts.w2_weight`;
       whole(`${p}.mlp.gate.weight`, [E, H]);
       for (let e = 0; e < E; e++) {
         const n = perExpertNames(i, e);
         plan.set(n.gate, { shape: [I, H], writes: [{ param: w13, parts: [`gate.${e}`], view: [I, H], dim: 0, start: s, len: Im, dstOffset: e * 2 * Im * H }] });
-        plan.set(n.up, { shape: [I, H], writes: [{ param: w13, parts: [`up.${e}`], view: [I, H], dim: 0, start: s, len: Im, dstOffset: (e * 2 + 1) * Im * H }] });
+        plan.set(n.up, {
+          shape: [I, H],
+          writes: [{ param: w13, parts: [`up.${e}`], view: [I, H], dim: 0, start: s, len: Im, dstOffset: (e * 2 + 1) * Im * H }],
+        });
         plan.set(n.down, { shape: [H, I], writes: [{ param: w2, parts: [`down.${e}`], view: [H, I], dim: 1, start: s, len: Im, dstOffset: e * H * Im }] });
       }
       const f = fusedExpertNames(i);
       const all = (k: string[]) => Array.from({ length: E }, (_, e) => k.map((x) => `${x}.${e}`)).flat();
-      plan.set(f.gateUp, { shape: [E, 2 * I, H], writes: [{ param: w13, parts: all(['gate', 'up']), view: [E, 2, I, H], dim: 2, start: s, len: Im, dstOffset: 0 }] });
+      plan.set(f.gateUp, {
+        shape: [E, 2 * I, H],
+        writes: [{ param: w13, parts: all(['gate', 'up']), view: [E, 2, I, H], dim: 2, start: s, len: Im, dstOffset: 0 }],
+      });
       plan.set(f.down, { shape: [E, H, I], writes: [{ param: w2, parts: all(['down']), view: [E, H, I], dim: 2, start: s, len: Im, dstOffset: 0 }] });
     } else {
-      const I = cfg.intermediateSize, Il = shard.interLocal;
+      const I = cfg.intermediateSize,
+        Il = shard.interLocal;
       const gu = `${p}.mlp.gate_up_proj.weight`;
       rows(`${p}.mlp.gate_proj.weight`, [I, H], gu, 'gate', shard.interStart, Il, 0);
       rows(`${p}.mlp.up_proj.weight`, [I, H], gu, 'up', shard.interStart, Il, Il);
@@ -104,7 +114,10 @@ const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 function hostFloats(name: string, src: WeightSource): Float32Array | null {
   if (src instanceof Tensor) return null;
   if (src === null || typeof src !== 'object' || !('data' in src) || !('shape' in src)) {
-    throw new InvalidArgumentError(`ReloadSession.load(): ${name} must be a Tensor, a HostTensor or { shape, data: Float32Array } but received ${describe(src)}.`, { tensor: name });
+    throw new InvalidArgumentError(
+      `ReloadSession.load(): ${name} must be a Tensor, a HostTensor or { shape, data: Float32Array } but received ${describe(src)}.`,
+      { tensor: name },
+    );
   }
   if (src.data instanceof Float32Array) return src.data;
   if ('dtype' in src && src.dtype === 'F32' && src.data instanceof Uint8Array) {
@@ -133,21 +146,32 @@ export function loadOne(params: RuntimeParams, name: string, entry: HfEntry, src
   const host = hostFloats(name, src);
   const shape = src instanceof Tensor ? src.shape : src.shape;
   if (shape.length !== entry.shape.length || shape.some((d, i) => d !== entry.shape[i])) {
-    throw new InvalidArgumentError(`ReloadSession.load(): ${name} has shape [${shape.join(', ')}] but the config needs [${entry.shape.join(', ')}] (the full, unsharded HF tensor).`, { tensor: name });
+    throw new InvalidArgumentError(
+      `ReloadSession.load(): ${name} has shape [${shape.join(', ')}] but the config needs [${entry.shape.join(', ')}] (the full, unsharded HF tensor).`,
+      { tensor: name },
+    );
   }
   if (src instanceof Tensor) {
     src.checkLive(name);
-    if (src.dtype !== 'fp32') throw new InvalidArgumentError(`ReloadSession.load(): ${name} is ${src.dtype}; the rollout engine holds fp32 weights. HINT: cast() it first.`, { tensor: name });
+    if (src.dtype !== 'fp32')
+      throw new InvalidArgumentError(`ReloadSession.load(): ${name} is ${src.dtype}; the rollout engine holds fp32 weights. HINT: cast() it first.`, {
+        tensor: name,
+      });
     if (src.device.ordinal !== params.device.ordinal) {
-      throw new InvalidArgumentError(`ReloadSession.load(): ${name} is on device ${src.device.ordinal} but the engine is on device ${params.device.ordinal}. HINT: pass a host tensor or copyPeer() it first.`, { tensor: name });
+      throw new InvalidArgumentError(
+        `ReloadSession.load(): ${name} is on device ${src.device.ordinal} but the engine is on device ${params.device.ordinal}. HINT: pass a host tensor or copyPeer() it first.`,
+        { tensor: name },
+      );
     }
   } else if (host!.length !== numel(entry.shape)) {
-    throw new InvalidArgumentError(`ReloadSession.load(): ${name} holds ${host!.length} floats; [${entry.shape.join(', ')}] needs ${numel(entry.shape)}.`, { tensor: name });
+    throw new InvalidArgumentError(`ReloadSession.load(): ${name} holds ${host!.length} floats; [${entry.shape.join(', ')}] needs ${numel(entry.shape)}.`, {
+      tensor: name,
+    });
   }
   for (const w of entry.writes) {
     const p = params.get(w.param);
     const dstTensor = params.ensureAllocated(p);
-    const n = numel(w.view) / w.view[w.dim]! * w.len;
+    const n = (numel(w.view) / w.view[w.dim]!) * w.len;
     const dst = new Tensor(dstTensor.device, dstTensor.buffer, 'fp32', [n], undefined, dstTensor.byteOffset + w.dstOffset * 4);
     if (host) {
       const tmp = Tensor.fromArray(params.device, sliceHost(host, w.view, w.dim, w.start, w.len), [n], { stream });
@@ -180,10 +204,16 @@ export function loadRange(params: RuntimeParams, name: string, entry: HfEntry, p
   piece.checkLive(name);
   const total = numel(entry.shape);
   if (piece.dtype !== 'fp32' || piece.device.ordinal !== params.device.ordinal) {
-    throw new InvalidArgumentError(`ReloadSession.loadRange(): a piece of ${name} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`, { tensor: name });
+    throw new InvalidArgumentError(
+      `ReloadSession.loadRange(): a piece of ${name} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`,
+      { tensor: name },
+    );
   }
   if (!Number.isSafeInteger(from) || from < 0 || from + piece.numel > total) {
-    throw new InvalidArgumentError(`ReloadSession.loadRange(): elements [${from}, ${from + piece.numel}) are outside ${name}, which has ${total} ([${entry.shape.join(', ')}]).`, { tensor: name });
+    throw new InvalidArgumentError(
+      `ReloadSession.loadRange(): elements [${from}, ${from + piece.numel}) are outside ${name}, which has ${total} ([${entry.shape.join(', ')}]).`,
+      { tensor: name },
+    );
   }
   for (const w of entry.writes) {
     const p = params.get(w.param);
@@ -206,12 +236,18 @@ export function loadLocal(params: RuntimeParams, param: string, piece: Tensor, f
   const p = params.get(param);
   piece.checkLive(param);
   if (piece.dtype !== 'fp32' || piece.device.ordinal !== params.device.ordinal) {
-    throw new InvalidArgumentError(`ReloadSession.loadLocalRange(): a piece for ${param} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`, { parameter: param });
+    throw new InvalidArgumentError(
+      `ReloadSession.loadLocalRange(): a piece for ${param} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`,
+      { parameter: param },
+    );
   }
   const dst = params.ensureAllocated(p);
   for (const g of geometry) {
     if (g.dstOffset + (numel(g.view) / g.view[g.dim]!) * g.len > dst.numel) {
-      throw new InvalidArgumentError(`ReloadSession.loadLocalRange(): a write of ${g.len} rows at element ${g.dstOffset} does not fit ${param} (${dst.numel} elements on this rank).`, { parameter: param });
+      throw new InvalidArgumentError(
+        `ReloadSession.loadLocalRange(): a write of ${g.len} rows at element ${g.dstOffset} does not fit ${param} (${dst.numel} elements on this rank).`,
+        { parameter: param },
+      );
     }
     writeSliceRange(dst, piece, from, g, stream);
   }

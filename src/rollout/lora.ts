@@ -48,7 +48,8 @@ export function releaseEngineLora(engine: RolloutEngine): void {
  * next sync). Returns the runtime parameters written.
  */
 export function applyEngineAdapters(engine: RolloutEngine, adapters: readonly EngineAdapter[], scaling: number): string[] {
-  if (!(typeof scaling === 'number' && Number.isFinite(scaling))) throw new InvalidArgumentError(`applyEngineAdapters(): scaling must be a finite number but is ${String(scaling)}.`);
+  if (!(typeof scaling === 'number' && Number.isFinite(scaling)))
+    throw new InvalidArgumentError(`applyEngineAdapters(): scaling must be a finite number but is ${String(scaling)}.`);
   const plan = hfLoadPlan(engine.cfg, engine.shard);
   const stream = engine.stream;
   const byParam = new Map<string, Array<{ ad: EngineAdapter; write: ReturnType<typeof hfDirectWrites>[number] }>>();
@@ -69,7 +70,11 @@ export function applyEngineAdapters(engine: RolloutEngine, adapters: readonly En
       s.base = new Map();
       for (const name of byParam.keys()) {
         const p = engine.params.get(name);
-        if (p.state !== 'processed' || !p.tensor) throw new InvalidArgumentError(`Adapter sync: runtime parameter ${name} is '${p.state}'; the engine needs its base weights first. HINT: run a full sync before the first adapter sync.`, { parameter: name });
+        if (p.state !== 'processed' || !p.tensor)
+          throw new InvalidArgumentError(
+            `Adapter sync: runtime parameter ${name} is '${p.state}'; the engine needs its base weights first. HINT: run a full sync before the first adapter sync.`,
+            { parameter: name },
+          );
         const t = Tensor.empty(engine.device, p.tensor.shape, 'fp32');
         copy(t, p.tensor, { stream });
         s.base.set(name, t);
@@ -77,7 +82,11 @@ export function applyEngineAdapters(engine: RolloutEngine, adapters: readonly En
     }
     for (const [param, list] of byParam) {
       const base = s.base!.get(param);
-      if (!base) throw new InvalidArgumentError(`Adapter sync: no base copy of ${param} (the adapted set changed since the last full sync). HINT: run a full sync first.`, { parameter: param });
+      if (!base)
+        throw new InvalidArgumentError(
+          `Adapter sync: no base copy of ${param} (the adapted set changed since the last full sync). HINT: run a full sync first.`,
+          { parameter: param },
+        );
       const delta = Tensor.empty(engine.device, base.shape, 'fp32');
       fill(delta, 0, { stream });
       for (const { ad, write } of list) {

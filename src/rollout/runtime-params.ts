@@ -59,8 +59,20 @@ export function runtimeParamSpecs(cfg: ModelConfig, shard: TpShard): RuntimePara
       const Im = shard.moeInterLocal;
       const experts = Array.from({ length: E }, (_, e) => e);
       plain(`${p}.mlp.gate.weight`, [E, H]);
-      specs.push({ name: `${p}.mlp.experts.w13_weight`, preShape: [E, 2 * Im, H], procShape: [E, H, 2 * Im], swapOnProcess: true, parts: experts.flatMap((e) => [`gate.${e}`, `up.${e}`]) });
-      specs.push({ name: `${p}.mlp.experts.w2_weight`, preShape: [E, H, Im], procShape: [E, Im, H], swapOnProcess: true, parts: experts.map((e) => `down.${e}`) });
+      specs.push({
+        name: `${p}.mlp.experts.w13_weight`,
+        preShape: [E, 2 * Im, H],
+        procShape: [E, H, 2 * Im],
+        swapOnProcess: true,
+        parts: experts.flatMap((e) => [`gate.${e}`, `up.${e}`]),
+      });
+      specs.push({
+        name: `${p}.mlp.experts.w2_weight`,
+        preShape: [E, H, Im],
+        procShape: [E, Im, H],
+        swapOnProcess: true,
+        parts: experts.map((e) => `down.${e}`),
+      });
     } else {
       plain(`${p}.mlp.gate_up_proj.weight`, [2 * shard.interLocal, H], ['gate', 'up']);
       plain(`${p}.mlp.down_proj.weight`, [H, shard.interLocal]);
@@ -100,10 +112,11 @@ export class RuntimeParam {
   }
 
   layoutError(expected: string, hint: string): WeightLayoutError {
-    return new WeightLayoutError(
-      `Runtime parameter ${this.name} is '${this.state}' but '${expected}' was expected. HINT: ${hint}`,
-      { parameter: this.name, expected, actual: this.state },
-    );
+    return new WeightLayoutError(`Runtime parameter ${this.name} is '${this.state}' but '${expected}' was expected. HINT: ${hint}`, {
+      parameter: this.name,
+      expected,
+      actual: this.state,
+    });
   }
 }
 
@@ -148,9 +161,11 @@ export class RuntimeParams {
     for (const p of this.params.values()) {
       if (p.state === 'processed') continue;
       const hint =
-        p.state === 'preprocessed' ? 'a reload was not finished: finish() the reload session (engine.beginReload() … finish()) before generating; an aborted reload must be run again.'
-        : p.state === 'dropped' ? 'weights were dropped (sleep level 2, or never loaded): write them with a full reload (engine.beginReload() … finish()) or a direct session (engine.beginDirect() … write()) first.'
-        : 'the engine is asleep: call wake() first.';
+        p.state === 'preprocessed'
+          ? 'a reload was not finished: finish() the reload session (engine.beginReload() … finish()) before generating; an aborted reload must be run again.'
+          : p.state === 'dropped'
+            ? 'weights were dropped (sleep level 2, or never loaded): write them with a full reload (engine.beginReload() … finish()) or a direct session (engine.beginDirect() … write()) first.'
+            : 'the engine is asleep: call wake() first.';
       throw p.layoutError('processed', hint);
     }
   }
@@ -163,10 +178,16 @@ export class RuntimeParams {
   process(stream: Stream, hfNamesOfPart: (p: RuntimeParam, part: string) => string): void {
     for (const p of this.params.values()) {
       if (p.state === 'processed') {
-        throw p.layoutError('preprocessed', 'the post-load processing (ReloadSession.finish()) runs exactly once per full reload, on weights the reload wrote; these are already processed (this reload never wrote them: an earlier reload or a direct write, which needs none). Pass every checkpoint tensor to the reload session before finish().');
+        throw p.layoutError(
+          'preprocessed',
+          'the post-load processing (ReloadSession.finish()) runs exactly once per full reload, on weights the reload wrote; these are already processed (this reload never wrote them: an earlier reload or a direct write, which needs none). Pass every checkpoint tensor to the reload session before finish().',
+        );
       }
       if (p.state !== 'preprocessed') {
-        throw p.layoutError('preprocessed', p.state === 'offloaded' ? 'call wake() first.' : 'load every checkpoint tensor into the reload session before finish().');
+        throw p.layoutError(
+          'preprocessed',
+          p.state === 'offloaded' ? 'call wake() first.' : 'load every checkpoint tensor into the reload session before finish().',
+        );
       }
       const missing = p.spec.parts.filter((k) => !p.filled.has(k));
       if (missing.length) {

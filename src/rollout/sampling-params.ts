@@ -59,7 +59,8 @@ export function resolveSampling(p: SamplingParams, vocabSize: number): ResolvedS
 
 function stopIds(v: unknown, vocabSize: number): ReadonlySet<number> {
   if (v === undefined) return new Set();
-  if (!Array.isArray(v)) throw new InvalidArgumentError(`Expected an array of token ids for stopTokenIds but received ${describe(v)}.`, { argument: 'stopTokenIds' });
+  if (!Array.isArray(v))
+    throw new InvalidArgumentError(`Expected an array of token ids for stopTokenIds but received ${describe(v)}.`, { argument: 'stopTokenIds' });
   return new Set(v.map((x, i) => num(x, `stopTokenIds[${i}]`, (y) => isInt(y) && y >= 0 && y < vocabSize, `a token id in [0, ${vocabSize})`)));
 }
 
@@ -70,14 +71,20 @@ export function logprobTemperature(samplingTemperature: number): number {
 
 /** Checks token sequences: a non-empty array of non-empty arrays of ids in [0, vocabSize). */
 export function checkSequences(seqs: unknown, vocabSize: number, what: string, minLen = 1): number[][] {
-  if (!Array.isArray(seqs) || seqs.length === 0) throw new InvalidArgumentError(`Expected a non-empty array of token-id arrays for ${what} but received ${describe(seqs)}.`, { argument: what });
+  if (!Array.isArray(seqs) || seqs.length === 0)
+    throw new InvalidArgumentError(`Expected a non-empty array of token-id arrays for ${what} but received ${describe(seqs)}.`, { argument: what });
   seqs.forEach((s, b) => {
-    if (!Array.isArray(s) && !(s instanceof Int32Array)) throw new InvalidArgumentError(`${what}[${b}] must be an array of token ids but is ${describe(s)}.`, { argument: what, row: b });
+    if (!Array.isArray(s) && !(s instanceof Int32Array))
+      throw new InvalidArgumentError(`${what}[${b}] must be an array of token ids but is ${describe(s)}.`, { argument: what, row: b });
     if (s.length < minLen) throw new InvalidArgumentError(`${what}[${b}] has ${s.length} tokens; at least ${minLen} needed.`, { argument: what, row: b });
     for (let t = 0; t < s.length; t++) {
       const id = s[t];
       if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id >= vocabSize) {
-        throw new InvalidArgumentError(`${what}[${b}][${t}] is ${describe(id)}; expected a token id in [0, ${vocabSize}).`, { argument: what, row: b, position: t });
+        throw new InvalidArgumentError(`${what}[${b}][${t}] is ${describe(id)}; expected a token id in [0, ${vocabSize}).`, {
+          argument: what,
+          row: b,
+          position: t,
+        });
       }
     }
   });

@@ -37,7 +37,8 @@ export function writeSliceRange(dst: Tensor, piece: Tensor, from: number, w: Sli
   const V = w.view[w.dim]! * inner;
   const L = w.len * inner;
   const s0 = w.start * inner;
-  const a = from, b = from + piece.numel;
+  const a = from,
+    b = from + piece.numel;
   if (L === 0 || b <= a) return 0;
   // Rows whose run [o·V + s0, o·V + s0 + L) meets [a, b).
   const first = Math.max(0, Math.ceil((a - s0 - L + 1) / V));
@@ -47,13 +48,15 @@ export function writeSliceRange(dst: Tensor, piece: Tensor, from: number, w: Sli
   const flatSrc = piece.reshape([piece.numel]);
   let written = 0;
   const part = (o: number) => {
-    const lo = Math.max(a, o * V + s0), hi = Math.min(b, o * V + s0 + L);
+    const lo = Math.max(a, o * V + s0),
+      hi = Math.min(b, o * V + s0 + L);
     if (hi <= lo) return;
     copy(viewOf(flatDst, [hi - lo], w.dstOffset + o * L + (lo - o * V - s0)), viewOf(flatSrc, [hi - lo], lo - a), { stream });
     written += hi - lo;
   };
   const whole = (o: number) => o * V + s0 >= a && o * V + s0 + L <= b;
-  let oa = first, ob = last;
+  let oa = first,
+    ob = last;
   if (!whole(oa)) part(oa++);
   if (ob >= oa && !whole(ob)) part(ob--);
   if (ob >= oa) {
@@ -78,7 +81,9 @@ export function writeSliceRange(dst: Tensor, piece: Tensor, from: number, w: Sli
 export function contiguousTarget(w: SliceGeometry, from: number, count: number): number | null {
   const inner = numel(w.view.slice(w.dim + 1));
   const outer = numel(w.view.slice(0, w.dim));
-  const V = w.view[w.dim]! * inner, L = w.len * inner, s0 = w.start * inner;
+  const V = w.view[w.dim]! * inner,
+    L = w.len * inner,
+    s0 = w.start * inner;
   if (count <= 0 || from < 0 || from + count > outer * V) return null;
   if (V === L) return w.dstOffset + from;
   const o = Math.floor(from / V);

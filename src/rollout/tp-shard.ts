@@ -41,7 +41,8 @@ function divisible(what: string, size: number, tp: number): void {
 
 /** The shard of rank `tpRank` in a tp group of `tpSize`; sizes the model cannot split are errors. */
 export function tpShard(cfg: ModelConfig, tpSize: number, tpRank: number): TpShard {
-  if (!Number.isInteger(tpSize) || tpSize < 1) throw new InvalidArgumentError(`Expected a positive integer for tpSize but received ${tpSize}.`, { argument: 'tpSize' });
+  if (!Number.isInteger(tpSize) || tpSize < 1)
+    throw new InvalidArgumentError(`Expected a positive integer for tpSize but received ${tpSize}.`, { argument: 'tpSize' });
   if (!Number.isInteger(tpRank) || tpRank < 0 || tpRank >= tpSize) {
     throw new InvalidArgumentError(`Expected tpRank in [0, ${tpSize}) but received ${tpRank}.`, { argument: 'tpRank' });
   }

@@ -99,7 +99,10 @@ export class ReloadSession extends WeightSession {
     for (const [name, src] of weights) {
       const entry = this.host.plan.get(name);
       if (!entry) {
-        throw new InvalidArgumentError(`ReloadSession.load(): unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.host.cfg.modelType} config. HINT: ${HF_NAMES_HINT}`, { tensor: name });
+        throw new InvalidArgumentError(
+          `ReloadSession.load(): unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.host.cfg.modelType} config. HINT: ${HF_NAMES_HINT}`,
+          { tensor: name },
+        );
       }
       loadOne(this.host.params, name, entry, src, this.host.stream);
       n++;
@@ -163,7 +166,9 @@ export class ReloadSession extends WeightSession {
   private entryOf(name: string): HfEntry {
     const entry = this.host.plan.get(name);
     if (!entry) {
-      throw new InvalidArgumentError(`Unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.host.cfg.modelType} config. HINT: ${HF_NAMES_HINT}`, { tensor: name });
+      throw new InvalidArgumentError(`Unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.host.cfg.modelType} config. HINT: ${HF_NAMES_HINT}`, {
+        tensor: name,
+      });
     }
     return entry;
   }
@@ -201,11 +206,15 @@ export class DirectSession extends WeightSession {
       );
     }
     const shape = src instanceof Tensor ? src.shape : src?.shape;
-    if (!Array.isArray(shape)) throw new InvalidArgumentError(`DirectSession.write(${name}): expected a Tensor or { shape, data: Float32Array } but received ${describe(src)}.`, { parameter: name });
+    if (!Array.isArray(shape))
+      throw new InvalidArgumentError(`DirectSession.write(${name}): expected a Tensor or { shape, data: Float32Array } but received ${describe(src)}.`, {
+        parameter: name,
+      });
     checkWriteShape(p, shape, 'processed');
     if (src instanceof Tensor) {
       src.checkLive('src');
-      if (src.dtype !== 'fp32') throw new InvalidArgumentError(`DirectSession.write(${name}): expected fp32 but received ${src.dtype}. HINT: cast() first.`, { parameter: name });
+      if (src.dtype !== 'fp32')
+        throw new InvalidArgumentError(`DirectSession.write(${name}): expected fp32 but received ${src.dtype}. HINT: cast() first.`, { parameter: name });
     } else if (!(src.data instanceof Float32Array)) {
       throw new InvalidArgumentError(`DirectSession.write(${name}): host data must be a Float32Array but received ${describe(src.data)}.`, { parameter: name });
     }

@@ -40,18 +40,20 @@ export function parseConfig<S extends z.ZodType>(schema: S, value: unknown, what
   return r.data;
 }
 
-export const byteSize = z
-  .union([z.number(), z.string()])
-  .transform((v, ctx) => {
-    try {
-      return parseBytes(v);
-    } catch (e) {
-      ctx.addIssue({ code: 'custom', message: (e as Error).message });
-      return z.NEVER;
-    }
-  });
+export const byteSize = z.union([z.number(), z.string()]).transform((v, ctx) => {
+  try {
+    return parseBytes(v);
+  } catch (e) {
+    ctx.addIssue({ code: 'custom', message: (e as Error).message });
+    return z.NEVER;
+  }
+});
 
-const positiveInt = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
+const positiveInt = (what: string) =>
+  z
+    .number({ error: `expected ${what} as a number` })
+    .int(`expected an integer for ${what}`)
+    .positive(`expected a positive integer for ${what}`);
 const nonNegativeMs = z.number().int().min(0, 'expected a non-negative number of milliseconds');
 
 export const OutputOptionsSchema = z
@@ -66,7 +68,10 @@ export const OutputOptionsSchema = z
      * A real terminal the ranks' live displays may draw on: these ranks see a TTY
      * stderr of this width, forwarded raw (progress bars redraw in place).
      */
-    terminal: z.object({ ranks: z.array(z.number().int().min(0)), columns: z.number().int().positive() }).strict().optional(),
+    terminal: z
+      .object({ ranks: z.array(z.number().int().min(0)), columns: z.number().int().positive() })
+      .strict()
+      .optional(),
   })
   .strict();
 

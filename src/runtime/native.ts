@@ -70,15 +70,88 @@ export interface NativeStream {
   copyPeer(dst: NativeBuffer, dstOffset: number, src: NativeBuffer, srcOffset: number, nbytes: number, token: number): number;
   fill(dst: NativeBuffer, dstOffset: number, count: number, dtype: number, value: number, impl: number, token: number): number;
   arange(dst: NativeBuffer, dstOffset: number, count: number, dtype: number, start: number, step: number, impl: number, token: number): number;
-  cast(dst: NativeBuffer, dstOffset: number, dstDtype: number, src: NativeBuffer, srcOffset: number, srcDtype: number, count: number, impl: number, token: number): number;
+  cast(
+    dst: NativeBuffer,
+    dstOffset: number,
+    dstDtype: number,
+    src: NativeBuffer,
+    srcOffset: number,
+    srcDtype: number,
+    count: number,
+    impl: number,
+    token: number,
+  ): number;
   /** op: 0 = add, 1 = mul. */
-  binary(op: number, dtype: number, out: NativeBuffer, outOffset: number, a: NativeBuffer, aOffset: number, b: NativeBuffer, bOffset: number, count: number, impl: number, token: number): number;
-  scale(dtype: number, out: NativeBuffer, outOffset: number, x: NativeBuffer, xOffset: number, count: number, alpha: number, impl: number, token: number): number;
+  binary(
+    op: number,
+    dtype: number,
+    out: NativeBuffer,
+    outOffset: number,
+    a: NativeBuffer,
+    aOffset: number,
+    b: NativeBuffer,
+    bOffset: number,
+    count: number,
+    impl: number,
+    token: number,
+  ): number;
+  scale(
+    dtype: number,
+    out: NativeBuffer,
+    outOffset: number,
+    x: NativeBuffer,
+    xOffset: number,
+    count: number,
+    alpha: number,
+    impl: number,
+    token: number,
+  ): number;
   axpy(dtype: number, y: NativeBuffer, yOffset: number, x: NativeBuffer, xOffset: number, count: number, alpha: number, impl: number, token: number): number;
-  permute(elemSize: number, dst: NativeBuffer, dstOffset: number, src: NativeBuffer, srcOffset: number, shape: number[], srcStrides: number[], impl: number, token: number): number;
-  matmul(inDtype: number, outDtype: number, a: NativeBuffer, aOffset: number, b: NativeBuffer, bOffset: number, c: NativeBuffer, cOffset: number, batch: number, m: number, n: number, k: number, transA: boolean, transB: boolean, impl: number, token: number): number;
+  permute(
+    elemSize: number,
+    dst: NativeBuffer,
+    dstOffset: number,
+    src: NativeBuffer,
+    srcOffset: number,
+    shape: number[],
+    srcStrides: number[],
+    impl: number,
+    token: number,
+  ): number;
+  matmul(
+    inDtype: number,
+    outDtype: number,
+    a: NativeBuffer,
+    aOffset: number,
+    b: NativeBuffer,
+    bOffset: number,
+    c: NativeBuffer,
+    cOffset: number,
+    batch: number,
+    m: number,
+    n: number,
+    k: number,
+    transA: boolean,
+    transB: boolean,
+    impl: number,
+    token: number,
+  ): number;
   /** out[0] (int64, mod 2^64) += fingerprint of an fp32 affine view (src/sync/fingerprint.ts). */
-  fingerprint(src: NativeBuffer, srcOffset: number, shape: number[], localStrides: number[], globalStrides: number[], globalOffset: number, limit: number, period: number, start: number, len: number, out: NativeBuffer, outOffset: number, token: number): number;
+  fingerprint(
+    src: NativeBuffer,
+    srcOffset: number,
+    shape: number[],
+    localStrides: number[],
+    globalStrides: number[],
+    globalOffset: number,
+    limit: number,
+    period: number,
+    start: number,
+    len: number,
+    out: NativeBuffer,
+    outOffset: number,
+    token: number,
+  ): number;
 }
 
 export interface NativeDeviceStats {
@@ -111,12 +184,72 @@ export interface NativeCommunicator {
   readonly aborted: boolean;
   readonly destroyed: boolean;
   abortCause(): Error | null;
-  allReduce(send: NativeBuffer, sendOffset: number, recv: NativeBuffer, recvOffset: number, count: number, dtype: number, op: number, stream: NativeStream, token: number): number;
-  broadcast(send: NativeBuffer, sendOffset: number, recv: NativeBuffer, recvOffset: number, count: number, dtype: number, root: number, stream: NativeStream, token: number): number;
-  allGather(send: NativeBuffer, sendOffset: number, recv: NativeBuffer, recvOffset: number, count: number, dtype: number, stream: NativeStream, token: number): number;
-  reduceScatter(send: NativeBuffer, sendOffset: number, recv: NativeBuffer, recvOffset: number, count: number, dtype: number, op: number, stream: NativeStream, token: number): number;
-  allToAll(send: NativeBuffer, sendOffset: number, recv: NativeBuffer, recvOffset: number, count: number, dtype: number, stream: NativeStream, token: number): number;
-  allToAllV(send: NativeBuffer, sendOffset: number, sendCounts: number[], sendDispls: number[], recv: NativeBuffer, recvOffset: number, recvCounts: number[], recvDispls: number[], dtype: number, stream: NativeStream, token: number): number;
+  allReduce(
+    send: NativeBuffer,
+    sendOffset: number,
+    recv: NativeBuffer,
+    recvOffset: number,
+    count: number,
+    dtype: number,
+    op: number,
+    stream: NativeStream,
+    token: number,
+  ): number;
+  broadcast(
+    send: NativeBuffer,
+    sendOffset: number,
+    recv: NativeBuffer,
+    recvOffset: number,
+    count: number,
+    dtype: number,
+    root: number,
+    stream: NativeStream,
+    token: number,
+  ): number;
+  allGather(
+    send: NativeBuffer,
+    sendOffset: number,
+    recv: NativeBuffer,
+    recvOffset: number,
+    count: number,
+    dtype: number,
+    stream: NativeStream,
+    token: number,
+  ): number;
+  reduceScatter(
+    send: NativeBuffer,
+    sendOffset: number,
+    recv: NativeBuffer,
+    recvOffset: number,
+    count: number,
+    dtype: number,
+    op: number,
+    stream: NativeStream,
+    token: number,
+  ): number;
+  allToAll(
+    send: NativeBuffer,
+    sendOffset: number,
+    recv: NativeBuffer,
+    recvOffset: number,
+    count: number,
+    dtype: number,
+    stream: NativeStream,
+    token: number,
+  ): number;
+  allToAllV(
+    send: NativeBuffer,
+    sendOffset: number,
+    sendCounts: number[],
+    sendDispls: number[],
+    recv: NativeBuffer,
+    recvOffset: number,
+    recvCounts: number[],
+    recvDispls: number[],
+    dtype: number,
+    stream: NativeStream,
+    token: number,
+  ): number;
   barrier(stream: NativeStream, token: number): number;
   /** Inside a group returns 0 and enqueues nothing (groupEnd enqueues the group). */
   send(buf: NativeBuffer, offset: number, count: number, dtype: number, peer: number, stream: NativeStream, token: number): number;
@@ -136,7 +269,16 @@ export interface NativeCommBinding {
   readonly Communicator: new () => NativeCommunicator;
   commUniqueId(): string;
   /** The communicator is usable once `token` completed (all ranks joined). */
-  commInitRank(uniqueId: string, nranks: number, rank: number, device: number, connectTimeoutMs: number, execTimeoutMs: number, traceDir: string, token: number): NativeCommunicator;
+  commInitRank(
+    uniqueId: string,
+    nranks: number,
+    rank: number,
+    device: number,
+    connectTimeoutMs: number,
+    execTimeoutMs: number,
+    traceDir: string,
+    token: number,
+  ): NativeCommunicator;
   commAbortById(id: string, reason: string): boolean;
 }
 
@@ -154,38 +296,418 @@ export interface NativeModelOps {
   embedding: [dtype: number, T: number, V: number, H: number, ids: B, idsOff: number, table: B, tableOff: number, out: B, outOff: number];
   embeddingBackward: [T: number, V: number, H: number, ids: B, idsOff: number, dy: B, dyOff: number, dtable: B, dtableOff: number];
   rmsNorm: [T: number, H: number, eps: number, x: B, xOff: number, w: B, wOff: number, y: B, yOff: number, rstd: B, rstdOff: number];
-  rmsNormBackward: [T: number, H: number, dy: B, dyOff: number, x: B, xOff: number, w: B, wOff: number, rstd: B, rstdOff: number, dx: B, dxOff: number, dw: B, dwOff: number];
+  rmsNormBackward: [
+    T: number,
+    H: number,
+    dy: B,
+    dyOff: number,
+    x: B,
+    xOff: number,
+    w: B,
+    wOff: number,
+    rstd: B,
+    rstdOff: number,
+    dx: B,
+    dxOff: number,
+    dw: B,
+    dwOff: number,
+  ];
   rope: [T: number, heads: number, D: number, theta: number, inverse: boolean, x: B, xOff: number, positions: B, posOff: number, y: B, yOff: number];
-  attention: [B: number, S: number, nH: number, nKV: number, D: number, q: B, qOff: number, k: B, kOff: number, v: B, vOff: number, o: B, oOff: number, lse: B, lseOff: number];
-  attentionBackward: [B: number, S: number, nH: number, nKV: number, D: number, dout: B, doutOff: number, q: B, qOff: number, k: B, kOff: number, v: B, vOff: number, o: B, oOff: number, lse: B, lseOff: number, dq: B, dqOff: number, dk: B, dkOff: number, dv: B, dvOff: number];
-  attentionDecode: [B: number, Smax: number, nH: number, nKV: number, D: number, q: B, qOff: number, kCache: B, kOff: number, vCache: B, vOff: number, lengths: B, lenOff: number, o: B, oOff: number];
+  attention: [
+    B: number,
+    S: number,
+    nH: number,
+    nKV: number,
+    D: number,
+    q: B,
+    qOff: number,
+    k: B,
+    kOff: number,
+    v: B,
+    vOff: number,
+    o: B,
+    oOff: number,
+    lse: B,
+    lseOff: number,
+  ];
+  attentionBackward: [
+    B: number,
+    S: number,
+    nH: number,
+    nKV: number,
+    D: number,
+    dout: B,
+    doutOff: number,
+    q: B,
+    qOff: number,
+    k: B,
+    kOff: number,
+    v: B,
+    vOff: number,
+    o: B,
+    oOff: number,
+    lse: B,
+    lseOff: number,
+    dq: B,
+    dqOff: number,
+    dk: B,
+    dkOff: number,
+    dv: B,
+    dvOff: number,
+  ];
+  attentionDecode: [
+    B: number,
+    Smax: number,
+    nH: number,
+    nKV: number,
+    D: number,
+    q: B,
+    qOff: number,
+    kCache: B,
+    kOff: number,
+    vCache: B,
+    vOff: number,
+    lengths: B,
+    lenOff: number,
+    o: B,
+    oOff: number,
+  ];
   swiglu: [N: number, I: number, gStride: number, uStride: number, g: B, gOff: number, u: B, uOff: number, h: B, hOff: number];
-  swigluBackward: [N: number, I: number, gStride: number, uStride: number, dh: B, dhOff: number, g: B, gOff: number, u: B, uOff: number, dg: B, dgOff: number, du: B, duOff: number];
-  router: [T: number, E: number, k: number, renorm: boolean, logits: B, zOff: number, probs: B, pOff: number, weights: B, wOff: number, indices: B, iOff: number];
-  routerBackward: [T: number, E: number, k: number, renorm: boolean, dWeights: B, dwOff: number, probs: B, pOff: number, indices: B, iOff: number, dLogits: B, dzOff: number];
+  swigluBackward: [
+    N: number,
+    I: number,
+    gStride: number,
+    uStride: number,
+    dh: B,
+    dhOff: number,
+    g: B,
+    gOff: number,
+    u: B,
+    uOff: number,
+    dg: B,
+    dgOff: number,
+    du: B,
+    duOff: number,
+  ];
+  router: [
+    T: number,
+    E: number,
+    k: number,
+    renorm: boolean,
+    logits: B,
+    zOff: number,
+    probs: B,
+    pOff: number,
+    weights: B,
+    wOff: number,
+    indices: B,
+    iOff: number,
+  ];
+  routerBackward: [
+    T: number,
+    E: number,
+    k: number,
+    renorm: boolean,
+    dWeights: B,
+    dwOff: number,
+    probs: B,
+    pOff: number,
+    indices: B,
+    iOff: number,
+    dLogits: B,
+    dzOff: number,
+  ];
   moeDispatch: [slots: number, E: number, indices: B, iOff: number, counts: B, cOff: number, offsets: B, oOff: number, order: B, ordOff: number];
   moeGather: [T: number, k: number, H: number, x: B, xOff: number, order: B, ordOff: number, xs: B, xsOff: number];
   moeGatherBackward: [T: number, k: number, H: number, dXs: B, dxsOff: number, order: B, ordOff: number, dX: B, dxOff: number];
   moeCombine: [T: number, k: number, H: number, ys: B, ysOff: number, order: B, ordOff: number, weights: B, wOff: number, y: B, yOff: number];
-  moeCombineBackward: [T: number, k: number, H: number, dY: B, dyOff: number, ys: B, ysOff: number, order: B, ordOff: number, weights: B, wOff: number, dYs: B, dysOff: number, dWeights: B, dwOff: number];
-  groupedMatmul: [inDtype: number, outDtype: number, N: number, K: number, M: number, E: number, transB: boolean, x: B, xOff: number, w: B, wOff: number, offsets: B, oOff: number, y: B, yOff: number];
+  moeCombineBackward: [
+    T: number,
+    k: number,
+    H: number,
+    dY: B,
+    dyOff: number,
+    ys: B,
+    ysOff: number,
+    order: B,
+    ordOff: number,
+    weights: B,
+    wOff: number,
+    dYs: B,
+    dysOff: number,
+    dWeights: B,
+    dwOff: number,
+  ];
+  groupedMatmul: [
+    inDtype: number,
+    outDtype: number,
+    N: number,
+    K: number,
+    M: number,
+    E: number,
+    transB: boolean,
+    x: B,
+    xOff: number,
+    w: B,
+    wOff: number,
+    offsets: B,
+    oOff: number,
+    y: B,
+    yOff: number,
+  ];
   /** dX / dW may be null (not wanted). */
-  groupedMatmulBackward: [inDtype: number, N: number, K: number, M: number, E: number, transB: boolean, dY: B, dyOff: number, x: B, xOff: number, w: B, wOff: number, offsets: B, oOff: number, dX: B | null, dxOff: number, dW: B | null, dwOff: number];
+  groupedMatmulBackward: [
+    inDtype: number,
+    N: number,
+    K: number,
+    M: number,
+    E: number,
+    transB: boolean,
+    dY: B,
+    dyOff: number,
+    x: B,
+    xOff: number,
+    w: B,
+    wOff: number,
+    offsets: B,
+    oOff: number,
+    dX: B | null,
+    dxOff: number,
+    dW: B | null,
+    dwOff: number,
+  ];
   logSoftmax: [T: number, V: number, logits: B, zOff: number, out: B, outOff: number];
   /** mode 0: loss = lse - z[target]; 1: logprob = z[target] - lse; z = scale * logits (scale = 1 / temperature). */
-  crossEntropy: [mode: number, T: number, V: number, ignoreIndex: number, scale: number, logits: B, zOff: number, targets: B, tOff: number, loss: B, lossOff: number, lse: B, lseOff: number];
-  crossEntropyBackward: [T: number, V: number, ignoreIndex: number, scale: number, dLoss: B, dlOff: number, logits: B, zOff: number, targets: B, tOff: number, lse: B, lseOff: number, dLogits: B, dzOff: number];
-  adamw: [n: number, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, step: number, param: B, pOff: number, grad: B, gOff: number, m: B, mOff: number, v: B, vOff: number];
+  crossEntropy: [
+    mode: number,
+    T: number,
+    V: number,
+    ignoreIndex: number,
+    scale: number,
+    logits: B,
+    zOff: number,
+    targets: B,
+    tOff: number,
+    loss: B,
+    lossOff: number,
+    lse: B,
+    lseOff: number,
+  ];
+  crossEntropyBackward: [
+    T: number,
+    V: number,
+    ignoreIndex: number,
+    scale: number,
+    dLoss: B,
+    dlOff: number,
+    logits: B,
+    zOff: number,
+    targets: B,
+    tOff: number,
+    lse: B,
+    lseOff: number,
+    dLogits: B,
+    dzOff: number,
+  ];
+  adamw: [
+    n: number,
+    lr: number,
+    beta1: number,
+    beta2: number,
+    eps: number,
+    weightDecay: number,
+    step: number,
+    param: B,
+    pOff: number,
+    grad: B,
+    gOff: number,
+    m: B,
+    mOff: number,
+    v: B,
+    vOff: number,
+  ];
   /** Gated DeltaNet (native/kernels/model/gdn.h); null tensors are absent optionals. chunk 0 = recurrent. */
-  gdn: [B: number, T: number, Hk: number, Hv: number, Dk: number, Dv: number, chunk: number, l2norm: boolean, q: B, qOff: number, k: B, kOff: number, v: B, vOff: number, g: B, gOff: number, beta: B, bOff: number, mask: B | null, mOff: number, h0: B | null, h0Off: number, o: B, oOff: number, ht: B | null, htOff: number];
-  gdnBackward: [B: number, T: number, Hk: number, Hv: number, Dk: number, Dv: number, l2norm: boolean, q: B, qOff: number, k: B, kOff: number, v: B, vOff: number, g: B, gOff: number, beta: B, bOff: number, mask: B | null, mOff: number, h0: B | null, h0Off: number, dO: B, doOff: number, dht: B | null, dhtOff: number, dq: B, dqOff: number, dk: B, dkOff: number, dv: B, dvOff: number, dg: B, dgOff: number, dbeta: B, dbOff: number, dh0: B | null, dh0Off: number];
-  causalConv: [B: number, T: number, C: number, K: number, silu: boolean, x: B, xOff: number, w: B, wOff: number, s0: B | null, s0Off: number, y: B, yOff: number, st: B | null, stOff: number];
-  causalConvBackward: [B: number, T: number, C: number, K: number, silu: boolean, dy: B, dyOff: number, x: B, xOff: number, w: B, wOff: number, s0: B | null, s0Off: number, dx: B, dxOff: number, dw: B, dwOff: number, ds0: B | null, ds0Off: number];
+  gdn: [
+    B: number,
+    T: number,
+    Hk: number,
+    Hv: number,
+    Dk: number,
+    Dv: number,
+    chunk: number,
+    l2norm: boolean,
+    q: B,
+    qOff: number,
+    k: B,
+    kOff: number,
+    v: B,
+    vOff: number,
+    g: B,
+    gOff: number,
+    beta: B,
+    bOff: number,
+    mask: B | null,
+    mOff: number,
+    h0: B | null,
+    h0Off: number,
+    o: B,
+    oOff: number,
+    ht: B | null,
+    htOff: number,
+  ];
+  gdnBackward: [
+    B: number,
+    T: number,
+    Hk: number,
+    Hv: number,
+    Dk: number,
+    Dv: number,
+    l2norm: boolean,
+    q: B,
+    qOff: number,
+    k: B,
+    kOff: number,
+    v: B,
+    vOff: number,
+    g: B,
+    gOff: number,
+    beta: B,
+    bOff: number,
+    mask: B | null,
+    mOff: number,
+    h0: B | null,
+    h0Off: number,
+    dO: B,
+    doOff: number,
+    dht: B | null,
+    dhtOff: number,
+    dq: B,
+    dqOff: number,
+    dk: B,
+    dkOff: number,
+    dv: B,
+    dvOff: number,
+    dg: B,
+    dgOff: number,
+    dbeta: B,
+    dbOff: number,
+    dh0: B | null,
+    dh0Off: number,
+  ];
+  causalConv: [
+    B: number,
+    T: number,
+    C: number,
+    K: number,
+    silu: boolean,
+    x: B,
+    xOff: number,
+    w: B,
+    wOff: number,
+    s0: B | null,
+    s0Off: number,
+    y: B,
+    yOff: number,
+    st: B | null,
+    stOff: number,
+  ];
+  causalConvBackward: [
+    B: number,
+    T: number,
+    C: number,
+    K: number,
+    silu: boolean,
+    dy: B,
+    dyOff: number,
+    x: B,
+    xOff: number,
+    w: B,
+    wOff: number,
+    s0: B | null,
+    s0Off: number,
+    dx: B,
+    dxOff: number,
+    dw: B,
+    dwOff: number,
+    ds0: B | null,
+    ds0Off: number,
+  ];
   gatedRmsNorm: [N: number, H: number, eps: number, x: B, xOff: number, z: B, zOff: number, w: B, wOff: number, y: B, yOff: number, rstd: B, rOff: number];
-  gatedRmsNormBackward: [N: number, H: number, dy: B, dyOff: number, x: B, xOff: number, z: B, zOff: number, w: B, wOff: number, rstd: B, rOff: number, dx: B, dxOff: number, dz: B, dzOff: number, dw: B, dwOff: number];
-  gdnGating: [N: number, H: number, a: B, aOff: number, b: B, bOff: number, aLog: B, alOff: number, dtBias: B, dtOff: number, g: B, gOff: number, beta: B, betaOff: number];
-  gdnGatingBackward: [N: number, H: number, dg: B, dgOff: number, dbeta: B, dbOff: number, a: B, aOff: number, b: B, bOff: number, aLog: B, alOff: number, dtBias: B, dtOff: number, da: B, daOff: number, db: B, dbOff2: number, daLog: B, dalOff: number, ddtBias: B, ddtOff: number];
-  sample: [B: number, V: number, temperature: number, topK: number, topP: number, seedLo: number, seedHi: number, offsetLo: number, offsetHi: number, logits: B, zOff: number, out: B, outOff: number];
+  gatedRmsNormBackward: [
+    N: number,
+    H: number,
+    dy: B,
+    dyOff: number,
+    x: B,
+    xOff: number,
+    z: B,
+    zOff: number,
+    w: B,
+    wOff: number,
+    rstd: B,
+    rOff: number,
+    dx: B,
+    dxOff: number,
+    dz: B,
+    dzOff: number,
+    dw: B,
+    dwOff: number,
+  ];
+  gdnGating: [
+    N: number,
+    H: number,
+    a: B,
+    aOff: number,
+    b: B,
+    bOff: number,
+    aLog: B,
+    alOff: number,
+    dtBias: B,
+    dtOff: number,
+    g: B,
+    gOff: number,
+    beta: B,
+    betaOff: number,
+  ];
+  gdnGatingBackward: [
+    N: number,
+    H: number,
+    dg: B,
+    dgOff: number,
+    dbeta: B,
+    dbOff: number,
+    a: B,
+    aOff: number,
+    b: B,
+    bOff: number,
+    aLog: B,
+    alOff: number,
+    dtBias: B,
+    dtOff: number,
+    da: B,
+    daOff: number,
+    db: B,
+    dbOff2: number,
+    daLog: B,
+    dalOff: number,
+    ddtBias: B,
+    ddtOff: number,
+  ];
+  sample: [
+    B: number,
+    V: number,
+    temperature: number,
+    topK: number,
+    topP: number,
+    seedLo: number,
+    seedHi: number,
+    offsetLo: number,
+    offsetHi: number,
+    logits: B,
+    zOff: number,
+    out: B,
+    outOff: number,
+  ];
 }
 
 export interface NativeStream {
@@ -201,7 +723,10 @@ export interface NativeBinding extends NativeCommBinding {
   readonly Buffer: new () => NativeBuffer;
   readonly Stream: (new (device: number) => NativeStream) & { nowUs(): number };
   readonly Event: new (device: number) => NativeEvent;
-  init(errorFactory: (code: string, message: string, details: ErrorDetails) => Error, onComplete: (token: number, error: Error | undefined, bytes: ArrayBuffer | undefined) => void): void;
+  init(
+    errorFactory: (code: string, message: string, details: ErrorDetails) => Error,
+    onComplete: (token: number, error: Error | undefined, bytes: ArrayBuffer | undefined) => void,
+  ): void;
   setCompletionRef(ref: boolean): void;
   deviceGet(ordinal: number, defaultCapacity: number): { ordinal: number; capacity: number };
   deviceConfigure(ordinal: number, capacity: number): { ordinal: number; capacity: number };
@@ -217,7 +742,10 @@ export interface NativeBinding extends NativeCommBinding {
   blasSgemmSeconds(m: number, n: number, k: number, reps: number): number;
   /** Test hook, process-wide: force the portable matmul micro-kernel. Returns the kernel now in use. */
   /** Test hook: force a matmul micro-kernel family (a mode the CPU lacks falls back below it); returns the kernels now used. */
-  setMatmulKernel(mode: 'auto' | 'portable' | 'avx2' | 'avx512'): { fp32: 'avx512' | 'avx2-fma' | 'portable'; bf16: 'avx512-bf16' | 'avx512' | 'avx2-fma' | 'portable' };
+  setMatmulKernel(mode: 'auto' | 'portable' | 'avx2' | 'avx512'): {
+    fp32: 'avx512' | 'avx2-fma' | 'portable';
+    bf16: 'avx512-bf16' | 'avx512' | 'avx2-fma' | 'portable';
+  };
 }
 
 /** Directory holding Ascent's package.json, found from this file in src/ or dist/src/. */
@@ -265,7 +793,7 @@ function setAwaited(p: Pending, awaited: boolean): void {
 
 function onComplete(token: number, error: Error | undefined, bytes: ArrayBuffer | undefined): void {
   const p = pending.get(token);
-  if (!p) return;  // forgotten after a timeout
+  if (!p) return; // forgotten after a timeout
   pending.delete(token);
   setAwaited(p, false);
   if (error) p.reject(error);

@@ -59,6 +59,7 @@ export function setModelPatchesEnabled(enabled: boolean | undefined): void {
 
 /** The kernel implementation a patched op should use now. */
 export function patchImpl(name: string): KernelImpl {
-  if (!registry.has(name)) throw new InvalidArgumentError(`No model patch named ${JSON.stringify(name)} is registered (known: ${[...registry.keys()].join(', ') || 'none'}).`);
+  if (!registry.has(name))
+    throw new InvalidArgumentError(`No model patch named ${JSON.stringify(name)} is registered (known: ${[...registry.keys()].join(', ') || 'none'}).`);
   return modelPatchesEnabled() ? 'fast' : 'reference';
 }

@@ -45,7 +45,10 @@ export class Profiler {
   private dropped = 0;
   readonly pid: number;
 
-  constructor(readonly dir: string, rank: number | undefined) {
+  constructor(
+    readonly dir: string,
+    rank: number | undefined,
+  ) {
     this.pid = rank ?? MAIN_PID;
   }
 
@@ -93,7 +96,16 @@ export class Profiler {
     const tid = STREAM_TID_BASE + meta.id;
     for (let i = 0; i < r.names.length; i++) {
       const name = r.names[i]!;
-      this.events.push({ name, cat: opCategory(name), ph: 'X', ts: r.start[i]!, dur: Math.max(0, r.end[i]! - r.start[i]!), pid: this.pid, tid, args: { seq: r.seq[i]!, device: meta.device } });
+      this.events.push({
+        name,
+        cat: opCategory(name),
+        ph: 'X',
+        ts: r.start[i]!,
+        dur: Math.max(0, r.end[i]! - r.start[i]!),
+        pid: this.pid,
+        tid,
+        args: { seq: r.seq[i]!, device: meta.device },
+      });
     }
   }
 
@@ -101,13 +113,22 @@ export class Profiler {
   trace(): { traceEvents: TraceEvent[]; otherData: Record<string, unknown> } {
     for (const s of this.streams.keys()) this.drain(s);
     const meta: TraceEvent[] = [
-      { name: 'process_name', cat: '__metadata', ph: 'M', ts: 0, pid: this.pid, tid: 0, args: { name: this.pid === MAIN_PID ? 'main thread' : `rank ${this.pid}` } },
+      {
+        name: 'process_name',
+        cat: '__metadata',
+        ph: 'M',
+        ts: 0,
+        pid: this.pid,
+        tid: 0,
+        args: { name: this.pid === MAIN_PID ? 'main thread' : `rank ${this.pid}` },
+      },
       { name: 'process_sort_index', cat: '__metadata', ph: 'M', ts: 0, pid: this.pid, tid: 0, args: { sort_index: this.pid } },
       { name: 'thread_name', cat: '__metadata', ph: 'M', ts: 0, pid: this.pid, tid: HOST_TID, args: { name: 'host waits' } },
       { name: 'thread_name', cat: '__metadata', ph: 'M', ts: 0, pid: this.pid, tid: ACTOR_TID, args: { name: 'actor calls' } },
     ];
     const tids = new Set(this.events.filter((e) => e.tid >= STREAM_TID_BASE).map((e) => e.tid));
-    for (const tid of tids) meta.push({ name: 'thread_name', cat: '__metadata', ph: 'M', ts: 0, pid: this.pid, tid, args: { name: `stream ${tid - STREAM_TID_BASE}` } });
+    for (const tid of tids)
+      meta.push({ name: 'thread_name', cat: '__metadata', ph: 'M', ts: 0, pid: this.pid, tid, args: { name: `stream ${tid - STREAM_TID_BASE}` } });
     const events = [...this.events].sort((a, b) => a.ts - b.ts);
     return { traceEvents: [...meta, ...events], otherData: { rank: this.pid, droppedOps: this.dropped } };
   }

@@ -57,16 +57,21 @@ export function syncSources(sources: readonly WeightSource[], out: ColocateOut):
   // One staging (the most any source gathers at once) and one scratch (the largest re-cut), made on first use.
   const stagingNumel = Math.max(16, ...sources.map((s, i) => stagingNeed(s, routes[i]!, out.bucketBytes)));
   const scratchMax = Math.max(16, ...sources.map((s, i) => (routes[i] === 'whole' || routes[i] === 'gather' ? scratchNumel(s) : 0)));
-  let staging: Tensor | null = null, scratch: Tensor | null = null;
+  let staging: Tensor | null = null,
+    scratch: Tensor | null = null;
   const stage = (n: number) => viewOf((staging ??= Tensor.empty(out.engine.device, [stagingNumel], 'fp32')), [n]);
   const scratchOf = () => (scratch ??= Tensor.empty(out.engine.device, [scratchMax], 'fp32'));
   try {
     sources.forEach((s, i) => {
       switch (routes[i]!) {
-        case 'local': return writeLocal(s, out);
-        case 'whole': return writeAll(s, s.local, scratchNumel(s) ? scratchOf() : null, out);
-        case 'experts': return gatherExperts(s, out, stage);
-        case 'stream': return streamShard0(s, out, stage);
+        case 'local':
+          return writeLocal(s, out);
+        case 'whole':
+          return writeAll(s, s.local, scratchNumel(s) ? scratchOf() : null, out);
+        case 'experts':
+          return gatherExperts(s, out, stage);
+        case 'stream':
+          return streamShard0(s, out, stage);
         case 'gather': {
           const all = stage(s.parts * s.localNumel);
           out.pending.push(s.comm!.allGather(s.local, all, out.stream));
@@ -100,7 +105,10 @@ function stagingNeed(s: WeightSource, r: Route, bucketBytes: number): number {
 function perRank(s: WeightSource, bucketBytes: number): number {
   const per = Math.floor(bucketBytes / s.parts / 64) * 16;
   if (per < 16) {
-    throw new InvalidArgumentError(`Weight sync: a bucket of ${bucketBytes} bytes over ${s.parts} ranks leaves less than 64 bytes per rank. HINT: use bucketBytes >= ${64 * s.parts}.`, { bucketBytes });
+    throw new InvalidArgumentError(
+      `Weight sync: a bucket of ${bucketBytes} bytes over ${s.parts} ranks leaves less than 64 bytes per rank. HINT: use bucketBytes >= ${64 * s.parts}.`,
+      { bucketBytes },
+    );
   }
   return per;
 }
@@ -158,9 +166,13 @@ const FUSED = /^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$/;
 
 function gatherExperts(s: WeightSource, out: ColocateOut, stage: (n: number) => Tensor): void {
   const m = FUSED.exec(s.map.kind === 'experts' ? s.map.hf : '');
-  if (!m) throw new InvalidArgumentError(`Weight sync: source ${s.key} maps experts to ${JSON.stringify(s.map)}, not a fused HF expert tensor.`, { source: s.key });
-  const layer = Number(m[1]), fc = m[2] === 'gate_up_proj' ? 'fc1' : 'fc2';
-  const row = numelOf(s.shape.slice(1)), El = s.localNumel / row, E = s.shape[0]!;
+  if (!m)
+    throw new InvalidArgumentError(`Weight sync: source ${s.key} maps experts to ${JSON.stringify(s.map)}, not a fused HF expert tensor.`, { source: s.key });
+  const layer = Number(m[1]),
+    fc = m[2] === 'gate_up_proj' ? 'fc1' : 'fc2';
+  const row = numelOf(s.shape.slice(1)),
+    El = s.localNumel / row,
+    E = s.shape[0]!;
   const { engine, session, stream } = out;
   for (let j = 0; j < El; j++) {
     const all = stage(s.parts * row);
@@ -177,11 +189,15 @@ function gatherExperts(s: WeightSource, out: ColocateOut, stage: (n: number) => 
 // ---- Shard(0) identity: streamed dim-0 chunks --------------------------------------------
 
 function streamShard0(s: WeightSource, out: ColocateOut, stage: (n: number) => Tensor): void {
-  const comm = s.comm!, dp = s.parts, chunk = s.localNumel, hf = s.map.kind === 'identity' ? s.map.hf : s.key;
+  const comm = s.comm!,
+    dp = s.parts,
+    chunk = s.localNumel,
+    hf = s.map.kind === 'identity' ? s.map.hf : s.key;
   const per = perRank(s, out.bucketBytes);
   const { stream, engine, session } = out;
   const gathers = Math.max(1, Math.ceil(chunk / per));
-  const total = numelOf(s.shape), pad = dp * chunk;
+  const total = numelOf(s.shape),
+    pad = dp * chunk;
   const writes = out.directWrites(hf);
   if (gathers === 1 && pad === total && writes.length === 1 && isWhole(writes[0]!)) {
     // The full tensor is one contiguous region of the engine parameter: gather straight into it.
@@ -198,7 +214,8 @@ function streamShard0(s: WeightSource, out: ColocateOut, stage: (n: number) => T
       const buf = stage(dp * n);
       out.pending.push(comm.allGather(viewOf(s.local, [n], off), buf, stream));
       for (let q = 0; q < dp; q++) {
-        const from = q * chunk + off, m = Math.max(0, Math.min(n, total - from));
+        const from = q * chunk + off,
+          m = Math.max(0, Math.min(n, total - from));
         if (!m) continue;
         for (const w of writes) session.writeInPlace(w.param, (dst, st) => writeSliceRange(dst, viewOf(buf, [m], q * n), from, w.range!, st));
       }

@@ -53,15 +53,22 @@ export class ColocateSync {
     await device.defaultStream.synchronize({ timeoutMs: 300_000 }); // trainer updates are done before the meter starts
     const meter = new MemoryMeter(device);
     const t0 = performance.now();
-    let bytes = 0, tensors = 0;
+    let bytes = 0,
+      tensors = 0;
     const kind = opts.adapterOnly ? 'adapter' : 'full';
     if (opts.adapterOnly) {
       const lora = (strategy as { lora?: { adapters: LoraAdapters } }).lora;
       if (!lora || !strategy.loraState) {
-        throw new InvalidArgumentError(`ColocateSync.sync({ adapterOnly: true }): the ${strategy.kind} strategy has no LoRA adapters. HINT: create the strategy with { lora }, or run a full sync.`, { strategy: strategy.kind });
+        throw new InvalidArgumentError(
+          `ColocateSync.sync({ adapterOnly: true }): the ${strategy.kind} strategy has no LoRA adapters. HINT: create the strategy with { lora }, or run a full sync.`,
+          { strategy: strategy.kind },
+        );
       }
       const { adapters } = lora;
-      if (adapters.merged) throw new InvalidStateError('ColocateSync.sync({ adapterOnly: true }): the adapters are merged into the base weights; a merged sync is a full sync. HINT: sync() without adapterOnly.');
+      if (adapters.merged)
+        throw new InvalidStateError(
+          'ColocateSync.sync({ adapterOnly: true }): the adapters are merged into the base weights; a merged sync is a full sync. HINT: sync() without adapterOnly.',
+        );
       // Full adapters by PEFT name (collective for the sharded strategies; small next to the model).
       const host = await strategy.loraState();
       const up = (name: string) => {
@@ -88,7 +95,11 @@ export class ColocateSync {
       try {
         const fault = syncFault(engine, (name) => plan.get(name), 'colocate');
         const out: ColocateOut = {
-          engine, session, stream, bucketBytes: this.bucketBytes, pending: [],
+          engine,
+          session,
+          stream,
+          bucketBytes: this.bucketBytes,
+          pending: [],
           directWrites: (name: string) => (fault?.skips(name) ? [] : hfDirectWrites(engine.cfg, engine.shard, plan, name)),
           writeHf: (name: string, full: Tensor) => {
             if (fault?.skips(name)) return;
@@ -126,7 +137,15 @@ export class ColocateSync {
     const out: Verified = { checksums: false, fingerprints: 0, fingerprintSeconds: 0, seconds: 0 };
     const f = adapter
       ? await checkBaseFingerprints({ cfg: engine.cfg, comm, stream: engine.stream, engine, timeoutMs: 300_000 }, engineBaseCopies(engine))
-      : await checkFingerprints({ cfg: engine.cfg, comm, stream: engine.stream, sources: strategy.weightSources(), engine, engineTp: engine.shard.tpSize, timeoutMs: 300_000 });
+      : await checkFingerprints({
+          cfg: engine.cfg,
+          comm,
+          stream: engine.stream,
+          sources: strategy.weightSources(),
+          engine,
+          engineTp: engine.shard.tpSize,
+          timeoutMs: 300_000,
+        });
     if (f) Object.assign(out, { checksums: true, fingerprints: f.compared, fingerprintSeconds: f.seconds });
     // An adapter sync: every parameter still 'processed' (agreed over the ranks below).
     const badState = [...engine.params.params.values()].find((p) => p.state !== 'processed' || !p.tensor)?.name ?? null;
@@ -149,7 +168,10 @@ export class ColocateSync {
       }
     }
     if (global[1]) {
-      throw new WeightSyncError(`Weight sync verification: ${badState ? `runtime parameter ${badState}` : 'a runtime parameter on another rank'} is not 'processed' after the sync. HINT: the sync did not write it, or the engine is asleep (wake() before syncing).`, { parameter: badState });
+      throw new WeightSyncError(
+        `Weight sync verification: ${badState ? `runtime parameter ${badState}` : 'a runtime parameter on another rank'} is not 'processed' after the sync. HINT: the sync did not write it, or the engine is asleep (wake() before syncing).`,
+        { parameter: badState },
+      );
     }
     if (v.probe) {
       if (!(global[0]! <= v.tolerance)) throw logprobError(w.diff === global[0] ? w : { diff: global[0]!, row: w.row, pos: w.pos }, v.tolerance, v.probe.ids);

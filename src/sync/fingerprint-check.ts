@@ -62,7 +62,11 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
       const t = make(Tensor.fromArray(device, Int32Array.from(engine ? [tp, -tp] : [0, -(2 ** 30)]), [2], { stream }));
       await comm!.allReduce(t, t, 'max', stream);
       const [hi, lo] = (await t.toArray(wait)) as Int32Array;
-      if (hi !== -lo!) throw new WeightSyncError(`Weight sync verification: the engine ranks run different TP sizes (${-lo!} to ${hi}); every replica must use the same. HINT: start every engine replica with the same tp.`, { minTp: -lo!, maxTp: hi });
+      if (hi !== -lo!)
+        throw new WeightSyncError(
+          `Weight sync verification: the engine ranks run different TP sizes (${-lo!} to ${hi}); every replica must use the same. HINT: start every engine replica with the same tp.`,
+          { minTp: -lo!, maxTp: hi },
+        );
       tp = hi!;
     }
     const table = regionTable(cfg, tp);
@@ -73,7 +77,10 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
     if (sources) {
       for (const p of trainerPieces(sources)) {
         const ti = index.get(p.tensor);
-        if (ti === undefined) throw new WeightSyncError(`Weight sync verification: the trainer holds ${p.tensor}, which is not a tensor of the model config.`, { tensor: p.tensor });
+        if (ti === undefined)
+          throw new WeightSyncError(`Weight sync verification: the trainer holds ${p.tensor}, which is not a tensor of the model config.`, {
+            tensor: p.tensor,
+          });
         for (const ri of byTensor[ti]!) enqueueFingerprint(p.src, p.view, trainer, ri, stream, { filter: table.regions[ri]! });
       }
     }
@@ -85,7 +92,10 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
       rec[0] = 1n;
       rec[1] = BigInt(k);
       const names = [...engine.params.params.keys()];
-      const bad = names.findIndex((n) => { const p = engine.params.params.get(n)!; return p.state !== 'processed' || !p.tensor; });
+      const bad = names.findIndex((n) => {
+        const p = engine.params.params.get(n)!;
+        return p.state !== 'processed' || !p.tensor;
+      });
       if (bad >= 0) {
         rec[2] = 2n;
         rec[3] = BigInt(bad);
@@ -107,7 +117,16 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
         rec[6] = BigInt(n);
       }
     }
-    const engines = await gatherVerdicts(comm, rec, stream, x.timeoutMs, table.tensors.map((t) => t.name), engine, make, 'the trainer\'s');
+    const engines = await gatherVerdicts(
+      comm,
+      rec,
+      stream,
+      x.timeoutMs,
+      table.tensors.map((t) => t.name),
+      engine,
+      make,
+      "the trainer's",
+    );
     if (engine && passed) recorded.set(engine, passed);
     return { compared: engines * table.tensors.length, seconds: (performance.now() - t0) / 1000 };
   } finally {
@@ -116,7 +135,16 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
 }
 
 /** All-gathers every rank's verdict record; throws the same WeightSyncError everywhere when an engine rank failed. Returns the engine ranks counted. */
-async function gatherVerdicts(comm: Communicator | null, rec: BigInt64Array, stream: Stream, timeoutMs: number, names: string[], engine: RolloutEngine | undefined, make: (t: Tensor) => Tensor, reference: string): Promise<number> {
+async function gatherVerdicts(
+  comm: Communicator | null,
+  rec: BigInt64Array,
+  stream: Stream,
+  timeoutMs: number,
+  names: string[],
+  engine: RolloutEngine | undefined,
+  make: (t: Tensor) => Tensor,
+  reference: string,
+): Promise<number> {
   const multi = !!comm && comm.size > 1;
   const device = (engine?.device ?? comm?.device)!;
   let all: BigInt64Array<ArrayBufferLike> = rec;
@@ -133,7 +161,9 @@ async function gatherVerdicts(comm: Communicator | null, rec: BigInt64Array, str
     const v = all.subarray(r * REC, (r + 1) * REC);
     if (v[0] !== 1n) continue;
     engines++;
-    const code = Number(v[2]), i = Number(v[3]), k = Number(v[1]);
+    const code = Number(v[2]),
+      i = Number(v[3]),
+      k = Number(v[1]);
     if (code === 0) continue;
     const rankName = multi ? `engine rank ${r} (tp rank ${k})` : `the engine (tp rank ${k})`;
     if (code === 2) {
@@ -142,8 +172,11 @@ async function gatherVerdicts(comm: Communicator | null, rec: BigInt64Array, str
       first ??= { engineRank: r, tpRank: k, parameter: param };
       continue;
     }
-    const tensor = names[i]!, more = Number(v[6]) - 1;
-    failures.push(`${rankName} holds ${tensor} with fingerprint ${hex(v[4]!)} but ${reference} is ${hex(v[5]!)}${more > 0 ? ` (and ${more} more tensor${more > 1 ? 's' : ''} differ there)` : ''}`);
+    const tensor = names[i]!,
+      more = Number(v[6]) - 1;
+    failures.push(
+      `${rankName} holds ${tensor} with fingerprint ${hex(v[4]!)} but ${reference} is ${hex(v[5]!)}${more > 0 ? ` (and ${more} more tensor${more > 1 ? 's' : ''} differ there)` : ''}`,
+    );
     first ??= { tensor, engineRank: r, tpRank: k, engineFingerprint: hex(v[4]!), trainerFingerprint: hex(v[5]!) };
   }
   if (failures.length) {
@@ -163,7 +196,10 @@ async function gatherVerdicts(comm: Communicator | null, rec: BigInt64Array, str
  * are frozen under LoRA). Collective over `comm`. Returns null when this engine has no
  * verified full sync to compare with (agreed over the ranks: then nothing is compared).
  */
-export async function checkBaseFingerprints(x: Omit<FingerprintCheck, 'sources' | 'engineTp'>, base: ReadonlyMap<string, Tensor> | null): Promise<FingerprintSummary | null> {
+export async function checkBaseFingerprints(
+  x: Omit<FingerprintCheck, 'sources' | 'engineTp'>,
+  base: ReadonlyMap<string, Tensor> | null,
+): Promise<FingerprintSummary | null> {
   const t0 = performance.now();
   const { cfg, comm, stream, engine } = x;
   const owned: Tensor[] = [];

@@ -31,23 +31,48 @@ export interface RegionFilter {
 export const NO_FILTER: RegionFilter = { period: 0, start: 0, len: 0 };
 
 /** Enqueues out[slot] += fingerprint of the elements of `v` in `src` that pass `filter` and `limit` (stream order, no host sync). */
-export function enqueueFingerprint(src: Tensor, v: AffineView, out: Tensor, slot: number, stream: Stream, opts: { filter?: RegionFilter; limit?: number } = {}): void {
+export function enqueueFingerprint(
+  src: Tensor,
+  v: AffineView,
+  out: Tensor,
+  slot: number,
+  stream: Stream,
+  opts: { filter?: RegionFilter; limit?: number } = {},
+): void {
   const r = v.shape.length;
   if (src.dtype !== 'fp32' || !src.isContiguous) throw new InvalidArgumentError(`fingerprint: the source must be a contiguous fp32 tensor but is ${src}.`);
-  if (out.dtype !== 'int64' || !Number.isSafeInteger(slot) || slot < 0 || slot >= out.numel) throw new InvalidArgumentError(`fingerprint: slot ${slot} is not an element of the int64 output ${out}.`);
+  if (out.dtype !== 'int64' || !Number.isSafeInteger(slot) || slot < 0 || slot >= out.numel)
+    throw new InvalidArgumentError(`fingerprint: slot ${slot} is not an element of the int64 output ${out}.`);
   if (v.local.length !== r || v.global.length !== r) throw new InvalidArgumentError('fingerprint: shape, local and global strides must have the same rank.');
   if (v.shape.some((d) => d === 0)) return;
   const extent = v.localOffset + v.shape.reduce((a, d, i) => a + (d - 1) * v.local[i]!, 0) + 1;
-  if (v.localOffset < 0 || extent > src.numel) throw new InvalidArgumentError(`fingerprint: the view reaches element ${extent - 1} of ${src}, which has ${src.numel}.`);
+  if (v.localOffset < 0 || extent > src.numel)
+    throw new InvalidArgumentError(`fingerprint: the view reaches element ${extent - 1} of ${src}, which has ${src.numel}.`);
   const f = opts.filter ?? NO_FILTER;
   src.checkLive('src');
   out.checkLive('out');
   // The sum does not depend on the order: walk the dims by decreasing local stride, so the
   // kernel's inner loop reads contiguous memory (a transposed layout becomes strided indices).
-  const order = v.shape.map((_, i) => i).filter((i) => v.shape[i]! > 1).sort((a, b) => v.local[b]! - v.local[a]!);
+  const order = v.shape
+    .map((_, i) => i)
+    .filter((i) => v.shape[i]! > 1)
+    .sort((a, b) => v.local[b]! - v.local[a]!);
   const pick = (xs: readonly number[]) => order.map((i) => xs[i]!);
-  stream.native.fingerprint(src.buffer, src.byteOffset + v.localOffset * 4, pick(v.shape), pick(v.local), pick(v.global), v.globalOffset,
-    opts.limit ?? Number.MAX_SAFE_INTEGER, f.period, f.start, f.len, out.buffer, out.byteOffset + slot * 8, 0);
+  stream.native.fingerprint(
+    src.buffer,
+    src.byteOffset + v.localOffset * 4,
+    pick(v.shape),
+    pick(v.local),
+    pick(v.global),
+    v.globalOffset,
+    opts.limit ?? Number.MAX_SAFE_INTEGER,
+    f.period,
+    f.start,
+    f.len,
+    out.buffer,
+    out.byteOffset + slot * 8,
+    0,
+  );
 }
 
 /** A contiguous run of `n` elements at local offset `at` whose canonical indices start at `g`. */

@@ -24,7 +24,9 @@ export interface CanonicalTensor {
 
 /** Every HF tensor of `cfg` in model order (fused experts; no LoRA adapters). */
 export function canonicalTensors(cfg: ModelConfig): CanonicalTensor[] {
-  return paramSpecs(cfg, { expertLayout: 'fused' }).filter((s) => !isLoraName(s.name)).map((s) => ({ name: s.name, shape: [...s.shape] }));
+  return paramSpecs(cfg, { expertLayout: 'fused' })
+    .filter((s) => !isLoraName(s.name))
+    .map((s) => ({ name: s.name, shape: [...s.shape] }));
 }
 
 /** A region of one canonical tensor: canonical indices g with (g mod period) in [start, start + len) (period 0: all of it). */
@@ -50,18 +52,23 @@ export function regionTable(cfg: ModelConfig, engineTp: number): RegionTable {
   const slot: number[][] = [];
   for (let k = 0; k < engineTp; k++) {
     const plan = hfLoadPlan(cfg, tpShard(cfg, engineTp, k));
-    slot.push(tensors.map((t, i) => {
-      const w = plan.get(t.name)!.writes[0]!;
-      const inner = numel(w.view.slice(w.dim + 1));
-      const r: Region = w.len === w.view[w.dim] ? { tensor: i, period: 0, start: 0, len: 0 } : { tensor: i, period: w.view[w.dim]! * inner, start: w.start * inner, len: w.len * inner };
-      const key = `${i}:${r.period}:${r.start}:${r.len}`;
-      let at = seen.get(key);
-      if (at === undefined) {
-        seen.set(key, (at = regions.length));
-        regions.push(r);
-      }
-      return at;
-    }));
+    slot.push(
+      tensors.map((t, i) => {
+        const w = plan.get(t.name)!.writes[0]!;
+        const inner = numel(w.view.slice(w.dim + 1));
+        const r: Region =
+          w.len === w.view[w.dim]
+            ? { tensor: i, period: 0, start: 0, len: 0 }
+            : { tensor: i, period: w.view[w.dim]! * inner, start: w.start * inner, len: w.len * inner };
+        const key = `${i}:${r.period}:${r.start}:${r.len}`;
+        let at = seen.get(key);
+        if (at === undefined) {
+          seen.set(key, (at = regions.length));
+          regions.push(r);
+        }
+        return at;
+      }),
+    );
   }
   return { tensors, regions, slot };
 }
@@ -71,12 +78,20 @@ export function regionTable(cfg: ModelConfig, engineTp: number): RegionTable {
  * `shard` (plan = hfLoadPlan(cfg, shard)) and the affine view reading exactly its region there, in the parameter's
  * layout (`processed` swaps the experts' last two dims).
  */
-export function engineView(cfg: ModelConfig, shard: TpShard, plan: ReadonlyMap<string, HfEntry>, name: string, params: { get(n: string): RuntimeParam }, processed: boolean): { param: RuntimeParam; view: AffineView } {
+export function engineView(
+  cfg: ModelConfig,
+  shard: TpShard,
+  plan: ReadonlyMap<string, HfEntry>,
+  name: string,
+  params: { get(n: string): RuntimeParam },
+  processed: boolean,
+): { param: RuntimeParam; view: AffineView } {
   const H = cfg.hiddenSize;
   const m = /^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$/.exec(name);
   if (m && cfg.moe && isMoeLayer(cfg, Number(m[1]))) {
     const { numExperts: E, intermediateSize: I } = cfg.moe;
-    const Im = shard.moeInterLocal, s = shard.moeInterStart;
+    const Im = shard.moeInterLocal,
+      s = shard.moeInterStart;
     const p = `model.layers.${m[1]}.mlp.experts`;
     if (m[2] === 'gate_up_proj') {
       // Canonical (e, j, i, h) = e·2IH + j·IH + (s + i)·H + h, j = gate / up.
@@ -94,9 +109,16 @@ export function engineView(cfg: ModelConfig, shard: TpShard, plan: ReadonlyMap<s
     return { param: params.get(`${p}.w2_weight`), view };
   }
   const w = plan.get(name)!.writes[0]!;
-  const inner = numel(w.view.slice(w.dim + 1)), outer = numel(w.view.slice(0, w.dim));
+  const inner = numel(w.view.slice(w.dim + 1)),
+    outer = numel(w.view.slice(0, w.dim));
   return {
     param: params.get(w.param),
-    view: { shape: [outer, w.len, inner], local: [w.len * inner, inner, 1], localOffset: w.dstOffset, global: [w.view[w.dim]! * inner, inner, 1], globalOffset: w.start * inner },
+    view: {
+      shape: [outer, w.len, inner],
+      local: [w.len * inner, inner, 1],
+      localOffset: w.dstOffset,
+      global: [w.view[w.dim]! * inner, inner, 1],
+      globalOffset: w.start * inner,
+    },
   };
 }

@@ -48,7 +48,10 @@ async function broadcastHeader(comm: Communicator, stream: Stream, header: Heade
 
 /** Collective over `comm` (trainers first, rank 0 a trainer). Returns the bytes and tensors sent. */
 export async function serverAdapterSync(opts: {
-  comm: Communicator; stream: Stream; strategy?: TrainStrategy; engine?: RolloutEngine;
+  comm: Communicator;
+  stream: Stream;
+  strategy?: TrainStrategy;
+  engine?: RolloutEngine;
 }): Promise<{ bytes: number; tensors: number }> {
   const { comm, stream, strategy, engine } = opts;
   let host: Map<string, HostParam> | null = null;
@@ -56,7 +59,9 @@ export async function serverAdapterSync(opts: {
   if (strategy) {
     const lora = (strategy as { lora?: { adapters: LoraAdapters } }).lora;
     if (!lora || !strategy.loraState) {
-      throw new InvalidArgumentError(`ServerSync.sync({ adapterOnly: true }): the ${strategy.kind} strategy has no LoRA adapters. HINT: create it with { lora }, or run a full sync.`);
+      throw new InvalidArgumentError(
+        `ServerSync.sync({ adapterOnly: true }): the ${strategy.kind} strategy has no LoRA adapters. HINT: create it with { lora }, or run a full sync.`,
+      );
     }
     host = await strategy.loraState(); // collective over the trainer group
     if (comm.rank === 0) {
@@ -73,7 +78,10 @@ export async function serverAdapterSync(opts: {
   try {
     for (const t of h.targets) {
       const pair: Tensor[] = [];
-      for (const [name, shape] of [[t.a, t.shapeA], [t.b, t.shapeB]] as const) {
+      for (const [name, shape] of [
+        [t.a, t.shapeA],
+        [t.b, t.shapeB],
+      ] as const) {
         const x = comm.rank === 0 ? Tensor.fromArray(device, host!.get(name)!.data, shape, { stream }) : Tensor.empty(device, shape, 'fp32');
         pair.push(x);
         await comm.broadcast(x, x, 0, stream);

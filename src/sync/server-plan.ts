@@ -45,7 +45,10 @@ export function checkRankSources(all: unknown[], trainerRanks: number): RankSour
   const ranks = all.map((x, r) => {
     const rs = x as RankSources;
     if (!rs || typeof rs.layout !== 'string' || !Array.isArray(rs.sources)) {
-      throw new InvalidArgumentError(`ServerSync: trainer rank ${r} sent no weight sources. HINT: every trainer rank passes { strategy } to ServerSync.create().`, { trainerRank: r });
+      throw new InvalidArgumentError(
+        `ServerSync: trainer rank ${r} sent no weight sources. HINT: every trainer rank passes { strategy } to ServerSync.create().`,
+        { trainerRank: r },
+      );
     }
     return { layout: rs.layout, sources: rs.sources.map((s) => checkDescriptor(s, `trainer rank ${r}`)) };
   });
@@ -53,14 +56,20 @@ export function checkRankSources(all: unknown[], trainerRanks: number): RankSour
   const keys = (rs: RankSources) => rs.sources.map((s) => `${s.key}/${s.parts}/${s.localNumel}`).join();
   ranks.forEach((rs, r) => {
     if (rs.layout !== first.layout || keys(rs) !== keys(first)) {
-      throw new InvalidArgumentError(`ServerSync: trainer ranks 0 (${first.layout}) and ${r} (${rs.layout}) hold different weight sources; every trainer rank must pass its shard of the same strategy.`, { trainerRank: r });
+      throw new InvalidArgumentError(
+        `ServerSync: trainer ranks 0 (${first.layout}) and ${r} (${rs.layout}) hold different weight sources; every trainer rank must pass its shard of the same strategy.`,
+        { trainerRank: r },
+      );
     }
   });
   const owned = new Map<string, number>();
   for (const rs of ranks) for (const s of rs.sources) if (s.owner) owned.set(s.key, (owned.get(s.key) ?? 0) + 1);
   const lacking = first.sources.find((s) => owned.get(s.key) !== s.parts);
   if (lacking) {
-    throw new InvalidArgumentError(`ServerSync: the ${trainerRanks} trainer ranks own ${owned.get(lacking.key) ?? 0} of the ${lacking.parts} parts of ${lacking.key}. HINT: pass trainerRanks = the strategy's rank count.`, { trainerRanks, source: lacking.key });
+    throw new InvalidArgumentError(
+      `ServerSync: the ${trainerRanks} trainer ranks own ${owned.get(lacking.key) ?? 0} of the ${lacking.parts} parts of ${lacking.key}. HINT: pass trainerRanks = the strategy's rank count.`,
+      { trainerRanks, source: lacking.key },
+    );
   }
   return ranks;
 }

@@ -70,7 +70,8 @@ export class Receiver {
    * the slot (those pieces packed, 64-byte aligned; `elems` in all).
    */
   route(bucket: Bucket): { direct: Array<Tensor | null>; offsets: number[]; elems: number } {
-    const direct: Array<Tensor | null> = [], offsets: number[] = [];
+    const direct: Array<Tensor | null> = [],
+      offsets: number[] = [];
     let at = 0;
     for (const s of bucket.segments) {
       const { a, part } = this.parse(s);
@@ -124,8 +125,10 @@ export class Receiver {
     if (way.flat) {
       // Each HF view of the part is a flat range of it: load what of it this piece holds.
       for (const v of way.flat[part]!) {
-        const lo = v.view.localOffset, hi = lo + v.view.shape[0]!;
-        const from = Math.max(lo, off), to = Math.min(hi, off + piece.numel);
+        const lo = v.view.localOffset,
+          hi = lo + v.view.shape[0]!;
+        const from = Math.max(lo, off),
+          to = Math.min(hi, off + piece.numel);
         if (to > from) session.loadRange(v.hf, viewOf(piece, [to - from], from - off), v.view.globalOffset + from - lo);
       }
       return;
@@ -165,7 +168,10 @@ export class Receiver {
 
   checkComplete(): void {
     const missing = [...this.plan.keys()].filter((n) => !this.done.has(n));
-    if (missing.length) throw new InvalidArgumentError(`ServerSync: tensors never arrived: ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ` and ${missing.length - 5} more` : ''}.`);
+    if (missing.length)
+      throw new InvalidArgumentError(
+        `ServerSync: tensors never arrived: ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ` and ${missing.length - 5} more` : ''}.`,
+      );
   }
 
   release(): void {

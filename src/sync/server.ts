@@ -103,20 +103,32 @@ export class ServerSync {
     const { comm, role, trainerRanks, cfg } = opts ?? ({} as ServerSyncOptions);
     if (!comm || !cfg) throw new InvalidArgumentError('ServerSync.create() requires { comm, role, trainerRanks, cfg }.', { argument: 'comm' });
     assertSingleStrategyModel(cfg, 'ServerSync.create()');
-    if (role !== 'trainer' && role !== 'engine') throw new InvalidArgumentError(`ServerSync.create(): role must be 'trainer' or 'engine' but is ${JSON.stringify(role)}.`, { argument: 'role' });
+    if (role !== 'trainer' && role !== 'engine')
+      throw new InvalidArgumentError(`ServerSync.create(): role must be 'trainer' or 'engine' but is ${JSON.stringify(role)}.`, { argument: 'role' });
     if (!Number.isSafeInteger(trainerRanks) || trainerRanks < 1 || trainerRanks >= comm.size) {
-      throw new InvalidArgumentError(`ServerSync.create(): trainerRanks must be an integer in [1, ${comm.size - 1}] (the communicator has ${comm.size} ranks and needs at least one engine rank) but is ${String(trainerRanks)}.`, { argument: 'trainerRanks' });
+      throw new InvalidArgumentError(
+        `ServerSync.create(): trainerRanks must be an integer in [1, ${comm.size - 1}] (the communicator has ${comm.size} ranks and needs at least one engine rank) but is ${String(trainerRanks)}.`,
+        { argument: 'trainerRanks' },
+      );
     }
     const isTrainer = comm.rank < trainerRanks;
     if (isTrainer !== (role === 'trainer')) {
-      throw new InvalidArgumentError(`ServerSync.create(): group rank ${comm.rank} is ${isTrainer ? 'a trainer' : 'an engine'} rank (trainer ranks are 0..${trainerRanks - 1}) but role is '${role}'.`, { argument: 'role' });
+      throw new InvalidArgumentError(
+        `ServerSync.create(): group rank ${comm.rank} is ${isTrainer ? 'a trainer' : 'an engine'} rank (trainer ranks are 0..${trainerRanks - 1}) but role is '${role}'.`,
+        { argument: 'role' },
+      );
     }
     if (role === 'trainer' && typeof opts.strategy?.weightSources !== 'function') {
-      throw new InvalidArgumentError('ServerSync.create(): a trainer rank needs { strategy } (a training strategy, which publishes weightSources()).', { argument: 'strategy' });
+      throw new InvalidArgumentError('ServerSync.create(): a trainer rank needs { strategy } (a training strategy, which publishes weightSources()).', {
+        argument: 'strategy',
+      });
     }
     if (role === 'engine' && !opts.engine) throw new InvalidArgumentError('ServerSync.create(): an engine rank needs { engine }.', { argument: 'engine' });
     if (opts.engine && opts.engine.device.ordinal !== comm.device.ordinal) {
-      throw new InvalidArgumentError(`ServerSync.create(): the engine is on device ${opts.engine.device.ordinal} but the communicator on device ${comm.device.ordinal}.`, { argument: 'engine' });
+      throw new InvalidArgumentError(
+        `ServerSync.create(): the engine is on device ${opts.engine.device.ordinal} but the communicator on device ${comm.device.ordinal}.`,
+        { argument: 'engine' },
+      );
     }
     return new ServerSync(comm, role, trainerRanks, cfg, checkBucketBytes(opts.bucketBytes ?? DEFAULT_BUCKET_BYTES), opts.strategy, opts.engine);
   }
@@ -128,8 +140,20 @@ export class ServerSync {
     if (opts.adapterOnly) {
       const t0 = performance.now();
       const meter = new MemoryMeter(this.comm.device);
-      const { bytes, tensors } = await serverAdapterSync({ comm: this.comm, stream: this.stream, ...(this.strategy ? { strategy: this.strategy } : {}), ...(this.engine ? { engine: this.engine } : {}) });
-      const report = finishReport({ mode: 'server', kind: 'adapter', bytes, seconds: (performance.now() - t0) / 1000, peakExtraBytes: meter.peakExtra(), tensors });
+      const { bytes, tensors } = await serverAdapterSync({
+        comm: this.comm,
+        stream: this.stream,
+        ...(this.strategy ? { strategy: this.strategy } : {}),
+        ...(this.engine ? { engine: this.engine } : {}),
+      });
+      const report = finishReport({
+        mode: 'server',
+        kind: 'adapter',
+        bytes,
+        seconds: (performance.now() - t0) / 1000,
+        peakExtraBytes: meter.peakExtra(),
+        tensors,
+      });
       if (verify) report.verified = await this.verify(verify, true);
       return report;
     }
@@ -139,7 +163,13 @@ export class ServerSync {
     const meter = new MemoryMeter(device);
     const t0 = performance.now();
     const ranks = await this.exchangeSources();
-    const plans = ranks.map((rs) => planBuckets(piecesOf(rs.sources).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })), this.bucketBytes, { keepWhole: true }));
+    const plans = ranks.map((rs) =>
+      planBuckets(
+        piecesOf(rs.sources).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })),
+        this.bucketBytes,
+        { keepWhole: true },
+      ),
+    );
     const sources = this.role === 'trainer' ? this.sourceTensors() : null;
     const fanout = await this.fanoutComms();
     // Engine ranks: the whole sync is one reload session, whose finish() processes it once;
@@ -200,7 +230,14 @@ export class ServerSync {
       if (session?.open) session.abort();
     }
     const seconds = (performance.now() - t0) / 1000;
-    const report = finishReport({ mode: 'server', kind: 'full', bytes: paramBytes(this.cfg), seconds, peakExtraBytes: meter.peakExtra(), tensors: receiver ? receiver.loaded : plans[comm.rank]!.reduce((a, bk) => a + bk.segments.filter((s) => s.last).length, 0) });
+    const report = finishReport({
+      mode: 'server',
+      kind: 'full',
+      bytes: paramBytes(this.cfg),
+      seconds,
+      peakExtraBytes: meter.peakExtra(),
+      tensors: receiver ? receiver.loaded : plans[comm.rank]!.reduce((a, bk) => a + bk.segments.filter((s) => s.last).length, 0),
+    });
     if (verify) report.verified = await this.verify(verify, false);
     return report;
   }
@@ -261,7 +298,11 @@ export class ServerSync {
 
   /** This trainer rank's piece tensors by key (the local views of the sources it owns). */
   private sourceTensors(): Map<string, Tensor> {
-    return new Map(this.strategy!.weightSources().filter((x) => x.owner).map((x) => [key(x.key, x.part), x.local]));
+    return new Map(
+      this.strategy!.weightSources()
+        .filter((x) => x.owner)
+        .map((x) => [key(x.key, x.part), x.local]),
+    );
   }
 
   /** Collective over `comm`: fingerprints (full syncs), then the probe; every engine rank's verdict is gathered. */
@@ -281,7 +322,8 @@ export class ServerSync {
     let sum: Float32Array | null = null;
     if (probe) {
       const batch = probeBatch(probe.ids);
-      const B = batch.batch, S = batch.seqLen;
+      const B = batch.batch,
+        S = batch.seqLen;
       const buf = new Float32Array(B * S + B);
       if (this.role === 'trainer') {
         const lp = await trainerLogprobs(this.strategy!, batch, probe.temperature);
@@ -304,7 +346,8 @@ export class ServerSync {
       badState = [...this.engine.params.params.values()].find((p) => p.state !== 'processed' || !p.tensor)?.name ?? null;
       mine[4] = badState ? 1 : 0;
       if (probe && sum && !badState) {
-        const B = probe.ids.length, S = Math.max(...probe.ids.map((r) => r.length));
+        const B = probe.ids.length,
+          S = Math.max(...probe.ids.map((r) => r.length));
         const values = new Float32Array(B * S);
         for (let b = 0; b < B; b++) for (let x = 0; x < S; x++) values[b * S + x] = sum[b * S + x]! / Math.max(1, sum[B * S + b]!);
         const rows = Array.from({ length: B }, (_, b) => (sum![B * S + b]! > 0 ? 1 : 0));
@@ -332,7 +375,10 @@ export class ServerSync {
       if (!(diff! <= worst.diff)) worst = { diff: Number.isNaN(diff!) ? Infinity : diff!, row: row!, pos: pos!, rank: r };
     }
     if (bad.length) {
-      throw new WeightSyncError(`Weight sync verification: a runtime parameter is not 'processed' after the sync on ${bad.join(', ')}. HINT: the sync did not write it (a missing source tensor) or left a reload unprocessed.`, { engineRanks: bad, parameter: badState });
+      throw new WeightSyncError(
+        `Weight sync verification: a runtime parameter is not 'processed' after the sync on ${bad.join(', ')}. HINT: the sync did not write it (a missing source tensor) or left a reload unprocessed.`,
+        { engineRanks: bad, parameter: badState },
+      );
     }
     if (probe) {
       if (!(worst.diff <= v.tolerance)) {

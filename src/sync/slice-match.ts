@@ -23,13 +23,16 @@ function viewRuns(v: AffineView): Runs {
 
 /** A loader slice write's runs: outer rows of view[dim]·inner elements, keeping [start, start + len). */
 function sliceRuns(r: SliceGeometry): Runs {
-  const inner = numelOf(r.view.slice(r.dim + 1)), outer = numelOf(r.view.slice(0, r.dim)), V = r.view[r.dim]! * inner;
+  const inner = numelOf(r.view.slice(r.dim + 1)),
+    outer = numelOf(r.view.slice(0, r.dim)),
+    V = r.view[r.dim]! * inner;
   return outer === 1 || r.len * inner === V ? [1, 0, r.start * inner, outer * r.len * inner] : [outer, V, r.start * inner, r.len * inner];
 }
 
 export function sameRuns(v: AffineView, w: SliceGeometry | undefined): boolean {
   if (!w) return false;
-  const a = viewRuns(v), b = sliceRuns(w);
+  const a = viewRuns(v),
+    b = sliceRuns(w);
   return a[0] > 0 && a.every((x, i) => x === b[i]);
 }
 
@@ -38,7 +41,11 @@ export function sameRuns(v: AffineView, w: SliceGeometry | undefined): boolean {
  * tensor (`writesOf`): per runtime parameter, the slice writes that take the piece into it
  * (SliceGeometry over the flat piece); null when a view is not exactly one engine slice.
  */
-export function localGeometry(views: readonly HfView[], writesOf: (hf: string) => ReadonlyArray<SliceGeometry & { param: string }>, partNumel: number): Array<{ param: string; geometry: SliceGeometry[] }> | null {
+export function localGeometry(
+  views: readonly HfView[],
+  writesOf: (hf: string) => ReadonlyArray<SliceGeometry & { param: string }>,
+  partNumel: number,
+): Array<{ param: string; geometry: SliceGeometry[] }> | null {
   const out = new Map<string, SliceGeometry[]>();
   for (const { hf, view: v } of views) {
     const ws = writesOf(hf);

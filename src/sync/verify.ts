@@ -14,10 +14,12 @@ import { IGNORE_INDEX } from '../model/kernels/index.js';
 import type { TrainBatch, TrainStrategy } from '../train/strategy.js';
 
 /** `true`: fingerprints only; with `probe`, the log-prob parity too (within `tolerance`, default 1e-3). */
-export type VerifyOptions = true | {
-  probe?: { ids: number[][]; temperature: number };
-  tolerance?: number;
-};
+export type VerifyOptions =
+  | true
+  | {
+      probe?: { ids: number[][]; temperature: number };
+      tolerance?: number;
+    };
 
 export interface ResolvedVerify {
   probe: { ids: number[][]; temperature: number } | null;
@@ -29,11 +31,26 @@ export function checkVerify(v: VerifyOptions | undefined): ResolvedVerify | null
   if (v === true) return { probe: null, tolerance: 1e-3 };
   const probeOk = (p: unknown) => {
     const q = p as { ids?: unknown; temperature?: unknown };
-    return !!q && typeof q === 'object' && Array.isArray(q.ids) && q.ids.length > 0 && q.ids.every((r) => Array.isArray(r) && r.length >= 2) && typeof q.temperature === 'number' && q.temperature > 0;
+    return (
+      !!q &&
+      typeof q === 'object' &&
+      Array.isArray(q.ids) &&
+      q.ids.length > 0 &&
+      q.ids.every((r) => Array.isArray(r) && r.length >= 2) &&
+      typeof q.temperature === 'number' &&
+      q.temperature > 0
+    );
   };
-  const ok = !!v && typeof v === 'object' && (v.probe === undefined || probeOk(v.probe)) && (v.tolerance === undefined || (typeof v.tolerance === 'number' && v.tolerance > 0));
+  const ok =
+    !!v &&
+    typeof v === 'object' &&
+    (v.probe === undefined || probeOk(v.probe)) &&
+    (v.tolerance === undefined || (typeof v.tolerance === 'number' && v.tolerance > 0));
   if (!ok) {
-    throw new InvalidArgumentError('Weight sync verify expects true or { probe?: { ids: number[][] (rows of at least 2 tokens), temperature > 0 }, tolerance?: number > 0 }.', { argument: 'verify' });
+    throw new InvalidArgumentError(
+      'Weight sync verify expects true or { probe?: { ids: number[][] (rows of at least 2 tokens), temperature > 0 }, tolerance?: number > 0 }.',
+      { argument: 'verify' },
+    );
   }
   return { probe: v.probe ?? null, tolerance: v.tolerance ?? 1e-3 };
 }
@@ -41,7 +58,8 @@ export function checkVerify(v: VerifyOptions | undefined): ResolvedVerify | null
 /** The probe as a TrainBatch: rows right-padded with 0 to the longest, targets IGNORE_INDEX past each row's end. */
 export function probeBatch(ids: number[][]): TrainBatch {
   const S = Math.max(...ids.map((r) => r.length));
-  const inputIds = new Int32Array(ids.length * S), targets = new Int32Array(ids.length * S).fill(IGNORE_INDEX);
+  const inputIds = new Int32Array(ids.length * S),
+    targets = new Int32Array(ids.length * S).fill(IGNORE_INDEX);
   ids.forEach((r, b) => {
     inputIds.set(r, b * S);
     for (let t = 0; t + 1 < r.length; t++) targets[b * S + t] = r[t + 1]!;

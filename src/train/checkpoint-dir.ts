@@ -104,9 +104,11 @@ export async function latestCheckpoint(root: string): Promise<string | null> {
   } catch {
     return null;
   }
-  if (!STEP_DIR.test(name)) throw new CheckpointFormatError(`${join(root, LATEST_FILE)} names ${JSON.stringify(name)}; expected a step folder like step-000010.`, { file: join(root, LATEST_FILE) });
+  if (!STEP_DIR.test(name))
+    throw new CheckpointFormatError(`${join(root, LATEST_FILE)} names ${JSON.stringify(name)}; expected a step folder like step-000010.`, {
+      file: join(root, LATEST_FILE),
+    });
   // A save that crashed while re-saving this very step left its complete copy under `.old-<step>`.
   if (!(await exists(join(root, name))) && (await exists(join(root, `${OLD_PREFIX}${name}`)))) return join(root, `${OLD_PREFIX}${name}`);
   return join(root, name);
 }
-

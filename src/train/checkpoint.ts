@@ -80,7 +80,8 @@ async function agree(comm: Communicator | undefined, local: Error | null, what: 
 
 /** Saves `strategy` under `root/step-NNNNNN` atomically and points `latest` at it. Returns the step folder. */
 export async function saveCheckpoint(strategy: TrainStrategy, opts: SaveOptions): Promise<string> {
-  if (!Number.isSafeInteger(opts.step) || opts.step < 0) throw new InvalidArgumentError(`saveCheckpoint(): expected a non-negative integer step but received ${opts.step}.`);
+  if (!Number.isSafeInteger(opts.step) || opts.step < 0)
+    throw new InvalidArgumentError(`saveCheckpoint(): expected a non-negative integer step but received ${opts.step}.`);
   const maxShardBytes = opts.maxShardBytes ?? 2 ** 31;
   // Collective gathers first, on every rank, in the same order.
   const params = await strategy.gatherState('params');
@@ -101,8 +102,12 @@ export async function saveCheckpoint(strategy: TrainStrategy, opts: SaveOptions)
 }
 
 async function writeStep(
-  strategy: TrainStrategy, opts: SaveOptions, maxShardBytes: number,
-  params: Map<string, HostParam>, expAvg: Map<string, HostParam>, expAvgSq: Map<string, HostParam>,
+  strategy: TrainStrategy,
+  opts: SaveOptions,
+  maxShardBytes: number,
+  params: Map<string, HostParam>,
+  expAvg: Map<string, HostParam>,
+  expAvgSq: Map<string, HostParam>,
 ): Promise<void> {
   await publishStep(opts.root, opts.step, async (tmp) => {
     await makeDir(join(tmp, 'optimizer'));
@@ -113,8 +118,12 @@ async function writeStep(
     // config (every field), generation config and tokenizer files travel with it.
     await writeModelFiles(tmp, strategy.cfg, opts.source, 'float32');
     const state: TrainerStateFile = {
-      format: CHECKPOINT_FORMAT, step: opts.step, optimizerSteps: strategy.optimizerSteps,
-      strategy: strategy.kind, layout: strategy.layout, extra: opts.extra ?? {},
+      format: CHECKPOINT_FORMAT,
+      step: opts.step,
+      optimizerSteps: strategy.optimizerSteps,
+      strategy: strategy.kind,
+      layout: strategy.layout,
+      extra: opts.extra ?? {},
     };
     await writeJson(join(tmp, TRAIN_STATE_FILE), state);
   });
@@ -148,7 +157,8 @@ export async function readF32Checkpoint(dir: string): Promise<Map<string, HostPa
 function sameModel(a: ModelConfig, b: ModelConfig): string | null {
   const keys = ['modelType', 'hiddenSize', 'numLayers', 'numHeads', 'numKvHeads', 'headDim', 'vocabSize', 'intermediateSize', 'tieWordEmbeddings'] as const;
   for (const k of keys) if (a[k] !== b[k]) return `${k} is ${JSON.stringify(a[k])} in the checkpoint but ${JSON.stringify(b[k])} in the model`;
-  if (JSON.stringify(a.moe ?? null) !== JSON.stringify(b.moe ?? null)) return `the MoE settings differ (${JSON.stringify(a.moe ?? null)} vs ${JSON.stringify(b.moe ?? null)})`;
+  if (JSON.stringify(a.moe ?? null) !== JSON.stringify(b.moe ?? null))
+    return `the MoE settings differ (${JSON.stringify(a.moe ?? null)} vs ${JSON.stringify(b.moe ?? null)})`;
   return null;
 }
 
@@ -174,7 +184,11 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
   let dir = path;
   if (!(await exists(join(dir, TRAIN_STATE_FILE)))) {
     const latest = await latestCheckpoint(dir);
-    if (!latest) throw new CheckpointFormatError(`${dir}: neither a step folder (no ${TRAIN_STATE_FILE}) nor a checkpoint root (no ${LATEST_FILE}). HINT: pass the --save folder of a run or one of its step-NNNNNN folders.`, { file: dir });
+    if (!latest)
+      throw new CheckpointFormatError(
+        `${dir}: neither a step folder (no ${TRAIN_STATE_FILE}) nor a checkpoint root (no ${LATEST_FILE}). HINT: pass the --save folder of a run or one of its step-NNNNNN folders.`,
+        { file: dir },
+      );
     dir = latest;
   }
   const raw = await readTrainerState(dir);
@@ -205,7 +219,11 @@ async function readJsonFile(path: string): Promise<JsonValue> {
   try {
     text = await readFile(path, 'utf8');
   } catch (err) {
-    throw new CheckpointFormatError(`${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}). HINT: the step folder is incomplete; load another step.`, { file: path }, { cause: err });
+    throw new CheckpointFormatError(
+      `${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}). HINT: the step folder is incomplete; load another step.`,
+      { file: path },
+      { cause: err },
+    );
   }
   try {
     return parseStrictJson(text);
@@ -229,7 +247,11 @@ function checkTrainerState(raw: JsonValue, file: string): TrainerStateFile {
   const extra = own('extra') ?? {};
   if (!isJsonObject(extra)) fail(`"extra" is ${describe(extra)}; expected an object.`);
   return {
-    format: CHECKPOINT_FORMAT, step: own('step') as number, optimizerSteps: own('optimizerSteps') as number,
-    strategy: own('strategy') as string, layout: own('layout') as string, extra: { ...(extra as Record<string, unknown>) },
+    format: CHECKPOINT_FORMAT,
+    step: own('step') as number,
+    optimizerSteps: own('optimizerSteps') as number,
+    strategy: own('strategy') as string,
+    layout: own('layout') as string,
+    extra: { ...(extra as Record<string, unknown>) },
   };
 }

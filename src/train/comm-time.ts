@@ -11,12 +11,14 @@ export function commMillis(comms: readonly Communicator[], fromMs: number, toMs:
     const me = c.flightRecord().ranks.find((r) => r.rank === c.rank);
     for (const e of me?.entries ?? []) {
       if (e.startedAtMs === null || e.endedAtMs === null) continue;
-      const a = Math.max(e.startedAtMs, fromMs), b = Math.min(e.endedAtMs, toMs);
+      const a = Math.max(e.startedAtMs, fromMs),
+        b = Math.min(e.endedAtMs, toMs);
       if (b > a) spans.push([a, b]);
     }
   }
   spans.sort((x, y) => x[0] - y[0]);
-  let total = 0, end = -Infinity;
+  let total = 0,
+    end = -Infinity;
   for (const [a, b] of spans) {
     if (b <= end) continue;
     total += b - Math.max(a, end);

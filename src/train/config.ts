@@ -9,7 +9,11 @@ import { STRATEGY_KINDS } from './strategy.js';
 import { LoraConfigSchema } from '../model/lora-config.js';
 import { DEFAULT_BUCKET_BYTES, LOAD_MODES } from '../parallel/sharded-load.js';
 
-const size = (what: string) => z.number({ error: `expected ${what} as a number` }).int(`expected an integer for ${what}`).positive(`expected a positive integer for ${what}`);
+const size = (what: string) =>
+  z
+    .number({ error: `expected ${what} as a number` })
+    .int(`expected an integer for ${what}`)
+    .positive(`expected a positive integer for ${what}`);
 
 export const OptimizerConfigSchema = z
   .object({
@@ -42,7 +46,9 @@ export const TrainerConfigSchema = z
     load: z
       .object({
         mode: z.enum(LOAD_MODES, { error: `expected load.mode to be one of ${LOAD_MODES.join(', ')}` }).default('rank0-broadcast'),
-        bucketBytes: size('load.bucketBytes').refine((n) => n % 4 === 0, 'expected load.bucketBytes to be a multiple of 4').default(DEFAULT_BUCKET_BYTES),
+        bucketBytes: size('load.bucketBytes')
+          .refine((n) => n % 4 === 0, 'expected load.bucketBytes to be a multiple of 4')
+          .default(DEFAULT_BUCKET_BYTES),
       })
       .strict()
       .default({ mode: 'rank0-broadcast', bucketBytes: DEFAULT_BUCKET_BYTES }),

@@ -48,17 +48,31 @@ export async function createStrategy(config: TrainerConfig, ctx: StrategyContext
   if (config.strategy === 'megatron' && config.init === 'checkpoint') {
     const sizes = checkParallelSizes(cfg, n, config);
     const local = await loadMegatronShards(dirname(modelConfigPath(config.model)), cfg, ctx.comm, sizes, config.load);
-    return MegatronStrategy.create({ comm: ctx.comm, cfg, params: local, tp: config.tp, dp: sizes.dp, ep: config.ep, ...(config.lora ? { lora: { config: config.lora } } : {}) });
+    return MegatronStrategy.create({
+      comm: ctx.comm,
+      cfg,
+      params: local,
+      tp: config.tp,
+      dp: sizes.dp,
+      ep: config.ep,
+      ...(config.lora ? { lora: { config: config.lora } } : {}),
+    });
   }
   const params = config.init === 'checkpoint' ? await readHfWeights(cfg, config.model) : initialParams(cfg, config.init.seed);
   // LoRA: adapters start from the PEFT init (config.lora.seed); the base stays frozen.
   const lora = config.lora && { config: config.lora };
   switch (config.strategy) {
     case 'single':
-      if (n !== 1) throw new ConfigError(`strategy 'single' trains on one rank but the trainer group has ${n}. HINT: use 'fsdp2' or 'megatron' for several ranks.`, { ranks: n });
+      if (n !== 1)
+        throw new ConfigError(`strategy 'single' trains on one rank but the trainer group has ${n}. HINT: use 'fsdp2' or 'megatron' for several ranks.`, {
+          ranks: n,
+        });
       return SingleDeviceStrategy.create(cfg, ctx.device, params, lora ? { lora } : {});
     case 'fsdp2':
-      if (config.tp !== 1 || config.ep !== 1) throw new ConfigError(`strategy 'fsdp2' shards over data parallel only; tp and ep must be 1 (got tp=${config.tp}, ep=${config.ep}). HINT: use 'megatron' for tensor or expert parallelism.`);
+      if (config.tp !== 1 || config.ep !== 1)
+        throw new ConfigError(
+          `strategy 'fsdp2' shards over data parallel only; tp and ep must be 1 (got tp=${config.tp}, ep=${config.ep}). HINT: use 'megatron' for tensor or expert parallelism.`,
+        );
       return Fsdp2Strategy.create({ comm: ctx.comm, cfg, params, ...(lora ? { lora } : {}) });
     case 'megatron':
       return MegatronStrategy.create({ comm: ctx.comm, cfg, params, tp: config.tp, dp: config.dp, ep: config.ep, ...(lora ? { lora } : {}) });

@@ -78,13 +78,14 @@ export function halfBits(x: number): number {
     mant |= 0x800000;
     const shift = 14 - e;
     let h = mant >>> shift;
-    const rem = mant & ((1 << shift) - 1), half = 1 << (shift - 1);
-    if (rem > half || (rem === half && (h & 1))) h++;
+    const rem = mant & ((1 << shift) - 1),
+      half = 1 << (shift - 1);
+    if (rem > half || (rem === half && h & 1)) h++;
     return sign | h;
   }
   let h = (e << 10) | (mant >>> 13);
   const rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;
+  if (rem > 0x1000 || (rem === 0x1000 && h & 1)) h++;
   return sign | h;
 }
 
@@ -95,7 +96,8 @@ function encode(p: HostParam, dtype: SaveDtype): Uint8Array {
 }
 
 export async function exportHfModel(strategy: TrainStrategy, o: HfExportOptions): Promise<string> {
-  if (o.dtype !== undefined && !SAVE_DTYPES.includes(o.dtype)) throw new ConfigError(`exportHfModel(): dtype must be one of ${SAVE_DTYPES.join(', ')} but is ${JSON.stringify(o.dtype)}.`);
+  if (o.dtype !== undefined && !SAVE_DTYPES.includes(o.dtype))
+    throw new ConfigError(`exportHfModel(): dtype must be one of ${SAVE_DTYPES.join(', ')} but is ${JSON.stringify(o.dtype)}.`);
   const params = await strategy.gatherState('params'); // collective: every rank
   const rank = o.comm?.rank ?? 0;
   let error: Error | null = null;
@@ -123,7 +125,8 @@ function mergeOne(base: HostParam, a: HostParam, b: HostParam, scaling: number):
       for (let k = 0; k < r; k++) {
         const bik = b.data[e * O * r + i * r + k]! * scaling;
         if (bik === 0) continue;
-        const arow = e * r * I + k * I, orow = e * O * I + i * I;
+        const arow = e * r * I + k * I,
+          orow = e * O * I + i * I;
         for (let j = 0; j < I; j++) out[orow + j]! += bik * a.data[arow + j]!;
       }
     }
@@ -132,18 +135,37 @@ function mergeOne(base: HostParam, a: HostParam, b: HostParam, scaling: number):
 }
 
 async function writeAdapter(tmp: string, params: Map<string, HostParam>, targets: LoraTarget[], lora: LoraConfig, source: string | undefined): Promise<void> {
-  const sources: TensorSource[] = targets.flatMap((t) => [t.a, t.b]).map((name) => {
-    const p = params.get(name);
-    if (!p) throw new CheckpointFormatError(`exportHfModel(): the strategy's state has no LoRA parameter ${name}.`, { tensor: name });
-    return { name: `base_model.model.${name}`, dtype: 'F32' as const, shape: p.shape, data: new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength) };
-  });
+  const sources: TensorSource[] = targets
+    .flatMap((t) => [t.a, t.b])
+    .map((name) => {
+      const p = params.get(name);
+      if (!p) throw new CheckpointFormatError(`exportHfModel(): the strategy's state has no LoRA parameter ${name}.`, { tensor: name });
+      return {
+        name: `base_model.model.${name}`,
+        dtype: 'F32' as const,
+        shape: p.shape,
+        data: new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength),
+      };
+    });
   const { writeSafetensors } = await import('../model/safetensors.js');
   await writeSafetensors(join(tmp, 'adapter_model.safetensors'), sources, { metadata: { format: 'pt' } });
   const modules = [...new Set(lora.targetModules.map((m) => LORA_MODULES[m].split('.').at(-1)!))];
   const config = {
-    peft_type: 'LORA', task_type: 'CAUSAL_LM', base_model_name_or_path: source ?? null, r: lora.rank, lora_alpha: lora.alpha, lora_dropout: lora.dropout,
-    target_modules: modules, ...(lora.targetParameters.length ? { target_parameters: lora.targetParameters } : {}), bias: 'none', fan_in_fan_out: false,
-    inference_mode: true, init_lora_weights: true, use_rslora: false, use_dora: false, modules_to_save: null,
+    peft_type: 'LORA',
+    task_type: 'CAUSAL_LM',
+    base_model_name_or_path: source ?? null,
+    r: lora.rank,
+    lora_alpha: lora.alpha,
+    lora_dropout: lora.dropout,
+    target_modules: modules,
+    ...(lora.targetParameters.length ? { target_parameters: lora.targetParameters } : {}),
+    bias: 'none',
+    fan_in_fan_out: false,
+    inference_mode: true,
+    init_lora_weights: true,
+    use_rslora: false,
+    use_dora: false,
+    modules_to_save: null,
   };
   await writeFile(join(tmp, 'adapter_config.json'), `${JSON.stringify(config, null, 2)}\n`);
 }
@@ -159,9 +181,12 @@ async function writeFolder(strategy: TrainStrategy, params: Map<string, HostPara
     for (const t of targets) params.set(t.base, mergeOne(params.get(t.base)!, params.get(t.a)!, params.get(t.b)!, scaling));
   }
   let tensors = params;
-  if (strategy.cfg.moe && (o.expertLayout ?? 'per-expert') === 'per-expert') tensors = fromHostTensors(convertExpertLayout(toHostTensors(params), strategy.cfg, 'per-expert'));
+  if (strategy.cfg.moe && (o.expertLayout ?? 'per-expert') === 'per-expert')
+    tensors = fromHostTensors(convertExpertLayout(toHostTensors(params), strategy.cfg, 'per-expert'));
   // LoRA adapters are exported as PEFT adapters, not model weights.
-  const sources: TensorSource[] = [...tensors].filter(([n]) => !/\.lora_[AB](\.|$)/.test(n)).map(([name, p]) => ({ name, dtype: ST_DTYPE[dtype], shape: p.shape, data: () => encode(p, dtype) }));
+  const sources: TensorSource[] = [...tensors]
+    .filter(([n]) => !/\.lora_[AB](\.|$)/.test(n))
+    .map(([name, p]) => ({ name, dtype: ST_DTYPE[dtype], shape: p.shape, data: () => encode(p, dtype) }));
   if (existsSync(o.dir) && (await readdir(o.dir)).length > 0) {
     throw new ConfigError(`exportHfModel(): ${o.dir} exists and is not empty. HINT: choose a new folder (an export never overwrites one).`, { dir: o.dir });
   }

@@ -5,8 +5,17 @@ export { tokenLogprobs, targetLogprobs, rowLogprobs, type RowLogprobs } from './
 export { registerLoss, lossByName, registeredLosses, type LossBuilder } from './loss-registry.js';
 export { sumSquares, scaleInPlace, clipCoefficient } from './grad-norm.js';
 export {
-  saveCheckpoint, loadCheckpoint, latestCheckpoint, stepDirName, TRAIN_STATE_FILE, LATEST_FILE, CHECKPOINT_FORMAT,
-  type SaveOptions, type LoadOptions, type LoadedCheckpoint, type TrainerStateFile,
+  saveCheckpoint,
+  loadCheckpoint,
+  latestCheckpoint,
+  stepDirName,
+  TRAIN_STATE_FILE,
+  LATEST_FILE,
+  CHECKPOINT_FORMAT,
+  type SaveOptions,
+  type LoadOptions,
+  type LoadedCheckpoint,
+  type TrainerStateFile,
 } from './checkpoint.js';
 export { TrainerConfigSchema, OptimizerConfigSchema, parseTrainerConfig, type TrainerConfig, type TrainerConfigInput } from './config.js';
 export { createStrategy, modelConfigPath, readHfWeights, type StrategyContext } from './factory.js';

@@ -25,7 +25,9 @@ export const PER_EXPERT = /^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_pro
 
 /** This rank's pieces of the checkpoint at `dir` on `mesh` (collective over mesh.parent), and whether it stores experts one by one. */
 export async function loadHfShards(
-  dir: string, cfg: ModelConfig, mesh: DeviceMesh,
+  dir: string,
+  cfg: ModelConfig,
+  mesh: DeviceMesh,
   o: { placements: (meta: ParamMeta) => Placement[]; ownsExpert: (expert: number) => boolean; load?: HfLoadOptions },
 ): Promise<{ shards: Map<string, HostShard>; perExpert: boolean }> {
   let perExpert = false;

@@ -35,7 +35,8 @@ export function checkLrSchedule(s: LrSchedule): void {
   if (!(s.lr > 0)) bad(`lr must be positive but is ${s.lr}.`);
   if (!(Number.isInteger(s.warmupSteps) && s.warmupSteps >= 0)) bad(`warmupSteps must be a non-negative integer but is ${s.warmupSteps}.`);
   if (!(Number.isInteger(s.totalSteps) && s.totalSteps >= 1)) bad(`totalSteps must be a positive integer but is ${s.totalSteps}.`);
-  if (s.kind !== 'constant' && s.warmupSteps >= s.totalSteps) bad(`warmupSteps (${s.warmupSteps}) must be below totalSteps (${s.totalSteps}) for a '${s.kind}' decay.`);
+  if (s.kind !== 'constant' && s.warmupSteps >= s.totalSteps)
+    bad(`warmupSteps (${s.warmupSteps}) must be below totalSteps (${s.totalSteps}) for a '${s.kind}' decay.`);
   if (s.minLr !== undefined && !(s.minLr >= 0 && s.minLr <= s.lr)) bad(`minLr must be in [0, lr] but is ${s.minLr}.`);
 }
 

@@ -15,7 +15,16 @@ export const SAVE_DTYPES = ['float32', 'bfloat16', 'float16'] as const;
 export type SaveDtype = (typeof SAVE_DTYPES)[number];
 
 /** What transformers and PEFT read beside the weights (copied when the source folder has them). */
-export const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'vocab.json', 'merges.txt', 'added_tokens.json', 'chat_template.jinja', 'chat_template.json'];
+export const TOKENIZER_FILES = [
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+  'vocab.json',
+  'merges.txt',
+  'added_tokens.json',
+  'chat_template.jinja',
+  'chat_template.json',
+];
 
 /** The model folder of `source` (a folder, or a config.json path); null without one. */
 export function sourceDir(source: string | undefined): string | null {
@@ -43,7 +52,13 @@ export function configDtype(raw: Record<string, unknown> | null): SaveDtype {
  * Writes config.json (unless `config` is false: a PEFT adapter folder has none),
  * generation_config.json and the tokenizer files of `source` into `dir`.
  */
-export async function writeModelFiles(dir: string, cfg: ModelConfig, source: string | undefined, dtype: SaveDtype, opts: { config?: boolean } = {}): Promise<void> {
+export async function writeModelFiles(
+  dir: string,
+  cfg: ModelConfig,
+  source: string | undefined,
+  dtype: SaveDtype,
+  opts: { config?: boolean } = {},
+): Promise<void> {
   const src = sourceDir(source);
   const raw = src ? await readJsonIfAny(join(src, 'config.json')) : null;
   const config: Record<string, unknown> = { ...(raw ?? (toHFConfig(cfg) as unknown as Record<string, unknown>)) };
@@ -54,7 +69,9 @@ export async function writeModelFiles(dir: string, cfg: ModelConfig, source: str
   if (gen && existsSync(gen)) await copyFile(gen, join(dir, 'generation_config.json'));
   else {
     const c = cfg as unknown as Record<string, unknown>;
-    const ids = Object.fromEntries(['bos_token_id', 'eos_token_id', 'pad_token_id'].map((k) => [k, config[k] ?? c[k]]).filter(([, v]) => v !== undefined && v !== null));
+    const ids = Object.fromEntries(
+      ['bos_token_id', 'eos_token_id', 'pad_token_id'].map((k) => [k, config[k] ?? c[k]]).filter(([, v]) => v !== undefined && v !== null),
+    );
     await writeFile(join(dir, 'generation_config.json'), `${JSON.stringify(ids, null, 2)}\n`);
   }
   if (src) for (const f of TOKENIZER_FILES) if (existsSync(join(src, f))) await copyFile(join(src, f), join(dir, f));

@@ -16,7 +16,9 @@ export function checkBatch(b: TrainBatch): void {
     throw new InvalidArgumentError(`Train batch: expected positive integer batch and seqLen but received batch=${b.batch}, seqLen=${b.seqLen}.`);
   }
   if (!(b.inputIds instanceof Int32Array) || b.inputIds.length !== n || !(b.targets instanceof Int32Array) || b.targets.length !== n) {
-    throw new InvalidArgumentError(`Train batch: inputIds and targets must be Int32Arrays of batch x seqLen = ${n} tokens (got ${b.inputIds?.length} and ${b.targets?.length}).`);
+    throw new InvalidArgumentError(
+      `Train batch: inputIds and targets must be Int32Arrays of batch x seqLen = ${n} tokens (got ${b.inputIds?.length} and ${b.targets?.length}).`,
+    );
   }
 }
 

@@ -128,7 +128,10 @@ export class SingleDeviceStrategy implements TrainStrategy {
 
   /** The LoRA adapter parameters alone, by PEFT name (what an adapter-only weight sync sends). */
   async loraState(): Promise<Map<string, HostParam>> {
-    if (!this.lora) throw new InvalidArgumentError('SingleDeviceStrategy.loraState(): this strategy has no LoRA adapters. HINT: create it with the `lora` option, or use gatherState(\'params\') for the full weights.');
+    if (!this.lora)
+      throw new InvalidArgumentError(
+        "SingleDeviceStrategy.loraState(): this strategy has no LoRA adapters. HINT: create it with the `lora` option, or use gatherState('params') for the full weights.",
+      );
     const out = new Map<string, HostParam>();
     for (const name of this.lora.adapters.names) {
       const t = this.store.get(name).value;
@@ -141,7 +144,18 @@ export class SingleDeviceStrategy implements TrainStrategy {
   weightSources(): WeightSource[] {
     return paramSpecs(this.cfg, { expertLayout: 'fused' }).map((spec) => {
       const t = this.store.get(spec.name).value;
-      return { key: spec.name, shape: [...spec.shape], placement: Replicate(), parts: 1, part: 0, localNumel: t.numel, map: { kind: 'identity', hf: spec.name }, owner: true, comm: null, local: t.reshape([t.numel]) };
+      return {
+        key: spec.name,
+        shape: [...spec.shape],
+        placement: Replicate(),
+        parts: 1,
+        part: 0,
+        localNumel: t.numel,
+        map: { kind: 'identity', hf: spec.name },
+        owner: true,
+        comm: null,
+        local: t.reshape([t.numel]),
+      };
     });
   }
 

@@ -17,7 +17,11 @@ const root = packageRoot();
 const worker = join(root, 'test', 'fixtures', 'comm-worker.mjs');
 
 function newestMtime(dir: string): number {
-  return Math.max(...readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts')).map((f) => statSync(join(dir, f)).mtimeMs));
+  return Math.max(
+    ...readdirSync(dir, { recursive: true, encoding: 'utf8' })
+      .filter((f) => f.endsWith('.ts'))
+      .map((f) => statSync(join(dir, f)).mtimeMs),
+  );
 }
 
 /** Builds dist/ when it is missing or older than src/runtime, and loads the addon in the main thread first. */
@@ -37,7 +41,12 @@ export interface RankResult {
 }
 
 /** `onStart(id)` runs once every worker was started (e.g. to abort the communicator from the main thread). */
-export async function runRanks(nranks: number, data: Record<string, unknown>, timeoutMs = 50_000, onStart?: (id: string, workers: Worker[]) => void): Promise<RankResult[]> {
+export async function runRanks(
+  nranks: number,
+  data: Record<string, unknown>,
+  timeoutMs = 50_000,
+  onStart?: (id: string, workers: Worker[]) => void,
+): Promise<RankResult[]> {
   const id = Communicator.uniqueId();
   const workers: Worker[] = [];
   const all = Promise.all(
@@ -67,7 +76,12 @@ export async function runRanks(nranks: number, data: Record<string, unknown>, ti
 }
 
 /** The error a rank reported (as the comm worker fixture serialises it). */
-export interface ErrInfo { name: string; code: string; message: string; details: Record<string, unknown> }
+export interface ErrInfo {
+  name: string;
+  code: string;
+  message: string;
+  details: Record<string, unknown>;
+}
 
 /** The error rank `r` stored under `key`; fails the test when the rank crashed or reported none. */
 export function rankError(r: RankResult, key = 'err'): ErrInfo {
@@ -93,7 +107,8 @@ export function runAbortById(nranks: number, traceDir: string, reason: string, c
     // 'waiting'): aborting earlier would leave a late rank to make a fresh group alone.
     let waiting = 0;
     const abort = () => {
-      if (!(culprits ? Communicator.abortById(id, reason, culprits) : Communicator.abortById(id, reason))) throw new Error('abortById: no communicator group with this id');
+      if (!(culprits ? Communicator.abortById(id, reason, culprits) : Communicator.abortById(id, reason)))
+        throw new Error('abortById: no communicator group with this id');
     };
     for (const w of workers) {
       w.on('message', (m: { type: string }) => {

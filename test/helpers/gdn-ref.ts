@@ -1,10 +1,26 @@
 /** Plain fp64 JS definitions of the Gated DeltaNet kernels (the recurrence, conv1d, gated norm, gating), for tests. */
 
-export interface GdnShape { B: number; T: number; Hk: number; Hv: number; Dk: number; Dv: number }
+export interface GdnShape {
+  B: number;
+  T: number;
+  Hk: number;
+  Hv: number;
+  Dk: number;
+  Dv: number;
+}
 
 /** The gated delta rule token by token; returns o [B,T,Hv,Dv] followed by the final state [B,Hv,Dk,Dv] in one array. */
-export function gdn(s: GdnShape, q: ArrayLike<number>, k: ArrayLike<number>, v: ArrayLike<number>, g: ArrayLike<number>, beta: ArrayLike<number>,
-  h0: ArrayLike<number> | null, mask: ArrayLike<number> | null, l2 = true): Float64Array {
+export function gdn(
+  s: GdnShape,
+  q: ArrayLike<number>,
+  k: ArrayLike<number>,
+  v: ArrayLike<number>,
+  g: ArrayLike<number>,
+  beta: ArrayLike<number>,
+  h0: ArrayLike<number> | null,
+  mask: ArrayLike<number> | null,
+  l2 = true,
+): Float64Array {
   const { B, T, Hk, Hv, Dk, Dv } = s;
   const o = new Float64Array(B * T * Hv * Dv + B * Hv * Dk * Dv);
   const fin = B * T * Hv * Dv;
@@ -22,7 +38,8 @@ export function gdn(s: GdnShape, q: ArrayLike<number>, k: ArrayLike<number>, v: 
       if (h0) for (let i = 0; i < Dk * Dv; i++) S[i] = h0[(b * Hv + h) * Dk * Dv + i]!;
       for (let t = 0; t < T; t++) {
         if (mask && mask[b * T + t] === 0) continue;
-        const kn = norm(k, ((b * T + t) * Hk + hk) * Dk, 1), qn = norm(q, ((b * T + t) * Hk + hk) * Dk, scale);
+        const kn = norm(k, ((b * T + t) * Hk + hk) * Dk, 1),
+          qn = norm(q, ((b * T + t) * Hk + hk) * Dk, scale);
         const row = (b * T + t) * Hv + h;
         const a = Math.exp(g[row]!);
         for (let i = 0; i < Dk * Dv; i++) S[i] *= a;
@@ -47,7 +64,16 @@ export function gdn(s: GdnShape, q: ArrayLike<number>, k: ArrayLike<number>, v: 
 const silu = (x: number): number => x / (1 + Math.exp(-x));
 
 /** Causal depthwise conv1d, x [B,T,C], w [C,K], state [B,C,K-1]; returns y then the next state. */
-export function causalConv(B: number, T: number, C: number, K: number, x: ArrayLike<number>, w: ArrayLike<number>, s0: ArrayLike<number> | null, act = true): Float64Array {
+export function causalConv(
+  B: number,
+  T: number,
+  C: number,
+  K: number,
+  x: ArrayLike<number>,
+  w: ArrayLike<number>,
+  s0: ArrayLike<number> | null,
+  act = true,
+): Float64Array {
   const out = new Float64Array(B * T * C + B * C * (K - 1));
   const xin = (b: number, s: number, c: number): number => (s >= 0 ? x[(b * T + s) * C + c]! : s0 ? s0[(b * C + c) * (K - 1) + K - 1 + s]! : 0);
   for (let b = 0; b < B; b++) {

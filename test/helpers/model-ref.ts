@@ -9,7 +9,11 @@ export function rand(n: number, seed: number, scale = 1): Float32Array {
   let x = (seed * 2654435761) >>> 0 || 1;
   const out = new Float32Array(n);
   for (let i = 0; i < n; i++) {
-    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
     out[i] = ((x / 2 ** 32) * 2 - 1) * scale;
   }
   return out;
@@ -61,16 +65,28 @@ export function rope(x: ArrayLike<number>, pos: ArrayLike<number>, T: number, nH
       for (let i = 0; i < half; i++) {
         const a = pos[t]! * theta ** ((-2 * i) / D) * (inverse ? -1 : 1);
         const b = (t * nH + h) * D;
-        const x1 = x[b + i]!, x2 = x[b + i + half]!;
+        const x1 = x[b + i]!,
+          x2 = x[b + i + half]!;
         y[b + i] = x1 * Math.cos(a) - x2 * Math.sin(a);
         y[b + i + half] = x2 * Math.cos(a) + x1 * Math.sin(a);
       }
   return y;
 }
 
-export function attention(q: ArrayLike<number>, k: ArrayLike<number>, v: ArrayLike<number>, B: number, S: number, nH: number, nKV: number, D: number): { o: Float64Array; lse: Float64Array } {
-  const o = new Float64Array(B * S * nH * D), lse = new Float64Array(B * nH * S);
-  const g = nH / nKV, sc = 1 / Math.sqrt(D);
+export function attention(
+  q: ArrayLike<number>,
+  k: ArrayLike<number>,
+  v: ArrayLike<number>,
+  B: number,
+  S: number,
+  nH: number,
+  nKV: number,
+  D: number,
+): { o: Float64Array; lse: Float64Array } {
+  const o = new Float64Array(B * S * nH * D),
+    lse = new Float64Array(B * nH * S);
+  const g = nH / nKV,
+    sc = 1 / Math.sqrt(D);
   for (let b = 0; b < B; b++)
     for (let h = 0; h < nH; h++)
       for (let i = 0; i < S; i++) {
@@ -109,9 +125,16 @@ export function softmaxRows(z: ArrayLike<number>, T: number, E: number): Float64
 }
 
 /** Top-k by prob desc, ties -> lower index. */
-export function router(z: ArrayLike<number>, T: number, E: number, k: number, renorm: boolean): { weights: Float64Array; indices: Int32Array; probs: Float64Array } {
+export function router(
+  z: ArrayLike<number>,
+  T: number,
+  E: number,
+  k: number,
+  renorm: boolean,
+): { weights: Float64Array; indices: Int32Array; probs: Float64Array } {
   const probs = softmaxRows(z, T, E);
-  const weights = new Float64Array(T * k), indices = new Int32Array(T * k);
+  const weights = new Float64Array(T * k),
+    indices = new Int32Array(T * k);
   for (let t = 0; t < T; t++) {
     const idx = Array.from({ length: E }, (_, e) => e).sort((a, b) => probs[t * E + b]! - probs[t * E + a]! || a - b);
     let sel = 0;
@@ -148,7 +171,16 @@ export function dispatch(indices: ArrayLike<number>, E: number): { counts: numbe
 }
 
 /** y[rows of e] = x[rows] . w[e]^T (transB, w [E, M, K]) or x . w[e] (w [E, K, M]). */
-export function grouped(x: ArrayLike<number>, w: ArrayLike<number>, offsets: ArrayLike<number>, N: number, K: number, M: number, E: number, transB: boolean): Float64Array {
+export function grouped(
+  x: ArrayLike<number>,
+  w: ArrayLike<number>,
+  offsets: ArrayLike<number>,
+  N: number,
+  K: number,
+  M: number,
+  E: number,
+  transB: boolean,
+): Float64Array {
   const y = new Float64Array(N * M);
   for (let e = 0; e < E; e++)
     for (let r = offsets[e]!; r < offsets[e + 1]!; r++)

@@ -12,13 +12,20 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 function newest(dir: string): number {
-  return Math.max(0, ...readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts')).map((f) => statSync(join(dir, f)).mtimeMs));
+  return Math.max(
+    0,
+    ...readdirSync(dir, { recursive: true, encoding: 'utf8' })
+      .filter((f) => f.endsWith('.ts'))
+      .map((f) => statSync(join(dir, f)).mtimeMs),
+  );
 }
 
 export function ensureParallelBuilt(): void {
   const entry = join(ROOT, 'dist', 'src', 'parallel', 'index.js');
   const srcRoot = join(ROOT, 'src');
-  const dirs = readdirSync(srcRoot, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => join(srcRoot, d.name));
+  const dirs = readdirSync(srcRoot, { withFileTypes: true })
+    .filter((d) => d.isDirectory())
+    .map((d) => join(srcRoot, d.name));
   const src = Math.max(...dirs.map(newest), statSync(join(srcRoot, 'index.ts')).mtimeMs);
   if (!existsSync(entry) || statSync(entry).mtimeMs < src) {
     spawnSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'tsconfig.json')], { stdio: 'inherit' });
@@ -35,10 +42,14 @@ export interface LaunchRun {
 
 export function launchFixture(nproc: number, fixture: string, args: string[], env: NodeJS.ProcessEnv = {}, guardMs = 55_000): Promise<LaunchRun> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [join(ROOT, 'bin', 'launch.mjs'), '--nproc', String(nproc), '--grace-period', '1', '--no-prefix', join(ROOT, fixture), ...args], {
-      cwd: ROOT,
-      env: { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB', ...env },
-    });
+    const child = spawn(
+      process.execPath,
+      [join(ROOT, 'bin', 'launch.mjs'), '--nproc', String(nproc), '--grace-period', '1', '--no-prefix', join(ROOT, fixture), ...args],
+      {
+        cwd: ROOT,
+        env: { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB', ...env },
+      },
+    );
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));

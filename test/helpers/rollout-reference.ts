@@ -60,7 +60,9 @@ export class Reference {
     const logits = await this.logits(seq);
     const V = this.cfg.vocabSize;
     const l = Tensor.fromArray(this.device, logits, [seq.length, V], { stream: this.stream });
-    const tgt = Tensor.fromArray(this.device, Int32Array.from(seq.map((_, t) => (t + 1 < seq.length ? seq[t + 1]! : -100))), [seq.length], { stream: this.stream });
+    const tgt = Tensor.fromArray(this.device, Int32Array.from(seq.map((_, t) => (t + 1 < seq.length ? seq[t + 1]! : -100))), [seq.length], {
+      stream: this.stream,
+    });
     const lp = K.tokenLogprobs(l, tgt, { stream: this.stream, temperature });
     const out = Array.from((await lp.toArray({ stream: this.stream })) as Float32Array).slice(0, seq.length - 1);
     for (const t of [l, tgt, lp]) t.release();
@@ -92,7 +94,8 @@ export class Reference {
 /** max |a - b| / max |b| (relative to the reference's scale). */
 export function maxRelErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
   if (a.length !== b.length) return Infinity;
-  let num = 0, den = 0;
+  let num = 0,
+    den = 0;
   for (let i = 0; i < a.length; i++) {
     num = Math.max(num, Math.abs(a[i]! - b[i]!));
     den = Math.max(den, Math.abs(b[i]!));
@@ -125,24 +128,30 @@ export function expectedRuntime(cfg: ModelConfig, host: Map<string, HostParam>, 
     }
     return o;
   };
-  const hl = nH / tp, kvl = tp <= nKV ? nKV / tp : 1;
+  const hl = nH / tp,
+    kvl = tp <= nKV ? nKV / tp : 1;
   const kv0 = tp <= nKV ? r * kvl : Math.floor((r * nKV) / tp);
   for (const [name, p] of host) {
     if (!name.includes('_proj') && !name.includes('experts')) out.set(name, p.data);
   }
   for (let i = 0; i < cfg.numLayers; i++) {
     const pre = `model.layers.${i}`;
-    out.set(`${pre}.self_attn.qkv_proj.weight`, cat(
-      rowsOf(get(`${pre}.self_attn.q_proj.weight`), H, r * hl * D, hl * D),
-      rowsOf(get(`${pre}.self_attn.k_proj.weight`), H, kv0 * D, kvl * D),
-      rowsOf(get(`${pre}.self_attn.v_proj.weight`), H, kv0 * D, kvl * D),
-    ));
+    out.set(
+      `${pre}.self_attn.qkv_proj.weight`,
+      cat(
+        rowsOf(get(`${pre}.self_attn.q_proj.weight`), H, r * hl * D, hl * D),
+        rowsOf(get(`${pre}.self_attn.k_proj.weight`), H, kv0 * D, kvl * D),
+        rowsOf(get(`${pre}.self_attn.v_proj.weight`), H, kv0 * D, kvl * D),
+      ),
+    );
     out.set(`${pre}.self_attn.o_proj.weight`, colsOf(get(`${pre}.self_attn.o_proj.weight`), H, nH * D, r * hl * D, hl * D));
     if (cfg.moe) {
       const { numExperts: E, intermediateSize: I } = cfg.moe;
       const Il = I / tp;
-      const gu = get(`${pre}.mlp.experts.gate_up_proj`), dn = get(`${pre}.mlp.experts.down_proj`);
-      const w13 = new Float32Array(E * H * 2 * Il), w2 = new Float32Array(E * Il * H);
+      const gu = get(`${pre}.mlp.experts.gate_up_proj`),
+        dn = get(`${pre}.mlp.experts.down_proj`);
+      const w13 = new Float32Array(E * H * 2 * Il),
+        w2 = new Float32Array(E * Il * H);
       for (let e = 0; e < E; e++) {
         for (let h = 0; h < H; h++) {
           for (let j = 0; j < Il; j++) {
@@ -155,8 +164,12 @@ export function expectedRuntime(cfg: ModelConfig, host: Map<string, HostParam>, 
       out.set(`${pre}.mlp.experts.w13_weight`, w13);
       out.set(`${pre}.mlp.experts.w2_weight`, w2);
     } else {
-      const I = cfg.intermediateSize, Il = I / tp;
-      out.set(`${pre}.mlp.gate_up_proj.weight`, cat(rowsOf(get(`${pre}.mlp.gate_proj.weight`), H, r * Il, Il), rowsOf(get(`${pre}.mlp.up_proj.weight`), H, r * Il, Il)));
+      const I = cfg.intermediateSize,
+        Il = I / tp;
+      out.set(
+        `${pre}.mlp.gate_up_proj.weight`,
+        cat(rowsOf(get(`${pre}.mlp.gate_proj.weight`), H, r * Il, Il), rowsOf(get(`${pre}.mlp.up_proj.weight`), H, r * Il, Il)),
+      );
       out.set(`${pre}.mlp.down_proj.weight`, colsOf(get(`${pre}.mlp.down_proj.weight`), H, I, r * Il, Il));
     }
   }

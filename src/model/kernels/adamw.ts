@@ -24,7 +24,13 @@ export interface AdamWOptions extends KernelOptions {
  */
 export function adamw(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, options: AdamWOptions): void {
   const fn = 'adamw';
-  for (const [n, t] of [['param', param], ['grad', grad], ['m', m], ['v', v]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['param', param],
+    ['grad', grad],
+    ['m', m],
+    ['v', v],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   if (options === undefined || typeof options !== 'object') throw new InvalidArgumentError('adamw() requires options { lr, step, ... }.', { op: fn });
   const p = placement(fn, { param, grad, m, v }, options, ['lr', 'beta1', 'beta2', 'eps', 'weightDecay', 'step']);
   const lr = numberArg(fn, options.lr, 'lr', (x) => x >= 0, '>= 0');
@@ -33,7 +39,29 @@ export function adamw(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, options
   const eps = numberArg(fn, options.eps ?? 1e-8, 'eps', (x) => x >= 0, '>= 0');
   const wd = numberArg(fn, options.weightDecay ?? 0.01, 'weightDecay', (x) => x >= 0, '>= 0');
   const step = intArg(fn, options.step, 'step', 1);
-  for (const [n, t] of [['grad', grad], ['m', m], ['v', v]] as const) shapeArg(fn, t, n, param.shape, 'shape of param');
-  enqueue(p, 'adamw', param.numel, lr, b1, b2, eps, wd, step, param.buffer, param.byteOffset, grad.buffer, grad.byteOffset,
-    m.buffer, m.byteOffset, v.buffer, v.byteOffset);
+  for (const [n, t] of [
+    ['grad', grad],
+    ['m', m],
+    ['v', v],
+  ] as const)
+    shapeArg(fn, t, n, param.shape, 'shape of param');
+  enqueue(
+    p,
+    'adamw',
+    param.numel,
+    lr,
+    b1,
+    b2,
+    eps,
+    wd,
+    step,
+    param.buffer,
+    param.byteOffset,
+    grad.buffer,
+    grad.byteOffset,
+    m.buffer,
+    m.byteOffset,
+    v.buffer,
+    v.byteOffset,
+  );
 }

@@ -26,13 +26,19 @@ export interface AttentionResult {
  */
 export function attention(q: Tensor, k: Tensor, v: Tensor, options?: KernelOptions): AttentionResult {
   const fn = 'attention';
-  for (const [n, t] of [['q', q], ['k', k], ['v', v]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['q', q],
+    ['k', k],
+    ['v', v],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   const p = placement(fn, { q, k, v }, options);
   const { B, S, nH, nKV, D } = dims(fn, q, k);
   shapeArg(fn, k, 'k', [B, S, nKV, D], 'B, S, nKV, D');
   shapeArg(fn, v, 'v', [B, S, nKV, D], 'B, S, nKV, D');
   return withOutputs(p.device, { o: [q.shape, 'fp32'], lse: [[B, nH, S], 'fp32'] }, ({ o, lse }) =>
-    enqueue(p, 'attention', B, S, nH, nKV, D, q.buffer, q.byteOffset, k.buffer, k.byteOffset, v.buffer, v.byteOffset, o.buffer, 0, lse.buffer, 0));
+    enqueue(p, 'attention', B, S, nH, nKV, D, q.buffer, q.byteOffset, k.buffer, k.byteOffset, v.buffer, v.byteOffset, o.buffer, 0, lse.buffer, 0),
+  );
 }
 
 export interface AttentionGrads {
@@ -45,7 +51,15 @@ export interface AttentionGrads {
 /** Gradients of attention() from its saved o and lse. */
 export function attentionBackward(dO: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, options?: KernelOptions): AttentionGrads {
   const fn = 'attentionBackward';
-  for (const [n, t] of [['dO', dO], ['q', q], ['k', k], ['v', v], ['o', o], ['lse', lse]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['dO', dO],
+    ['q', q],
+    ['k', k],
+    ['v', v],
+    ['o', o],
+    ['lse', lse],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   const p = placement(fn, { dO, q, k, v, o, lse }, options);
   const { B, S, nH, nKV, D } = dims(fn, q, k);
   shapeArg(fn, k, 'k', [B, S, nKV, D], 'B, S, nKV, D');
@@ -54,8 +68,34 @@ export function attentionBackward(dO: Tensor, q: Tensor, k: Tensor, v: Tensor, o
   shapeArg(fn, o, 'o', [B, S, nH, D], 'B, S, nH, D');
   shapeArg(fn, lse, 'lse', [B, nH, S], 'B, nH, S');
   return withOutputs(p.device, { dq: [q.shape, 'fp32'], dk: [k.shape, 'fp32'], dv: [v.shape, 'fp32'] }, ({ dq, dk, dv }) =>
-    enqueue(p, 'attentionBackward', B, S, nH, nKV, D, dO.buffer, dO.byteOffset, q.buffer, q.byteOffset, k.buffer, k.byteOffset,
-      v.buffer, v.byteOffset, o.buffer, o.byteOffset, lse.buffer, lse.byteOffset, dq.buffer, 0, dk.buffer, 0, dv.buffer, 0));
+    enqueue(
+      p,
+      'attentionBackward',
+      B,
+      S,
+      nH,
+      nKV,
+      D,
+      dO.buffer,
+      dO.byteOffset,
+      q.buffer,
+      q.byteOffset,
+      k.buffer,
+      k.byteOffset,
+      v.buffer,
+      v.byteOffset,
+      o.buffer,
+      o.byteOffset,
+      lse.buffer,
+      lse.byteOffset,
+      dq.buffer,
+      0,
+      dk.buffer,
+      0,
+      dv.buffer,
+      0,
+    ),
+  );
 }
 
 /**
@@ -65,18 +105,42 @@ export function attentionBackward(dO: Tensor, q: Tensor, k: Tensor, v: Tensor, o
  */
 export function attentionDecode(q: Tensor, kCache: Tensor, vCache: Tensor, lengths: Tensor, options?: KernelOptions): Tensor {
   const fn = 'attentionDecode';
-  for (const [n, t] of [['q', q], ['kCache', kCache], ['vCache', vCache]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['q', q],
+    ['kCache', kCache],
+    ['vCache', vCache],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   tensorArg(fn, lengths, 'lengths', 'int32');
   const p = placement(fn, { q, kCache, vCache, lengths }, options);
   if (q.shape.length !== 4 || q.shape[1] !== 1) fail(fn, `expects q of shape [B, 1, nH, D] but received [${q.shape.join(', ')}].`);
   const [B, , nH, D] = q.shape as [number, number, number, number];
   if (kCache.shape.length !== 4) fail(fn, `expects kCache of shape [B, Smax, nKV, D] but received [${kCache.shape.join(', ')}].`);
-  const Smax = kCache.shape[1]!, nKV = kCache.shape[2]!;
+  const Smax = kCache.shape[1]!,
+    nKV = kCache.shape[2]!;
   if (nH === 0 || D === 0 || nKV === 0 || nH % nKV !== 0) fail(fn, `query heads (${nH}) must be a positive multiple of kv heads (${nKV}).`, { nH, nKV });
   shapeArg(fn, kCache, 'kCache', [B, Smax, nKV, D], 'B, Smax, nKV, D');
   shapeArg(fn, vCache, 'vCache', [B, Smax, nKV, D], 'B, Smax, nKV, D');
   shapeArg(fn, lengths, 'lengths', [B], 'B');
   return withOutputs(p.device, { o: [q.shape, 'fp32'] }, ({ o }) =>
-    enqueue(p, 'attentionDecode', B, Smax, nH, nKV, D, q.buffer, q.byteOffset, kCache.buffer, kCache.byteOffset,
-      vCache.buffer, vCache.byteOffset, lengths.buffer, lengths.byteOffset, o.buffer, 0)).o;
+    enqueue(
+      p,
+      'attentionDecode',
+      B,
+      Smax,
+      nH,
+      nKV,
+      D,
+      q.buffer,
+      q.byteOffset,
+      kCache.buffer,
+      kCache.byteOffset,
+      vCache.buffer,
+      vCache.byteOffset,
+      lengths.buffer,
+      lengths.byteOffset,
+      o.buffer,
+      0,
+    ),
+  ).o;
 }

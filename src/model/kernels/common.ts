@@ -39,11 +39,16 @@ function implCode(impl: unknown): number {
 export function tensorArg(fn: string, t: unknown, name: string, dtypes: DType | readonly DType[]): Tensor {
   if (!(t instanceof Tensor)) throw new InvalidArgumentError(`${fn}() expects a Tensor for ${name} but received ${describe(t)}.`, { op: fn, argument: name });
   t.checkLive(name);
-  if (!t.isContiguous) throw new InvalidArgumentError(`${fn}(): tensor ${name} must be contiguous. HINT: use permute() to make a contiguous copy.`, { op: fn, argument: name });
+  if (!t.isContiguous)
+    throw new InvalidArgumentError(`${fn}(): tensor ${name} must be contiguous. HINT: use permute() to make a contiguous copy.`, { op: fn, argument: name });
   const allowed = typeof dtypes === 'string' ? [dtypes] : dtypes;
   if (!allowed.includes(t.dtype)) {
     const hint = allowed.includes('int32') ? ` HINT: cast(${name}, 'int32') first.` : ` HINT: cast(${name}, '${allowed[0]}') first.`;
-    throw new InvalidArgumentError(`${fn}() expects ${name} of dtype ${allowed.join(' or ')} but received ${t.dtype}.${hint}`, { op: fn, argument: name, dtype: t.dtype });
+    throw new InvalidArgumentError(`${fn}() expects ${name} of dtype ${allowed.join(' or ')} but received ${t.dtype}.${hint}`, {
+      op: fn,
+      argument: name,
+      dtype: t.dtype,
+    });
   }
   return t;
 }
@@ -58,7 +63,9 @@ export function shapeArg(fn: string, t: Tensor, name: string, want: readonly (nu
   if (!ok) {
     const expected = want.map((w) => (w === null ? '*' : String(w))).join(', ');
     throw new InvalidArgumentError(`${fn}() expects ${name} of shape [${labels}] = [${expected}] but received [${s.join(', ')}].`, {
-      op: fn, argument: name, shape: [...s],
+      op: fn,
+      argument: name,
+      shape: [...s],
     });
   }
   return [...s];
@@ -98,7 +105,10 @@ export function intArg(fn: string, v: unknown, name: string, min = 0): number {
 
 export function numberArg(fn: string, v: unknown, name: string, check?: (x: number) => boolean, range?: string): number {
   if (typeof v !== 'number' || !Number.isFinite(v) || (check && !check(v))) {
-    throw new InvalidArgumentError(`${fn}() expects a finite number${range ? ` ${range}` : ''} for ${name} but received ${describe(v)}.`, { op: fn, argument: name });
+    throw new InvalidArgumentError(`${fn}() expects a finite number${range ? ` ${range}` : ''} for ${name} but received ${describe(v)}.`, {
+      op: fn,
+      argument: name,
+    });
   }
   return v;
 }

@@ -17,7 +17,8 @@ export function embedding(ids: Tensor, table: Tensor, options?: KernelOptions): 
   const [V, H] = shapeArg(fn, table, 'table', [null, null], 'V, H') as [number, number];
   const T = ids.numel;
   return withOutputs(p.device, { out: [[...ids.shape, H], table.dtype] }, ({ out }) =>
-    enqueue(p, 'embedding', DTYPE_CODE[table.dtype], T, V, H, ids.buffer, ids.byteOffset, table.buffer, table.byteOffset, out.buffer, 0)).out;
+    enqueue(p, 'embedding', DTYPE_CODE[table.dtype], T, V, H, ids.buffer, ids.byteOffset, table.buffer, table.byteOffset, out.buffer, 0),
+  ).out;
 }
 
 /**
@@ -33,5 +34,6 @@ export function embeddingBackward(dY: Tensor, ids: Tensor, vocabSize: number, op
   const H = dY.shape[dY.shape.length - 1] ?? 0;
   shapeArg(fn, dY, 'dY', [...ids.shape, null], [...ids.shape.map(() => '.'), 'H'].join(', '));
   return withOutputs(p.device, { dTable: [[V, H], 'fp32'] }, ({ dTable }) =>
-    enqueue(p, 'embeddingBackward', ids.numel, V, H, ids.buffer, ids.byteOffset, dY.buffer, dY.byteOffset, dTable.buffer, 0)).dTable;
+    enqueue(p, 'embeddingBackward', ids.numel, V, H, ids.buffer, ids.byteOffset, dY.buffer, dY.byteOffset, dTable.buffer, 0),
+  ).dTable;
 }

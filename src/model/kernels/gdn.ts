@@ -8,7 +8,18 @@ import { envString } from '../../runtime/env.js';
 import { ConfigError } from '../../runtime/errors.js';
 import type { Tensor } from '../../runtime/device/tensor.js';
 import {
-  boolArg, enqueue, fail, intArg, numberArg, placement, shapeArg, tensorArg, withOutputs, type KernelImpl, type KernelOptions, type Placement,
+  boolArg,
+  enqueue,
+  fail,
+  intArg,
+  numberArg,
+  placement,
+  shapeArg,
+  tensorArg,
+  withOutputs,
+  type KernelImpl,
+  type KernelOptions,
+  type Placement,
 } from './common.js';
 
 /** The impl ASCENT_GDN_BACKEND selects for GDN calls that name none. */
@@ -16,7 +27,9 @@ export function gdnBackendImpl(env: NodeJS.ProcessEnv = process.env): KernelImpl
   const v = envString('ASCENT_GDN_BACKEND', env) ?? 'fused';
   if (v === 'fused') return 'fast';
   if (v === 'reference') return 'reference';
-  throw new ConfigError(`ASCENT_GDN_BACKEND must be 'fused' or 'reference' but is '${v}'. HINT: unset it for the default (fused).`, { variable: 'ASCENT_GDN_BACKEND' });
+  throw new ConfigError(`ASCENT_GDN_BACKEND must be 'fused' or 'reference' but is '${v}'. HINT: unset it for the default (fused).`, {
+    variable: 'ASCENT_GDN_BACKEND',
+  });
 }
 
 function gdnPlacement(fn: string, tensors: Record<string, Tensor>, options: object | undefined, extra: readonly string[]): Placement {
@@ -42,10 +55,24 @@ export interface GatedDeltaRuleOptions extends KernelOptions {
 
 const GDN_KEYS = ['mode', 'chunkSize', 'useQkL2norm', 'initialState', 'mask'] as const;
 
-interface GdnDims { B: number; T: number; Hk: number; Hv: number; Dk: number; Dv: number }
+interface GdnDims {
+  B: number;
+  T: number;
+  Hk: number;
+  Hv: number;
+  Dk: number;
+  Dv: number;
+}
 
 function checkGdn(fn: string, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, o: GatedDeltaRuleOptions): GdnDims {
-  for (const [n, t] of [['q', q], ['k', k], ['v', v], ['g', g], ['beta', beta]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['q', q],
+    ['k', k],
+    ['v', v],
+    ['g', g],
+    ['beta', beta],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   const [B, T, Hk, Dk] = shapeArg(fn, q, 'q', [null, null, null, null], 'B, T, Hk, Dk') as [number, number, number, number];
   shapeArg(fn, k, 'k', [B, T, Hk, Dk], 'B, T, Hk, Dk');
   const [, , Hv, Dv] = shapeArg(fn, v, 'v', [B, T, null, null], 'B, T, Hv, Dv') as [number, number, number, number];
@@ -56,8 +83,12 @@ function checkGdn(fn: string, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: 
   if (o.mask !== undefined) {
     tensorArg(fn, o.mask, 'mask', 'int32');
     if (o.mask.shape.length !== 2) {
-      fail(fn, `mask must be the 2-D [B, T] padding mask (1 = token, 0 = pad) but received shape [${o.mask.shape.join(', ')}]; `
-        + 'a processed 4-D attention mask must never reach the GDN path. HINT: pass the raw attention_mask [B, T], not the causal 4-D mask built for full attention.', { argument: 'mask' });
+      fail(
+        fn,
+        `mask must be the 2-D [B, T] padding mask (1 = token, 0 = pad) but received shape [${o.mask.shape.join(', ')}]; ` +
+          'a processed 4-D attention mask must never reach the GDN path. HINT: pass the raw attention_mask [B, T], not the causal 4-D mask built for full attention.',
+        { argument: 'mask' },
+      );
     }
     shapeArg(fn, o.mask, 'mask', [B, T], 'B, T');
   }
@@ -94,15 +125,56 @@ export function gatedDeltaRule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta:
   const l2 = boolArg(fn, o.useQkL2norm ?? true, 'useQkL2norm');
   const p = gdnPlacement(fn, { q, k, v, g, beta, ...extras(o) }, options, GDN_KEYS);
   return withOutputs(p.device, { o: [[d.B, d.T, d.Hv, d.Dv], 'fp32'], finalState: [[d.B, d.Hv, d.Dk, d.Dv], 'fp32'] }, (out) =>
-    enqueue(p, 'gdn', d.B, d.T, d.Hk, d.Hv, d.Dk, d.Dv, chunk, l2, q.buffer, q.byteOffset, k.buffer, k.byteOffset, v.buffer, v.byteOffset,
-      g.buffer, g.byteOffset, beta.buffer, beta.byteOffset, ...nb(o.mask), ...nb(o.initialState), out.o.buffer, 0, out.finalState.buffer, 0));
+    enqueue(
+      p,
+      'gdn',
+      d.B,
+      d.T,
+      d.Hk,
+      d.Hv,
+      d.Dk,
+      d.Dv,
+      chunk,
+      l2,
+      q.buffer,
+      q.byteOffset,
+      k.buffer,
+      k.byteOffset,
+      v.buffer,
+      v.byteOffset,
+      g.buffer,
+      g.byteOffset,
+      beta.buffer,
+      beta.byteOffset,
+      ...nb(o.mask),
+      ...nb(o.initialState),
+      out.o.buffer,
+      0,
+      out.finalState.buffer,
+      0,
+    ),
+  );
 }
 
-export interface GatedDeltaRuleGrads { dq: Tensor; dk: Tensor; dv: Tensor; dg: Tensor; dbeta: Tensor; dInitialState: Tensor }
+export interface GatedDeltaRuleGrads {
+  dq: Tensor;
+  dk: Tensor;
+  dv: Tensor;
+  dg: Tensor;
+  dbeta: Tensor;
+  dInitialState: Tensor;
+}
 
 /** Gradients of gatedDeltaRule (either form) from dO [B, T, Hv, Dv] and optionally dFinalState [B, Hv, Dk, Dv]. */
-export function gatedDeltaRuleBackward(dO: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
-  options?: GatedDeltaRuleOptions & { dFinalState?: Tensor }): GatedDeltaRuleGrads {
+export function gatedDeltaRuleBackward(
+  dO: Tensor,
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  g: Tensor,
+  beta: Tensor,
+  options?: GatedDeltaRuleOptions & { dFinalState?: Tensor },
+): GatedDeltaRuleGrads {
   const fn = 'gatedDeltaRuleBackward';
   const o = (options ?? {}) as GatedDeltaRuleOptions & { dFinalState?: Tensor };
   const d = checkGdn(fn, q, k, v, g, beta, o);
@@ -116,12 +188,58 @@ export function gatedDeltaRuleBackward(dO: Tensor, q: Tensor, k: Tensor, v: Tens
   }
   const l2 = boolArg(fn, o.useQkL2norm ?? true, 'useQkL2norm');
   const p = gdnPlacement(fn, { dO, q, k, v, g, beta, ...ex }, options, [...GDN_KEYS, 'dFinalState']);
-  const nk = [d.B, d.T, d.Hk, d.Dk], ng = [d.B, d.T, d.Hv];
-  return withOutputs(p.device, {
-    dq: [nk, 'fp32'], dk: [nk, 'fp32'], dv: [v.shape, 'fp32'], dg: [ng, 'fp32'], dbeta: [ng, 'fp32'], dInitialState: [[d.B, d.Hv, d.Dk, d.Dv], 'fp32'],
-  }, (r) => enqueue(p, 'gdnBackward', d.B, d.T, d.Hk, d.Hv, d.Dk, d.Dv, l2, q.buffer, q.byteOffset, k.buffer, k.byteOffset, v.buffer, v.byteOffset,
-    g.buffer, g.byteOffset, beta.buffer, beta.byteOffset, ...nb(o.mask), ...nb(o.initialState), dO.buffer, dO.byteOffset, ...nb(o.dFinalState),
-    r.dq.buffer, 0, r.dk.buffer, 0, r.dv.buffer, 0, r.dg.buffer, 0, r.dbeta.buffer, 0, r.dInitialState.buffer, 0));
+  const nk = [d.B, d.T, d.Hk, d.Dk],
+    ng = [d.B, d.T, d.Hv];
+  return withOutputs(
+    p.device,
+    {
+      dq: [nk, 'fp32'],
+      dk: [nk, 'fp32'],
+      dv: [v.shape, 'fp32'],
+      dg: [ng, 'fp32'],
+      dbeta: [ng, 'fp32'],
+      dInitialState: [[d.B, d.Hv, d.Dk, d.Dv], 'fp32'],
+    },
+    (r) =>
+      enqueue(
+        p,
+        'gdnBackward',
+        d.B,
+        d.T,
+        d.Hk,
+        d.Hv,
+        d.Dk,
+        d.Dv,
+        l2,
+        q.buffer,
+        q.byteOffset,
+        k.buffer,
+        k.byteOffset,
+        v.buffer,
+        v.byteOffset,
+        g.buffer,
+        g.byteOffset,
+        beta.buffer,
+        beta.byteOffset,
+        ...nb(o.mask),
+        ...nb(o.initialState),
+        dO.buffer,
+        dO.byteOffset,
+        ...nb(o.dFinalState),
+        r.dq.buffer,
+        0,
+        r.dk.buffer,
+        0,
+        r.dv.buffer,
+        0,
+        r.dg.buffer,
+        0,
+        r.dbeta.buffer,
+        0,
+        r.dInitialState.buffer,
+        0,
+      ),
+  );
 }
 
 export interface CausalConvOptions extends KernelOptions {
@@ -149,14 +267,20 @@ export function causalConv1d(x: Tensor, w: Tensor, options?: CausalConvOptions):
   }
   const p = gdnPlacement(fn, { x, w, ...ex }, options, ['state', 'silu']);
   return withOutputs(p.device, { y: [[B, T, C], 'fp32'], state: [[B, C, K - 1], 'fp32'] }, (r) =>
-    enqueue(p, 'causalConv', B, T, C, K, silu, x.buffer, x.byteOffset, w.buffer, w.byteOffset, ...nb(o.state), r.y.buffer, 0, r.state.buffer, 0));
+    enqueue(p, 'causalConv', B, T, C, K, silu, x.buffer, x.byteOffset, w.buffer, w.byteOffset, ...nb(o.state), r.y.buffer, 0, r.state.buffer, 0),
+  );
 }
 
 /** Gradients of causalConv1d: dx [B, T, C], dw [C, K], dState [B, C, K - 1]. */
 export function causalConv1dBackward(dy: Tensor, x: Tensor, w: Tensor, options?: CausalConvOptions): { dx: Tensor; dw: Tensor; dState: Tensor } {
   const fn = 'causalConv1dBackward';
   const o = (options ?? {}) as CausalConvOptions;
-  for (const [n, t] of [['dy', dy], ['x', x], ['w', w]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['dy', dy],
+    ['x', x],
+    ['w', w],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   const [B, T, C] = shapeArg(fn, x, 'x', [null, null, null], 'B, T, C') as [number, number, number];
   shapeArg(fn, dy, 'dy', [B, T, C], 'B, T, C');
   const [, K] = shapeArg(fn, w, 'w', [C, null], 'C, K') as [number, number];
@@ -170,8 +294,29 @@ export function causalConv1dBackward(dy: Tensor, x: Tensor, w: Tensor, options?:
   }
   const p = gdnPlacement(fn, { dy, x, w, ...ex }, options, ['state', 'silu']);
   return withOutputs(p.device, { dx: [[B, T, C], 'fp32'], dw: [[C, K], 'fp32'], dState: [[B, C, K - 1], 'fp32'] }, (r) =>
-    enqueue(p, 'causalConvBackward', B, T, C, K, silu, dy.buffer, dy.byteOffset, x.buffer, x.byteOffset, w.buffer, w.byteOffset, ...nb(o.state),
-      r.dx.buffer, 0, r.dw.buffer, 0, r.dState.buffer, 0));
+    enqueue(
+      p,
+      'causalConvBackward',
+      B,
+      T,
+      C,
+      K,
+      silu,
+      dy.buffer,
+      dy.byteOffset,
+      x.buffer,
+      x.byteOffset,
+      w.buffer,
+      w.byteOffset,
+      ...nb(o.state),
+      r.dx.buffer,
+      0,
+      r.dw.buffer,
+      0,
+      r.dState.buffer,
+      0,
+    ),
+  );
 }
 
 function rows(fn: string, x: Tensor, name: string): [number, number] {
@@ -184,20 +329,40 @@ function rows(fn: string, x: Tensor, name: string): [number, number] {
 /** Gated RMSNorm: y = x * rsqrt(mean(x^2) + eps) * w * silu(z); x and z [..., H], w [H]. */
 export function gatedRmsNorm(x: Tensor, z: Tensor, w: Tensor, eps = 1e-6, options?: KernelOptions): { y: Tensor; rstd: Tensor } {
   const fn = 'gatedRmsNorm';
-  for (const [n, t] of [['x', x], ['z', z], ['w', w]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['x', x],
+    ['z', z],
+    ['w', w],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   numberArg(fn, eps, 'eps', (e) => e >= 0, '>= 0');
   const [N, H] = rows(fn, x, 'x');
   shapeArg(fn, z, 'z', x.shape, 'shape of x');
   shapeArg(fn, w, 'w', [H], 'H');
   const p = gdnPlacement(fn, { x, z, w }, options, []);
   return withOutputs(p.device, { y: [x.shape, 'fp32'], rstd: [x.shape.slice(0, -1), 'fp32'] }, (r) =>
-    enqueue(p, 'gatedRmsNorm', N, H, eps, x.buffer, x.byteOffset, z.buffer, z.byteOffset, w.buffer, w.byteOffset, r.y.buffer, 0, r.rstd.buffer, 0));
+    enqueue(p, 'gatedRmsNorm', N, H, eps, x.buffer, x.byteOffset, z.buffer, z.byteOffset, w.buffer, w.byteOffset, r.y.buffer, 0, r.rstd.buffer, 0),
+  );
 }
 
 /** Gradients of gatedRmsNorm from its saved rstd: dx, dz (shape of x) and dw [H]. */
-export function gatedRmsNormBackward(dy: Tensor, x: Tensor, z: Tensor, w: Tensor, rstd: Tensor, options?: KernelOptions): { dx: Tensor; dz: Tensor; dw: Tensor } {
+export function gatedRmsNormBackward(
+  dy: Tensor,
+  x: Tensor,
+  z: Tensor,
+  w: Tensor,
+  rstd: Tensor,
+  options?: KernelOptions,
+): { dx: Tensor; dz: Tensor; dw: Tensor } {
   const fn = 'gatedRmsNormBackward';
-  for (const [n, t] of [['dy', dy], ['x', x], ['z', z], ['w', w], ['rstd', rstd]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['dy', dy],
+    ['x', x],
+    ['z', z],
+    ['w', w],
+    ['rstd', rstd],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   const [N, H] = rows(fn, x, 'x');
   shapeArg(fn, dy, 'dy', x.shape, 'shape of x');
   shapeArg(fn, z, 'z', x.shape, 'shape of x');
@@ -205,35 +370,124 @@ export function gatedRmsNormBackward(dy: Tensor, x: Tensor, z: Tensor, w: Tensor
   shapeArg(fn, rstd, 'rstd', x.shape.slice(0, -1), 'x.shape without H');
   const p = gdnPlacement(fn, { dy, x, z, w, rstd }, options, []);
   return withOutputs(p.device, { dx: [x.shape, 'fp32'], dz: [x.shape, 'fp32'], dw: [[H], 'fp32'] }, (r) =>
-    enqueue(p, 'gatedRmsNormBackward', N, H, dy.buffer, dy.byteOffset, x.buffer, x.byteOffset, z.buffer, z.byteOffset, w.buffer, w.byteOffset,
-      rstd.buffer, rstd.byteOffset, r.dx.buffer, 0, r.dz.buffer, 0, r.dw.buffer, 0));
+    enqueue(
+      p,
+      'gatedRmsNormBackward',
+      N,
+      H,
+      dy.buffer,
+      dy.byteOffset,
+      x.buffer,
+      x.byteOffset,
+      z.buffer,
+      z.byteOffset,
+      w.buffer,
+      w.byteOffset,
+      rstd.buffer,
+      rstd.byteOffset,
+      r.dx.buffer,
+      0,
+      r.dz.buffer,
+      0,
+      r.dw.buffer,
+      0,
+    ),
+  );
 }
 
 /** GDN gating: g = -exp(aLog) * softplus(a + dtBias), beta = sigmoid(b); a, b [..., H], aLog and dtBias [H]. */
 export function gdnGating(a: Tensor, b: Tensor, aLog: Tensor, dtBias: Tensor, options?: KernelOptions): { g: Tensor; beta: Tensor } {
   const fn = 'gdnGating';
-  for (const [n, t] of [['a', a], ['b', b], ['aLog', aLog], ['dtBias', dtBias]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['a', a],
+    ['b', b],
+    ['aLog', aLog],
+    ['dtBias', dtBias],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   const [N, H] = rows(fn, a, 'a');
   shapeArg(fn, b, 'b', a.shape, 'shape of a');
   shapeArg(fn, aLog, 'aLog', [H], 'H');
   shapeArg(fn, dtBias, 'dtBias', [H], 'H');
   const p = gdnPlacement(fn, { a, b, aLog, dtBias }, options, []);
   return withOutputs(p.device, { g: [a.shape, 'fp32'], beta: [a.shape, 'fp32'] }, (r) =>
-    enqueue(p, 'gdnGating', N, H, a.buffer, a.byteOffset, b.buffer, b.byteOffset, aLog.buffer, aLog.byteOffset, dtBias.buffer, dtBias.byteOffset,
-      r.g.buffer, 0, r.beta.buffer, 0));
+    enqueue(
+      p,
+      'gdnGating',
+      N,
+      H,
+      a.buffer,
+      a.byteOffset,
+      b.buffer,
+      b.byteOffset,
+      aLog.buffer,
+      aLog.byteOffset,
+      dtBias.buffer,
+      dtBias.byteOffset,
+      r.g.buffer,
+      0,
+      r.beta.buffer,
+      0,
+    ),
+  );
 }
 
 /** Gradients of gdnGating: da, db (shape of a), daLog and ddtBias [H]. */
-export function gdnGatingBackward(dg: Tensor, dbeta: Tensor, a: Tensor, b: Tensor, aLog: Tensor, dtBias: Tensor, options?: KernelOptions):
-  { da: Tensor; db: Tensor; daLog: Tensor; ddtBias: Tensor } {
+export function gdnGatingBackward(
+  dg: Tensor,
+  dbeta: Tensor,
+  a: Tensor,
+  b: Tensor,
+  aLog: Tensor,
+  dtBias: Tensor,
+  options?: KernelOptions,
+): { da: Tensor; db: Tensor; daLog: Tensor; ddtBias: Tensor } {
   const fn = 'gdnGatingBackward';
-  for (const [n, t] of [['dg', dg], ['dbeta', dbeta], ['a', a], ['b', b], ['aLog', aLog], ['dtBias', dtBias]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['dg', dg],
+    ['dbeta', dbeta],
+    ['a', a],
+    ['b', b],
+    ['aLog', aLog],
+    ['dtBias', dtBias],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   const [N, H] = rows(fn, a, 'a');
-  for (const [n, t] of [['dg', dg], ['dbeta', dbeta], ['b', b]] as const) shapeArg(fn, t, n, a.shape, 'shape of a');
+  for (const [n, t] of [
+    ['dg', dg],
+    ['dbeta', dbeta],
+    ['b', b],
+  ] as const)
+    shapeArg(fn, t, n, a.shape, 'shape of a');
   shapeArg(fn, aLog, 'aLog', [H], 'H');
   shapeArg(fn, dtBias, 'dtBias', [H], 'H');
   const p = gdnPlacement(fn, { dg, dbeta, a, b, aLog, dtBias }, options, []);
   return withOutputs(p.device, { da: [a.shape, 'fp32'], db: [a.shape, 'fp32'], daLog: [[H], 'fp32'], ddtBias: [[H], 'fp32'] }, (r) =>
-    enqueue(p, 'gdnGatingBackward', N, H, dg.buffer, dg.byteOffset, dbeta.buffer, dbeta.byteOffset, a.buffer, a.byteOffset, b.buffer, b.byteOffset,
-      aLog.buffer, aLog.byteOffset, dtBias.buffer, dtBias.byteOffset, r.da.buffer, 0, r.db.buffer, 0, r.daLog.buffer, 0, r.ddtBias.buffer, 0));
+    enqueue(
+      p,
+      'gdnGatingBackward',
+      N,
+      H,
+      dg.buffer,
+      dg.byteOffset,
+      dbeta.buffer,
+      dbeta.byteOffset,
+      a.buffer,
+      a.byteOffset,
+      b.buffer,
+      b.byteOffset,
+      aLog.buffer,
+      aLog.byteOffset,
+      dtBias.buffer,
+      dtBias.byteOffset,
+      r.da.buffer,
+      0,
+      r.db.buffer,
+      0,
+      r.daLog.buffer,
+      0,
+      r.ddtBias.buffer,
+      0,
+    ),
+  );
 }

@@ -11,16 +11,45 @@ export { attention, attentionBackward, attentionDecode, type AttentionResult, ty
 export { swiglu, swigluBackward, swigluFused, swigluFusedBackward, type SwigluGrads } from './swiglu.js';
 export { routerTopK, routerBackward, type RouterResult } from './router.js';
 export {
-  moeDispatch, moeGather, moeGatherBackward, moeCombine, moeCombineBackward, groupedMatmul, groupedMatmulBackward,
-  type MoeDispatchResult, type MoeCombineGrads, type GroupedMatmulOptions, type GroupedMatmulBackwardOptions, type GroupedMatmulGrads,
+  moeDispatch,
+  moeGather,
+  moeGatherBackward,
+  moeCombine,
+  moeCombineBackward,
+  groupedMatmul,
+  groupedMatmulBackward,
+  type MoeDispatchResult,
+  type MoeCombineGrads,
+  type GroupedMatmulOptions,
+  type GroupedMatmulBackwardOptions,
+  type GroupedMatmulGrads,
 } from './moe.js';
 export {
-  logSoftmax, crossEntropy, crossEntropyBackward, tokenLogprobs, tokenLogprobsWithLse, tokenLogprobsBackward, IGNORE_INDEX,
-  type CrossEntropyOptions, type CrossEntropyResult, type TokenLogprobsResult,
+  logSoftmax,
+  crossEntropy,
+  crossEntropyBackward,
+  tokenLogprobs,
+  tokenLogprobsWithLse,
+  tokenLogprobsBackward,
+  IGNORE_INDEX,
+  type CrossEntropyOptions,
+  type CrossEntropyResult,
+  type TokenLogprobsResult,
 } from './loss.js';
 export { adamw, type AdamWOptions } from './adamw.js';
 export { sample, philox4x32, type SampleOptions } from './sampling.js';
 export {
-  gatedDeltaRule, gatedDeltaRuleBackward, causalConv1d, causalConv1dBackward, gatedRmsNorm, gatedRmsNormBackward, gdnGating, gdnGatingBackward,
-  gdnBackendImpl, type GatedDeltaRuleOptions, type GatedDeltaRuleResult, type GatedDeltaRuleGrads, type CausalConvOptions,
+  gatedDeltaRule,
+  gatedDeltaRuleBackward,
+  causalConv1d,
+  causalConv1dBackward,
+  gatedRmsNorm,
+  gatedRmsNormBackward,
+  gdnGating,
+  gdnGatingBackward,
+  gdnBackendImpl,
+  type GatedDeltaRuleOptions,
+  type GatedDeltaRuleResult,
+  type GatedDeltaRuleGrads,
+  type CausalConvOptions,
 } from './gdn.js';

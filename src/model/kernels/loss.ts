@@ -33,8 +33,7 @@ export function logSoftmax(logits: Tensor, options?: KernelOptions): Tensor {
   const p = placement(fn, { logits }, options);
   const [T, V] = shapeArg(fn, logits, 'logits', [null, null], 'T, V') as [number, number];
   intArg(fn, V, 'V (logits.shape[1])', 1);
-  return withOutputs(p.device, { out: [[T, V], 'fp32'] }, ({ out }) =>
-    enqueue(p, 'logSoftmax', T, V, logits.buffer, logits.byteOffset, out.buffer, 0)).out;
+  return withOutputs(p.device, { out: [[T, V], 'fp32'] }, ({ out }) => enqueue(p, 'logSoftmax', T, V, logits.buffer, logits.byteOffset, out.buffer, 0)).out;
 }
 
 export interface CrossEntropyResult {
@@ -54,7 +53,8 @@ function ce(fn: string, mode: number, logits: Tensor, targets: Tensor, options?:
   intArg(fn, V, 'V (logits.shape[1])', 1);
   shapeArg(fn, targets, 'targets', [T], 'T');
   return withOutputs(p.device, { loss: [[T], 'fp32'], lse: [[T], 'fp32'] }, ({ loss, lse }) =>
-    enqueue(p, 'crossEntropy', mode, T, V, ignore, scale, logits.buffer, logits.byteOffset, targets.buffer, targets.byteOffset, loss.buffer, 0, lse.buffer, 0));
+    enqueue(p, 'crossEntropy', mode, T, V, ignore, scale, logits.buffer, logits.byteOffset, targets.buffer, targets.byteOffset, loss.buffer, 0, lse.buffer, 0),
+  );
 }
 
 /**
@@ -81,8 +81,25 @@ export function crossEntropyBackward(dLoss: Tensor, logits: Tensor, targets: Ten
   shapeArg(fn, dLoss, 'dLoss', [T], 'T');
   shapeArg(fn, lse, 'lse', [T], 'T');
   return withOutputs(p.device, { dLogits: [[T, V], 'fp32'] }, ({ dLogits }) =>
-    enqueue(p, 'crossEntropyBackward', T, V, ignore, scale, dLoss.buffer, dLoss.byteOffset, logits.buffer, logits.byteOffset,
-      targets.buffer, targets.byteOffset, lse.buffer, lse.byteOffset, dLogits.buffer, 0)).dLogits;
+    enqueue(
+      p,
+      'crossEntropyBackward',
+      T,
+      V,
+      ignore,
+      scale,
+      dLoss.buffer,
+      dLoss.byteOffset,
+      logits.buffer,
+      logits.byteOffset,
+      targets.buffer,
+      targets.byteOffset,
+      lse.buffer,
+      lse.byteOffset,
+      dLogits.buffer,
+      0,
+    ),
+  ).dLogits;
 }
 
 export interface TokenLogprobsResult {

@@ -33,7 +33,8 @@ export function moeDispatch(indices: Tensor, numExperts: number, options?: Kerne
   shapeArg(fn, indices, 'indices', [null, null], 'T, k');
   const slots = indices.numel;
   return withOutputs(p.device, { counts: [[E], 'int32'], offsets: [[E + 1], 'int32'], order: [[slots], 'int32'] }, ({ counts, offsets, order }) =>
-    enqueue(p, 'moeDispatch', slots, E, indices.buffer, indices.byteOffset, counts.buffer, 0, offsets.buffer, 0, order.buffer, 0));
+    enqueue(p, 'moeDispatch', slots, E, indices.buffer, indices.byteOffset, counts.buffer, 0, offsets.buffer, 0, order.buffer, 0),
+  );
 }
 
 function orderDims(fn: string, order: Tensor, k: number, T: number): void {
@@ -50,7 +51,8 @@ export function moeGather(x: Tensor, order: Tensor, k: number, options?: KernelO
   const [T, H] = shapeArg(fn, x, 'x', [null, null], 'T, H') as [number, number];
   orderDims(fn, order, k, T);
   return withOutputs(p.device, { xs: [[T * k, H], 'fp32'] }, ({ xs }) =>
-    enqueue(p, 'moeGather', T, k, H, x.buffer, x.byteOffset, order.buffer, order.byteOffset, xs.buffer, 0)).xs;
+    enqueue(p, 'moeGather', T, k, H, x.buffer, x.byteOffset, order.buffer, order.byteOffset, xs.buffer, 0),
+  ).xs;
 }
 
 /** Backward of moeGather: dX [T, H] = sum of the k rows of dXs [T * k, H] holding each token. */
@@ -65,7 +67,8 @@ export function moeGatherBackward(dXs: Tensor, order: Tensor, k: number, options
   const T = N / k;
   orderDims(fn, order, k, T);
   return withOutputs(p.device, { dX: [[T, H], 'fp32'] }, ({ dX }) =>
-    enqueue(p, 'moeGatherBackward', T, k, H, dXs.buffer, dXs.byteOffset, order.buffer, order.byteOffset, dX.buffer, 0)).dX;
+    enqueue(p, 'moeGatherBackward', T, k, H, dXs.buffer, dXs.byteOffset, order.buffer, order.byteOffset, dX.buffer, 0),
+  ).dX;
 }
 
 /** y[t] = sum_j weights[t, j] * ys[row of slot t*k + j]. ys [T * k, H], weights [T, k] -> y [T, H]. */
@@ -80,7 +83,8 @@ export function moeCombine(ys: Tensor, order: Tensor, weights: Tensor, options?:
   const [, H] = shapeArg(fn, ys, 'ys', [T * k, null], 'T * k, H') as [number, number];
   orderDims(fn, order, k, T);
   return withOutputs(p.device, { y: [[T, H], 'fp32'] }, ({ y }) =>
-    enqueue(p, 'moeCombine', T, k, H, ys.buffer, ys.byteOffset, order.buffer, order.byteOffset, weights.buffer, weights.byteOffset, y.buffer, 0)).y;
+    enqueue(p, 'moeCombine', T, k, H, ys.buffer, ys.byteOffset, order.buffer, order.byteOffset, weights.buffer, weights.byteOffset, y.buffer, 0),
+  ).y;
 }
 
 export interface MoeCombineGrads {
@@ -92,7 +96,12 @@ export interface MoeCombineGrads {
 
 export function moeCombineBackward(dY: Tensor, ys: Tensor, order: Tensor, weights: Tensor, options?: KernelOptions): MoeCombineGrads {
   const fn = 'moeCombineBackward';
-  for (const [n, t] of [['dY', dY], ['ys', ys], ['weights', weights]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['dY', dY],
+    ['ys', ys],
+    ['weights', weights],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   tensorArg(fn, order, 'order', 'int32');
   const p = placement(fn, { dY, ys, order, weights }, options);
   const [T, k] = shapeArg(fn, weights, 'weights', [null, null], 'T, k') as [number, number];
@@ -101,8 +110,26 @@ export function moeCombineBackward(dY: Tensor, ys: Tensor, order: Tensor, weight
   shapeArg(fn, dY, 'dY', [T, H], 'T, H');
   orderDims(fn, order, k, T);
   return withOutputs(p.device, { dYs: [[T * k, H], 'fp32'], dWeights: [[T, k], 'fp32'] }, ({ dYs, dWeights }) =>
-    enqueue(p, 'moeCombineBackward', T, k, H, dY.buffer, dY.byteOffset, ys.buffer, ys.byteOffset, order.buffer, order.byteOffset,
-      weights.buffer, weights.byteOffset, dYs.buffer, 0, dWeights.buffer, 0));
+    enqueue(
+      p,
+      'moeCombineBackward',
+      T,
+      k,
+      H,
+      dY.buffer,
+      dY.byteOffset,
+      ys.buffer,
+      ys.byteOffset,
+      order.buffer,
+      order.byteOffset,
+      weights.buffer,
+      weights.byteOffset,
+      dYs.buffer,
+      0,
+      dWeights.buffer,
+      0,
+    ),
+  );
 }
 
 export interface GroupedMatmulOptions extends KernelOptions {
@@ -143,8 +170,26 @@ export function groupedMatmul(x: Tensor, w: Tensor, offsets: Tensor, options?: G
   if (outDtype !== 'fp32' && outDtype !== 'bf16') fail(fn, `outDtype must be fp32 or bf16 but received ${outDtype}.`);
   const { N, K, M, E } = groupedDims(fn, x, w, offsets, transB);
   return withOutputs(p.device, { y: [[N, M], outDtype] }, ({ y }) =>
-    enqueue(p, 'groupedMatmul', DTYPE_CODE[x.dtype], DTYPE_CODE[outDtype], N, K, M, E, transB, x.buffer, x.byteOffset,
-      w.buffer, w.byteOffset, offsets.buffer, offsets.byteOffset, y.buffer, 0)).y;
+    enqueue(
+      p,
+      'groupedMatmul',
+      DTYPE_CODE[x.dtype],
+      DTYPE_CODE[outDtype],
+      N,
+      K,
+      M,
+      E,
+      transB,
+      x.buffer,
+      x.byteOffset,
+      w.buffer,
+      w.byteOffset,
+      offsets.buffer,
+      offsets.byteOffset,
+      y.buffer,
+      0,
+    ),
+  ).y;
 }
 
 export interface GroupedMatmulBackwardOptions extends KernelOptions {
@@ -180,7 +225,28 @@ export function groupedMatmulBackward(dY: Tensor, x: Tensor, w: Tensor, offsets:
   if (wantDX) specs.dX = [[N, K], 'fp32'];
   if (wantDW) specs.dW = [[...w.shape], 'fp32'];
   const out = withOutputs(p.device, specs, (o: Record<string, Tensor>) =>
-    enqueue(p, 'groupedMatmulBackward', DTYPE_CODE[x.dtype], N, K, M, E, transB, dY.buffer, dY.byteOffset, x.buffer, x.byteOffset,
-      w.buffer, w.byteOffset, offsets.buffer, offsets.byteOffset, o.dX?.buffer ?? null, 0, o.dW?.buffer ?? null, 0));
+    enqueue(
+      p,
+      'groupedMatmulBackward',
+      DTYPE_CODE[x.dtype],
+      N,
+      K,
+      M,
+      E,
+      transB,
+      dY.buffer,
+      dY.byteOffset,
+      x.buffer,
+      x.byteOffset,
+      w.buffer,
+      w.byteOffset,
+      offsets.buffer,
+      offsets.byteOffset,
+      o.dX?.buffer ?? null,
+      0,
+      o.dW?.buffer ?? null,
+      0,
+    ),
+  );
   return { dX: out.dX, dW: out.dW };
 }

@@ -23,7 +23,8 @@ export function rmsNorm(x: Tensor, w: Tensor, eps = 1e-6, options?: KernelOption
   const lead = x.shape.slice(0, -1);
   const T = prod(lead);
   return withOutputs(p.device, { y: [x.shape, 'fp32'], rstd: [lead, 'fp32'] }, ({ y, rstd }) =>
-    enqueue(p, 'rmsNorm', T, H, eps, x.buffer, x.byteOffset, w.buffer, w.byteOffset, y.buffer, 0, rstd.buffer, 0));
+    enqueue(p, 'rmsNorm', T, H, eps, x.buffer, x.byteOffset, w.buffer, w.byteOffset, y.buffer, 0, rstd.buffer, 0),
+  );
 }
 
 export interface RmsNormGrads {
@@ -34,7 +35,13 @@ export interface RmsNormGrads {
 /** Gradients of rmsNorm from the saved rstd: dx (shape of x) and dw [H] (summed over rows). */
 export function rmsNormBackward(dY: Tensor, x: Tensor, w: Tensor, rstd: Tensor, options?: KernelOptions): RmsNormGrads {
   const fn = 'rmsNormBackward';
-  for (const [n, t] of [['dY', dY], ['x', x], ['w', w], ['rstd', rstd]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['dY', dY],
+    ['x', x],
+    ['w', w],
+    ['rstd', rstd],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   const p = placement(fn, { dY, x, w, rstd }, options);
   if (x.shape.length < 1) shapeArg(fn, x, 'x', [null, null], 'T, H');
   const H = x.shape[x.shape.length - 1]!;
@@ -44,6 +51,23 @@ export function rmsNormBackward(dY: Tensor, x: Tensor, w: Tensor, rstd: Tensor, 
   shapeArg(fn, rstd, 'rstd', lead, 'x.shape without H');
   if (H === 0) shapeArg(fn, x, 'x', [...lead, null], '..., H > 0');
   return withOutputs(p.device, { dx: [x.shape, 'fp32'], dw: [[H], 'fp32'] }, ({ dx, dw }) =>
-    enqueue(p, 'rmsNormBackward', prod(lead), H, dY.buffer, dY.byteOffset, x.buffer, x.byteOffset, w.buffer, w.byteOffset,
-      rstd.buffer, rstd.byteOffset, dx.buffer, 0, dw.buffer, 0));
+    enqueue(
+      p,
+      'rmsNormBackward',
+      prod(lead),
+      H,
+      dY.buffer,
+      dY.byteOffset,
+      x.buffer,
+      x.byteOffset,
+      w.buffer,
+      w.byteOffset,
+      rstd.buffer,
+      rstd.byteOffset,
+      dx.buffer,
+      0,
+      dw.buffer,
+      0,
+    ),
+  );
 }

@@ -13,7 +13,8 @@ function ropeImpl(fn: string, x: Tensor, positions: Tensor, theta: number, inver
   const lead = x.shape.slice(0, -2);
   shapeArg(fn, positions, 'positions', lead, 'leading dims of x');
   return withOutputs(p.device, { y: [x.shape, 'fp32'] }, ({ y }) =>
-    enqueue(p, 'rope', prod(lead), heads, D, theta, inverse, x.buffer, x.byteOffset, positions.buffer, positions.byteOffset, y.buffer, 0)).y;
+    enqueue(p, 'rope', prod(lead), heads, D, theta, inverse, x.buffer, x.byteOffset, positions.buffer, positions.byteOffset, y.buffer, 0),
+  ).y;
 }
 
 /**

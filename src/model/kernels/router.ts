@@ -25,7 +25,8 @@ export function routerTopK(logits: Tensor, k: number, renorm: boolean, options?:
   boolArg(fn, renorm, 'renorm');
   if (E === 0 || k > E) fail(fn, `k (${k}) must be at most the number of experts E (${E}).`, { k, E });
   return withOutputs(p.device, { weights: [[T, k], 'fp32'], indices: [[T, k], 'int32'], probs: [[T, E], 'fp32'] }, ({ weights, indices, probs }) =>
-    enqueue(p, 'router', T, E, k, renorm, logits.buffer, logits.byteOffset, probs.buffer, 0, weights.buffer, 0, indices.buffer, 0));
+    enqueue(p, 'router', T, E, k, renorm, logits.buffer, logits.byteOffset, probs.buffer, 0, weights.buffer, 0, indices.buffer, 0),
+  );
 }
 
 /** dLogits [T, E] from dWeights [T, k] through top-k (+ renorm) and the softmax. */
@@ -41,6 +42,21 @@ export function routerBackward(dWeights: Tensor, probs: Tensor, indices: Tensor,
   shapeArg(fn, dWeights, 'dWeights', [T, k], 'T, k');
   if (E === 0 || k === 0 || k > E) fail(fn, `k (${k}) must be in [1, E = ${E}].`, { k, E });
   return withOutputs(p.device, { dLogits: [[T, E], 'fp32'] }, ({ dLogits }) =>
-    enqueue(p, 'routerBackward', T, E, k, renorm, dWeights.buffer, dWeights.byteOffset, probs.buffer, probs.byteOffset,
-      indices.buffer, indices.byteOffset, dLogits.buffer, 0)).dLogits;
+    enqueue(
+      p,
+      'routerBackward',
+      T,
+      E,
+      k,
+      renorm,
+      dWeights.buffer,
+      dWeights.byteOffset,
+      probs.buffer,
+      probs.byteOffset,
+      indices.buffer,
+      indices.byteOffset,
+      dLogits.buffer,
+      0,
+    ),
+  ).dLogits;
 }

@@ -43,7 +43,8 @@ export function sample(logits: Tensor, options?: SampleOptions): Tensor {
   const [sLo, sHi] = words(fn, options?.seed ?? 0, 'seed');
   const [oLo, oHi] = words(fn, options?.offset ?? 0, 'offset');
   return withOutputs(p.device, { out: [[B], 'int32'] }, ({ out }) =>
-    enqueue(p, 'sample', B, V, temperature, topK, topP, sLo, sHi, oLo, oHi, logits.buffer, logits.byteOffset, out.buffer, 0)).out;
+    enqueue(p, 'sample', B, V, temperature, topK, topP, sLo, sHi, oLo, oHi, logits.buffer, logits.byteOffset, out.buffer, 0),
+  ).out;
 }
 
 /** Philox4x32-10 of one (key, counter) block: the generator sample() uses (for known-answer tests). */

@@ -16,7 +16,8 @@ export function swiglu(gate: Tensor, up: Tensor, options?: KernelOptions): Tenso
   shapeArg(fn, up, 'up', gate.shape, 'shape of gate');
   const [N, I] = rows(fn, gate, 'gate');
   return withOutputs(p.device, { h: [gate.shape, 'fp32'] }, ({ h }) =>
-    enqueue(p, 'swiglu', N, I, I, I, gate.buffer, gate.byteOffset, up.buffer, up.byteOffset, h.buffer, 0)).h;
+    enqueue(p, 'swiglu', N, I, I, I, gate.buffer, gate.byteOffset, up.buffer, up.byteOffset, h.buffer, 0),
+  ).h;
 }
 
 export interface SwigluGrads {
@@ -26,13 +27,19 @@ export interface SwigluGrads {
 
 export function swigluBackward(dH: Tensor, gate: Tensor, up: Tensor, options?: KernelOptions): SwigluGrads {
   const fn = 'swigluBackward';
-  for (const [n, t] of [['dH', dH], ['gate', gate], ['up', up]] as const) tensorArg(fn, t, n, 'fp32');
+  for (const [n, t] of [
+    ['dH', dH],
+    ['gate', gate],
+    ['up', up],
+  ] as const)
+    tensorArg(fn, t, n, 'fp32');
   const p = placement(fn, { dH, gate, up }, options);
   shapeArg(fn, up, 'up', gate.shape, 'shape of gate');
   shapeArg(fn, dH, 'dH', gate.shape, 'shape of gate');
   const [N, I] = rows(fn, gate, 'gate');
   return withOutputs(p.device, { dGate: [gate.shape, 'fp32'], dUp: [up.shape, 'fp32'] }, ({ dGate, dUp }) =>
-    enqueue(p, 'swigluBackward', N, I, I, I, dH.buffer, dH.byteOffset, gate.buffer, gate.byteOffset, up.buffer, up.byteOffset, dGate.buffer, 0, dUp.buffer, 0));
+    enqueue(p, 'swigluBackward', N, I, I, I, dH.buffer, dH.byteOffset, gate.buffer, gate.byteOffset, up.buffer, up.byteOffset, dGate.buffer, 0, dUp.buffer, 0),
+  );
 }
 
 /**
@@ -46,9 +53,10 @@ export function swigluFused(gateUp: Tensor, options?: KernelOptions): Tensor {
   const [N, I2] = rows(fn, gateUp, 'gateUp');
   if (I2 % 2 !== 0) fail(fn, `the last dim of gateUp must be even (gate ‖ up) but is ${I2}.`);
   const I = I2 / 2;
-  const upOff = N > 0 ? I * 4 : 0;  // an empty tensor has no second half to point at
+  const upOff = N > 0 ? I * 4 : 0; // an empty tensor has no second half to point at
   return withOutputs(p.device, { h: [[...gateUp.shape.slice(0, -1), I], 'fp32'] }, ({ h }) =>
-    enqueue(p, 'swiglu', N, I, I2, I2, gateUp.buffer, gateUp.byteOffset, gateUp.buffer, gateUp.byteOffset + upOff, h.buffer, 0)).h;
+    enqueue(p, 'swiglu', N, I, I2, I2, gateUp.buffer, gateUp.byteOffset, gateUp.buffer, gateUp.byteOffset + upOff, h.buffer, 0),
+  ).h;
 }
 
 /** Backward of swigluFused(): dGateUp [..., 2I] (dGate ‖ dUp). */
@@ -63,6 +71,23 @@ export function swigluFusedBackward(dH: Tensor, gateUp: Tensor, options?: Kernel
   shapeArg(fn, dH, 'dH', [...gateUp.shape.slice(0, -1), I], '..., I');
   const upOff = N > 0 ? I * 4 : 0;
   return withOutputs(p.device, { d: [gateUp.shape, 'fp32'] }, ({ d }) =>
-    enqueue(p, 'swigluBackward', N, I, I2, I2, dH.buffer, dH.byteOffset, gateUp.buffer, gateUp.byteOffset,
-      gateUp.buffer, gateUp.byteOffset + upOff, d.buffer, 0, d.buffer, upOff)).d;
+    enqueue(
+      p,
+      'swigluBackward',
+      N,
+      I,
+      I2,
+      I2,
+      dH.buffer,
+      dH.byteOffset,
+      gateUp.buffer,
+      gateUp.byteOffset,
+      gateUp.buffer,
+      gateUp.byteOffset + upOff,
+      d.buffer,
+      0,
+      d.buffer,
+      upOff,
+    ),
+  ).d;
 }

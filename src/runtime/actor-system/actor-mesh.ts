@@ -32,7 +32,10 @@ export class ActorMesh<T = unknown> {
   ref(rank: number): ActorRef<T> {
     const r = this.byRank.get(rank);
     if (!r) {
-      throw new InvalidArgumentError(`Actor ${this.actor} has no instance on rank ${rank}; it lives on ranks [${this.ranks.join(', ')}].`, { rank, ranks: this.ranks });
+      throw new InvalidArgumentError(`Actor ${this.actor} has no instance on rank ${rank}; it lives on ranks [${this.ranks.join(', ')}].`, {
+        rank,
+        ranks: this.ranks,
+      });
     }
     return r;
   }

@@ -119,7 +119,8 @@ export class ActorRef<T = unknown> {
     Object.defineProperty(view, 'bound', { value: new Map() });
     Object.defineProperty(view, 'methods', {
       value: new Proxy({} as ActorMethods<T>, {
-        get: (_t, prop) => (typeof prop === 'string' && prop !== 'then' ? (...args: unknown[]) => view.invoke(prop as MethodName<T>, args as never, defaults) : undefined),
+        get: (_t, prop) =>
+          typeof prop === 'string' && prop !== 'then' ? (...args: unknown[]) => view.invoke(prop as MethodName<T>, args as never, defaults) : undefined,
       }),
     });
     return view;
@@ -190,7 +191,11 @@ export class ActorRef<T = unknown> {
 
   private abortError(method: string, signal: AbortSignal): ActorAbortedError {
     const reason = signal.reason instanceof Error ? signal.reason.message : signal.reason !== undefined ? String(signal.reason) : 'aborted';
-    const err = new ActorAbortedError(`Call ${this.actor}.${method} on rank ${this.rank} was aborted: ${reason}`, { rank: this.rank, actor: this.actor, method }, { cause: signal.reason });
+    const err = new ActorAbortedError(
+      `Call ${this.actor}.${method} on rank ${this.rank} was aborted: ${reason}`,
+      { rank: this.rank, actor: this.actor, method },
+      { cause: signal.reason },
+    );
     err.rank = this.rank;
     err.actor = this.actor;
     return err;

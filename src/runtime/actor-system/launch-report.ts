@@ -81,13 +81,17 @@ export function pickCulprit(outcomes: readonly RankOutcome[]): Culprit | undefin
   const own = failed.filter((o) => !isCollectiveError(o.error));
   if (own.length > 0) {
     const first = own[0]!;
-    const how = first.end === 'crashed' ? 'crashed' : first.end === 'exited' ? `exited with code ${first.exitCode}` : `failed with ${first.error?.name ?? 'an error'}`;
+    const how =
+      first.end === 'crashed' ? 'crashed' : first.end === 'exited' ? `exited with code ${first.exitCode}` : `failed with ${first.error?.name ?? 'an error'}`;
     return { ranks: [first.rank], reason: `${how}; the other failures followed it` };
   }
   const votes = culpritVotes(failed);
   if (votes.size > 0) {
     const top = Math.max(...votes.values());
-    const ranks = [...votes].filter(([, n]) => n === top).map(([r]) => r).sort((a, b) => a - b);
+    const ranks = [...votes]
+      .filter(([, n]) => n === top)
+      .map(([r]) => r)
+      .sort((a, b) => a - b);
     const named = `named by the collective errors of ${top} failed rank${top === 1 ? '' : 's'}`;
     // Say what the named rank did when its own outcome tells more than the vote.
     const how = new Set(ranks.map((r) => outcomes.find((o) => o.rank === r)?.end));

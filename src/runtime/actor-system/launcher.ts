@@ -14,7 +14,17 @@ import { fileURLToPath } from 'node:url';
 import { LaunchOptionsSchema, parseConfig, type LaunchOptions } from '../config.js';
 import { validateEnv } from '../env.js';
 import type { AscentError } from '../errors.js';
-import { describeRanks, groupFailures, isCollectiveError, isFailure, isUsageFailure, pickCulprit, type RankEnd, type RankErrorInfo, type RankOutcome } from './launch-report.js';
+import {
+  describeRanks,
+  groupFailures,
+  isCollectiveError,
+  isFailure,
+  isUsageFailure,
+  pickCulprit,
+  type RankEnd,
+  type RankErrorInfo,
+  type RankOutcome,
+} from './launch-report.js';
 import { importModule, resolveModuleUrl } from './module-loader.js';
 import { World } from './world.js';
 
@@ -153,7 +163,10 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       world.abortWorldComm(`rank ${rank} failed: ${err?.message ?? end}`, culprits);
       const others = world.ranks.filter((r) => r.rank !== rank && r.status === 'running').length;
       // A usage error is reported as one line at the end; a progress line would only add noise.
-      if (others > 0 && err?.code !== 'ASCENT_CONFIG') say(`stopping ${others} other rank${others === 1 ? '' : 's'} (grace period ${opts.gracePeriodMs} ms) after a failure on rank ${rank}; the report follows`);
+      if (others > 0 && err?.code !== 'ASCENT_CONFIG')
+        say(
+          `stopping ${others} other rank${others === 1 ? '' : 's'} (grace period ${opts.gracePeriodMs} ms) after a failure on rank ${rank}; the report follows`,
+        );
       finish();
     }
   };
@@ -191,7 +204,10 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       const now = Date.now();
       for (const r of stuck) {
         const out = world.ranks[r]!.output;
-        const last = out?.lastLine !== undefined ? `last output ${((now - out.lastLineAt!) / 1000).toFixed(1)} s ago: ${JSON.stringify(out.lastLine.slice(0, 200))}` : 'no output yet';
+        const last =
+          out?.lastLine !== undefined
+            ? `last output ${((now - out.lastLineAt!) / 1000).toFixed(1)} s ago: ${JSON.stringify(out.lastLine.slice(0, 200))}`
+            : 'no output yet';
         say(`  rank ${r}: ${last}`);
       }
       finish();
@@ -229,7 +245,10 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     if (!outcomes.has(r.rank)) outcomes.set(r.rank, { rank: r.rank, end: 'stopped' });
   }
   const all = [...outcomes.values()];
-  const failed = all.filter(isFailure).map((o) => o.rank).sort((a, b) => a - b);
+  const failed = all
+    .filter(isFailure)
+    .map((o) => o.rank)
+    .sort((a, b) => a - b);
   let culpritRanks: number[] = [];
   let culprit: ReturnType<typeof pickCulprit>;
   if (exitCode === EXIT_RANK_FAILED && isUsageFailure(all)) {
@@ -245,7 +264,10 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       // Aborted collectives are consequences: their message names the cause; frames add nothing.
       const withStack = g.error?.code !== 'ASCENT_COMM_ABORTED';
       const same = g.identical ? 'the same error' : `a ${g.error?.name ?? 'similar error'}`;
-      const who = g.ranks.length > 1 ? `${describeRanks(g.ranks, opts.nproc)} ${g.how} with ${same} (as on rank ${g.shownRank})` : `${describeRanks(g.ranks, opts.nproc)} ${g.how}`;
+      const who =
+        g.ranks.length > 1
+          ? `${describeRanks(g.ranks, opts.nproc)} ${g.how} with ${same} (as on rank ${g.shownRank})`
+          : `${describeRanks(g.ranks, opts.nproc)} ${g.how}`;
       say(`${who}${errorText(g.error, withStack)}`);
     }
   }

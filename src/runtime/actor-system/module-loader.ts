@@ -31,7 +31,10 @@ export function resolveModuleUrl(spec: string | URL, what: string, cwd = process
     path = isAbsolute(spec) ? spec : resolve(cwd, spec);
   }
   if (!existsSync(path)) {
-    throw new InvalidArgumentError(`The ${what} ${JSON.stringify(String(spec))} does not exist (looked at ${path}). HINT: paths are relative to the current directory (${cwd}).`, { path });
+    throw new InvalidArgumentError(
+      `The ${what} ${JSON.stringify(String(spec))} does not exist (looked at ${path}). HINT: paths are relative to the current directory (${cwd}).`,
+      { path },
+    );
   }
   assertTsIsEsm(path, what);
   return pathToFileURL(path).href;

@@ -65,7 +65,9 @@ export class RankActorTable implements RankActors {
       throw new InvalidArgumentError(`Expected an object for actor ${JSON.stringify(name)} but received ${obj === null ? 'null' : typeof obj}`);
     }
     if (this.local.has(name)) {
-      throw new InvalidArgumentError(`An actor named ${JSON.stringify(name)} is already exposed on rank ${this.rank}. HINT: give each actor on a rank its own name.`);
+      throw new InvalidArgumentError(
+        `An actor named ${JSON.stringify(name)} is already exposed on rank ${this.rank}. HINT: give each actor on a rank its own name.`,
+      );
     }
     this.local.set(name, obj);
     const ws = this.waiters.get(name);

@@ -50,7 +50,10 @@ export class RankOutput {
       this.file?.write(chunk);
       // eslint-disable-next-line no-control-regex -- ANSI escape sequences (ESC) are what is stripped
       const text = String(chunk).replace(/\x1b\[[0-9;?]*[A-Za-z]|\x1b[78]/g, '');
-      const last = text.split(/[\r\n]/).filter((l) => l.trim() !== '').pop();
+      const last = text
+        .split(/[\r\n]/)
+        .filter((l) => l.trim() !== '')
+        .pop();
       if (last !== undefined) {
         this.lastLine = last;
         this.lastLineAt = Date.now();

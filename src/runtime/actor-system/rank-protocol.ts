@@ -32,11 +32,7 @@ export interface RankWorkerData {
   terminal?: { columns: number };
 }
 
-export type RankEvent =
-  | { type: 'ready' }
-  | { type: 'main-done' }
-  | { type: 'main-failed'; error: Uint8Array }
-  | { type: 'stopped' };
+export type RankEvent = { type: 'ready' } | { type: 'main-done' } | { type: 'main-failed'; error: Uint8Array } | { type: 'stopped' };
 
 export interface SpawnRequest {
   /** File URL of the module exporting the actor. */

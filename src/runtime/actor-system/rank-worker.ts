@@ -84,7 +84,9 @@ async function construct(req: SpawnRequest): Promise<object> {
   if (typeof exp === 'function') {
     const made = await (exp as (...a: unknown[]) => unknown)(ctx, ...req.args);
     if (made === null || typeof made !== 'object') {
-      throw new InvalidArgumentError(`Actor factory ${req.exportName} in ${req.moduleUrl} returned ${made === null ? 'null' : typeof made}; expected an object.`);
+      throw new InvalidArgumentError(
+        `Actor factory ${req.exportName} in ${req.moduleUrl} returned ${made === null ? 'null' : typeof made}; expected an object.`,
+      );
     }
     return made;
   }

@@ -11,7 +11,9 @@ export default async function runTask(task: Task): Promise<unknown> {
   const mod = await importModule(task.moduleUrl);
   const fn = mod[task.exportName];
   if (typeof fn !== 'function') {
-    throw new TypeError(`Module ${task.moduleUrl} has no exported function ${JSON.stringify(task.exportName)} (it exports: ${Object.keys(mod).join(', ') || 'nothing'}).`);
+    throw new TypeError(
+      `Module ${task.moduleUrl} has no exported function ${JSON.stringify(task.exportName)} (it exports: ${Object.keys(mod).join(', ') || 'nothing'}).`,
+    );
   }
   return (fn as (a: unknown) => unknown)(task.arg);
 }

@@ -143,8 +143,14 @@ export function explainDump(dump: FlightDump, file = ''): TraceReport {
       const [fp] = groups.keys();
       const issuers = whoList([...m.keys()]);
       const lasts = (rs: number[]): string =>
-        rs.map((r) => `${who(r)} last enqueued ${describeMark(dump.ranks.find((x) => x.rank === r)!.lastEnqueued)}, last completed ${describeMark(dump.ranks.find((x) => x.rank === r)!.lastCompleted)}`).join('; ');
-      if (missing.length) findings.push({ kind: 'missed', text: `seq ${seq}: ${whoList(missing)} never called ${fp} (issued by ${issuers}); ${lasts(missing)}.` });
+        rs
+          .map(
+            (r) =>
+              `${who(r)} last enqueued ${describeMark(dump.ranks.find((x) => x.rank === r)!.lastEnqueued)}, last completed ${describeMark(dump.ranks.find((x) => x.rank === r)!.lastCompleted)}`,
+          )
+          .join('; ');
+      if (missing.length)
+        findings.push({ kind: 'missed', text: `seq ${seq}: ${whoList(missing)} never called ${fp} (issued by ${issuers}); ${lasts(missing)}.` });
       if (late.length) {
         const first = Math.min(...[...m.values()].map((e) => e.enqueuedAtMs));
         const after = Math.max(0, Math.round(dump.dumpedAtMs - first));
@@ -158,13 +164,20 @@ export function explainDump(dump: FlightDump, file = ''): TraceReport {
   for (const r of joined) {
     for (const e of r.entries) {
       if (e.state === 'started' || e.state === 'enqueued') {
-        if (e.state === 'started') findings.push({ kind: 'stuck', text: `${who(r.rank)}: ${e.fingerprint}${e.seq !== null ? ` (seq ${e.seq})` : ''} started and never completed.` });
+        if (e.state === 'started')
+          findings.push({ kind: 'stuck', text: `${who(r.rank)}: ${e.fingerprint}${e.seq !== null ? ` (seq ${e.seq})` : ''} started and never completed.` });
         // A culprit of a timeout that did enqueue the op: its stream never got to it.
         else if (e.seq !== null && e.seq === dump.cause.seq && culprits?.includes(worldOf(r.rank))) {
-          findings.push({ kind: 'stuck', text: `${who(r.rank)}: ${e.fingerprint} (seq ${e.seq}) was enqueued but never started: its stream was still busy with earlier work.` });
+          findings.push({
+            kind: 'stuck',
+            text: `${who(r.rank)}: ${e.fingerprint} (seq ${e.seq}) was enqueued but never started: its stream was still busy with earlier work.`,
+          });
         }
       } else if (e.state === 'failed') {
-        findings.push({ kind: 'failed', text: `${who(r.rank)}: ${e.fingerprint}${e.seq !== null ? ` (seq ${e.seq})` : ''} failed with ${e.error ?? 'an error'}.` });
+        findings.push({
+          kind: 'failed',
+          text: `${who(r.rank)}: ${e.fingerprint}${e.seq !== null ? ` (seq ${e.seq})` : ''} failed with ${e.error ?? 'an error'}.`,
+        });
       }
     }
   }
@@ -181,7 +194,9 @@ export function readDumps(path: string): Array<{ file: string; dump: FlightDump 
           .map((f) => join(path, f))
       : [path];
   } catch {
-    throw new InvalidArgumentError(`No flight-recorder dumps at ${path}: it does not exist. HINT: dumps go to ASCENT_TRACE_DIR or <tmpdir>/ascent-flight-recorder; the error message names the file.`);
+    throw new InvalidArgumentError(
+      `No flight-recorder dumps at ${path}: it does not exist. HINT: dumps go to ASCENT_TRACE_DIR or <tmpdir>/ascent-flight-recorder; the error message names the file.`,
+    );
   }
   const out: Array<{ file: string; dump: FlightDump }> = [];
   for (const file of files) {

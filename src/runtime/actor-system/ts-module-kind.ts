@@ -10,7 +10,7 @@ import { InvalidArgumentError } from '../errors.js';
 
 /** The nearest package.json above `file`, or undefined when there is none. */
 function nearestPackageJson(file: string): string | undefined {
-  for (let dir = dirname(file); ; ) {
+  for (let dir = dirname(file); ;) {
     const candidate = join(dir, 'package.json');
     if (existsSync(candidate)) return candidate;
     const up = dirname(dir);

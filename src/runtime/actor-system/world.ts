@@ -188,7 +188,19 @@ export class World extends EventEmitter<WorldEvents> {
       const exited = new Promise<number>((r) => (resolveExit = r));
       let markStopped!: () => void;
       const stopped = new Promise<void>((r) => (markStopped = r));
-      const slot: RankSlot = { rank, status: 'starting', worker, host, liveness, controlPort: control.port1, brokerPort: brokerCh.port1, exited, stopped, markStopped, output };
+      const slot: RankSlot = {
+        rank,
+        status: 'starting',
+        worker,
+        host,
+        liveness,
+        controlPort: control.port1,
+        brokerPort: brokerCh.port1,
+        exited,
+        stopped,
+        markStopped,
+        output,
+      };
       this.slots.push(slot);
       Comlink.expose(this.brokerFor(rank), nodePortEndpoint(brokerCh.port1));
 
@@ -244,7 +256,10 @@ export class World extends EventEmitter<WorldEvents> {
     slot.terminated = terminated;
     if (!wasFailed) {
       if (crash) {
-        const err = crash instanceof AscentError ? crash : new ActorDiedError(`Rank ${slot.rank} crashed: ${crash.message}`, { rank: slot.rank, exitCode: code }, { cause: crash });
+        const err =
+          crash instanceof AscentError
+            ? crash
+            : new ActorDiedError(`Rank ${slot.rank} crashed: ${crash.message}`, { rank: slot.rank, exitCode: code }, { cause: crash });
         err.rank = slot.rank;
         slot.error = err;
       } else if (code !== 0 && !terminated) {
@@ -296,17 +311,22 @@ export class World extends EventEmitter<WorldEvents> {
     const name = s.name ?? (s.export === 'default' ? basename(fileURLToPath(moduleUrl), extname(moduleUrl)) : s.export);
     const callTimeoutMs = this.options.callTimeoutMs ?? envInt('ASCENT_ACTOR_CALL_TIMEOUT_MS')!;
     const refs = await Promise.all(
-      [...ranks].sort((a, b) => a - b).map(async (rank) => {
-        const slot = this.slots[rank]!;
-        const { port1, port2 } = new MessageChannel();
-        try {
-          await slot.host.invoke('spawn', [{ moduleUrl, exportName: s.export, name, args: s.args }, Comlink.transfer(port2, [port2 as unknown as Transferable]) as MessagePort]);
-        } catch (err) {
-          port1.close();
-          throw err;
-        }
-        return new ActorRef<T>(port1, rank, name, slot.liveness, callTimeoutMs > 0 ? { timeoutMs: callTimeoutMs } : {});
-      }),
+      [...ranks]
+        .sort((a, b) => a - b)
+        .map(async (rank) => {
+          const slot = this.slots[rank]!;
+          const { port1, port2 } = new MessageChannel();
+          try {
+            await slot.host.invoke('spawn', [
+              { moduleUrl, exportName: s.export, name, args: s.args },
+              Comlink.transfer(port2, [port2 as unknown as Transferable]) as MessagePort,
+            ]);
+          } catch (err) {
+            port1.close();
+            throw err;
+          }
+          return new ActorRef<T>(port1, rank, name, slot.liveness, callTimeoutMs > 0 ? { timeoutMs: callTimeoutMs } : {});
+        }),
     );
     return new ActorMesh<T>(name, refs, (err, rank, actor, method) => this.onBroadcastErrorHandler(err, rank, actor, method));
   }

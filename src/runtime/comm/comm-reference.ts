@@ -59,11 +59,16 @@ export function roundFP16(x: number): number {
 /** The value `x` becomes when stored as `dtype`. */
 export function roundTo(dtype: DType, x: number): number {
   switch (dtype) {
-    case 'fp32': return Math.fround(x);
-    case 'bf16': return roundBF16(x);
-    case 'fp16': return roundFP16(x);
-    case 'int32': return x | 0;
-    default: return x;
+    case 'fp32':
+      return Math.fround(x);
+    case 'bf16':
+      return roundBF16(x);
+    case 'fp16':
+      return roundFP16(x);
+    case 'int32':
+      return x | 0;
+    default:
+      return x;
   }
 }
 

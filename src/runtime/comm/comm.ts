@@ -91,7 +91,12 @@ export interface FlightRecord {
     entries: FlightEntry[];
   }>;
 }
-export interface FlightMark { id: number; seq: number | null; op: string; atMs: number }
+export interface FlightMark {
+  id: number;
+  seq: number | null;
+  op: string;
+  atMs: number;
+}
 export interface FlightEntry {
   id: number;
   seq: number | null;
@@ -119,7 +124,11 @@ function checkInt(value: unknown, what: string, min: number, max: number): numbe
 }
 
 /** The settings a communicator runs with (options over the environment defaults). */
-export interface CommSettings { connectTimeoutMs: number; execTimeoutMs: number; traceDir: string }
+export interface CommSettings {
+  connectTimeoutMs: number;
+  execTimeoutMs: number;
+  traceDir: string;
+}
 type Resolved = CommSettings;
 
 /** Per-communicator settings over the environment defaults. */
@@ -170,7 +179,9 @@ export class Communicator {
     if (options === undefined) throw new InvalidArgumentError('Communicator.initRank() requires { uniqueId, nranks, rank, device }.');
     const { uniqueId } = options;
     if (typeof uniqueId !== 'string' || !/^[0-9a-f]{32}$/.test(uniqueId)) {
-      throw new InvalidArgumentError(`Expected a uniqueId of 32 hex digits (from Communicator.uniqueId()) but received ${describe(uniqueId)}.`, { argument: 'uniqueId' });
+      throw new InvalidArgumentError(`Expected a uniqueId of 32 hex digits (from Communicator.uniqueId()) but received ${describe(uniqueId)}.`, {
+        argument: 'uniqueId',
+      });
     }
     const nranks = checkInt(options.nranks, 'nranks', 1, 4096);
     const rank = checkInt(options.rank, 'rank', 0, nranks - 1);
@@ -198,7 +209,10 @@ export class Communicator {
   static abortById(id: string, reason: string, culpritWorldRanks: readonly number[] = []): boolean {
     if (typeof id !== 'string' || typeof reason !== 'string') throw new InvalidArgumentError('Communicator.abortById(id, reason) expects two strings.');
     if (!Array.isArray(culpritWorldRanks) || culpritWorldRanks.some((r) => !Number.isInteger(r) || r < 0)) {
-      throw new InvalidArgumentError(`Communicator.abortById(): expected culpritWorldRanks to be an array of world ranks (non-negative integers) but received ${describe(culpritWorldRanks)}.`, { argument: 'culpritWorldRanks' });
+      throw new InvalidArgumentError(
+        `Communicator.abortById(): expected culpritWorldRanks to be an array of world ranks (non-negative integers) but received ${describe(culpritWorldRanks)}.`,
+        { argument: 'culpritWorldRanks' },
+      );
     }
     const abortById = loadNative().commAbortById as (id: string, reason: string, culpritWorldRanks: number[]) => boolean;
     return abortById(id, reason, [...culpritWorldRanks]);
@@ -268,7 +282,10 @@ export class Communicator {
 
   #op(op: unknown, fn: string): number {
     if (typeof op !== 'string' || !(op in REDUCE_CODE)) {
-      throw new InvalidArgumentError(`Expected one of ${REDUCE_OPS.join(', ')} for the reduce op of ${fn} but received ${describe(op)}.`, { fn, argument: 'op' });
+      throw new InvalidArgumentError(`Expected one of ${REDUCE_OPS.join(', ')} for the reduce op of ${fn} but received ${describe(op)}.`, {
+        fn,
+        argument: 'op',
+      });
     }
     return REDUCE_CODE[op as ReduceOp];
   }
@@ -280,7 +297,10 @@ export class Communicator {
     const rEnd = recv.byteOffset + recv.nbytes;
     const overlap = send.nbytes > 0 && recv.nbytes > 0 && send.byteOffset < rEnd && recv.byteOffset < sEnd;
     if (overlap && send.byteOffset !== inPlaceSendOffset) {
-      throw new InvalidArgumentError(`${fn}: send and recv overlap without being in place. HINT: pass the same tensor (or the rank's chunk of it) for in place, or non-overlapping tensors.`, { fn });
+      throw new InvalidArgumentError(
+        `${fn}: send and recv overlap without being in place. HINT: pass the same tensor (or the rank's chunk of it) for in place, or non-overlapping tensors.`,
+        { fn },
+      );
     }
   }
 
@@ -317,7 +337,9 @@ export class Communicator {
     const st = this.#stream(stream, fn);
     if (s.numel !== r.numel) throw new InvalidArgumentError(`${fn}: send has ${s.numel} elements but recv has ${r.numel}; they must be equal.`, { fn });
     this.#checkOverlap(s, r, fn, r.byteOffset);
-    return this.#run('allReduce', st, (tok) => this.native.allReduce(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], code, st.native, tok));
+    return this.#run('allReduce', st, (tok) =>
+      this.native.allReduce(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], code, st.native, tok),
+    );
   }
 
   /** recv = root's send on every rank. In place when send === recv; non-root sends are ignored. */
@@ -328,7 +350,9 @@ export class Communicator {
     const st = this.#stream(stream, fn);
     if (s.numel !== r.numel) throw new InvalidArgumentError(`${fn}: send has ${s.numel} elements but recv has ${r.numel}; they must be equal.`, { fn });
     this.#checkOverlap(s, r, fn, r.byteOffset);
-    return this.#run('broadcast', st, (tok) => this.native.broadcast(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], root, st.native, tok));
+    return this.#run('broadcast', st, (tok) =>
+      this.native.broadcast(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], root, st.native, tok),
+    );
   }
 
   /** recv (size x send.numel) = every rank's send, in rank order. */
@@ -337,10 +361,14 @@ export class Communicator {
     const [s, r] = this.#pair(send, recv, fn);
     const st = this.#stream(stream, fn);
     if (r.numel !== s.numel * this.size) {
-      throw new InvalidArgumentError(`${fn}: recv must hold size x send = ${this.size} x ${s.numel} = ${s.numel * this.size} elements but has ${r.numel}.`, { fn });
+      throw new InvalidArgumentError(`${fn}: recv must hold size x send = ${this.size} x ${s.numel} = ${s.numel * this.size} elements but has ${r.numel}.`, {
+        fn,
+      });
     }
     this.#checkOverlap(s, r, fn, r.byteOffset + this.rank * s.nbytes);
-    return this.#run('allGather', st, (tok) => this.native.allGather(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], st.native, tok));
+    return this.#run('allGather', st, (tok) =>
+      this.native.allGather(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], st.native, tok),
+    );
   }
 
   /** recv = chunk `rank` (recv.numel elements) of op over every rank's send (size x recv.numel). */
@@ -350,10 +378,14 @@ export class Communicator {
     const code = this.#op(op, fn);
     const st = this.#stream(stream, fn);
     if (s.numel !== r.numel * this.size) {
-      throw new InvalidArgumentError(`${fn}: send must hold size x recv = ${this.size} x ${r.numel} = ${r.numel * this.size} elements but has ${s.numel}.`, { fn });
+      throw new InvalidArgumentError(`${fn}: send must hold size x recv = ${this.size} x ${r.numel} = ${r.numel * this.size} elements but has ${s.numel}.`, {
+        fn,
+      });
     }
     this.#checkOverlap(s, r, fn, r.byteOffset - this.rank * r.nbytes);
-    return this.#run('reduceScatter', st, (tok) => this.native.reduceScatter(s.buffer, s.byteOffset, r.buffer, r.byteOffset, r.numel, DTYPE_CODE[s.dtype], code, st.native, tok));
+    return this.#run('reduceScatter', st, (tok) =>
+      this.native.reduceScatter(s.buffer, s.byteOffset, r.buffer, r.byteOffset, r.numel, DTYPE_CODE[s.dtype], code, st.native, tok),
+    );
   }
 
   /** Chunk q (numel / size elements) of send goes to rank q; recv chunk q comes from rank q. */
@@ -362,10 +394,14 @@ export class Communicator {
     const [s, r] = this.#pair(send, recv, fn);
     const st = this.#stream(stream, fn);
     if (s.numel !== r.numel || s.numel % this.size !== 0) {
-      throw new InvalidArgumentError(`${fn}: send and recv must have the same numel, a multiple of size ${this.size}; got send ${s.numel}, recv ${r.numel}.`, { fn });
+      throw new InvalidArgumentError(`${fn}: send and recv must have the same numel, a multiple of size ${this.size}; got send ${s.numel}, recv ${r.numel}.`, {
+        fn,
+      });
     }
     this.#checkOverlap(s, r, fn, r.byteOffset);
-    return this.#run('allToAll', st, (tok) => this.native.allToAll(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel / this.size, DTYPE_CODE[s.dtype], st.native, tok));
+    return this.#run('allToAll', st, (tok) =>
+      this.native.allToAll(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel / this.size, DTYPE_CODE[s.dtype], st.native, tok),
+    );
   }
 
   /**
@@ -373,26 +409,53 @@ export class Communicator {
    * elements from rank q land in recv at recvDispls[q] (elements). Rank q's
    * sendCounts[r] must equal rank r's recvCounts[q] (else CollectiveMismatchError).
    */
-  allToAllV(send: Tensor, sendCounts: readonly number[], sendDispls: readonly number[], recv: Tensor, recvCounts: readonly number[], recvDispls: readonly number[], stream?: Stream): Promise<void> {
+  allToAllV(
+    send: Tensor,
+    sendCounts: readonly number[],
+    sendDispls: readonly number[],
+    recv: Tensor,
+    recvCounts: readonly number[],
+    recvDispls: readonly number[],
+    stream?: Stream,
+  ): Promise<void> {
     const fn = 'allToAllV()';
     const [s, r] = this.#pair(send, recv, fn);
     const st = this.#stream(stream, fn);
     const arrays = { sendCounts, sendDispls, recvCounts, recvDispls };
     for (const [name, a] of Object.entries(arrays)) {
       if (!Array.isArray(a) || a.length !== this.size || a.some((v) => typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)) {
-        throw new InvalidArgumentError(`${fn}: expected ${name} to be an array of ${this.size} non-negative integers but received ${describe(a)}.`, { fn, argument: name });
+        throw new InvalidArgumentError(`${fn}: expected ${name} to be an array of ${this.size} non-negative integers but received ${describe(a)}.`, {
+          fn,
+          argument: name,
+        });
       }
     }
     for (let q = 0; q < this.size; q++) {
       if (sendDispls[q]! + sendCounts[q]! > s.numel) {
-        throw new InvalidArgumentError(`${fn}: sendDispls[${q}] + sendCounts[${q}] = ${sendDispls[q]! + sendCounts[q]!} exceeds send's ${s.numel} elements.`, { fn });
+        throw new InvalidArgumentError(`${fn}: sendDispls[${q}] + sendCounts[${q}] = ${sendDispls[q]! + sendCounts[q]!} exceeds send's ${s.numel} elements.`, {
+          fn,
+        });
       }
       if (recvDispls[q]! + recvCounts[q]! > r.numel) {
-        throw new InvalidArgumentError(`${fn}: recvDispls[${q}] + recvCounts[${q}] = ${recvDispls[q]! + recvCounts[q]!} exceeds recv's ${r.numel} elements.`, { fn });
+        throw new InvalidArgumentError(`${fn}: recvDispls[${q}] + recvCounts[${q}] = ${recvDispls[q]! + recvCounts[q]!} exceeds recv's ${r.numel} elements.`, {
+          fn,
+        });
       }
     }
     return this.#run('allToAllV', st, (tok) =>
-      this.native.allToAllV(s.buffer, s.byteOffset, [...sendCounts], [...sendDispls], r.buffer, r.byteOffset, [...recvCounts], [...recvDispls], DTYPE_CODE[s.dtype], st.native, tok),
+      this.native.allToAllV(
+        s.buffer,
+        s.byteOffset,
+        [...sendCounts],
+        [...sendDispls],
+        r.buffer,
+        r.byteOffset,
+        [...recvCounts],
+        [...recvDispls],
+        DTYPE_CODE[s.dtype],
+        st.native,
+        tok,
+      ),
     );
   }
 
@@ -423,7 +486,10 @@ export class Communicator {
     const fn = isSend ? 'send()' : 'recv()';
     const x = this.#tensor(t, isSend ? 'tensor' : 'tensor', fn);
     if (typeof peer !== 'number' || !Number.isInteger(peer) || peer < 0 || peer >= this.size || peer === this.rank) {
-      throw new InvalidArgumentError(`Expected a peer rank in [0, ${this.size}) other than this rank (${this.rank}) for ${fn} but received ${describe(peer)}.`, { fn, argument: 'peer' });
+      throw new InvalidArgumentError(
+        `Expected a peer rank in [0, ${this.size}) other than this rank (${this.rank}) for ${fn} but received ${describe(peer)}.`,
+        { fn, argument: 'peer' },
+      );
     }
     const st = this.#stream(stream, fn);
     const call = (tok: number): number =>
@@ -450,7 +516,7 @@ export class Communicator {
       resolve = res;
       reject = rej;
     });
-    promise.catch(() => undefined);  // the caller may only await groupEnd()
+    promise.catch(() => undefined); // the caller may only await groupEnd()
     this.#group = { depth: 1, items: 0, promise, resolve, reject };
   }
 
@@ -479,9 +545,12 @@ export class Communicator {
       const { token, promise } = enqueueWithCompletion((tok) => {
         this.native.groupEnd(tok);
       });
-      run = promise.then(() => undefined, (err: Error) => {
-        throw withCallerStack(err, site);
-      });
+      run = promise.then(
+        () => undefined,
+        (err: Error) => {
+          throw withCallerStack(err, site);
+        },
+      );
       void token;
     } catch (e) {
       g.reject(e as Error);
@@ -505,7 +574,10 @@ export class Communicator {
     checkOptions(options, ['connectTimeoutMs', 'execTimeoutMs', 'traceDir'], 'split()');
     const c = color === null ? -1 : color;
     if (typeof c !== 'number' || !Number.isInteger(c) || c < -1 || c > 2147483647) {
-      throw new InvalidArgumentError(`Expected a color that is a non-negative integer, or -1 / null for no communicator, for split() but received ${describe(color)}.`, { argument: 'color' });
+      throw new InvalidArgumentError(
+        `Expected a color that is a non-negative integer, or -1 / null for no communicator, for split() but received ${describe(color)}.`,
+        { argument: 'color' },
+      );
     }
     checkInt(key, 'key', -2147483648, 2147483647);
     const settings = resolveTimeouts(options, this.#settings);
@@ -542,4 +614,3 @@ export class Communicator {
     return `Communicator(${this.id.slice(0, 8)}…, rank ${this.rank} of ${this.size}, device ${this.device.ordinal})`;
   }
 }
-

@@ -5,7 +5,21 @@ export { Event } from './event.js';
 export { Tensor, type TensorHandle, type HostArray, type HostData } from './tensor.js';
 export { DTYPES, dtypeSize, isFloatDType, type DType } from './dtype.js';
 export {
-  fill, arange, cast, add, mul, scale, axpy, permute, transpose, matmul, copy, copyPeer,
-  type OpOptions, type KernelImpl, type ArangeOptions, type MatmulOptions,
+  fill,
+  arange,
+  cast,
+  add,
+  mul,
+  scale,
+  axpy,
+  permute,
+  transpose,
+  matmul,
+  copy,
+  copyPeer,
+  type OpOptions,
+  type KernelImpl,
+  type ArangeOptions,
+  type MatmulOptions,
 } from './ops.js';
 export { loadNative } from '../native.js';

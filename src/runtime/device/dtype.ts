@@ -12,8 +12,19 @@ export const DTYPE_CODE: Readonly<Record<DType, number>> = { fp32: 0, bf16: 1, f
 const SIZES: Readonly<Record<DType, number>> = { fp32: 4, bf16: 2, fp16: 2, int32: 4, int64: 8, uint8: 1 };
 
 const ALIASES: Record<string, DType> = {
-  float32: 'fp32', float: 'fp32', f32: 'fp32', bfloat16: 'bf16', float16: 'fp16', half: 'fp16', f16: 'fp16',
-  int: 'int32', i32: 'int32', long: 'int64', i64: 'int64', u8: 'uint8', byte: 'uint8',
+  float32: 'fp32',
+  float: 'fp32',
+  f32: 'fp32',
+  bfloat16: 'bf16',
+  float16: 'fp16',
+  half: 'fp16',
+  f16: 'fp16',
+  int: 'int32',
+  i32: 'int32',
+  long: 'int64',
+  i64: 'int64',
+  u8: 'uint8',
+  byte: 'uint8',
 };
 
 export function dtypeSize(dtype: DType): number {
@@ -33,10 +44,10 @@ export function checkDType(value: unknown, what = 'dtype'): DType {
   if (isDType(value)) return value;
   const alias = typeof value === 'string' ? ALIASES[value.toLowerCase()] : undefined;
   const hint = alias ? ` HINT: did you mean '${alias}'?` : '';
-  throw new InvalidArgumentError(
-    `Expected one of ${DTYPES.join(', ')} for ${what} but received ${describe(value)}.${hint}`,
-    { argument: what, value: String(value) },
-  );
+  throw new InvalidArgumentError(`Expected one of ${DTYPES.join(', ')} for ${what} but received ${describe(value)}.${hint}`, {
+    argument: what,
+    value: String(value),
+  });
 }
 
 /** "'float32' of type string", "-1 of type number": what sharp-style messages say was received. */

@@ -35,7 +35,12 @@ function checkTensor(t: unknown, name: string): Tensor {
 }
 
 /** Resolves the stream and checks that every named tensor is on its device. */
-function placement(fn: string, tensors: Record<string, Tensor>, options: OpOptions | undefined, extraKeys: readonly string[] = []): { stream: Stream; impl: number } {
+function placement(
+  fn: string,
+  tensors: Record<string, Tensor>,
+  options: OpOptions | undefined,
+  extraKeys: readonly string[] = [],
+): { stream: Stream; impl: number } {
   checkOptions(options, [...OP_KEYS, ...extraKeys], `${fn}()`);
   const names = Object.keys(tensors);
   const first = tensors[names[0]!]!;
@@ -66,12 +71,16 @@ function sameDType(fn: string, tensors: Record<string, Tensor>): DType {
 
 function sameShape(fn: string, a: Tensor, b: Tensor, an: string, bn: string): void {
   if (a.shape.length !== b.shape.length || a.shape.some((d, i) => d !== b.shape[i])) {
-    throw new InvalidArgumentError(`${fn}() expects equal shapes but ${an} is [${a.shape.join(', ')}] and ${bn} is [${b.shape.join(', ')}] (broadcasting is not supported).`, { op: fn });
+    throw new InvalidArgumentError(
+      `${fn}() expects equal shapes but ${an} is [${a.shape.join(', ')}] and ${bn} is [${b.shape.join(', ')}] (broadcasting is not supported).`,
+      { op: fn },
+    );
   }
 }
 
 function checkFloatDType(fn: string, dtype: DType): void {
-  if (!isFloatDType(dtype)) throw new InvalidArgumentError(`${fn}() supports fp32, bf16 and fp16 but received ${dtype}. HINT: cast() to fp32 first.`, { op: fn, dtype });
+  if (!isFloatDType(dtype))
+    throw new InvalidArgumentError(`${fn}() supports fp32, bf16 and fp16 but received ${dtype}. HINT: cast() to fp32 first.`, { op: fn, dtype });
 }
 
 function checkNumber(value: unknown, what: string): number {
@@ -108,14 +117,18 @@ export interface ArangeOptions extends OpOptions {
 /** [start, start + step, ...] with `n` elements (computed in double, then stored). */
 export function arange(device: Device, n: number, options?: ArangeOptions): Tensor {
   if (!(device instanceof Device)) throw new InvalidArgumentError(`Expected a Device for arange() but received ${describe(device)}.`);
-  if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError(`Expected a non-negative integer for n but received ${describe(n)}.`);
+  if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0)
+    throw new InvalidArgumentError(`Expected a non-negative integer for n but received ${describe(n)}.`);
   checkOptions(options, [...OP_KEYS, 'start', 'step', 'dtype'], 'arange()');
   const start = options?.start === undefined ? 0 : checkNumber(options.start, 'start');
   const step = options?.step === undefined ? 1 : checkNumber(options.step, 'step');
   const dtype = options?.dtype === undefined ? 'fp32' : checkDType(options.dtype);
   const stream = resolveStream(options?.stream, device, 'arange()');
   if (stream.device.ordinal !== device.ordinal) {
-    throw new InvalidArgumentError(`Expected a stream of device ${device.ordinal} for arange() but the stream belongs to device ${stream.device.ordinal}.`, { expectedDevice: device.ordinal, streamDevice: stream.device.ordinal });
+    throw new InvalidArgumentError(`Expected a stream of device ${device.ordinal} for arange() but the stream belongs to device ${stream.device.ordinal}.`, {
+      expectedDevice: device.ordinal,
+      streamDevice: stream.device.ordinal,
+    });
   }
   const impl = implCode(options?.impl);
   return withOutput(device, [n], dtype, (out) => stream.native.arange(out.buffer, 0, n, DTYPE_CODE[dtype], start, step, impl, 0));
@@ -127,7 +140,8 @@ export function cast(x: Tensor, dtype: DType, options?: OpOptions): Tensor {
   const dt = checkDType(dtype);
   const { stream, impl } = placement('cast', { x }, options);
   return withOutput(x.device, x.shape, dt, (out) =>
-    stream.native.cast(out.buffer, 0, DTYPE_CODE[dt], x.buffer, x.byteOffset, DTYPE_CODE[x.dtype], x.numel, impl, 0));
+    stream.native.cast(out.buffer, 0, DTYPE_CODE[dt], x.buffer, x.byteOffset, DTYPE_CODE[x.dtype], x.numel, impl, 0),
+  );
 }
 
 function binary(fn: 'add' | 'mul', code: number, a: Tensor, b: Tensor, options?: OpOptions): Tensor {
@@ -137,7 +151,8 @@ function binary(fn: 'add' | 'mul', code: number, a: Tensor, b: Tensor, options?:
   const dtype = sameDType(fn, { a, b });
   sameShape(fn, a, b, 'a', 'b');
   return withOutput(a.device, a.shape, dtype, (out) =>
-    stream.native.binary(code, DTYPE_CODE[dtype], out.buffer, 0, a.buffer, a.byteOffset, b.buffer, b.byteOffset, a.numel, impl, 0));
+    stream.native.binary(code, DTYPE_CODE[dtype], out.buffer, 0, a.buffer, a.byteOffset, b.buffer, b.byteOffset, a.numel, impl, 0),
+  );
 }
 
 /** a + b, elementwise, same dtype and shape (integers wrap). */
@@ -157,7 +172,8 @@ export function scale(x: Tensor, alpha: number, options?: OpOptions): Tensor {
   const { stream, impl } = placement('scale', { x }, options);
   checkFloatDType('scale', x.dtype);
   return withOutput(x.device, x.shape, x.dtype, (out) =>
-    stream.native.scale(DTYPE_CODE[x.dtype], out.buffer, 0, x.buffer, x.byteOffset, x.numel, alpha, impl, 0));
+    stream.native.scale(DTYPE_CODE[x.dtype], out.buffer, 0, x.buffer, x.byteOffset, x.numel, alpha, impl, 0),
+  );
 }
 
 /** y += alpha * x, in place (float dtypes, computed in fp32). */
@@ -177,13 +193,17 @@ export function permute(x: Tensor, dims: readonly number[], options?: OpOptions)
   checkTensor(x, 'x');
   const rank = x.shape.length;
   if (!Array.isArray(dims) || dims.length !== rank || [...dims].sort((p, q) => p - q).some((d, i) => d !== i)) {
-    throw new InvalidArgumentError(`Expected a permutation of [0..${rank - 1}] for dims but received ${Array.isArray(dims) ? `[${dims.join(', ')}]` : describe(dims)}.`, { argument: 'dims', rank });
+    throw new InvalidArgumentError(
+      `Expected a permutation of [0..${rank - 1}] for dims but received ${Array.isArray(dims) ? `[${dims.join(', ')}]` : describe(dims)}.`,
+      { argument: 'dims', rank },
+    );
   }
   const { stream, impl } = placement('permute', { x }, options);
   const shape = dims.map((d) => x.shape[d]!);
   const srcStrides = dims.map((d) => x.strides[d]!);
   return withOutput(x.device, shape, x.dtype, (out) =>
-    stream.native.permute(dtypeSize(x.dtype), out.buffer, 0, x.buffer, x.byteOffset, shape, srcStrides, impl, 0));
+    stream.native.permute(dtypeSize(x.dtype), out.buffer, 0, x.buffer, x.byteOffset, shape, srcStrides, impl, 0),
+  );
 }
 
 /** Contiguous copy with dims d0 and d1 swapped (default: the last two). */
@@ -196,7 +216,8 @@ export function transpose(x: Tensor, d0 = -2, d1 = -1, options?: OpOptions): Ten
     }
     return d < 0 ? d + rank : d;
   };
-  const a = norm(d0, 'd0'), b = norm(d1, 'd1');
+  const a = norm(d0, 'd0'),
+    b = norm(d1, 'd1');
   const dims = Array.from({ length: rank }, (_, i) => i);
   dims[a] = b;
   dims[b] = a;
@@ -218,10 +239,12 @@ export function matmul(a: Tensor, b: Tensor, options?: MatmulOptions): Tensor {
   checkTensor(a, 'a');
   checkTensor(b, 'b');
   const { stream, impl } = placement('matmul', { a, b }, options, ['transA', 'transB', 'outDtype']);
-  const transA = options?.transA ?? false, transB = options?.transB ?? false;
+  const transA = options?.transA ?? false,
+    transB = options?.transB ?? false;
   if (typeof transA !== 'boolean' || typeof transB !== 'boolean') throw new InvalidArgumentError('Expected booleans for transA and transB.');
   const dtype = sameDType('matmul', { a, b });
-  if (dtype !== 'fp32' && dtype !== 'bf16') throw new InvalidArgumentError(`matmul() supports fp32 and bf16 inputs but received ${dtype}. HINT: cast() first.`, { dtype });
+  if (dtype !== 'fp32' && dtype !== 'bf16')
+    throw new InvalidArgumentError(`matmul() supports fp32 and bf16 inputs but received ${dtype}. HINT: cast() first.`, { dtype });
   const outDtype = options?.outDtype === undefined ? 'fp32' : checkDType(options.outDtype, 'outDtype');
   if (outDtype !== 'fp32' && outDtype !== 'bf16') throw new InvalidArgumentError(`matmul() outDtype must be fp32 or bf16 but received ${outDtype}.`);
   const rank = a.shape.length;
@@ -234,17 +257,41 @@ export function matmul(a: Tensor, b: Tensor, options?: MatmulOptions): Tensor {
   }
   const [ar, ac] = a.shape.slice(-2) as [number, number];
   const [br, bc] = b.shape.slice(-2) as [number, number];
-  const m = transA ? ac : ar, k = transA ? ar : ac;
-  const kb = transB ? bc : br, n = transB ? br : bc;
+  const m = transA ? ac : ar,
+    k = transA ? ar : ac;
+  const kb = transB ? bc : br,
+    n = transB ? br : bc;
   if (k !== kb) {
-    throw new InvalidArgumentError(
-      `matmul() inner dims differ: op(a) is [${m}, ${k}] and op(b) is [${kb}, ${n}] (transA=${transA}, transB=${transB}).`,
-      { m, k, kb, n, transA, transB },
-    );
+    throw new InvalidArgumentError(`matmul() inner dims differ: op(a) is [${m}, ${k}] and op(b) is [${kb}, ${n}] (transA=${transA}, transB=${transB}).`, {
+      m,
+      k,
+      kb,
+      n,
+      transA,
+      transB,
+    });
   }
   const shape = rank === 3 ? [batch, m, n] : [m, n];
   return withOutput(a.device, shape, outDtype, (out) =>
-    stream.native.matmul(DTYPE_CODE[dtype], DTYPE_CODE[outDtype], a.buffer, a.byteOffset, b.buffer, b.byteOffset, out.buffer, 0, batch, m, n, k, transA, transB, impl, 0));
+    stream.native.matmul(
+      DTYPE_CODE[dtype],
+      DTYPE_CODE[outDtype],
+      a.buffer,
+      a.byteOffset,
+      b.buffer,
+      b.byteOffset,
+      out.buffer,
+      0,
+      batch,
+      m,
+      n,
+      k,
+      transA,
+      transB,
+      impl,
+      0,
+    ),
+  );
 }
 
 /** dst <- src on one device (same dtype and numel). */
@@ -278,7 +325,9 @@ export function copyPeer(dst: Tensor, src: Tensor, options?: { stream?: Stream }
 
 function checkCopy(fn: string, dst: Tensor, src: Tensor): void {
   if (dst.dtype !== src.dtype || dst.numel !== src.numel) {
-    throw new InvalidArgumentError(`${fn}() expects the same dtype and numel but dst is ${dst.dtype}[${dst.shape.join(', ')}] and src is ${src.dtype}[${src.shape.join(', ')}].`, { op: fn });
+    throw new InvalidArgumentError(
+      `${fn}() expects the same dtype and numel but dst is ${dst.dtype}[${dst.shape.join(', ')}] and src is ${src.dtype}[${src.shape.join(', ')}].`,
+      { op: fn },
+    );
   }
 }
-

@@ -20,10 +20,11 @@ export function checkOptions(opts: unknown, allowed: readonly string[], fn: stri
   }
   for (const key of Object.keys(opts)) {
     if (!allowed.includes(key)) {
-      throw new InvalidArgumentError(
-        `Unknown option '${key}' for ${fn}.${didYouMean(key, allowed)} Expected one of: ${allowed.join(', ')}.`,
-        { fn, option: key, allowed: [...allowed] },
-      );
+      throw new InvalidArgumentError(`Unknown option '${key}' for ${fn}.${didYouMean(key, allowed)} Expected one of: ${allowed.join(', ')}.`, {
+        fn,
+        option: key,
+        allowed: [...allowed],
+      });
     }
   }
 }

@@ -80,9 +80,7 @@ export class Stream {
 
   timeoutError(what: string, timeoutMs: number): TimeoutError {
     const ops = this.pending();
-    const lines = ops.map((o) =>
-      o.state === 'running' ? `  #${o.seq} ${o.op} (running for ${o.runningMs.toFixed(0)} ms)` : `  #${o.seq} ${o.op} (queued)`,
-    );
+    const lines = ops.map((o) => (o.state === 'running' ? `  #${o.seq} ${o.op} (running for ${o.runningMs.toFixed(0)} ms)` : `  #${o.seq} ${o.op} (queued)`));
     return new TimeoutError(
       `${what}() on stream ${this.id} (device ${this.device.ordinal}) timed out after ${timeoutMs} ms with ${ops.length} pending op(s):\n` +
         `${lines.join('\n') || '  (none)'}\nHINT: a long-running op, or a waitEvent() on an event that is never recorded, holds the stream.`,

@@ -27,7 +27,10 @@ export type HostData = HostArray | Uint16Array | readonly number[];
 
 export function checkShape(shape: unknown, what = 'shape'): number[] {
   if (!Array.isArray(shape) || shape.length > 16 || shape.some((d) => typeof d !== 'number' || !Number.isSafeInteger(d) || d < 0)) {
-    throw new InvalidArgumentError(`Expected an array of at most 16 non-negative integers for ${what} but received ${describe(shape)}${Array.isArray(shape) ? ` [${shape.join(', ')}]` : ''}.`, { argument: what });
+    throw new InvalidArgumentError(
+      `Expected an array of at most 16 non-negative integers for ${what} but received ${describe(shape)}${Array.isArray(shape) ? ` [${shape.join(', ')}]` : ''}.`,
+      { argument: what },
+    );
   }
   return [...(shape as number[])];
 }
@@ -108,14 +111,19 @@ export class Tensor {
       throw new InvalidArgumentError(`Expected a shape of non-negative integers (one may be -1) but received ${JSON.stringify(shape)}.`, { argument: 'shape' });
     }
     const inferred = shape.filter((d) => d === -1).length;
-    if (inferred > 1) throw new InvalidArgumentError(`Only one dim of a reshape may be -1, but ${JSON.stringify(shape)} has ${inferred}.`, { argument: 'shape' });
+    if (inferred > 1)
+      throw new InvalidArgumentError(`Only one dim of a reshape may be -1, but ${JSON.stringify(shape)} has ${inferred}.`, { argument: 'shape' });
     const known = shape.filter((d) => d !== -1).reduce((a, b) => a * b, 1);
     const out = inferred && known > 0 && this.numel % known === 0 ? shape.map((d) => (d === -1 ? this.numel / known : d)) : [...shape];
     if (numelOf(out.map((d) => Math.max(d, 0))) !== this.numel || out.includes(-1)) {
-      throw new InvalidArgumentError(`Cannot reshape a tensor of shape [${this.shape.join(', ')}] (${this.numel} elements) to [${shape.join(', ')}].`, { argument: 'shape' });
+      throw new InvalidArgumentError(`Cannot reshape a tensor of shape [${this.shape.join(', ')}] (${this.numel} elements) to [${shape.join(', ')}].`, {
+        argument: 'shape',
+      });
     }
     if (!this.isContiguous) {
-      throw new InvalidArgumentError(`reshape() needs a contiguous tensor; this one has strides [${this.strides.join(', ')}]. HINT: permute() returns a contiguous copy.`);
+      throw new InvalidArgumentError(
+        `reshape() needs a contiguous tensor; this one has strides [${this.strides.join(', ')}]. HINT: permute() returns a contiguous copy.`,
+      );
     }
     return new Tensor(this.device, this.buffer, this.dtype, out, undefined, this.byteOffset);
   }
@@ -149,7 +157,9 @@ export class Tensor {
     const inferred = inferDType(data);
     const dtype = options?.dtype !== undefined ? checkDType(options.dtype) : inferred;
     if (dtype === undefined) {
-      throw new InvalidArgumentError(`Expected a Float32Array, Int32Array, BigInt64Array, Uint8Array or number[] for Tensor.fromArray() but received ${describe(data)}. HINT: pass { dtype: 'bf16' } or 'fp16' with a Uint16Array of raw bits.`);
+      throw new InvalidArgumentError(
+        `Expected a Float32Array, Int32Array, BigInt64Array, Uint8Array or number[] for Tensor.fromArray() but received ${describe(data)}. HINT: pass { dtype: 'bf16' } or 'fp16' with a Uint16Array of raw bits.`,
+      );
     }
     const n = numelOf(s);
     if (data.length !== n) {
@@ -158,7 +168,8 @@ export class Tensor {
     let host: ArrayBufferView;
     let hostDType: DType;
     if (data instanceof Uint16Array) {
-      if (dtype !== 'bf16' && dtype !== 'fp16') throw new InvalidArgumentError(`A Uint16Array holds raw bf16/fp16 bits; expected dtype bf16 or fp16 but received ${dtype}.`);
+      if (dtype !== 'bf16' && dtype !== 'fp16')
+        throw new InvalidArgumentError(`A Uint16Array holds raw bf16/fp16 bits; expected dtype bf16 or fp16 but received ${dtype}.`);
       host = data;
       hostDType = dtype;
     } else if (Array.isArray(data)) {
@@ -253,10 +264,14 @@ export class Tensor {
     }
     const bytes = (await stream.awaitToken(pending.token, pending.promise, timeoutMs, site, 'toArray'))!;
     switch (outDType) {
-      case 'fp32': return new Float32Array(bytes);
-      case 'int32': return new Int32Array(bytes);
-      case 'int64': return new BigInt64Array(bytes);
-      default: return new Uint8Array(bytes);
+      case 'fp32':
+        return new Float32Array(bytes);
+      case 'int32':
+        return new Int32Array(bytes);
+      case 'int64':
+        return new BigInt64Array(bytes);
+      default:
+        return new Uint8Array(bytes);
     }
   }
 
@@ -291,11 +306,16 @@ export class Tensor {
 
 function toHostArray(data: readonly number[], dtype: DType): ArrayBufferView {
   switch (dtype) {
-    case 'fp32': return Float32Array.from(data);
-    case 'int32': return Int32Array.from(data);
-    case 'int64': return BigInt64Array.from(data, (v) => BigInt(Math.trunc(v)));
-    case 'uint8': return Uint8Array.from(data);
-    default: throw new InvalidArgumentError(`Cannot build host data of dtype ${dtype} from numbers.`);
+    case 'fp32':
+      return Float32Array.from(data);
+    case 'int32':
+      return Int32Array.from(data);
+    case 'int64':
+      return BigInt64Array.from(data, (v) => BigInt(Math.trunc(v)));
+    case 'uint8':
+      return Uint8Array.from(data);
+    default:
+      throw new InvalidArgumentError(`Cannot build host data of dtype ${dtype} from numbers.`);
   }
 }
 

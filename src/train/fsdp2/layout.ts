@@ -90,7 +90,9 @@ export function planLayout(cfg: ModelConfig, dp: number, lora?: readonly LoraPar
     unitOf.set(spec.name, u);
   }
   // Each layer's adapter unit right after the layer (forward order).
-  const list = [...units.values()].filter((u) => !u.key.startsWith('lora.')).flatMap((u) => [u, ...(units.has(`lora.${u.key}`) ? [units.get(`lora.${u.key}`)!] : [])]);
+  const list = [...units.values()]
+    .filter((u) => !u.key.startsWith('lora.'))
+    .flatMap((u) => [u, ...(units.has(`lora.${u.key}`) ? [units.get(`lora.${u.key}`)!] : [])]);
   return { dp, units: list, unitOf, maxGatheredNumel: Math.max(...list.map((u) => dp * u.shardNumel)) };
 }
 
@@ -98,12 +100,14 @@ export function planLayout(cfg: ModelConfig, dp: number, lora?: readonly LoraPar
 export function blockUnits(layout: FlatLayout, cfg: ModelConfig, block: ModelBlock): FlatUnit[] {
   const byKey = (k: string) => layout.units.find((u) => u.key === k)!;
   switch (block.kind) {
-    case 'embed': return [byKey('embed')];
+    case 'embed':
+      return [byKey('embed')];
     case 'layer': {
       const adapters = layout.units.find((u) => u.key === `lora.layer.${block.index}`);
       return adapters ? [byKey(`layer.${block.index}`), adapters] : [byKey(`layer.${block.index}`)];
     }
-    case 'head': return cfg.tieWordEmbeddings ? [byKey('head'), byKey('embed')] : [byKey('head')];
+    case 'head':
+      return cfg.tieWordEmbeddings ? [byKey('head'), byKey('embed')] : [byKey('head')];
   }
 }
 
@@ -133,7 +137,9 @@ export function paramProblems(layout: FlatLayout, host: ReadonlyMap<string, Host
         const [r0, r1] = chunkRange(p.shape[0]!, dp, rank);
         const rows = h.box.offset.every((o, d) => (d === 0 ? o === r0 : o === 0)) && h.box.shape.every((n, d) => (d === 0 ? n === r1 - r0 : n === p.shape[d]));
         if (!rows || h.data.length !== (r1 - r0) * p.rowNumel) {
-          problems.push(`${what} ${p.name}: this rank's piece covers offset [${h.box.offset.join(', ')}] shape [${h.box.shape.join(', ')}] but rank ${rank} of ${dp} owns rows [${r0}, ${r1}) (Shard(0))`);
+          problems.push(
+            `${what} ${p.name}: this rank's piece covers offset [${h.box.offset.join(', ')}] shape [${h.box.shape.join(', ')}] but rank ${rank} of ${dp} owns rows [${r0}, ${r1}) (Shard(0))`,
+          );
         }
       } else if (!(h.data instanceof Float32Array) || h.data.length !== numel(p.shape)) {
         problems.push(`${what} ${p.name} must hold a Float32Array of ${numel(p.shape)} elements (got ${h.data?.length})`);

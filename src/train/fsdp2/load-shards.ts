@@ -60,13 +60,17 @@ function fuseLocalExperts(shards: Map<string, HostShard>, cfg: ModelConfig, e0: 
         shards.delete(name);
         return t.data;
       };
-      gateUp.set(take(names.gate), (2 * (e - e0)) * block);
+      gateUp.set(take(names.gate), 2 * (e - e0) * block);
       gateUp.set(take(names.up), (2 * (e - e0) + 1) * block);
       down.set(take(names.down), (e - e0) * block);
     }
     const f = fusedExpertNames(layer);
     const piece = (shape: number[], data: Float32Array): HostShard => ({
-      shape, dtype: 'F32', placements: [Shard(0, { allowEmpty: true })], box: { offset: [e0, 0, 0], shape: [n, ...shape.slice(1)] }, data,
+      shape,
+      dtype: 'F32',
+      placements: [Shard(0, { allowEmpty: true })],
+      box: { offset: [e0, 0, 0], shape: [n, ...shape.slice(1)] },
+      data,
     });
     shards.set(f.gateUp, piece([E, 2 * I, H], gateUp));
     shards.set(f.down, piece([E, H, I], down));

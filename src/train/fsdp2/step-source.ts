@@ -75,7 +75,10 @@ export class StepSource implements ParamSource {
       const i = g.unit.params.findIndex((p) => p.name === name);
       if (i >= 0) return g.vars[i]!;
     }
-    throw new InvalidArgumentError(`FSDP2: parameter ${name} is not part of block ${blockName(cur.block)} (units ${cur.gathered.map((g) => g.unit.key).join(', ')}).`, { name });
+    throw new InvalidArgumentError(
+      `FSDP2: parameter ${name} is not part of block ${blockName(cur.block)} (units ${cur.gathered.map((g) => g.unit.key).join(', ')}).`,
+      { name },
+    );
   }
 
   blockEnd(tape: Tape, block: ModelBlock, output: Var): Var {

@@ -84,11 +84,15 @@ function resolveComm(opts: Fsdp2Options): Communicator {
   if (opts.comm) return opts.comm;
   const mesh = opts.mesh!;
   if (!mesh.names.includes('dp')) {
-    throw new InvalidArgumentError(`Fsdp2Strategy.create(): the mesh has dims [${mesh.names.join(', ')}] but no 'dp' dim. HINT: DeviceMesh.create(comm, { shape: [n], names: ['dp'] }).`);
+    throw new InvalidArgumentError(
+      `Fsdp2Strategy.create(): the mesh has dims [${mesh.names.join(', ')}] but no 'dp' dim. HINT: DeviceMesh.create(comm, { shape: [n], names: ['dp'] }).`,
+    );
   }
   const others = mesh.names.filter((n) => n !== 'dp' && mesh.size(n) > 1);
   if (others.length) {
-    throw new InvalidArgumentError(`Fsdp2Strategy.create(): mesh dims [${others.join(', ')}] have size > 1; fsdp2 shards over 'dp' only. HINT: use a mesh whose other dims have size 1, or the megatron strategy for tp/ep.`);
+    throw new InvalidArgumentError(
+      `Fsdp2Strategy.create(): mesh dims [${others.join(', ')}] have size > 1; fsdp2 shards over 'dp' only. HINT: use a mesh whose other dims have size 1, or the megatron strategy for tp/ep.`,
+    );
   }
   return mesh.comm('dp');
 }
@@ -193,7 +197,11 @@ export class Fsdp2Strategy implements TrainStrategy {
   /** Every model parameter's padded dim-0 chunk on this rank, Shard(0) over `comm` (weight-sources.ts). */
   weightSources(): WeightSource[] {
     const shards = this.localShards();
-    return fsdp2SourceDescriptors(this.plan, this.comm.rank).map(({ unit, offset, ...d }) => ({ ...d, comm: this.comm, local: viewOf(shards.get(unit)!.param, [d.localNumel], offset) }));
+    return fsdp2SourceDescriptors(this.plan, this.comm.rank).map(({ unit, offset, ...d }) => ({
+      ...d,
+      comm: this.comm,
+      local: viewOf(shards.get(unit)!.param, [d.localNumel], offset),
+    }));
   }
 
   /** This rank's units that train (all, or the LoRA adapter units), with their grad and moments. */
@@ -291,7 +299,10 @@ export class Fsdp2Strategy implements TrainStrategy {
    */
   async loraState(): Promise<Map<string, HostParam>> {
     this.checkLive('loraState');
-    if (!this.lora) throw new InvalidArgumentError('Fsdp2Strategy.loraState(): this strategy has no LoRA adapters. HINT: create it with the `lora` option, or use gatherState(\'params\') for the full weights.');
+    if (!this.lora)
+      throw new InvalidArgumentError(
+        "Fsdp2Strategy.loraState(): this strategy has no LoRA adapters. HINT: create it with the `lora` option, or use gatherState('params') for the full weights.",
+      );
     return this.gatherUnits(this.trainableUnits().map(([u, t]) => [u, t.param]));
   }
 
@@ -300,7 +311,8 @@ export class Fsdp2Strategy implements TrainStrategy {
     this.checkLive('gatherState');
     const pick = { params: 'param', grads: 'grad', exp_avg: 'm', exp_avg_sq: 'v' } as const;
     const field = pick[kind];
-    if (field === undefined) throw new InvalidArgumentError(`gatherState(): unknown kind ${JSON.stringify(kind)}; expected one of ${Object.keys(pick).join(', ')}.`);
+    if (field === undefined)
+      throw new InvalidArgumentError(`gatherState(): unknown kind ${JSON.stringify(kind)}; expected one of ${Object.keys(pick).join(', ')}.`);
     if ((field === 'grad' && !this.gradsLive) || ((field === 'm' || field === 'v') && !this.momentsLive)) return new Map();
     const units = field === 'param' ? [...this.units] : this.trainableUnits();
     return this.gatherUnits(units.map(([u, t]) => [u, t[field]!]));
@@ -332,7 +344,10 @@ export class Fsdp2Strategy implements TrainStrategy {
       const opt = state.optimizer;
       if (opt !== undefined) {
         if (!Number.isInteger(opt.step) || opt.step < 0) problems.push(`optimizer.step must be a non-negative integer (got ${String(opt.step)})`);
-        for (const [what, m] of [['exp_avg', opt.expAvg], ['exp_avg_sq', opt.expAvgSq]] as const) {
+        for (const [what, m] of [
+          ['exp_avg', opt.expAvg],
+          ['exp_avg_sq', opt.expAvgSq],
+        ] as const) {
           if (!(m instanceof Map)) problems.push(`optimizer ${what} must be a Map`);
           else problems.push(...paramProblems(this.plan, m, 1, 0, what).filter((p) => !p.startsWith('missing')));
         }
@@ -379,11 +394,13 @@ export class Fsdp2Strategy implements TrainStrategy {
   }
 
   private checkLive(what: string): void {
-    if (this.released) throw new InvalidStateError(`Fsdp2Strategy.${what}(): the strategy was released. HINT: create a new one (Fsdp2Strategy.create) after release().`);
+    if (this.released)
+      throw new InvalidStateError(`Fsdp2Strategy.${what}(): the strategy was released. HINT: create a new one (Fsdp2Strategy.create) after release().`);
   }
 }
 
 /** Throws on every rank when any rank rejected its input (see any-rank.ts). */
 async function agree(comm: Communicator, bad: boolean, fn: string, what: string): Promise<void> {
-  if ((await anyRank(comm, bad)) && !bad) throw new InvalidArgumentError(`${fn}: another rank rejected ${what}; every rank must pass the same, valid input. See that rank's error.`);
+  if ((await anyRank(comm, bad)) && !bad)
+    throw new InvalidArgumentError(`${fn}: another rank rejected ${what}; every rank must pass the same, valid input. See that rank's error.`);
 }

@@ -11,8 +11,20 @@ import type { FlatLayout } from './layout.js';
 
 /** The sources of dp rank `rank`, each with the unit and element offset of its chunk. */
 export function fsdp2SourceDescriptors(plan: FlatLayout, rank: number): Array<SourceDescriptor & { unit: string; offset: number }> {
-  return plan.units.filter((u) => !u.key.startsWith('lora.')).flatMap((u) => u.params.map((p) => ({
-    key: p.name, shape: [...p.shape], placement: Shard(0), parts: plan.dp, part: rank, localNumel: p.chunk,
-    map: { kind: 'identity' as const, hf: p.name }, owner: true, unit: u.key, offset: p.offset,
-  })));
+  return plan.units
+    .filter((u) => !u.key.startsWith('lora.'))
+    .flatMap((u) =>
+      u.params.map((p) => ({
+        key: p.name,
+        shape: [...p.shape],
+        placement: Shard(0),
+        parts: plan.dp,
+        part: rank,
+        localNumel: p.chunk,
+        map: { kind: 'identity' as const, hf: p.name },
+        owner: true,
+        unit: u.key,
+        offset: p.offset,
+      })),
+    );
 }

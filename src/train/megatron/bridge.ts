@@ -48,7 +48,8 @@ export function megatronSpecs(cfg: ModelConfig): MegatronSpec[] {
   const out: MegatronSpec[] = [{ name: 'embedding.word_embeddings.weight', shape: [cfg.vocabSize, H], tp: 'replicated' }];
   for (let i = 0; i < cfg.numLayers; i++) {
     const p = L(i);
-    const add = (name: string, shape: number[], tp: TpSplit, expert?: number) => out.push(expert === undefined ? { name, shape, tp, layer: i } : { name, shape, tp, layer: i, expert });
+    const add = (name: string, shape: number[], tp: TpSplit, expert?: number) =>
+      out.push(expert === undefined ? { name, shape, tp, layer: i } : { name, shape, tp, layer: i, expert });
     add(`${p}.self_attention.linear_qkv.layer_norm_weight`, [H], 'replicated');
     add(`${p}.self_attention.linear_qkv.weight`, [(nH + 2 * nKV) * D, H], 'column');
     add(`${p}.self_attention.q_layernorm.weight`, [D], 'replicated');
@@ -81,7 +82,10 @@ function need(map: ReadonlyMap<string, HostParam>, name: string, shape: readonly
   const p = map.get(name);
   if (!p) throw new InvalidArgumentError(`Bridge: ${side} tensor ${name} is missing.`, { name });
   if (p.shape.length !== shape.length || p.shape.some((d, k) => d !== shape[k]) || p.data.length !== numel(shape)) {
-    throw new InvalidArgumentError(`Bridge: ${side} tensor ${name} has shape [${p.shape.join(', ')}] (${p.data.length} values) but the config needs [${shape.join(', ')}].`, { name });
+    throw new InvalidArgumentError(
+      `Bridge: ${side} tensor ${name} has shape [${p.shape.join(', ')}] (${p.data.length} values) but the config needs [${shape.join(', ')}].`,
+      { name },
+    );
   }
   return p;
 }
@@ -90,7 +94,10 @@ function checkNoExtra(map: ReadonlyMap<string, HostParam>, expected: Iterable<st
   const want = new Set(expected);
   const extra = [...map.keys()].filter((n) => !want.has(n));
   if (extra.length) {
-    throw new InvalidArgumentError(`Bridge: unexpected ${side} tensors [${extra.slice(0, 5).join(', ')}${extra.length > 5 ? `, and ${extra.length - 5} more` : ''}]. HINT: ${hint}`, { extra });
+    throw new InvalidArgumentError(
+      `Bridge: unexpected ${side} tensors [${extra.slice(0, 5).join(', ')}${extra.length > 5 ? `, and ${extra.length - 5} more` : ''}]. HINT: ${hint}`,
+      { extra },
+    );
   }
 }
 
@@ -118,7 +125,9 @@ export function interleaveQkv(cfg: ModelConfig, q: Float32Array, k: Float32Array
 export function splitQkv(cfg: ModelConfig, qkv: Float32Array): { q: Float32Array; k: Float32Array; v: Float32Array } {
   const { hiddenSize: H, headDim: D, numHeads: nH, numKvHeads: nKV } = cfg;
   const g = nH / nKV;
-  const q = new Float32Array(nH * D * H), k = new Float32Array(nKV * D * H), v = new Float32Array(nKV * D * H);
+  const q = new Float32Array(nH * D * H),
+    k = new Float32Array(nKV * D * H),
+    v = new Float32Array(nKV * D * H);
   let r = 0;
   for (let j = 0; j < nKV; j++) {
     q.set(rows(qkv, H, r, g * D), j * g * D * H);
@@ -148,7 +157,7 @@ const hp = (shape: readonly number[], data: Float32Array): HostParam => ({ shape
 export function hfToMegatron(cfg: ModelConfig, hf: ReadonlyMap<string, HostParam>): Map<string, HostParam> {
   const hfSpecs = paramSpecs(cfg, { expertLayout: 'fused' });
   const shapeOf = new Map(hfSpecs.map((s) => [s.name, s.shape]));
-  checkNoExtra(hf, shapeOf.keys(), 'HF', 'pass exactly the model\'s HF parameters with experts in the fused layout (convertExpertLayout(..., \'fused\')).');
+  checkNoExtra(hf, shapeOf.keys(), 'HF', "pass exactly the model's HF parameters with experts in the fused layout (convertExpertLayout(..., 'fused')).");
   const get = (name: string) => need(hf, name, shapeOf.get(name)!, 'HF');
   const copyOf = (name: string) => hp(shapeOf.get(name)!, get(name).data.slice());
   const out = new Map<string, HostParam>();
@@ -160,11 +169,13 @@ export function hfToMegatron(cfg: ModelConfig, hf: ReadonlyMap<string, HostParam
     else if (name === 'output_layer.weight') data = copyOf('lm_head.weight').data;
     else if (name === 'decoder.final_layernorm.weight') data = copyOf('model.norm.weight').data;
     else if (name.endsWith('linear_qkv.layer_norm_weight')) data = copyOf(`${p}.input_layernorm.weight`).data;
-    else if (name.endsWith('linear_qkv.weight')) data = interleaveQkv(cfg, get(`${p}.self_attn.q_proj.weight`).data, get(`${p}.self_attn.k_proj.weight`).data, get(`${p}.self_attn.v_proj.weight`).data);
+    else if (name.endsWith('linear_qkv.weight'))
+      data = interleaveQkv(cfg, get(`${p}.self_attn.q_proj.weight`).data, get(`${p}.self_attn.k_proj.weight`).data, get(`${p}.self_attn.v_proj.weight`).data);
     else if (name.endsWith('q_layernorm.weight')) data = copyOf(`${p}.self_attn.q_norm.weight`).data;
     else if (name.endsWith('k_layernorm.weight')) data = copyOf(`${p}.self_attn.k_norm.weight`).data;
     else if (name.endsWith('linear_proj.weight')) data = copyOf(`${p}.self_attn.o_proj.weight`).data;
-    else if (name.endsWith('pre_mlp_layernorm.weight') || name.endsWith('linear_fc1.layer_norm_weight')) data = copyOf(`${p}.post_attention_layernorm.weight`).data;
+    else if (name.endsWith('pre_mlp_layernorm.weight') || name.endsWith('linear_fc1.layer_norm_weight'))
+      data = copyOf(`${p}.post_attention_layernorm.weight`).data;
     else if (name.endsWith('mlp.router.weight')) data = copyOf(`${p}.mlp.gate.weight`).data;
     else if (spec.expert !== undefined) {
       const f = fusedExpertNames(i!);
@@ -194,11 +205,13 @@ export function megatronToHf(cfg: ModelConfig, meg: ReadonlyMap<string, HostPara
     else if (name === 'lm_head.weight') data = get('output_layer.weight').slice();
     else if (name === 'model.norm.weight') data = get('decoder.final_layernorm.weight').slice();
     else if (name.endsWith('input_layernorm.weight')) data = get(`${m}.self_attention.linear_qkv.layer_norm_weight`).slice();
-    else if (/self_attn\.[qkv]_proj\.weight$/.test(name)) data = splitQkv(cfg, get(`${m}.self_attention.linear_qkv.weight`))[name.split('.').at(-2)![0] as 'q' | 'k' | 'v'];
+    else if (/self_attn\.[qkv]_proj\.weight$/.test(name))
+      data = splitQkv(cfg, get(`${m}.self_attention.linear_qkv.weight`))[name.split('.').at(-2)![0] as 'q' | 'k' | 'v'];
     else if (name.endsWith('q_norm.weight')) data = get(`${m}.self_attention.q_layernorm.weight`).slice();
     else if (name.endsWith('k_norm.weight')) data = get(`${m}.self_attention.k_layernorm.weight`).slice();
     else if (name.endsWith('o_proj.weight')) data = get(`${m}.self_attention.linear_proj.weight`).slice();
-    else if (name.endsWith('post_attention_layernorm.weight')) data = get(isMoeLayer(cfg, i!) ? `${m}.pre_mlp_layernorm.weight` : `${m}.mlp.linear_fc1.layer_norm_weight`).slice();
+    else if (name.endsWith('post_attention_layernorm.weight'))
+      data = get(isMoeLayer(cfg, i!) ? `${m}.pre_mlp_layernorm.weight` : `${m}.mlp.linear_fc1.layer_norm_weight`).slice();
     else if (name.endsWith('mlp.gate.weight')) data = get(`${m}.mlp.router.weight`).slice();
     else if (name.endsWith('experts.gate_up_proj') || name.endsWith('experts.down_proj')) {
       const fc = name.endsWith('gate_up_proj') ? 'fc1' : 'fc2';
@@ -232,7 +245,8 @@ export function tpSlice(spec: Pick<MegatronSpec, 'name' | 'shape' | 'tp'>, full:
     case 'column':
       return hp(local, rows(full.data, C, rank * local[0]!, local[0]!).slice());
     case 'gate-up': {
-      const I = R / 2, Il = I / tp;
+      const I = R / 2,
+        Il = I / tp;
       return hp(local, concat(rows(full.data, C, rank * Il, Il), rows(full.data, C, I + rank * Il, Il)));
     }
     case 'row': {
@@ -250,7 +264,10 @@ export function tpGather(spec: Pick<MegatronSpec, 'name' | 'shape' | 'tp'>, shar
   const local = tpLocalShape(spec, tp);
   shards.forEach((s, r) => {
     if (s.data.length !== numel(local)) {
-      throw new InvalidArgumentError(`tpGather(${spec.name}): shard ${r} has ${s.data.length} values but a 1/${tp} shard of [${spec.shape.join(', ')}] is [${local.join(', ')}].`, { name: spec.name });
+      throw new InvalidArgumentError(
+        `tpGather(${spec.name}): shard ${r} has ${s.data.length} values but a 1/${tp} shard of [${spec.shape.join(', ')}] is [${local.join(', ')}].`,
+        { name: spec.name },
+      );
     }
   });
   const [R, C] = spec.shape as [number, number];

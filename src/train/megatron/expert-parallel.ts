@@ -43,7 +43,13 @@ function gatherRows(tape: Tape, x: Var, index: Int32Array): Var {
 }
 
 export async function expertParallelMoe(
-  tape: Tape, x: Var, w: ExpertParallelWeights, topK: number, renorm: boolean, ep: Communicator, pending: PendingComms,
+  tape: Tape,
+  x: Var,
+  w: ExpertParallelWeights,
+  topK: number,
+  renorm: boolean,
+  ep: Communicator,
+  pending: PendingComms,
   adapters?: Partial<F.MoeAdapters>,
 ): Promise<Var> {
   const stream = tape.stream;
@@ -57,7 +63,9 @@ export async function expertParallelMoe(
   tape.own(r.probs);
   tape.own(r.indices);
   const weights = tape.result(r.weights);
-  tape.record('router', [logits], [weights], ([dW]) => [tape.own(K.routerBackward(dW!, r.probs, r.indices, renorm, { stream, impl: tape.impl(F.PATCHES.router) }))]);
+  tape.record('router', [logits], [weights], ([dW]) => [
+    tape.own(K.routerBackward(dW!, r.probs, r.indices, renorm, { stream, impl: tape.impl(F.PATCHES.router) })),
+  ]);
   const eo = { stream, impl: tape.impl(F.PATCHES.experts) };
   const d = K.moeDispatch(r.indices, E, eo);
   for (const t of [d.counts, d.offsets, d.order]) tape.own(t);

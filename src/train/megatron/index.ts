@@ -4,8 +4,17 @@ export { MegatronModel, type MegatronParams, type ParallelLinearHook, type Exper
 export { MegatronLoraHook, interleaveParts } from './lora-hook.js';
 export { loraShardSpecs, loraSlice, loraGather, loraLocalShape, type LoraShardSpec, type LoraSplit } from './lora-shards.js';
 export {
-  megatronSpecs, hfToMegatron, megatronToHf, interleaveQkv, splitQkv as splitQkvHost, tpSlice, tpGather, tpLocalShape, expertNames as megatronExpertNames,
-  type MegatronSpec, type TpSplit,
+  megatronSpecs,
+  hfToMegatron,
+  megatronToHf,
+  interleaveQkv,
+  splitQkv as splitQkvHost,
+  tpSlice,
+  tpGather,
+  tpLocalShape,
+  expertNames as megatronExpertNames,
+  type MegatronSpec,
+  type TpSplit,
 } from './bridge.js';
 export { checkParallelSizes, layoutName, type ParallelSizes } from './layout.js';
 export { copyToTp, reduceFromTp, allToAllRows, PendingComms } from './comm-ops.js';

@@ -28,7 +28,10 @@ export function checkParallelSizes(cfg: ModelConfig, worldSize: number, opts: { 
   const tp = posInt(opts.tp ?? 1, 'tp');
   const ep = posInt(opts.ep ?? 1, 'ep');
   if (opts.dp === undefined && worldSize % tp !== 0) {
-    throw new InvalidArgumentError(`MegatronStrategy: tp=${tp} does not divide the world size ${worldSize}. HINT: use tp in [${divisors(worldSize).join(', ')}] or launch a multiple of ${tp} ranks.`, { tp, worldSize });
+    throw new InvalidArgumentError(
+      `MegatronStrategy: tp=${tp} does not divide the world size ${worldSize}. HINT: use tp in [${divisors(worldSize).join(', ')}] or launch a multiple of ${tp} ranks.`,
+      { tp, worldSize },
+    );
   }
   const dp = posInt(opts.dp ?? worldSize / tp, 'dp');
   if (tp * dp !== worldSize) {
@@ -38,22 +41,35 @@ export function checkParallelSizes(cfg: ModelConfig, worldSize: number, opts: { 
     );
   }
   const denseLayers = Array.from({ length: cfg.numLayers }, (_, i) => i).filter((i) => !isMoeLayer(cfg, i));
-  const limits: Array<[string, number]> = [['num_attention_heads', cfg.numHeads], ['num_key_value_heads', cfg.numKvHeads]];
+  const limits: Array<[string, number]> = [
+    ['num_attention_heads', cfg.numHeads],
+    ['num_key_value_heads', cfg.numKvHeads],
+  ];
   if (denseLayers.length) limits.push(['intermediate_size', cfg.intermediateSize]);
   const ok = divisors(limits.reduce((g, [, n]) => gcd(g, n), 0));
   for (const [field, n] of limits) {
     if (n % tp !== 0) {
-      throw new InvalidArgumentError(`MegatronStrategy: tp=${tp} does not divide ${field}=${n}. HINT: use tp in [${ok.join(', ')}] for this model.`, { tp, field, size: n });
+      throw new InvalidArgumentError(`MegatronStrategy: tp=${tp} does not divide ${field}=${n}. HINT: use tp in [${ok.join(', ')}] for this model.`, {
+        tp,
+        field,
+        size: n,
+      });
     }
   }
   if (ep > 1 && !cfg.moe) {
     throw new InvalidArgumentError(`MegatronStrategy: ep=${ep} needs a MoE model but ${cfg.modelType} has no experts. HINT: use ep=1.`, { ep });
   }
   if (cfg.moe && cfg.moe.numExperts % ep !== 0) {
-    throw new InvalidArgumentError(`MegatronStrategy: ep=${ep} does not divide num_experts=${cfg.moe.numExperts}. HINT: use ep in [${divisors(gcd(cfg.moe.numExperts, dp)).join(', ')}].`, { ep, numExperts: cfg.moe.numExperts });
+    throw new InvalidArgumentError(
+      `MegatronStrategy: ep=${ep} does not divide num_experts=${cfg.moe.numExperts}. HINT: use ep in [${divisors(gcd(cfg.moe.numExperts, dp)).join(', ')}].`,
+      { ep, numExperts: cfg.moe.numExperts },
+    );
   }
   if (dp % ep !== 0) {
-    throw new InvalidArgumentError(`MegatronStrategy: ep=${ep} does not divide dp=${dp} (experts are sharded over data-parallel ranks). HINT: use ep in [${divisors(cfg.moe ? gcd(cfg.moe.numExperts, dp) : 1).join(', ')}], or more data-parallel ranks.`, { ep, dp });
+    throw new InvalidArgumentError(
+      `MegatronStrategy: ep=${ep} does not divide dp=${dp} (experts are sharded over data-parallel ranks). HINT: use ep in [${divisors(cfg.moe ? gcd(cfg.moe.numExperts, dp) : 1).join(', ')}], or more data-parallel ranks.`,
+      { ep, dp },
+    );
   }
   return { tp, dp, ep };
 }

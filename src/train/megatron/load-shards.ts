@@ -37,7 +37,13 @@ function placementsOf(name: string): Placement[] {
 }
 
 /** This rank's Megatron pieces of the checkpoint at `dir` (collective over `comm`). */
-export async function loadMegatronShards(dir: string, cfg: ModelConfig, comm: Communicator, sizes: ParallelSizes, opts: HfLoadOptions = {}): Promise<MegatronLocalParams> {
+export async function loadMegatronShards(
+  dir: string,
+  cfg: ModelConfig,
+  comm: Communicator,
+  sizes: ParallelSizes,
+  opts: HfLoadOptions = {},
+): Promise<MegatronLocalParams> {
   const { tp, dp, ep } = sizes;
   const El = (cfg.moe?.numExperts ?? 0) / ep;
   const mesh = await DeviceMesh.create(comm, { shape: [dp / ep, ep, tp], names: ['edp', 'ep', 'tp'] });
@@ -73,13 +79,19 @@ function toMegatron(cfg: ModelConfig, hf: Map<string, HostShard>, tp: number, fi
       put(expertUnitName(i!, 'fc2'), [El, H, I], fc2);
       continue;
     }
-    const shape = spec.tp === 'column' || spec.tp === 'gate-up' ? [spec.shape[0]! / tp, spec.shape[1]!] : spec.tp === 'row' ? [spec.shape[0]!, spec.shape[1]! / tp] : [...spec.shape];
+    const shape =
+      spec.tp === 'column' || spec.tp === 'gate-up'
+        ? [spec.shape[0]! / tp, spec.shape[1]!]
+        : spec.tp === 'row'
+          ? [spec.shape[0]!, spec.shape[1]! / tp]
+          : [...spec.shape];
     let data: Float32Array;
     if (name === 'embedding.word_embeddings.weight') data = local('model.embed_tokens.weight');
     else if (name === 'output_layer.weight') data = local('lm_head.weight');
     else if (name === 'decoder.final_layernorm.weight') data = local('model.norm.weight');
     else if (name.endsWith('linear_qkv.layer_norm_weight')) data = local(`${p}.input_layernorm.weight`);
-    else if (name.endsWith('linear_qkv.weight')) data = interleaveQkv(localCfg, local(`${p}.self_attn.q_proj.weight`), local(`${p}.self_attn.k_proj.weight`), local(`${p}.self_attn.v_proj.weight`));
+    else if (name.endsWith('linear_qkv.weight'))
+      data = interleaveQkv(localCfg, local(`${p}.self_attn.q_proj.weight`), local(`${p}.self_attn.k_proj.weight`), local(`${p}.self_attn.v_proj.weight`));
     else if (name.endsWith('q_layernorm.weight')) data = local(`${p}.self_attn.q_norm.weight`);
     else if (name.endsWith('k_layernorm.weight')) data = local(`${p}.self_attn.k_norm.weight`);
     else if (name.endsWith('linear_proj.weight')) data = local(`${p}.self_attn.o_proj.weight`);

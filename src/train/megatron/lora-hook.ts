@@ -110,9 +110,17 @@ export class MegatronLoraHook {
     }
     const T = x.value.shape[0]!;
     const { headDim: D, numHeads: nH, numKvHeads: nKV } = this.cfg;
-    const modules = m[2] === 'self_attention.linear_qkv'
-      ? [['self_attn.q_proj', nH / nKV], ['self_attn.k_proj', 1], ['self_attn.v_proj', 1]] as const
-      : [['mlp.gate_proj', 1], ['mlp.up_proj', 1]] as const;
+    const modules =
+      m[2] === 'self_attention.linear_qkv'
+        ? ([
+            ['self_attn.q_proj', nH / nKV],
+            ['self_attn.k_proj', 1],
+            ['self_attn.v_proj', 1],
+          ] as const)
+        : ([
+            ['mlp.gate_proj', 1],
+            ['mlp.up_proj', 1],
+          ] as const);
     const parts: Part[] = modules.map(([mod, slots]) => {
       const base = `${hf}.${mod}.weight`;
       const t = this.adapters.target(base);

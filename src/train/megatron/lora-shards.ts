@@ -50,7 +50,10 @@ const asTp = (split: LoraSplit): TpSplit => (split === 'rows' ? 'column' : split
 function checkDivisible(spec: LoraShardSpec, n: number, what: string): void {
   const dim = spec.split === 'cols' ? spec.shape[1]! : spec.shape[0]!;
   if (dim % n !== 0) {
-    throw new InvalidArgumentError(`megatron LoRA: ${spec.name} [${spec.shape.join(', ')}] does not split over ${what}=${n}. HINT: use a ${what} that divides ${dim}.`, { name: spec.name });
+    throw new InvalidArgumentError(
+      `megatron LoRA: ${spec.name} [${spec.shape.join(', ')}] does not split over ${what}=${n}. HINT: use a ${what} that divides ${dim}.`,
+      { name: spec.name },
+    );
   }
 }
 
@@ -58,10 +61,14 @@ function checkDivisible(spec: LoraShardSpec, n: number, what: string): void {
 export function loraLocalShape(spec: LoraShardSpec, tp: number, ep: number): number[] {
   const [a, b, c] = spec.shape;
   switch (spec.split) {
-    case 'replicated': return [...spec.shape];
-    case 'rows': return [a! / tp, b!];
-    case 'cols': return [a!, b! / tp];
-    case 'experts': return [a! / ep, b!, c!];
+    case 'replicated':
+      return [...spec.shape];
+    case 'rows':
+      return [a! / tp, b!];
+    case 'cols':
+      return [a!, b! / tp];
+    case 'experts':
+      return [a! / ep, b!, c!];
   }
 }
 
@@ -81,7 +88,14 @@ export function loraSlice(spec: LoraShardSpec, full: HostParam, tp: number, tpRa
  * of the group it is split over (tp for rows / cols, ep for experts) in rank order.
  */
 export function loraGather(spec: LoraShardSpec, all: Float32Array, groupSize: number): HostParam {
-  if (spec.split === 'experts' || spec.split === 'replicated') return { shape: [...spec.shape], data: all.slice(0, spec.shape.reduce((x, y) => x * y, 1)) };
+  if (spec.split === 'experts' || spec.split === 'replicated')
+    return {
+      shape: [...spec.shape],
+      data: all.slice(
+        0,
+        spec.shape.reduce((x, y) => x * y, 1),
+      ),
+    };
   const n = all.length / groupSize;
   const local = loraLocalShape(spec, groupSize, 1);
   const shards = Array.from({ length: groupSize }, (_, q) => ({ shape: local, data: all.subarray(q * n, (q + 1) * n) }));

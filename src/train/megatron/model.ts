@@ -94,9 +94,10 @@ export class MegatronModel {
         const router = p(`${pre}.mlp.router.weight`);
         const ex = this.params.experts(i);
         const adapters = this.expertsHook?.(tape, i);
-        out = groups.ep.size === 1
-          ? F.moe(tape, h2, { router, gateUp: ex.fc1, down: ex.fc2 }, cfg.moe.topK, cfg.moe.normTopkProb, adapters)
-          : await expertParallelMoe(tape, h2, { router, ...ex }, cfg.moe.topK, cfg.moe.normTopkProb, groups.ep, groups.pending, adapters);
+        out =
+          groups.ep.size === 1
+            ? F.moe(tape, h2, { router, gateUp: ex.fc1, down: ex.fc2 }, cfg.moe.topK, cfg.moe.normTopkProb, adapters)
+            : await expertParallelMoe(tape, h2, { router, ...ex }, cfg.moe.topK, cfg.moe.normTopkProb, groups.ep, groups.pending, adapters);
       } else {
         const h2 = F.rmsNorm(tape, x, p(`${pre}.mlp.linear_fc1.layer_norm_weight`), cfg.rmsNormEps);
         const act = F.swigluFused(tape, this.linear(tape, h2, `${pre}.mlp.linear_fc1.weight`, 'column'));

@@ -27,7 +27,10 @@ export function splitQkv(tape: Tape, qkv: Var, nKV: number, g: number, D: number
       copy(qSlot, t, { stream });
       t.release();
     } else fill(qSlot, 0, { stream });
-    for (const [d, slot] of [[dk, g], [dv, g + 1]] as const) {
+    for (const [d, slot] of [
+      [dk, g],
+      [dv, g + 1],
+    ] as const) {
       const view = viewOf(buf, slot * part, [T, nKV * D]);
       if (d) copy(view, d, { stream });
       else fill(view, 0, { stream });

@@ -122,12 +122,16 @@ export class MegatronStrategy implements TrainStrategy {
     this.grads = new GradBuckets(mesh.device, this.trainable, this.stream);
     const hook = adapters && new MegatronLoraHook(adapters, cfg, sizes.tp, mesh.coordinate[1]!, (name) => this.unit(name).var);
     this.lora = adapters && { adapters, hook: hook! };
-    this.model = new MegatronModel(cfg, {
-      param: (name) => this.unit(name).var,
-      experts: (layer) => ({ fc1: this.unit(expertUnitName(layer, 'fc1')).var, fc2: this.unit(expertUnitName(layer, 'fc2')).var }),
-    }, { tp: mesh.comm('tp'), ep: epComm, pending: this.pending },
-    hook ? (tape, x, w, name, mode) => hook.linear(tape, x, w, name, mode) : linearHook,
-    hook ? (tape, layer) => hook.moe(tape, layer) : undefined);
+    this.model = new MegatronModel(
+      cfg,
+      {
+        param: (name) => this.unit(name).var,
+        experts: (layer) => ({ fc1: this.unit(expertUnitName(layer, 'fc1')).var, fc2: this.unit(expertUnitName(layer, 'fc2')).var }),
+      },
+      { tp: mesh.comm('tp'), ep: epComm, pending: this.pending },
+      hook ? (tape, x, w, name, mode) => hook.linear(tape, x, w, name, mode) : linearHook,
+      hook ? (tape, layer) => hook.moe(tape, layer) : undefined,
+    );
   }
 
   /** Collective over `comm`: builds the mesh and groups, and uploads this rank's shards. */
@@ -145,7 +149,8 @@ export class MegatronStrategy implements TrainStrategy {
     const edpComm = (await o.comm.split((d % ep) * tp + t, Math.floor(d / ep)))!;
     const stream = o.comm.device.defaultStream;
     const units: Unit[] = [];
-    const upload = (data: Float32Array, shape: readonly number[], name: string, trainable = !lora) => new Var(Tensor.fromArray(o.comm.device, data, shape, { stream }), trainable, name);
+    const upload = (data: Float32Array, shape: readonly number[], name: string, trainable = !lora) =>
+      new Var(Tensor.fromArray(o.comm.device, data, shape, { stream }), trainable, name);
     const E = o.cfg.moe?.numExperts ?? 0;
     const El = E / ep;
     for (const spec of megatronSpecs(o.cfg)) {
@@ -202,7 +207,10 @@ export class MegatronStrategy implements TrainStrategy {
       if (u.group !== 'expert' || u.lora) out.set(u.name, t);
       else {
         const El = t.shape[0]!;
-        splitViews(t, Array.from({ length: El }, () => t.shape.slice(1))).forEach((v, e) => out.set(expertNames(u.expert!.layer, e)[u.expert!.fc], v));
+        splitViews(
+          t,
+          Array.from({ length: El }, () => t.shape.slice(1)),
+        ).forEach((v, e) => out.set(expertNames(u.expert!.layer, e)[u.expert!.fc], v));
       }
     }
     return out;
@@ -245,7 +253,13 @@ export class MegatronStrategy implements TrainStrategy {
       const { perToken, weights } = terms;
       if (backward) tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
       // One all-reduce per gradient bucket, then accumulate.
-      for (const [group, comm] of backward ? ([['dense', this.mesh.comm('dp')], ['expert', this.edpComm], ['partial', this.mesh.parent]] as const) : []) {
+      for (const [group, comm] of backward
+        ? ([
+            ['dense', this.mesh.comm('dp')],
+            ['expert', this.edpComm],
+            ['partial', this.mesh.parent],
+          ] as const)
+        : []) {
         const step = this.grads.step.get(group);
         if (!step) continue;
         if (comm.size > 1) this.pending.track(comm.allReduce(step, step, 'sum', stream));
@@ -253,11 +267,17 @@ export class MegatronStrategy implements TrainStrategy {
       }
       // Summed over dp only: TP ranks hold the same rows.
       const dp = this.mesh.comm('dp');
-      const result = await stepLoss(terms, stream, dp.size > 1 ? async (local) => {
-        const t = tape.own(Tensor.fromArray(device, local, [local.length], { stream }));
-        this.pending.track(dp.allReduce(t, t, 'sum', stream));
-        return (await t.toArray({ stream })) as Float32Array;
-      } : undefined);
+      const result = await stepLoss(
+        terms,
+        stream,
+        dp.size > 1
+          ? async (local) => {
+              const t = tape.own(Tensor.fromArray(device, local, [local.length], { stream }));
+              this.pending.track(dp.allReduce(t, t, 'sum', stream));
+              return (await t.toArray({ stream })) as Float32Array;
+            }
+          : undefined,
+      );
       await this.pending.settle();
       return result;
     } finally {
@@ -277,13 +297,18 @@ export class MegatronStrategy implements TrainStrategy {
    */
   async clipGradNorm(maxNorm: number | null): Promise<number> {
     const { stream } = this;
-    const d = this.dpRank, t = this.tpRank;
+    const d = this.dpRank,
+      t = this.tpRank;
     const counted = this.trainable.filter((u) => {
       if (u.group === 'expert') return t === 0 && Math.floor(d / this.sizes.ep) === 0;
       const tpReplicated = u.lora ? u.lora.split === 'replicated' : u.spec!.tp === 'replicated';
       return d === 0 && (!tpReplicated || t === 0);
     });
-    const ss = sumSquares(counted.map((u) => u.grad), stream) ?? Tensor.zeros(this.mesh.device, [1, 1], 'fp32', { stream });
+    const ss =
+      sumSquares(
+        counted.map((u) => u.grad),
+        stream,
+      ) ?? Tensor.zeros(this.mesh.device, [1, 1], 'fp32', { stream });
     try {
       if (this.ranks > 1) await this.mesh.parent.allReduce(ss, ss, 'sum', stream);
       const norm = Math.sqrt(((await ss.toArray({ stream })) as Float32Array)[0]!);
@@ -324,8 +349,14 @@ export class MegatronStrategy implements TrainStrategy {
    * an adapter-only weight sync sends). Throws when the strategy has no LoRA.
    */
   async loraState(): Promise<Map<string, HostParam>> {
-    if (!this.lora) throw new InvalidArgumentError('MegatronStrategy.loraState(): this strategy has no LoRA adapters. HINT: create it with the `lora` option, or use gatherState(\'params\') for the full weights.');
-    return this.gatherUnits(this.units.filter((u) => u.lora), (u) => u.var.value);
+    if (!this.lora)
+      throw new InvalidArgumentError(
+        "MegatronStrategy.loraState(): this strategy has no LoRA adapters. HINT: create it with the `lora` option, or use gatherState('params') for the full weights.",
+      );
+    return this.gatherUnits(
+      this.units.filter((u) => u.lora),
+      (u) => u.var.value,
+    );
   }
 
   private async gatherUnits(units: readonly Unit[], pick: (u: Unit) => Tensor | undefined): Promise<Map<string, HostParam>> {
@@ -385,7 +416,8 @@ export class MegatronStrategy implements TrainStrategy {
     const { stream } = this;
     const loraNames = new Set(this.lora?.adapters.names ?? []);
     const split = (m: ReadonlyMap<string, HostParam>) => {
-      const base = new Map<string, HostParam>(), lora = new Map<string, HostParam>();
+      const base = new Map<string, HostParam>(),
+        lora = new Map<string, HostParam>();
       for (const [n, p] of m) (loraNames.has(n) ? lora : base).set(n, p);
       return { base, lora };
     };
@@ -397,7 +429,9 @@ export class MegatronStrategy implements TrainStrategy {
       ? null
       : this.lora
         ? [split(opt.expAvg).lora, split(opt.expAvgSq).lora]
-        : opt.expAvg.size + opt.expAvgSq.size > 0 ? [hfToMegatron(this.cfg, opt.expAvg), hfToMegatron(this.cfg, opt.expAvgSq)] : null;
+        : opt.expAvg.size + opt.expAvgSq.size > 0
+          ? [hfToMegatron(this.cfg, opt.expAvg), hfToMegatron(this.cfg, opt.expAvgSq)]
+          : null;
     const El = this.cfg.moe ? this.cfg.moe.numExperts / this.sizes.ep : 0;
     const epIndex = this.dpRank % this.sizes.ep;
     const localOf = (u: Unit, full: Map<string, HostParam>): Float32Array | undefined => {
@@ -405,7 +439,9 @@ export class MegatronStrategy implements TrainStrategy {
         const h = full.get(u.name);
         return h && loraSlice(u.lora, h, this.sizes.tp, this.tpRank, this.sizes.ep, epIndex);
       }
-      return u.group === 'dense' ? tpSlice(u.spec!, full.get(u.name)!, this.sizes.tp, this.tpRank).data : stackExperts(full, u.expert!.layer, u.expert!.fc, epIndex * El, El);
+      return u.group === 'dense'
+        ? tpSlice(u.spec!, full.get(u.name)!, this.sizes.tp, this.tpRank).data
+        : stackExperts(full, u.expert!.layer, u.expert!.fc, epIndex * El, El);
     };
     const write = (dst: Tensor, data: Float32Array | undefined) => {
       if (!data) return fill(dst, 0, { stream });
@@ -450,7 +486,9 @@ export { expertUnitName };
 /** Checks the LoRA options before any collective (every rank fails the same way). */
 function prepareLora(o: MegatronOptions) {
   if (o.linearHook) {
-    throw new InvalidArgumentError('MegatronStrategy.create(): pass either `lora` or `linearHook`, not both (LoRA installs its own linear hook). HINT: drop linearHook.');
+    throw new InvalidArgumentError(
+      'MegatronStrategy.create(): pass either `lora` or `linearHook`, not both (LoRA installs its own linear hook). HINT: drop linearHook.',
+    );
   }
   const adapters = new LoraAdapters(o.cfg, o.lora!.config);
   const host = o.lora!.params ?? adapters.initHost();

@@ -38,7 +38,16 @@ export function hfNameOfReplicated(spec: MegatronSpec): string {
 function mappingOf(cfg: ModelConfig, spec: MegatronSpec): HfMapping {
   const p = `model.layers.${spec.layer}`;
   if (spec.tp === 'replicated') return { kind: 'identity', hf: hfNameOfReplicated(spec) };
-  if (spec.tp === 'column') return { kind: 'qkv', q: `${p}.self_attn.q_proj.weight`, k: `${p}.self_attn.k_proj.weight`, v: `${p}.self_attn.v_proj.weight`, heads: cfg.numHeads, kvHeads: cfg.numKvHeads, headDim: cfg.headDim };
+  if (spec.tp === 'column')
+    return {
+      kind: 'qkv',
+      q: `${p}.self_attn.q_proj.weight`,
+      k: `${p}.self_attn.k_proj.weight`,
+      v: `${p}.self_attn.v_proj.weight`,
+      heads: cfg.numHeads,
+      kvHeads: cfg.numKvHeads,
+      headDim: cfg.headDim,
+    };
   if (spec.tp === 'gate-up') return { kind: 'gate-up', gate: `${p}.mlp.gate_proj.weight`, up: `${p}.mlp.up_proj.weight` };
   return { kind: 'identity', hf: spec.name.endsWith('linear_proj.weight') ? `${p}.self_attn.o_proj.weight` : `${p}.mlp.down_proj.weight` };
 }
@@ -52,8 +61,30 @@ export function megatronSourceDescriptors(cfg: ModelConfig, sizes: ParallelSizes
     if (spec.expert !== undefined) continue;
     const N = numelOf(spec.shape);
     const map = mappingOf(cfg, spec);
-    if (spec.tp === 'replicated') out.push({ key: spec.name, shape: [...spec.shape], placement: Replicate(), parts: 1, part: 0, localNumel: N, map, owner: d === 0 && t === 0, group: null });
-    else out.push({ key: spec.name, shape: [...spec.shape], placement: Shard(spec.tp === 'row' ? 1 : 0), parts: tp, part: t, localNumel: N / tp, map, owner: d === 0, group: 'tp' });
+    if (spec.tp === 'replicated')
+      out.push({
+        key: spec.name,
+        shape: [...spec.shape],
+        placement: Replicate(),
+        parts: 1,
+        part: 0,
+        localNumel: N,
+        map,
+        owner: d === 0 && t === 0,
+        group: null,
+      });
+    else
+      out.push({
+        key: spec.name,
+        shape: [...spec.shape],
+        placement: Shard(spec.tp === 'row' ? 1 : 0),
+        parts: tp,
+        part: t,
+        localNumel: N / tp,
+        map,
+        owner: d === 0,
+        group: 'tp',
+      });
   }
   if (cfg.moe) {
     const { numExperts: E, intermediateSize: I } = cfg.moe;
@@ -61,8 +92,21 @@ export function megatronSourceDescriptors(cfg: ModelConfig, sizes: ParallelSizes
     for (let layer = 0; layer < cfg.numLayers; layer++) {
       if (!isMoeLayer(cfg, layer)) continue;
       const f = fusedExpertNames(layer);
-      for (const [fc, shape, hf] of [['fc1', [E, 2 * I, H], f.gateUp], ['fc2', [E, H, I], f.down]] as const) {
-        out.push({ key: expertUnitName(layer, fc), shape: [...shape], placement: Shard(0), parts: ep, part: d % ep, localNumel: numelOf(shape) / ep, map: { kind: 'experts', hf }, owner: t === 0 && Math.floor(d / ep) === 0, group: 'ep' });
+      for (const [fc, shape, hf] of [
+        ['fc1', [E, 2 * I, H], f.gateUp],
+        ['fc2', [E, H, I], f.down],
+      ] as const) {
+        out.push({
+          key: expertUnitName(layer, fc),
+          shape: [...shape],
+          placement: Shard(0),
+          parts: ep,
+          part: d % ep,
+          localNumel: numelOf(shape) / ep,
+          map: { kind: 'experts', hf },
+          owner: t === 0 && Math.floor(d / ep) === 0,
+          group: 'ep',
+        });
       }
     }
   }

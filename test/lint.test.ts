@@ -1,0 +1,42 @@
+// The linter and the formatter (eslint.config.js, .prettierrc.json) are part of `npm test`:
+// `npm run lint` must report nothing and every source file must be as Prettier writes it
+// (`npm run format` fixes that). A planted unused variable and a badly formatted snippet
+// prove both checks can fail.
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const ESLINT = join(ROOT, 'node_modules', 'eslint', 'bin', 'eslint.js');
+const PRETTIER = join(ROOT, 'node_modules', 'prettier', 'bin', 'prettier.cjs');
+const LINTED = ['src', 'bench', 'test', 'scripts', 'examples', 'bin'];
+
+function run(bin: string, args: string[], input?: string): { status: number | null; out: string } {
+  const r = spawnSync(process.execPath, [bin, ...args], { cwd: ROOT, encoding: 'utf8', timeout: 240_000, ...(input !== undefined ? { input } : {}) });
+  return { status: r.status, out: `${r.stdout}${r.stderr}` };
+}
+
+describe('lint and format', () => {
+  it('eslint reports nothing (npm run lint)', () => {
+    const r = run(ESLINT, LINTED);
+    expect(r.out).toBe('');
+    expect(r.status).toBe(0);
+  }, 300_000);
+
+  it('every source file is formatted (npm run format:check)', () => {
+    const r = run(PRETTIER, ['--check', '--log-level', 'warn', '.']);
+    expect(r.out).toBe('');
+    expect(r.status).toBe(0);
+  }, 300_000);
+
+  it('both checks can fail', () => {
+    const lint = run(ESLINT, ['--stdin', '--stdin-filename', 'src/probe.ts'], 'const unused = 1;\n');
+    expect(lint.status).not.toBe(0);
+    expect(lint.out).toContain('no-unused-vars');
+    const messy = 'export const  x = {a:1,\nb: 2}\n';
+    const fmt = run(PRETTIER, ['--stdin-filepath', 'src/probe.ts'], messy);
+    expect(fmt.status).toBe(0);
+    expect(fmt.out).toBe('export const x = { a: 1, b: 2 };\n');
+  });
+});
