@@ -129,12 +129,15 @@ describe('fsdp2 initial weights through the sharded loader', () => {
     }
   }, 200_000);
 
-  it('megatron (TP 2 and TP 2 × EP 2) starts from dense and MoE checkpoints exactly through the same loader', async () => {
+  it('megatron (TP 2 and TP 2 × EP 2) starts from dense and MoE checkpoints exactly through the same loader; LoRA runs load their base the same way', async () => {
     for (const [model, strategy] of [
       [denseBig, 'megatron:2:1'],
       [moePerExpert, 'megatron:2:2'],
       [moeFused, 'megatron:2:2'],
       [moeFused, 'megatron:1:4'],
+      // LoRA over a checkpoint base: the base loads the same way (adapters start from their PEFT init).
+      [denseBig, 'megatron:2:1:lora'],
+      [denseBig, 'fsdp2:1:1:lora'],
     ] as const) {
       const r = await launchFixture(4, FIXTURE, [model, 'rank0-broadcast', String(BUCKET), strategy], ENV, 120_000);
       expect(r.stderr, `${model} ${strategy}`).toBe('');
