@@ -126,7 +126,7 @@ export async function loadSharded(path: string, options: ShardedLoadOptions): Pr
   const stream = o.stream ?? o.mesh.device.defaultStream;
   const out = new Map<string, DTensor>();
   try {
-    await loadEach(path, o, 'loadSharded()', (bytes, meta, placements) => out.set(meta.name, upload(bytes, meta, placements, o.mesh, stream)));
+    await loadEach(path, o, 'loadSharded()', false, (bytes, meta, placements) => out.set(meta.name, upload(bytes, meta, placements, o.mesh, stream)));
   } catch (e) {
     for (const t of out.values()) t.release();
     throw e;
@@ -157,7 +157,7 @@ export interface HostShard {
 export async function loadShardedHost(path: string, options: ShardedLoadOptions): Promise<Map<string, HostShard>> {
   const o = checkLoadOptions(path, options, 'loadShardedHost()');
   const out = new Map<string, HostShard>();
-  await loadEach(path, o, 'loadShardedHost()', (bytes, meta, placements) => {
+  await loadEach(path, o, 'loadShardedHost()', true, (bytes, meta, placements) => {
     const box = localBox(meta.shape, placements, o.mesh.shape, o.mesh.coordinate);
     const local = sliceHost(bytes, meta.shape, safetensorsDTypeSize(meta.dtype), box);
     out.set(meta.name, { shape: [...meta.shape], dtype: meta.dtype, placements, box, data: toFloat32(local, meta.dtype, { file: path, tensor: meta.name }) });
@@ -168,11 +168,10 @@ export async function loadShardedHost(path: string, options: ShardedLoadOptions)
 type OnTensor = (bytes: Uint8Array, meta: ParamMeta, placements: Placement[]) => void;
 
 /** The collective part both loaders share: manifest, plan, agreement, then every tensor's full bytes to `onTensor`. */
-async function loadEach(path: string, o: CheckedOptions, fn: string, onTensor: OnTensor): Promise<void> {
+async function loadEach(path: string, o: CheckedOptions, fn: string, toHost: boolean, onTensor: OnTensor): Promise<void> {
   const comm = o.mesh.parent;
   const stream = o.stream ?? o.mesh.device.defaultStream;
   const root = comm.rank === 0;
-  const toHost = fn === 'loadShardedHost()';
 
   // 1. The manifest: read by rank 0 and broadcast, or by every rank.
   let ckpt: Checkpoint | undefined;

@@ -3,14 +3,16 @@
  * strategy shares: the whole manifest is checked against the config on every rank before
  * any data moves (one CheckpointFormatError naming the tensors and the folder), a tied
  * model's extra lm_head.weight is skipped, and per-expert tensors (read whole) are kept
- * only by the ranks that own their expert. The strategy gives the placements and which
+ * only by the ranks that own their expert and then stacked into the rank's piece of the
+ * fused tensors (gate then up per expert, as convertExpertLayout does), so a strategy sees
+ * fused experts whatever the checkpoint stores. The strategy gives the placements and the
  * experts it owns; it lays out the pieces itself.
  */
 import { CheckpointFormatError } from '../runtime/errors.js';
-import type { ModelConfig } from '../model/config.js';
-import { checkParamsAgainstConfig } from '../model/params.js';
+import { isMoeLayer, type ModelConfig } from '../model/config.js';
+import { checkParamsAgainstConfig, fusedExpertNames, perExpertNames } from '../model/params.js';
 import type { DeviceMesh } from '../parallel/device-mesh.js';
-import type { Placement } from '../parallel/placement.js';
+import { Replicate, type Placement } from '../parallel/placement.js';
 import { loadShardedHost, type HostShard, type LoadMode, type ParamMeta } from '../parallel/sharded-load.js';
 
 export interface HfLoadOptions {
@@ -23,13 +25,17 @@ export interface HfLoadOptions {
 /** `model.layers.{l}.mlp.experts.{e}.{gate,up,down}_proj.weight` of a per-expert checkpoint. */
 export const PER_EXPERT = /^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$/;
 
-/** This rank's pieces of the checkpoint at `dir` on `mesh` (collective over mesh.parent), and whether it stores experts one by one. */
+/**
+ * This rank's pieces of the checkpoint at `dir` on `mesh` (collective over mesh.parent), experts
+ * in the fused layout: the rank owns experts [experts[0], experts[0] + experts[1]) of every MoE layer.
+ */
 export async function loadHfShards(
   dir: string,
   cfg: ModelConfig,
   mesh: DeviceMesh,
-  o: { placements: (meta: ParamMeta) => Placement[]; ownsExpert: (expert: number) => boolean; load?: HfLoadOptions },
-): Promise<{ shards: Map<string, HostShard>; perExpert: boolean }> {
+  o: { placements: (meta: ParamMeta) => Placement[]; experts: readonly [first: number, count: number]; load?: HfLoadOptions },
+): Promise<Map<string, HostShard>> {
+  const [first, count] = o.experts;
   let perExpert = false;
   const shards = await loadShardedHost(dir, {
     mesh,
@@ -43,13 +49,47 @@ export async function loadHfShards(
         throw e;
       }
     },
-    placements: o.placements,
+    placements: (meta) => (PER_EXPERT.test(meta.name) ? mesh.shape.map(() => Replicate()) : o.placements(meta)),
     select: (meta) => {
       // A tied model's exporter may write lm_head.weight too; the embedding is the weight.
       if (cfg.tieWordEmbeddings && meta.name === 'lm_head.weight') return false;
       const m = PER_EXPERT.exec(meta.name);
-      return !m || o.ownsExpert(Number(m[2]));
+      return !m || (Number(m[2]) >= first && Number(m[2]) < first + count);
     },
   });
-  return { shards, perExpert };
+  if (perExpert) fuseLocalExperts(shards, cfg, o.placements, first, count);
+  return shards;
+}
+
+/** Replaces this rank's per-expert tensors (experts [first, first + count)) by its pieces of the fused ones. */
+function fuseLocalExperts(shards: Map<string, HostShard>, cfg: ModelConfig, placements: (meta: ParamMeta) => Placement[], first: number, count: number): void {
+  const { numExperts: E, intermediateSize: I } = cfg.moe!;
+  const H = cfg.hiddenSize;
+  const block = I * H;
+  const take = (name: string) => {
+    const t = shards.get(name)!; // present: the manifest check passed on every rank
+    shards.delete(name);
+    return t.data;
+  };
+  for (let layer = 0; layer < cfg.numLayers; layer++) {
+    if (!isMoeLayer(cfg, layer)) continue;
+    const gateUp = new Float32Array(count * 2 * block);
+    const down = new Float32Array(count * block);
+    for (let k = 0; k < count; k++) {
+      const names = perExpertNames(layer, first + k);
+      gateUp.set(take(names.gate), 2 * k * block);
+      gateUp.set(take(names.up), (2 * k + 1) * block);
+      down.set(take(names.down), k * block);
+    }
+    const f = fusedExpertNames(layer);
+    const piece = (name: string, shape: number[], data: Float32Array): HostShard => ({
+      shape,
+      dtype: 'F32',
+      placements: placements({ name, dtype: 'F32', shape }),
+      box: { offset: [first, 0, 0], shape: [count, ...shape.slice(1)] },
+      data,
+    });
+    shards.set(f.gateUp, piece(f.gateUp, [E, 2 * I, H], gateUp));
+    shards.set(f.down, piece(f.down, [E, H, I], down));
+  }
 }

@@ -18,7 +18,7 @@ import type { Communicator } from '../../runtime/comm/comm.js';
 import { InternalError } from '../../runtime/errors.js';
 import type { ModelConfig } from '../../model/config.js';
 import type { HostParam } from '../../model/param-store.js';
-import { fusedExpertNames, perExpertNames } from '../../model/params.js';
+import { fusedExpertNames } from '../../model/params.js';
 import { DeviceMesh } from '../../parallel/device-mesh.js';
 import { Replicate, Shard, type Placement } from '../../parallel/placement.js';
 import type { HostShard } from '../../parallel/sharded-load.js';
@@ -48,18 +48,17 @@ export async function loadMegatronShards(
   const El = (cfg.moe?.numExperts ?? 0) / ep;
   const mesh = await DeviceMesh.create(comm, { shape: [dp / ep, ep, tp], names: ['edp', 'ep', 'tp'] });
   const e = mesh.coordinate[1]!;
-  let loaded;
+  let hf: Map<string, HostShard>;
   try {
-    loaded = await loadHfShards(dir, cfg, mesh, { placements: (meta) => placementsOf(meta.name), ownsExpert: (x) => Math.floor(x / El) === e, load: opts });
+    hf = await loadHfShards(dir, cfg, mesh, { placements: (meta) => placementsOf(meta.name), experts: [e * El, El], load: opts });
   } finally {
     mesh.destroy();
   }
-  const { shards: hf, perExpert } = loaded;
-  return new MegatronLocalParams(toMegatron(cfg, hf, tp, perExpert ? e * El : -1, El));
+  return new MegatronLocalParams(toMegatron(cfg, hf, tp, El));
 }
 
-/** Megatron-named local tensors from HF-named local pieces (`firstExpert` ≥ 0: per-expert pieces of experts [firstExpert, +El)). */
-function toMegatron(cfg: ModelConfig, hf: Map<string, HostShard>, tp: number, firstExpert: number, El: number): Map<string, HostParam> {
+/** Megatron-named local tensors from HF-named local pieces (experts fused: the rank's El experts stacked). */
+function toMegatron(cfg: ModelConfig, hf: Map<string, HostShard>, tp: number, El: number): Map<string, HostParam> {
   const local = (name: string) => hf.get(name)!.data; // present: the manifest check passed on every rank
   const localCfg = { ...cfg, numHeads: cfg.numHeads / tp, numKvHeads: cfg.numKvHeads / tp };
   const out = new Map<string, HostParam>();
@@ -71,12 +70,10 @@ function toMegatron(cfg: ModelConfig, hf: Map<string, HostShard>, tp: number, fi
       if (spec.expert !== 0) continue;
       const { intermediateSize: I } = cfg.moe!;
       const H = cfg.hiddenSize;
-      const experts = Array.from({ length: El }, (_, k) => perExpertNames(i!, firstExpert + k));
       const f = fusedExpertNames(i!);
-      const fc1 = firstExpert < 0 ? local(f.gateUp) : concat(...experts.flatMap((n) => [local(n.gate), local(n.up)]));
-      const fc2 = firstExpert < 0 ? local(f.down) : concat(...experts.map((n) => local(n.down)));
-      put(expertUnitName(i!, 'fc1'), [El, 2 * I, H], fc1);
-      put(expertUnitName(i!, 'fc2'), [El, H, I], fc2);
+      // The stacked local experts are the rank's piece of the fused tensors, byte for byte.
+      put(expertUnitName(i!, 'fc1'), [El, 2 * I, H], local(f.gateUp));
+      put(expertUnitName(i!, 'fc2'), [El, H, I], local(f.down));
       continue;
     }
     const shape =
