@@ -1,7 +1,8 @@
 /**
- * Qwen3.5 dense text decoder (`qwen3_5`), forward on a tape, as Transformers' Qwen3_5TextModel:
- * embedding → per layer [zero-centred RMSNorm → token mixer + residual → zero-centred RMSNorm →
- * SwiGLU MLP + residual] → zero-centred RMSNorm → LM head. The token mixer is, by layer_types,
+ * Qwen3.5 text decoder (`qwen3_5`, and `qwen3_5_moe`), forward on a tape, as Transformers'
+ * Qwen3_5TextModel: embedding → per layer [zero-centred RMSNorm → token mixer + residual →
+ * zero-centred RMSNorm → SwiGLU MLP (Qwen3.5-MoE: the sparse block of qwen35-moe.ts) + residual]
+ * → zero-centred RMSNorm → LM head. The token mixer is, by layer_types,
  * - a Gated DeltaNet: in_proj_qkv → causal depthwise conv1d + SiLU → q, k, v; in_proj_a / in_proj_b
  *   → decay g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b); the chunked gated delta
  *   rule (q, k L2-normalised) → gated RMSNorm with z = in_proj_z → out_proj;
@@ -17,6 +18,7 @@ import type { Batch, ModelBlock, ParamSource, ProjectionHooks } from './qwen3.js
 import type { ParamStore } from './param-store.js';
 import { centredRmsNorm, mul, partialRope, sigmoid, splitLast } from './qwen35-ops.js';
 import { gdnConvDim } from './params-qwen35.js';
+import { sparseMoeBlock } from './qwen35-moe.js';
 
 export class Qwen35Model {
   readonly source: ParamSource;
@@ -65,9 +67,7 @@ export class Qwen35Model {
           cfg.qwen35!.layerTypes[i] === 'linear_attention' ? this.gatedDeltaNet(h, `${pre}.linear_attn`, batch) : this.attention(h, `${pre}.self_attn`, batch);
         const y = F.add(tape, res, mixed);
         const h2 = this.norm(y, `${pre}.post_attention_layernorm.weight`);
-        const gate = this.linear(h2, `${pre}.mlp.gate_proj.weight`);
-        const up = this.linear(h2, `${pre}.mlp.up_proj.weight`);
-        return F.add(tape, y, this.linear(F.swiglu(tape, gate, up), `${pre}.mlp.down_proj.weight`));
+        return F.add(tape, y, this.mlp(h2, i));
       });
     }
     return this.block({ kind: 'head' }, () => {
@@ -75,6 +75,20 @@ export class Qwen35Model {
       const head = cfg.tieWordEmbeddings ? this.p('model.embed_tokens.weight') : this.p('lm_head.weight');
       return F.linear(tape, hf, head);
     });
+  }
+
+  /** The dense SwiGLU MLP, or Qwen3.5-MoE's sparse block, of layer `i`. */
+  private mlp(h: Var, i: number): Var {
+    const { tape } = this;
+    if (this.cfg.moe) {
+      const moeAdapters = this.hooks.moeWeights?.(tape, i);
+      const access = { p: (name: string) => this.p(name), linear: (x: Var, name: string) => this.linear(x, name) };
+      return sparseMoeBlock(tape, this.cfg, i, h, moeAdapters ? { ...access, moeAdapters } : access);
+    }
+    const pre = `model.layers.${i}.mlp`;
+    const gate = this.linear(h, `${pre}.gate_proj.weight`);
+    const up = this.linear(h, `${pre}.up_proj.weight`);
+    return this.linear(F.swiglu(tape, gate, up), `${pre}.down_proj.weight`);
   }
 
   private attention(h: Var, pre: string, batch: Batch): Var {
