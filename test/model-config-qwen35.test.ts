@@ -113,6 +113,7 @@ describe('qwen3_5_moe config', () => {
     expect(hf.model_type).toBe('qwen3_5_moe_text');
     expect(hf.architectures).toEqual(['Qwen3_5MoeForCausalLM']);
     expect(hf).not.toHaveProperty('norm_topk_prob');
+    expect(hf).not.toHaveProperty('intermediate_size'); // HF's Qwen3_5MoeTextConfig has none
     expect(parseModelConfig(hf)).toEqual(cfg);
   });
 

@@ -300,8 +300,11 @@ export function toHFConfig(cfg: ModelConfig): Record<string, unknown> {
   }
   if (cfg.maxPositionEmbeddings !== undefined) out.max_position_embeddings = cfg.maxPositionEmbeddings;
   if (q35) Object.assign(out, q35.fields);
-  if (cfg.moe?.sharedExpertIntermediateSize !== undefined) Object.assign(out, qwen35MoeHFFields(cfg.moe));
-  else if (cfg.moe) {
+  if (cfg.moe?.sharedExpertIntermediateSize !== undefined) {
+    Object.assign(out, qwen35MoeHFFields(cfg.moe));
+    // HF's Qwen3_5MoeTextConfig has no intermediate_size: written only when it is not the shared-expert stand-in.
+    if (cfg.intermediateSize === cfg.moe.sharedExpertIntermediateSize) delete out.intermediate_size;
+  } else if (cfg.moe) {
     out.num_experts = cfg.moe.numExperts;
     out.num_experts_per_tok = cfg.moe.topK;
     out.moe_intermediate_size = cfg.moe.intermediateSize;
