@@ -7,10 +7,13 @@ the fixtures are committed under test/fixtures/parity/.
 
     /usr/bin/python3 scripts/make-parity-fixtures.py            # Qwen3 / Qwen3-MoE
     /usr/bin/python3 scripts/make-parity-fixtures.py --qwen35   # Qwen3.5 (qwen3_5-f32/, qwen3_5-logits.json)
+    /usr/bin/python3 scripts/make-parity-fixtures.py --qwen35-moe   # Qwen3.5-MoE (qwen3_5_moe-*/, qwen3_5_moe-logits.json)
 
 The Qwen3.5 fixture is a Qwen3_5ForConditionalGeneration-style folder (nested text_config, text weights
 under model.language_model.*, plus a vision and an MTP tensor the trainer must skip); its reference
-forward is scripts/parity_qwen35.py.
+forward is scripts/parity_qwen35.py. The Qwen3.5-MoE fixture is the same kind of folder twice over the same
+weights: experts fused (mlp.experts.gate_up_proj / down_proj, as the hub writes them) and per-expert
+(mlp.experts.{e}.gate_proj / up_proj / down_proj), with per-expert MTP experts to skip.
 """
 import json
 import os
@@ -126,8 +129,61 @@ def main_qwen35():
     print("wrote", os.path.join(OUT, folder))
 
 
+QWEN35_MOE_TEXT = {
+    **{k: v for k, v in QWEN35_TEXT.items() if k != "intermediate_size"}, "model_type": "qwen3_5_moe_text",
+    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 24,
+    "router_aux_loss_coef": 0.001, "output_router_logits": False,
+}
+
+
+def per_expert(state, E):
+    """The same tensors with each fused expert pair split into HF's per-expert Linear weights."""
+    out = {}
+    for name, t in state.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            base = name[: -len("gate_up_proj")]
+            for e in range(E):
+                g, u = t[e].chunk(2)
+                out[f"{base}{e}.gate_proj.weight"], out[f"{base}{e}.up_proj.weight"] = g, u
+        elif name.endswith("mlp.experts.down_proj"):
+            base = name[: -len("down_proj")]
+            for e in range(E):
+                out[f"{base}{e}.down_proj.weight"] = t[e]
+        else:
+            out[name] = t
+    return out
+
+
+def main_qwen35_moe():
+    text = QWEN35_MOE_TEXT
+    gen = torch.Generator().manual_seed(3505)
+    W = parity_qwen35.random_weights(text, False, gen)
+    ids = torch.tensor(INPUTS)
+    margin = parity_qwen35.router_margin(text, W, ids, False)
+    assert margin > 1e-3, f"router top-k margin {margin} is too small for an fp32 parity check; change the seed"
+    logits = parity_qwen35.forward(text, W, ids, False).float()
+    state = {("model.language_model." + n[len("model."):] if n.startswith("model.") else n): t for n, t in W.items()}
+    state["model.visual.patch_embed.proj.weight"] = torch.zeros(2, 3)
+    state["mtp.layers.0.mlp.experts.0.gate_proj.weight"] = torch.zeros(2, 2)
+    config = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe", "tie_word_embeddings": False,
+              "text_config": text, "vision_config": {"model_type": "qwen3_5_moe", "depth": 1}, "image_token_id": 44,
+              "torch_dtype": "float32"}
+    cases = []
+    for folder, tensors in (("qwen3_5_moe-f32", state), ("qwen3_5_moe-per-expert-f32", per_expert(state, text["num_experts"]))):
+        os.makedirs(os.path.join(OUT, folder), exist_ok=True)
+        write_safetensors(os.path.join(OUT, folder, "model.safetensors"), tensors, "F32")
+        with open(os.path.join(OUT, folder, "config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+        cases.append({"folder": folder, "logits": [round(float(x), 7) for x in logits.flatten()], "shape": list(logits.shape)})
+    with open(os.path.join(OUT, "qwen3_5_moe-logits.json"), "w") as f:
+        json.dump({"inputs": INPUTS, "cases": cases, "router_margin": margin}, f)
+    print("wrote", [c["folder"] for c in cases], "router margin", margin)
+
+
 if __name__ == "__main__":
-    if "--qwen35" in sys.argv:
+    if "--qwen35-moe" in sys.argv:
+        main_qwen35_moe()
+    elif "--qwen35" in sys.argv:
         main_qwen35()
     else:
         main()

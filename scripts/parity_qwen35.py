@@ -1,7 +1,10 @@
-"""A plain PyTorch forward of the Qwen3.5 dense text model, written from the Transformers architecture
+"""A plain PyTorch forward of the Qwen3.5 text model, written from the Transformers architecture
 (Qwen3_5TextModel: zero-centred RMSNorm (1 + w), Gated DeltaNet layers in their token-by-token recurrent
 form, gated full attention with partial RoPE), for the logits-parity fixtures. Text-only positions, so the
 multimodal rope is plain RoPE over the first head_dim * partial_rotary_factor channels. Runs in float64.
+A text config with num_experts is Qwen3.5-MoE: every layer's MLP is Qwen3_5MoeSparseMoeBlock (softmax
+router, top-k renormalised, fused experts gate_up_proj [E, 2I, H] / down_proj [E, H, I], plus a shared
+expert scaled by sigmoid(shared_expert_gate)), computed token by token and expert by expert.
 
 Weights are HF text-model names (model.layers.{i}...); `text` is the text config (Qwen3_5TextConfig fields).
 """
@@ -75,7 +78,36 @@ def gated_delta_net(text, W, p, h):
     return F.linear(normed.reshape(B, S, Hv * Dv), W[p + "out_proj.weight"])
 
 
-def forward(text, W, ids, tie):
+def sparse_moe_block(text, W, p, h):
+    B, S, H = h.shape
+    x = h.reshape(B * S, H)
+    probs = F.softmax(F.linear(x, W[p + "gate.weight"]), dim=-1)
+    top, idx = torch.topk(probs, text["num_experts_per_tok"], dim=-1)
+    top = top / top.sum(-1, keepdim=True)
+    gate_up, down = W[p + "experts.gate_up_proj"], W[p + "experts.down_proj"]
+    out = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        for j in range(idx.shape[1]):
+            e = int(idx[t, j])
+            g, u = F.linear(x[t], gate_up[e]).chunk(2)
+            out[t] += top[t, j] * F.linear(F.silu(g) * u, down[e])
+    s = p + "shared_expert."
+    shared = F.linear(F.silu(F.linear(x, W[s + "gate_proj.weight"])) * F.linear(x, W[s + "up_proj.weight"]), W[s + "down_proj.weight"])
+    out = out + torch.sigmoid(F.linear(x, W[p + "shared_expert_gate.weight"])) * shared
+    return out.reshape(B, S, H)
+
+
+def router_margin(text, W, ids, tie):
+    """The smallest gap between the k-th and (k+1)-th router probability over all tokens and layers: a tiny
+    gap would let fp32 and float64 pick different experts, so the fixture maker refuses it."""
+    gaps = []
+    forward(text, W, ids, tie, on_router=lambda probs: gaps.append(
+        (probs.sort(-1, descending=True).values[:, text["num_experts_per_tok"] - 1] -
+         probs.sort(-1, descending=True).values[:, text["num_experts_per_tok"]]).min().item()))
+    return min(gaps)
+
+
+def forward(text, W, ids, tie, on_router=None):
     """Logits [B, S, V] (float64) of token ids [B, S]."""
     W = {n: t.double() for n, t in W.items()}
     B, S = ids.shape
@@ -95,7 +127,12 @@ def forward(text, W, ids, tie):
         else:
             x = x + attention(text, W, p + "self_attn.", h, cos, sin)
         h = centred_norm(x, W[p + "post_attention_layernorm.weight"], eps)
-        h = F.linear(F.silu(F.linear(h, W[p + "mlp.gate_proj.weight"])) * F.linear(h, W[p + "mlp.up_proj.weight"]), W[p + "mlp.down_proj.weight"])
+        if "num_experts" in text:
+            if on_router:
+                on_router(F.softmax(F.linear(h.reshape(-1, h.shape[-1]), W[p + "mlp.gate.weight"]), dim=-1))
+            h = sparse_moe_block(text, W, p + "mlp.", h)
+        else:
+            h = F.linear(F.silu(F.linear(h, W[p + "mlp.gate_proj.weight"])) * F.linear(h, W[p + "mlp.up_proj.weight"]), W[p + "mlp.down_proj.weight"])
         x = x + h
     x = centred_norm(x, W["model.norm.weight"], eps)
     return F.linear(x, W["model.embed_tokens.weight"] if tie else W["lm_head.weight"])
@@ -103,7 +140,7 @@ def forward(text, W, ids, tie):
 
 def text_param_shapes(text, tie):
     """HF text-model parameter names and shapes (Qwen3_5ForCausalLM's module tree)."""
-    H, I, V = text["hidden_size"], text["intermediate_size"], text["vocab_size"]
+    H, I, V = text["hidden_size"], text.get("intermediate_size"), text["vocab_size"]
     nH, nKV, D = text["num_attention_heads"], text["num_key_value_heads"], text["head_dim"]
     Hk, Hv = text["linear_num_key_heads"], text["linear_num_value_heads"]
     Dk, Dv, K = text["linear_key_head_dim"], text["linear_value_head_dim"], text["linear_conv_kernel_dim"]
@@ -120,8 +157,14 @@ def text_param_shapes(text, tie):
             a = p + "self_attn."
             shapes.update({a + "q_proj.weight": (2 * nH * D, H), a + "k_proj.weight": (nKV * D, H), a + "v_proj.weight": (nKV * D, H),
                            a + "o_proj.weight": (H, nH * D), a + "q_norm.weight": (D,), a + "k_norm.weight": (D,)})
-        shapes.update({p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H), p + "mlp.down_proj.weight": (H, I),
-                       p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,)})
+        if "num_experts" in text:
+            E, Ie, Is, m = text["num_experts"], text["moe_intermediate_size"], text["shared_expert_intermediate_size"], p + "mlp."
+            shapes.update({m + "gate.weight": (E, H), m + "experts.gate_up_proj": (E, 2 * Ie, H), m + "experts.down_proj": (E, H, Ie),
+                           m + "shared_expert.gate_proj.weight": (Is, H), m + "shared_expert.up_proj.weight": (Is, H),
+                           m + "shared_expert.down_proj.weight": (H, Is), m + "shared_expert_gate.weight": (1, H)})
+        else:
+            shapes.update({p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H), p + "mlp.down_proj.weight": (H, I)})
+        shapes.update({p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,)})
     if not tie:
         shapes["lm_head.weight"] = (V, H)
     return shapes

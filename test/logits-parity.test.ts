@@ -9,6 +9,9 @@
  * text_config, model.language_model.* names, a vision and an MTP tensor to skip) against a plain
  * PyTorch Qwen3.5 forward with the GDN recurrence (scripts/parity_qwen35.py); trainer logits only,
  * since the rollout engine refuses qwen3_5 in this build.
+ * Qwen3.5-MoE (qwen3_5_moe-logits.json): the same kind of folder with the shared-expert sparse block
+ * in every layer, once with fused experts as the hub writes them and once per-expert, both against
+ * the one PyTorch forward (router top-k margin recorded, so fp32 and float64 pick the same experts).
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -55,8 +58,11 @@ async function trainerLogits(folder: string, inputs: number[][]): Promise<Float3
   return got!;
 }
 
-describe('logits parity with a plain PyTorch Qwen3.5 (GDN + gated attention)', () => {
-  const q = JSON.parse(readFileSync(join(DIR, 'qwen3_5-logits.json'), 'utf8')) as typeof fx;
+describe.each([
+  ['Qwen3.5 (GDN + gated attention)', 'qwen3_5-logits.json'],
+  ['Qwen3.5-MoE (GDN + gated attention + shared-expert MoE)', 'qwen3_5_moe-logits.json'],
+])('logits parity with a plain PyTorch %s', (_name, file) => {
+  const q = JSON.parse(readFileSync(join(DIR, file), 'utf8')) as typeof fx;
   for (const c of q.cases) {
     it(`${c.folder}: trainer logits within 1e-4 relative`, async () => {
       const got = await trainerLogits(join(DIR, c.folder), q.inputs);

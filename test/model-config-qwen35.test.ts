@@ -1,7 +1,7 @@
 /**
- * Qwen3.5 configs as the hub writes them (nested text_config of Qwen3_5ForConditionalGeneration,
- * flat qwen3_5_text), their parameter names, text-only loading, and the refusal of every path but
- * the single strategy.
+ * Qwen3.5 and Qwen3.5-MoE configs as the hub writes them (nested text_config of
+ * Qwen3_5(Moe)ForConditionalGeneration, flat qwen3_5_text / qwen3_5_moe_text), their parameter
+ * names, text-only loading, and the refusal of every path but the single strategy.
  */
 import { describe, expect, it } from 'vitest';
 import { ConfigError, CheckpointFormatError } from '../src/runtime/errors.js';
@@ -13,31 +13,7 @@ import { MegatronStrategy } from '../src/train/megatron/strategy.js';
 import { Fsdp2Strategy } from '../src/train/fsdp2/strategy.js';
 import { ServerSync } from '../src/sync/server.js';
 import { Device } from '../src/runtime/device/device.js';
-
-/** A shrunken Qwen3.5 text config, in the hub's field spelling. */
-export const TEXT = {
-  model_type: 'qwen3_5_text',
-  hidden_size: 32,
-  intermediate_size: 48,
-  num_hidden_layers: 4,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  head_dim: 16,
-  hidden_act: 'silu',
-  rms_norm_eps: 1e-6,
-  vocab_size: 40,
-  attention_bias: false,
-  linear_num_key_heads: 2,
-  linear_num_value_heads: 4,
-  linear_key_head_dim: 8,
-  linear_value_head_dim: 8,
-  linear_conv_kernel_dim: 4,
-  layer_types: ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention'],
-  rope_parameters: { rope_type: 'default', rope_theta: 10000000, partial_rotary_factor: 0.25, mrope_section: [1, 1, 0], mrope_interleaved: true },
-  max_position_embeddings: 262144,
-  eos_token_id: 248044,
-  dtype: 'bfloat16',
-};
+import { MOE_TEXT, TEXT } from './helpers/qwen35-configs.js';
 
 function configError(fn: () => unknown): ConfigError {
   try {
@@ -105,11 +81,103 @@ describe('qwen3_5 config', () => {
     expect(configError(() => parseModelConfig({ ...TEXT, num_experts: 8 })).message).toMatch(/"num_experts".*qwen3_5_moe/);
     expect(configError(() => parseModelConfig({ model_type: 'qwen3_5', text_config: 3 })).message).toMatch(/text_config/);
   });
+});
 
-  it('refuses qwen3_5_moe with a "not yet" message', () => {
-    const e = configError(() => parseModelConfig({ ...TEXT, model_type: 'qwen3_5_moe' }));
-    expect(e.message).toMatch(/qwen3_5_moe" is not supported yet/);
-    expect(e.message).toMatch(/HINT/);
+describe('qwen3_5_moe config', () => {
+  it('parses the nested text_config of Qwen3_5MoeForConditionalGeneration', () => {
+    const cfg = parseModelConfig({
+      architectures: ['Qwen3_5MoeForConditionalGeneration'],
+      model_type: 'qwen3_5_moe',
+      tie_word_embeddings: false,
+      text_config: MOE_TEXT,
+      vision_config: { depth: 2, model_type: 'qwen3_5_moe' },
+    });
+    expect(cfg.modelType).toBe('qwen3_5_moe');
+    expect(cfg.moe).toEqual({
+      numExperts: 4,
+      topK: 2,
+      intermediateSize: 8,
+      normTopkProb: true,
+      decoderSparseStep: 1,
+      mlpOnlyLayers: [],
+      sharedExpertIntermediateSize: 12,
+    });
+    expect(cfg.intermediateSize).toBe(12); // no dense MLP: the shared expert's size stands in
+    expect(cfg.qwen35!.layerTypes).toEqual(TEXT.layer_types);
+    expect(cfg.qwen35!.rotaryDim).toBe(4);
+  });
+
+  it('round-trips through toHFConfig as a qwen3_5_moe_text config', () => {
+    const cfg = parseModelConfig(MOE_TEXT);
+    const hf = toHFConfig(cfg);
+    expect(hf.model_type).toBe('qwen3_5_moe_text');
+    expect(hf.architectures).toEqual(['Qwen3_5MoeForCausalLM']);
+    expect(hf).not.toHaveProperty('norm_topk_prob');
+    expect(hf).not.toHaveProperty('intermediate_size'); // HF's Qwen3_5MoeTextConfig has none
+    expect(parseModelConfig(hf)).toEqual(cfg);
+  });
+
+  it('accepts the fields HF drops when they say what Qwen3.5-MoE does', () => {
+    const cfg = parseModelConfig({ ...MOE_TEXT, norm_topk_prob: true, decoder_sparse_step: 1, mlp_only_layers: [], intermediate_size: 64 });
+    expect(cfg.moe!.normTopkProb).toBe(true);
+    expect(cfg.intermediateSize).toBe(64);
+  });
+
+  it('names every unsupported or bad MoE field', () => {
+    const cases: Array<[Record<string, unknown>, RegExp]> = [
+      [{ norm_topk_prob: false }, /"norm_topk_prob" is false.*always renormalises.*HINT/],
+      [{ decoder_sparse_step: 2 }, /"decoder_sparse_step" is 2.*every layer.*HINT/],
+      [{ mlp_only_layers: [1] }, /"mlp_only_layers" is \[1\].*no dense-MLP layers/],
+      [{ output_router_logits: true }, /"output_router_logits" is true.*auxiliary.*not implemented.*HINT/],
+      [{ shared_expert_intermediate_size: undefined }, /"shared_expert_intermediate_size" is missing/],
+      [{ num_experts: 0 }, /"num_experts" is 0; expected a positive integer/],
+      [{ num_experts_per_tok: 5 }, /num_experts_per_tok \(5\) is greater than num_experts \(4\)/],
+    ];
+    for (const [patch, re] of cases) expect(configError(() => parseModelConfig({ ...MOE_TEXT, ...patch })).message).toMatch(re);
+    expect(configError(() => parseModelConfig({ model_type: 'qwen3_5_moe', text_config: { ...MOE_TEXT, model_type: 'qwen3_5_text' } })).message).toMatch(
+      /text_config.model_type" is "qwen3_5_text"; expected "qwen3_5_moe_text"/,
+    );
+  });
+});
+
+describe('qwen3_5_moe parameters', () => {
+  const cfg = parseModelConfig(MOE_TEXT);
+
+  it('names and shapes as the transformers module tree, fused experts by default', () => {
+    const specs = new Map(paramSpecs(cfg).map((s) => [s.name, s.shape]));
+    const p = 'model.layers.1.mlp';
+    expect(specs.get(`${p}.gate.weight`)).toEqual([4, 32]);
+    expect(specs.get(`${p}.experts.gate_up_proj`)).toEqual([4, 16, 32]);
+    expect(specs.get(`${p}.experts.down_proj`)).toEqual([4, 32, 8]);
+    expect(specs.get(`${p}.shared_expert.gate_proj.weight`)).toEqual([12, 32]);
+    expect(specs.get(`${p}.shared_expert.up_proj.weight`)).toEqual([12, 32]);
+    expect(specs.get(`${p}.shared_expert.down_proj.weight`)).toEqual([32, 12]);
+    expect(specs.get(`${p}.shared_expert_gate.weight`)).toEqual([1, 32]);
+    expect(specs.has(`${p}.gate_proj.weight`)).toBe(false);
+    expect(specs.get('model.layers.3.self_attn.q_proj.weight')).toEqual([2 * 4 * 16, 32]);
+    // As qwen3_5 (1 + 3 · 14 + 11 + 2) with each layer's 3 dense MLP weights replaced by the 7 of the sparse block.
+    expect(specs.size).toBe(1 + 3 * (14 - 3 + 7) + (11 - 3 + 7) + 2);
+    const per = paramSpecs(cfg, { expertLayout: 'per-expert' }).map((s) => s.name);
+    expect(per).toContain(`${p}.experts.3.down_proj.weight`);
+    expect(per).not.toContain(`${p}.experts.gate_up_proj`);
+  });
+
+  it('checks a hub checkpoint (model.language_model.*, fused or per-expert experts) against the config', () => {
+    for (const layout of ['fused', 'per-expert'] as const) {
+      const shapes = paramSpecs(cfg, { expertLayout: layout }).map((s) => ({ name: s.name.replace(/^model\./, 'model.language_model.'), shape: s.shape }));
+      expect(checkParamsAgainstConfig([...shapes, { name: 'mtp.fc.weight', shape: [2, 2] }], cfg)).toBe(layout);
+      const noGate = shapes.filter((s) => !s.name.endsWith('layers.0.mlp.shared_expert_gate.weight'));
+      expect(() => checkParamsAgainstConfig(noGate, cfg)).toThrow(/missing "model.layers.0.mlp.shared_expert_gate.weight"/);
+    }
+  });
+
+  it('initialises the same experts in both layouts', () => {
+    const fused = initParams(cfg, 3);
+    const per = initParams(cfg, 3, { expertLayout: 'per-expert' });
+    const gu = fused.get('model.layers.2.mlp.experts.gate_up_proj')!.data;
+    const up1 = per.get('model.layers.2.mlp.experts.1.up_proj.weight')!.data;
+    expect([...gu.subarray(3 * 8 * 32, 4 * 8 * 32)]).toEqual([...up1]);
+    expect(fused.get('model.layers.2.mlp.shared_expert_gate.weight')!.data.some((v) => v !== 0)).toBe(true);
   });
 });
 
@@ -168,9 +236,12 @@ describe('qwen3_5 parameters', () => {
   });
 });
 
-describe('qwen3_5 outside the single strategy', () => {
-  const cfg = parseModelConfig(TEXT);
-  const msg = /qwen3_5 trains on the single strategy only in this build; fsdp2 \/ megatron \/ the rollout engine do not support it yet/;
+describe.each([
+  ['qwen3_5', TEXT],
+  ['qwen3_5_moe', MOE_TEXT],
+])('%s outside the single strategy', (type, text) => {
+  const cfg = parseModelConfig(text);
+  const msg = new RegExp(`${type} trains on the single strategy only in this build; fsdp2 / megatron / the rollout engine do not support it yet`);
 
   it('the check passes Qwen3 and refuses Qwen3.5', () => {
     expect(() =>

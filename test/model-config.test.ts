@@ -139,7 +139,7 @@ describe('defaults and legacy forms', () => {
 describe('errors say what was found and what was expected', () => {
   it('unknown model_type', () => {
     expect(errorOf(() => parseModelConfig({ ...raw(DENSE), model_type: 'llama' })).message).toBe(
-      'config.json: model_type "llama" is not supported; expected one of qwen3, qwen3_moe, qwen3_5, qwen3_5_text.',
+      'config.json: model_type "llama" is not supported; expected one of qwen3, qwen3_moe, qwen3_5, qwen3_5_moe, qwen3_5_text, qwen3_5_moe_text.',
     );
     expect(errorOf(() => parseModelConfig({ hidden_size: 1 })).message).toMatch(/"model_type" is missing/);
     expect(errorOf(() => parseModelConfig([1, 2])).message).toMatch(/expected a JSON object but found an array/);

@@ -1,5 +1,6 @@
 /**
- * The Qwen3.5 (`qwen3_5`, `qwen3_5_text`) part of a HF config.json: the text config (nested
+ * The Qwen3.5 (`qwen3_5`, `qwen3_5_text`) part of a HF config.json, shared by Qwen3.5-MoE
+ * (`qwen3_5_moe`, whose MoE fields config-qwen35-moe.ts parses): the text config (nested
  * under `text_config` in `Qwen3_5ForConditionalGeneration` checkpoints, flat otherwise), which
  * layers are Gated DeltaNet (`linear_attention`) and which are gated full attention, the
  * `linear_*` GDN sizes and the partial rotary factor. config.ts parses the fields Qwen3 shares.
@@ -46,25 +47,42 @@ export interface Qwen35Raw {
 
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/** The config.json model_type of each Qwen3.5 family, of its text config, and the ModelType it parses to. */
+const FAMILIES = {
+  qwen3_5: { text: 'qwen3_5_text', modelType: 'qwen3_5' },
+  qwen3_5_moe: { text: 'qwen3_5_moe_text', modelType: 'qwen3_5_moe' },
+} as const;
+
+/** The Qwen3.5 family (dense or MoE) a config.json model_type belongs to, or undefined. */
+export function qwen35Family(modelType: unknown): 'qwen3_5' | 'qwen3_5_moe' | undefined {
+  for (const [family, f] of Object.entries(FAMILIES)) if (modelType === family || modelType === f.text) return family as 'qwen3_5' | 'qwen3_5_moe';
+  return undefined;
+}
+
 /**
- * The text config of a `qwen3_5` / `qwen3_5_text` config.json, flat, as config.ts parses it:
- * `model_type` set to `qwen3_5`, the Qwen3.5-only rope keys moved out of `rope_parameters` /
+ * The text config of a Qwen3.5 (`qwen3_5`, `qwen3_5_text`) or Qwen3.5-MoE (`qwen3_5_moe`,
+ * `qwen3_5_moe_text`) config.json, flat, as config.ts parses it: `model_type` set to the family
+ * (`qwen3_5` / `qwen3_5_moe`), the Qwen3.5-only rope keys moved out of `rope_parameters` /
  * `rope_scaling` (returned in `rope`), and a top-level `tie_word_embeddings` taking precedence
  * over the nested one (the conditional-generation model ties its own LM head).
  */
 export function qwen35TextView(obj: Record<string, unknown>, fail: Fail): Qwen35Raw {
+  const family = qwen35Family(obj.model_type)!;
+  const names = FAMILIES[family];
   let text: Record<string, unknown> = obj;
-  if (obj.model_type === 'qwen3_5' && obj.text_config !== undefined && obj.text_config !== null) {
+  if (obj.model_type === family && obj.text_config !== undefined && obj.text_config !== null) {
     if (!isObj(obj.text_config))
-      fail('field "text_config" is not an object; expected the text model\'s config (Qwen3_5TextConfig fields).', { field: 'text_config' });
+      fail(`field "text_config" is not an object; expected the text model's config (the ${names.text} fields).`, { field: 'text_config' });
     const nested = obj.text_config as Record<string, unknown>;
-    if (nested.model_type !== undefined && nested.model_type !== 'qwen3_5_text' && nested.model_type !== 'qwen3_5') {
-      fail(`field "text_config.model_type" is ${JSON.stringify(nested.model_type)}; expected "qwen3_5_text".`, { field: 'text_config.model_type' });
+    if (nested.model_type !== undefined && nested.model_type !== names.text && nested.model_type !== family) {
+      fail(`field "text_config.model_type" is ${JSON.stringify(nested.model_type)}; expected "${names.text}" under model_type "${family}".`, {
+        field: 'text_config.model_type',
+      });
     }
     text = { ...nested };
     if (obj.tie_word_embeddings !== undefined) text.tie_word_embeddings = obj.tie_word_embeddings;
   } else text = { ...obj };
-  text.model_type = 'qwen3_5';
+  text.model_type = names.modelType;
   const rope: Record<string, unknown> = {};
   for (const where of ['rope_parameters', 'rope_scaling'] as const) {
     const dict = text[where];
@@ -97,11 +115,11 @@ const posInt = (v: unknown): v is number => typeof v === 'number' && Number.isSa
 /** The Qwen3.5 fields of a text config whose shared fields parsed to `numLayers` layers of `headDim`. */
 export function parseQwen35(raw: Qwen35Raw, numLayers: number, headDim: number, ropeType: string, fail: Fail): Qwen35Config {
   const t = raw.text;
-  // Qwen3.5 text models are dense; a MoE field means a qwen3_5_moe checkpoint under the wrong model_type.
-  for (const key of ['num_experts', 'num_experts_per_tok', 'moe_intermediate_size', 'shared_expert_intermediate_size']) {
+  // The dense Qwen3.5 has no MoE field; one means a qwen3_5_moe checkpoint under the wrong model_type.
+  for (const key of t.model_type === 'qwen3_5' ? ['num_experts', 'num_experts_per_tok', 'moe_intermediate_size', 'shared_expert_intermediate_size'] : []) {
     if (t[key] !== undefined && t[key] !== null && t[key] !== 0) {
       fail(
-        `field "${key}" is set but model_type qwen3_5 is the dense Qwen3.5; expected no MoE fields. HINT: a Qwen3.5-MoE checkpoint says model_type "qwen3_5_moe", which this build does not train yet.`,
+        `field "${key}" is set but model_type qwen3_5 is the dense Qwen3.5; expected no MoE fields. HINT: a Qwen3.5-MoE checkpoint says model_type "qwen3_5_moe".`,
         { field: key },
       );
     }
@@ -112,7 +130,7 @@ export function parseQwen35(raw: Qwen35Raw, numLayers: number, headDim: number, 
     });
   }
   if (ropeType !== 'default') {
-    fail(`rope type "${ropeType}" is not supported for qwen3_5 yet; expected "default" (scaled multimodal rope is not implemented).`, {
+    fail(`rope type "${ropeType}" is not supported for ${String(t.model_type)} yet; expected "default" (scaled multimodal rope is not implemented).`, {
       field: 'rope_parameters.rope_type',
     });
   }

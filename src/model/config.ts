@@ -1,25 +1,28 @@
 /**
- * HF `config.json` of Qwen3 (`qwen3`), Qwen3-MoE (`qwen3_moe`) and Qwen3.5 (`qwen3_5`,
- * `qwen3_5_text`; see config-qwen35.ts) models, parsed into one normalised camelCase `ModelConfig`.
+ * HF `config.json` of Qwen3 (`qwen3`), Qwen3-MoE (`qwen3_moe`), Qwen3.5 (`qwen3_5`,
+ * `qwen3_5_text`; see config-qwen35.ts) and Qwen3.5-MoE (`qwen3_5_moe`, `qwen3_5_moe_text`; see
+ * config-qwen35-moe.ts) models, parsed into one normalised camelCase `ModelConfig`.
  *
  * Invariants of a `ModelConfig` (checked here, relied on by params, kernels and loaders):
  * - every size is a positive safe integer; `numHeads % numKvHeads === 0`; `headDim` is even;
  * - `rope` is the Transformers-5 form whatever the input used (`rope_scaling`, `rope_parameters`,
  *   top-level `rope_theta`), and when several forms are present they agree;
- * - `moe` is present iff `modelType === 'qwen3_moe'`; `moe.mlpOnlyLayers` is sorted, unique and
- *   every index is a layer of the model; `moe.topK <= moe.numExperts`;
- * - `qwen35` is present iff `modelType === 'qwen3_5'`.
+ * - `moe` is present iff `modelType` is `qwen3_moe` or `qwen3_5_moe`; `moe.mlpOnlyLayers` is sorted,
+ *   unique and every index is a layer of the model; `moe.topK <= moe.numExperts`;
+ *   `moe.sharedExpertIntermediateSize` is present iff `modelType === 'qwen3_5_moe'`;
+ * - `qwen35` is present iff `modelType` is `qwen3_5` or `qwen3_5_moe` (isQwen35).
  * Unknown extra HF fields are accepted and dropped (real configs carry many).
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/device/dtype.js';
-import { parseQwen35, qwen35HFFields, qwen35TextView, type Qwen35Config, type Qwen35Raw } from './config-qwen35.js';
+import { parseQwen35, qwen35Family, qwen35HFFields, qwen35TextView, type Qwen35Config, type Qwen35Raw } from './config-qwen35.js';
+import { parseQwen35Moe, qwen35MoeHFFields } from './config-qwen35-moe.js';
 
-export const MODEL_TYPES = ['qwen3', 'qwen3_moe', 'qwen3_5'] as const;
-/** model_type values accepted in config.json (`qwen3_5_text` is the text config of `qwen3_5`). */
-const ACCEPTED_TYPES = [...MODEL_TYPES, 'qwen3_5_text'];
+export const MODEL_TYPES = ['qwen3', 'qwen3_moe', 'qwen3_5', 'qwen3_5_moe'] as const;
+/** model_type values accepted in config.json (`qwen3_5_text` / `qwen3_5_moe_text` are the text configs). */
+const ACCEPTED_TYPES = [...MODEL_TYPES, 'qwen3_5_text', 'qwen3_5_moe_text'];
 export type ModelType = (typeof MODEL_TYPES)[number];
 
 export const ROPE_TYPES = ['default', 'linear', 'dynamic', 'yarn', 'llama3'] as const;
@@ -48,12 +51,17 @@ export interface MoeConfig {
   decoderSparseStep: number;
   /** Layers that use the dense MLP; sorted, unique, in [0, numLayers). */
   mlpOnlyLayers: number[];
+  /** Qwen3.5-MoE: intermediate size of the shared expert every token also goes through. */
+  sharedExpertIntermediateSize?: number;
 }
 
 export interface ModelConfig {
   modelType: ModelType;
   hiddenSize: number;
-  /** Dense MLP intermediate size (dense layers of a MoE model use it too). */
+  /**
+   * Dense MLP intermediate size (dense layers of a MoE model use it too). Qwen3.5-MoE has no
+   * dense MLP and HF drops the field; when config.json lacks it, it holds the shared expert's size.
+   */
   intermediateSize: number;
   numLayers: number;
   numHeads: number;
@@ -65,9 +73,12 @@ export interface ModelConfig {
   tieWordEmbeddings: boolean;
   maxPositionEmbeddings?: number;
   moe?: MoeConfig;
-  /** Qwen3.5: layer types, Gated DeltaNet sizes, partial rotary. */
+  /** Qwen3.5 / Qwen3.5-MoE: layer types, Gated DeltaNet sizes, partial rotary. */
   qwen35?: Qwen35Config;
 }
+
+/** The model is a Qwen3.5 decoder (dense or MoE): GDN and gated-attention layers, Qwen35Model. */
+export const isQwen35 = (cfg: ModelConfig): boolean => cfg.qwen35 !== undefined;
 
 // What each field must be, in words, for messages ("expected a positive integer").
 const EXPECTED: Record<string, string> = {};
@@ -137,20 +148,19 @@ export function parseModelConfig(raw: unknown, source = 'config.json'): ModelCon
   let obj = raw as Record<string, unknown>;
   let modelType = obj.model_type;
   if (modelType === undefined) fail(`field "model_type" is missing; expected one of ${ACCEPTED_TYPES.join(', ')}.`, { field: 'model_type' });
-  if (modelType === 'qwen3_5_moe') {
-    fail(
-      'model_type "qwen3_5_moe" is not supported yet: this build trains the dense Qwen3.5 (qwen3_5) only; the shared-expert MoE block is not implemented. HINT: use a dense Qwen3.5 or a qwen3_moe model.',
-      { field: 'model_type' },
-    );
-  }
   if (!(ACCEPTED_TYPES as readonly unknown[]).includes(modelType)) {
     fail(`model_type ${JSON.stringify(modelType)} is not supported; expected one of ${ACCEPTED_TYPES.join(', ')}.`, { field: 'model_type' });
   }
   let q35: Qwen35Raw | undefined;
-  if (modelType === 'qwen3_5' || modelType === 'qwen3_5_text') {
+  let q35Moe: MoeConfig | undefined;
+  if (qwen35Family(modelType)) {
     q35 = qwen35TextView(obj, fail);
     obj = q35.text;
-    modelType = 'qwen3_5';
+    modelType = obj.model_type;
+    if (modelType === 'qwen3_5_moe') {
+      q35Moe = parseQwen35Moe(obj, fail);
+      if (obj.intermediate_size === undefined) obj = { ...obj, intermediate_size: q35Moe.sharedExpertIntermediateSize };
+    }
   }
   const isMoe = modelType === 'qwen3_moe';
   const base = check(baseSchema, obj, source);
@@ -185,6 +195,7 @@ export function parseModelConfig(raw: unknown, source = 'config.json'): ModelCon
   };
   if (base.max_position_embeddings != null) cfg.maxPositionEmbeddings = base.max_position_embeddings;
   if (q35) cfg.qwen35 = parseQwen35(q35, cfg.numLayers, headDim, cfg.rope.type, fail);
+  if (q35Moe) cfg.moe = q35Moe;
 
   if (moeRaw) {
     if (moeRaw.num_experts_per_tok > moeRaw.num_experts) {
@@ -228,13 +239,13 @@ export function loadModelConfig(path: string): ModelConfig {
 }
 
 /**
- * Refuses a model that only the single-device strategy runs (Qwen3.5) at the creation of any
- * other path: `where` names that path ("fsdp2", "megatron", "the rollout engine", "weight sync").
+ * Refuses a model that only the single-device strategy runs (Qwen3.5, Qwen3.5-MoE) at the creation
+ * of any other path: `where` names that path ("fsdp2", "megatron", "the rollout engine", "weight sync").
  */
 export function assertSingleStrategyModel(cfg: ModelConfig, where: string): void {
-  if (cfg.modelType !== 'qwen3_5') return;
+  if (!isQwen35(cfg)) return;
   throw new ConfigError(
-    `${where}: qwen3_5 trains on the single strategy only in this build; fsdp2 / megatron / the rollout engine do not support it yet. HINT: train it with strategy 'single'.`,
+    `${where}: ${cfg.modelType} trains on the single strategy only in this build; fsdp2 / megatron / the rollout engine do not support it yet. HINT: train it with strategy 'single'.`,
     { modelType: cfg.modelType, where },
   );
 }
@@ -259,7 +270,6 @@ export function isMoeLayer(cfg: ModelConfig, i: number): boolean {
  * equals `c`.
  */
 export function toHFConfig(cfg: ModelConfig): Record<string, unknown> {
-  const isMoe = cfg.modelType === 'qwen3_moe';
   const rope: Record<string, unknown> = { rope_type: cfg.rope.type, rope_theta: cfg.rope.theta };
   const q35 = cfg.qwen35 && qwen35HFFields(cfg.qwen35);
   if (q35) Object.assign(rope, q35.rope);
@@ -268,8 +278,8 @@ export function toHFConfig(cfg: ModelConfig): Record<string, unknown> {
     if (v !== undefined) rope[snake] = v;
   }
   const out: Record<string, unknown> = {
-    architectures: [q35 ? 'Qwen3_5ForCausalLM' : isMoe ? 'Qwen3MoeForCausalLM' : 'Qwen3ForCausalLM'],
-    model_type: q35 ? 'qwen3_5_text' : cfg.modelType,
+    architectures: [ARCHITECTURES[cfg.modelType]],
+    model_type: q35 ? `${cfg.modelType}_text` : cfg.modelType,
     hidden_size: cfg.hiddenSize,
     intermediate_size: cfg.intermediateSize,
     num_hidden_layers: cfg.numLayers,
@@ -290,7 +300,11 @@ export function toHFConfig(cfg: ModelConfig): Record<string, unknown> {
   }
   if (cfg.maxPositionEmbeddings !== undefined) out.max_position_embeddings = cfg.maxPositionEmbeddings;
   if (q35) Object.assign(out, q35.fields);
-  if (cfg.moe) {
+  if (cfg.moe?.sharedExpertIntermediateSize !== undefined) {
+    Object.assign(out, qwen35MoeHFFields(cfg.moe));
+    // HF's Qwen3_5MoeTextConfig has no intermediate_size: written only when it is not the shared-expert stand-in.
+    if (cfg.intermediateSize === cfg.moe.sharedExpertIntermediateSize) delete out.intermediate_size;
+  } else if (cfg.moe) {
     out.num_experts = cfg.moe.numExperts;
     out.num_experts_per_tok = cfg.moe.topK;
     out.moe_intermediate_size = cfg.moe.intermediateSize;
@@ -300,6 +314,13 @@ export function toHFConfig(cfg: ModelConfig): Record<string, unknown> {
   }
   return out;
 }
+
+const ARCHITECTURES: Record<ModelType, string> = {
+  qwen3: 'Qwen3ForCausalLM',
+  qwen3_moe: 'Qwen3MoeForCausalLM',
+  qwen3_5: 'Qwen3_5ForCausalLM',
+  qwen3_5_moe: 'Qwen3_5MoeForCausalLM',
+};
 
 const ROPE_FIELD_NAMES: ReadonlyArray<[Exclude<keyof RopeConfig, 'type' | 'theta'>, string]> = [
   ['factor', 'factor'],

@@ -4,7 +4,10 @@
  *
  * - `targetModules` ⊆ ['q','k','v','o','gate','up','down'] adapts the dense projections of
  *   every layer that has them: q → `self_attn.q_proj`, …, gate/up/down → `mlp.{gate,up,down}_proj`
- *   (dense MLP layers only; the MoE router `mlp.gate` is never adapted).
+ *   (dense MLP layers only; the MoE router `mlp.gate` is never adapted). Qwen3.5 adds its Gated
+ *   DeltaNet projections (in_proj_qkv / in_proj_z / in_proj_b / in_proj_a / out_proj →
+ *   `linear_attn.*`; its gated q_proj is `q`, query and gate rows alike) and Qwen3.5-MoE its shared
+ *   expert (shared_gate / shared_up / shared_down → `mlp.shared_expert.{gate,up,down}_proj`).
  * - `targetParameters` adapts fused expert weights, by full name
  *   (`model.layers.3.mlp.experts.gate_up_proj`) or by suffix (`mlp.experts.gate_up_proj`,
  *   `experts.down_proj`, matched on a '.' boundary): one A/B pair per expert, grouped.
@@ -28,6 +31,14 @@ export const LORA_MODULES = {
   gate: 'mlp.gate_proj',
   up: 'mlp.up_proj',
   down: 'mlp.down_proj',
+  in_proj_qkv: 'linear_attn.in_proj_qkv',
+  in_proj_z: 'linear_attn.in_proj_z',
+  in_proj_b: 'linear_attn.in_proj_b',
+  in_proj_a: 'linear_attn.in_proj_a',
+  out_proj: 'linear_attn.out_proj',
+  shared_gate: 'mlp.shared_expert.gate_proj',
+  shared_up: 'mlp.shared_expert.up_proj',
+  shared_down: 'mlp.shared_expert.down_proj',
 } as const;
 export type LoraModule = keyof typeof LORA_MODULES;
 export const LORA_MODULE_NAMES = Object.keys(LORA_MODULES) as LoraModule[];
@@ -134,7 +145,7 @@ export function resolveLoraTargets(cfg: ModelConfig, lora: LoraConfig): LoraTarg
   const unusedModules = lora.targetModules.filter((m) => !usedModules.has(m));
   if (unusedModules.length) {
     throw new ConfigError(
-      `LoRA targetModules [${unusedModules.join(', ')}] match no parameter of this ${cfg.modelType} model (${unusedModules.map((m) => LORA_MODULES[m]).join(', ')} exist in no layer; MoE layers have no dense gate/up/down). HINT: remove them, or adapt experts with targetParameters.`,
+      `LoRA targetModules [${unusedModules.join(', ')}] match no parameter of this ${cfg.modelType} model (${unusedModules.map((m) => LORA_MODULES[m]).join(', ')} exist in no layer; MoE layers have no dense gate/up/down, only Qwen3.5 has linear_attn and only Qwen3.5-MoE a shared expert). HINT: remove them, or adapt experts with targetParameters.`,
       { targetModules: unusedModules },
     );
   }

@@ -1,9 +1,9 @@
 /**
- * LoRA adapters for the Qwen3 dense and MoE model (PEFT-like).
+ * LoRA adapters for the Qwen3 / Qwen3.5 dense and MoE models (PEFT-like).
  *
  * Adapter parameter names (exact):
- * - dense projection `model.layers.L.<module>.weight` [out, in] (module self_attn.{q,k,v,o}_proj or
- *   mlp.{gate,up,down}_proj):
+ * - dense projection `model.layers.L.<module>.weight` [out, in] (module self_attn.{q,k,v,o}_proj,
+ *   mlp.{gate,up,down}_proj, or a Qwen3.5 one of lora-config.ts's LORA_MODULES):
  *     `model.layers.L.<module>.lora_A.weight` [r, in], `model.layers.L.<module>.lora_B.weight` [out, r]
  * - fused experts `model.layers.L.mlp.experts.gate_up_proj` [E, 2I, H] / `.down_proj` [E, H, I]
  *   (one pair per expert, grouped):
@@ -193,7 +193,7 @@ export class LoraAdapters {
 }
 
 /**
- * ProjectionHooks for Qwen3Model. `dropoutSeed` is the per-step seed of the dropout masks;
+ * ProjectionHooks for Qwen3Model and Qwen35Model. `dropoutSeed` is the per-step seed of the dropout masks;
  * null (the default) means no dropout (evaluation). Set it before each training forward.
  */
 export class LoraHooks implements ProjectionHooks {

@@ -3,13 +3,17 @@
  * names them: per layer either a Gated DeltaNet (`linear_attn.*`: in_proj_qkv, in_proj_z,
  * in_proj_b, in_proj_a, conv1d, dt_bias, A_log, the gated norm, out_proj) or gated full attention
  * (`self_attn.*`, q_proj twice as wide: per head the query then its output gate), then the dense
- * MLP. Checkpoints of `Qwen3_5ForConditionalGeneration` name the text model
+ * MLP, or for Qwen3.5-MoE the sparse block: router `mlp.gate`, the experts (fused
+ * `mlp.experts.gate_up_proj` / `down_proj` as the hub writes them, or per-expert), the shared
+ * expert `mlp.shared_expert.{gate,up,down}_proj` and its gate `mlp.shared_expert_gate` [1, H].
+ * Checkpoints of `Qwen3_5ForConditionalGeneration` name the text model
  * `model.language_model.*` and also carry the vision tower (`model.visual.*`) and the multi-token
  * prediction head (`mtp.*`); textOnlyWeights maps them to the text model.
  */
 import { CheckpointFormatError } from '../runtime/errors.js';
 import type { ModelConfig } from './config.js';
-import type { ParamKind, ParamSpec } from './params.js';
+import { fusedExpertNames, perExpertNames } from './expert-names.js';
+import type { ExpertLayout, ParamKind, ParamSpec } from './params.js';
 
 /** Width of the conv / in_proj_qkv output: q‖k‖v of the gated delta rule. */
 export function gdnConvDim(cfg: ModelConfig): number {
@@ -17,8 +21,8 @@ export function gdnConvDim(cfg: ModelConfig): number {
   return 2 * l.numKeyHeads * l.keyHeadDim + l.numValueHeads * l.valueHeadDim;
 }
 
-/** Every parameter of a qwen3_5 `cfg` in HF module order. */
-export function qwen35ParamSpecs(cfg: ModelConfig): ParamSpec[] {
+/** Every parameter of a qwen3_5 / qwen3_5_moe `cfg` in HF module order (experts in `layout`). */
+export function qwen35ParamSpecs(cfg: ModelConfig, layout: ExpertLayout = 'fused'): ParamSpec[] {
   const q = cfg.qwen35!;
   const { hiddenSize: H, headDim: D, numHeads: nH, numKvHeads: nKV } = cfg;
   const { numValueHeads: Hv, valueHeadDim: Dv, convKernelDim: K } = q.linear;
@@ -44,15 +48,47 @@ export function qwen35ParamSpecs(cfg: ModelConfig): ParamSpec[] {
       add('self_attn.q_norm.weight', [D], 'centred_norm');
       add('self_attn.k_norm.weight', [D], 'centred_norm');
     }
-    add('mlp.gate_proj.weight', [cfg.intermediateSize, H], 'linear');
-    add('mlp.up_proj.weight', [cfg.intermediateSize, H], 'linear');
-    add('mlp.down_proj.weight', [H, cfg.intermediateSize], 'linear');
+    if (cfg.moe) specs.push(...sparseBlockSpecs(cfg, i, layout));
+    else {
+      add('mlp.gate_proj.weight', [cfg.intermediateSize, H], 'linear');
+      add('mlp.up_proj.weight', [cfg.intermediateSize, H], 'linear');
+      add('mlp.down_proj.weight', [H, cfg.intermediateSize], 'linear');
+    }
     add('input_layernorm.weight', [H], 'centred_norm');
     add('post_attention_layernorm.weight', [H], 'centred_norm');
   }
   specs.push({ name: 'model.norm.weight', shape: [H], kind: 'centred_norm' });
   if (!cfg.tieWordEmbeddings) specs.push({ name: 'lm_head.weight', shape: [cfg.vocabSize, H], kind: 'linear' });
   return specs;
+}
+
+/** Qwen3_5MoeSparseMoeBlock of layer `i`: router, experts, shared expert, shared-expert gate. */
+function sparseBlockSpecs(cfg: ModelConfig, i: number, layout: ExpertLayout): ParamSpec[] {
+  const { numExperts: E, intermediateSize: I, sharedExpertIntermediateSize: Is } = cfg.moe!;
+  const H = cfg.hiddenSize;
+  const p = `model.layers.${i}.mlp`;
+  const out: ParamSpec[] = [{ name: `${p}.gate.weight`, shape: [E, H], kind: 'router', layer: i }];
+  if (layout === 'fused') {
+    const n = fusedExpertNames(i);
+    out.push({ name: n.gateUp, shape: [E, 2 * I, H], kind: 'experts', layer: i }, { name: n.down, shape: [E, H, I], kind: 'experts', layer: i });
+  } else {
+    for (let e = 0; e < E; e++) {
+      const n = perExpertNames(i, e);
+      out.push(
+        { name: n.gate, shape: [I, H], kind: 'experts', layer: i, expert: e },
+        { name: n.up, shape: [I, H], kind: 'experts', layer: i, expert: e },
+        { name: n.down, shape: [H, I], kind: 'experts', layer: i, expert: e },
+      );
+    }
+  }
+  for (const [name, shape] of [
+    ['shared_expert.gate_proj.weight', [Is!, H]],
+    ['shared_expert.up_proj.weight', [Is!, H]],
+    ['shared_expert.down_proj.weight', [H, Is!]],
+    ['shared_expert_gate.weight', [1, H]],
+  ] as const)
+    out.push({ name: `${p}.${name}`, shape: [...shape], kind: 'linear', layer: i });
+  return out;
 }
 
 const LANGUAGE_MODEL = 'model.language_model.';
@@ -64,7 +100,11 @@ const SKIPPED = [/^model\.visual\./, /^mtp\./];
  * (one `log` line says how many, so a text-only load never drops weights silently). A checkpoint
  * with both spellings of one tensor is refused.
  */
-export function textOnlyWeights<T>(params: ReadonlyMap<string, T>, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Map<string, T> {
+export function textOnlyWeights<T>(
+  params: ReadonlyMap<string, T>,
+  log: (line: string) => void = (l) => process.stderr.write(`${l}\n`),
+  modelType = 'qwen3_5',
+): Map<string, T> {
   const out = new Map<string, T>();
   const skipped: Record<string, number> = {};
   for (const [name, t] of params) {
@@ -84,6 +124,6 @@ export function textOnlyWeights<T>(params: ReadonlyMap<string, T>, log: (line: s
     out.set(text, t);
   }
   const parts = Object.entries(skipped).map(([k, n]) => `${n} ${k} tensor${n === 1 ? '' : 's'}`);
-  if (parts.length) log(`qwen3_5: loading the text model only; skipped ${parts.join(' and ')} (vision tower / multi-token prediction head).`);
+  if (parts.length) log(`${modelType}: loading the text model only; skipped ${parts.join(' and ')} (vision tower / multi-token prediction head).`);
   return out;
 }

@@ -11,10 +11,11 @@
  * tensors: conversion is slicing and concatenation of bytes, exact for every dtype.
  */
 import { CheckpointFormatError } from '../runtime/errors.js';
-import { isMoeLayer, type ModelConfig } from './config.js';
+import { isMoeLayer, isQwen35, type ModelConfig } from './config.js';
 import { Prng, hashString, mixSeed } from './prng.js';
 import { numelOf, safetensorsDTypeSize, type SafetensorsDType } from './safetensors.js';
 import { qwen35ParamSpecs, textOnlyWeights } from './params-qwen35.js';
+import { fusedExpertNames, perExpertNames } from './expert-names.js';
 
 export const EXPERT_LAYOUTS = ['fused', 'per-expert'] as const;
 export type ExpertLayout = (typeof EXPERT_LAYOUTS)[number];
@@ -43,20 +44,12 @@ export interface HostTensor {
 }
 
 const layerPrefix = (i: number) => `model.layers.${i}`;
-export const fusedExpertNames = (layer: number) => ({
-  gateUp: `${layerPrefix(layer)}.mlp.experts.gate_up_proj`,
-  down: `${layerPrefix(layer)}.mlp.experts.down_proj`,
-});
-export const perExpertNames = (layer: number, e: number) => ({
-  gate: `${layerPrefix(layer)}.mlp.experts.${e}.gate_proj.weight`,
-  up: `${layerPrefix(layer)}.mlp.experts.${e}.up_proj.weight`,
-  down: `${layerPrefix(layer)}.mlp.experts.${e}.down_proj.weight`,
-});
+export { fusedExpertNames, perExpertNames };
 
 /** Every parameter of `cfg` in HF order (embedding, layers, final norm, LM head unless tied). */
 export function paramSpecs(cfg: ModelConfig, opts: { expertLayout?: ExpertLayout } = {}): ParamSpec[] {
-  if (cfg.modelType === 'qwen3_5') return qwen35ParamSpecs(cfg);
   const layout = opts.expertLayout ?? 'fused';
+  if (isQwen35(cfg)) return qwen35ParamSpecs(cfg, layout);
   const { hiddenSize: H, headDim: D, numHeads: nH, numKvHeads: nKV } = cfg;
   const specs: ParamSpec[] = [{ name: 'model.embed_tokens.weight', shape: [cfg.vocabSize, H], kind: 'embedding' }];
   for (let i = 0; i < cfg.numLayers; i++) {
@@ -284,7 +277,7 @@ export function toFusedParams(
   params: ReadonlyMap<string, { shape: readonly number[]; data: Float32Array }>,
   cfg: ModelConfig,
 ): Map<string, { shape: number[]; data: Float32Array }> {
-  if (cfg.modelType === 'qwen3_5') params = textOnlyWeights(params);
+  if (isQwen35(cfg)) params = textOnlyWeights(params, undefined, cfg.modelType);
   if (!cfg.moe || detectExpertLayout(params.keys(), cfg) !== 'per-expert')
     return new Map([...params].map(([n, p]) => [n, { shape: [...p.shape], data: p.data }]));
   return fromHostTensors(convertExpertLayout(toHostTensors(params), cfg, 'fused'));
@@ -305,7 +298,7 @@ export function toHostTensors(params: ReadonlyMap<string, { shape: readonly numb
  */
 export function checkParamsAgainstConfig(tensors: Iterable<{ name: string; shape: readonly number[]; file?: string }>, cfg: ModelConfig): ExpertLayout | null {
   let list = [...tensors];
-  if (cfg.modelType === 'qwen3_5') list = [...textOnlyWeights(new Map(list.map((t) => [t.name, t])), () => {}).entries()].map(([name, t]) => ({ ...t, name }));
+  if (isQwen35(cfg)) list = [...textOnlyWeights(new Map(list.map((t) => [t.name, t])), () => {}).entries()].map(([name, t]) => ({ ...t, name }));
   const layout = detectExpertLayout(
     list.map((t) => t.name),
     cfg,

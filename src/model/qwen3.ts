@@ -6,6 +6,7 @@
  * the config says so). Parameters carry HF names (see params.ts).
  */
 import { Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
+import { InvalidArgumentError } from '../runtime/errors.js';
 import type { Var, Tape } from './autograd.js';
 import { isMoeLayer, type ModelConfig } from './config.js';
 import * as F from './functional.js';
@@ -15,22 +16,68 @@ import { fusedExpertNames } from './params.js';
 export interface Batch {
   /** int32 [B·S] token ids, row-major. */
   ids: Tensor;
-  /** int32 [B·S] positions (0..S-1 per row). */
+  /** int32 [B·S] positions (0..S-1 per row; with a padding mask, each row's tokens count from 0). */
   positions: Tensor;
   batch: number;
   seqLen: number;
+  /**
+   * int32 [B, S] padding mask (1 = token, 0 = pad) when rows are padded: the 2-D mask, never a
+   * processed 4-D attention mask. Qwen3.5's Gated DeltaNet layers need it for left padding
+   * (causal layers are exact under right padding without it).
+   */
+  mask?: Tensor;
+  /** Some row has a pad before one of its tokens (left padding); uploadBatch sets it with the mask. */
+  leftPadded?: boolean;
 }
 
-/** Uploads token ids (and their positions) of a [B, S] batch. */
-export function uploadBatch(ids: Int32Array, batch: number, seqLen: number, device: Device, stream: Stream): Batch {
+/**
+ * Uploads token ids (and their positions) of a [B, S] batch, and its 2-D padding mask [B·S]
+ * (1 = token, 0 = pad) when given: positions then count each row's tokens from 0, as HF's
+ * position_ids = cumsum(attention_mask) - 1 do (pads get 0). The caller owns the tensors.
+ */
+export function uploadBatch(ids: Int32Array, batch: number, seqLen: number, device: Device, stream: Stream, mask?: Int32Array): Batch {
   const positions = new Int32Array(batch * seqLen);
-  for (let b = 0; b < batch; b++) for (let s = 0; s < seqLen; s++) positions[b * seqLen + s] = s;
-  return {
+  let leftPadded = false;
+  if (mask !== undefined) {
+    if (mask.length !== batch * seqLen || mask.some((m) => m !== 0 && m !== 1)) {
+      throw new InvalidArgumentError(
+        `uploadBatch(): the padding mask must be ${batch}×${seqLen} = ${batch * seqLen} values of 0 (pad) or 1 (token), row-major, but it has ${mask.length} values${mask.length === batch * seqLen ? ' and one is neither 0 nor 1' : ''}. HINT: pass the 2-D attention_mask of the rows, flattened.`,
+        { argument: 'mask' },
+      );
+    }
+    for (let b = 0; b < batch; b++) {
+      let seen = 0;
+      for (let s = 0; s < seqLen; s++) {
+        const i = b * seqLen + s;
+        if (mask[i]) positions[i] = seen++;
+        else if (s < seqLen - 1 && mask[i + 1]) leftPadded = true; // a pad followed by a token
+      }
+    }
+  } else for (let b = 0; b < batch; b++) for (let s = 0; s < seqLen; s++) positions[b * seqLen + s] = s;
+  const out: Batch = {
     ids: Tensor.fromArray(device, ids, [batch * seqLen], { stream }),
     positions: Tensor.fromArray(device, positions, [batch * seqLen], { stream }),
     batch,
     seqLen,
   };
+  if (mask !== undefined) {
+    out.mask = Tensor.fromArray(device, mask, [batch, seqLen], { stream });
+    out.leftPadded = leftPadded;
+  }
+  return out;
+}
+
+/**
+ * Refuses a padded batch that is (or may be) left-padded, for a forward whose attention has no key
+ * mask (every attention in this build): its tokens would attend to the pads. Right padding is exact
+ * without a mask, since causal attention never lets a token see a later pad.
+ */
+export function refuseLeftPadding(batch: Batch, who: string): void {
+  if (!batch.mask || batch.leftPadded === false) return;
+  throw new InvalidArgumentError(
+    `${who}: ${batch.leftPadded ? 'the batch is left-padded' : 'the batch has a padding mask but does not say whether it is left-padded'}, and attention has no key mask in this build, so its tokens would attend to the pads. HINT: right-pad the rows (causal attention then needs no mask), or build the batch with uploadBatch(..., mask), which records leftPadded.`,
+    { argument: 'batch.mask' },
+  );
 }
 
 /**
@@ -98,6 +145,7 @@ export class Qwen3Model {
     const { batch: B, seqLen: S } = batch;
     const T = B * S;
     const D = cfg.headDim;
+    refuseLeftPadding(batch, `${cfg.modelType} forward`);
     this.tape = tape;
     this.start(tape, { kind: 'embed' });
     let x = this.end(tape, { kind: 'embed' }, F.embedding(tape, batch.ids, this.p('model.embed_tokens.weight')));

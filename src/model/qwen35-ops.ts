@@ -1,10 +1,11 @@
 /**
  * The tape ops Qwen3.5 needs beyond Qwen3's: splitting and joining the last dim (fused
  * projections, partial RoPE), the elementwise product, the sigmoid output gate of full
- * attention, and the zero-centred RMSNorm (scale 1 + w). They are compositions of existing
- * device ops and kernels, so they run on every device the rest of the model runs on.
+ * attention, the zero-centred RMSNorm (scale 1 + w) and the zeroing of padded tokens. They are
+ * compositions of existing device ops and kernels, so they run on every device the rest of the
+ * model runs on.
  */
-import { add as addOp, fill, mul as mulOp, transpose, Tensor } from '../runtime/device/device-index.js';
+import { add as addOp, cast, fill, matmul, mul as mulOp, transpose, Tensor } from '../runtime/device/device-index.js';
 import { copyRange, narrow } from '../runtime/device/views.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { Var, type Tape } from './autograd.js';
@@ -112,4 +113,13 @@ export function partialRope(tape: Tape, x: Var, positions: Tensor, theta: number
   const [rot, pass] = splitLast(tape, F.reshape(tape, x, [T * heads, D]), [rotaryDim, D - rotaryDim]) as [Var, Var];
   const rotated = F.rope(tape, F.reshape(tape, rot, [T, heads, rotaryDim]), positions, theta);
   return F.reshape(tape, concatLast(tape, [F.reshape(tape, rotated, [T * heads, rotaryDim]), pass]), [T, heads, D]);
+}
+
+/** x [T, C] with the rows of padded tokens (mask [B, S] int32, B·S = T, 0 = pad) set to zero; no gradient reaches them. */
+export function zeroPadRows(tape: Tape, x: Var, mask: Tensor): Var {
+  const [T, C] = x.shape as [number, number];
+  const m = tape.own(cast(mask, x.value.dtype, { stream: tape.stream })).reshape([T, 1]);
+  const ones = tape.own(Tensor.empty(x.value.device, [1, C], x.value.dtype));
+  fill(ones, 1, { stream: tape.stream });
+  return mul(tape, x, new Var(tape.own(matmul(m, ones, { stream: tape.stream }))));
 }

@@ -20,6 +20,13 @@ export function checkBatch(b: TrainBatch): void {
       `Train batch: inputIds and targets must be Int32Arrays of batch x seqLen = ${n} tokens (got ${b.inputIds?.length} and ${b.targets?.length}).`,
     );
   }
+  const m = b.attentionMask;
+  if (m !== undefined && (!(m instanceof Int32Array) || m.length !== n || m.some((x) => x !== 0 && x !== 1))) {
+    throw new InvalidArgumentError(
+      `Train batch: attentionMask must be an Int32Array of batch x seqLen = ${n} values, 1 for a token and 0 for a pad (got ${m instanceof Int32Array ? `${m.length} values${m.length === n ? ', not all 0 or 1' : ''}` : typeof m}). HINT: pass the rows' 2-D attention_mask flattened, or leave it out for right-padded rows.`,
+      { argument: 'attentionMask' },
+    );
+  }
 }
 
 /** Rank `index` of `parts`' rows: the batch split evenly (a batch not divisible by `parts` is an error). */
@@ -34,7 +41,15 @@ export function localRows(b: TrainBatch, parts: number, index: number): LocalRow
   const rows = b.batch / parts;
   const row0 = index * rows;
   const s = b.seqLen;
-  return { row0, rows, seqLen: s, inputIds: b.inputIds.subarray(row0 * s, (row0 + rows) * s), targets: b.targets.subarray(row0 * s, (row0 + rows) * s) };
+  const out: LocalRows = {
+    row0,
+    rows,
+    seqLen: s,
+    inputIds: b.inputIds.subarray(row0 * s, (row0 + rows) * s),
+    targets: b.targets.subarray(row0 * s, (row0 + rows) * s),
+  };
+  if (b.attentionMask) out.attentionMask = b.attentionMask.subarray(row0 * s, (row0 + rows) * s);
+  return out;
 }
 
 /** Tokens of the global batch that carry a target. */

@@ -89,9 +89,8 @@ export class SingleDeviceStrategy implements TrainStrategy {
     const tape = new Tape({ stream, impl: patchImpl });
     if (this.lora) this.lora.hooks.dropoutSeed = backward ? loraStepSeed(this.lora.adapters.config.seed, this.store.stepCount, this.micro++) : null;
     try {
-      const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream);
-      tape.own(b.ids);
-      tape.own(b.positions);
+      const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
+      for (const t of [b.ids, b.positions, b.mask]) if (t) tape.own(t);
       const logits = this.model.forward(tape, b);
       const terms = await loss(tape, logits, rows, batch);
       const { perToken, weights } = terms;

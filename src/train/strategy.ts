@@ -28,6 +28,12 @@ export interface TrainBatch {
   targets: Int32Array;
   batch: number;
   seqLen: number;
+  /**
+   * int32 [batch·seqLen] 2-D padding mask (1 = token, 0 = pad), optional: rows without one are taken
+   * as right-padded, which causal attention handles exactly. Qwen3.5 uses it to keep left pads out
+   * of its Gated DeltaNet layers; a model with attention refuses left padding (no key mask).
+   */
+  attentionMask?: Int32Array;
 }
 
 /** The rows of the global batch this rank computes (its data-parallel share). */
@@ -39,6 +45,8 @@ export interface LocalRows {
   seqLen: number;
   inputIds: Int32Array;
   targets: Int32Array;
+  /** The rows of TrainBatch.attentionMask, when it has one. */
+  attentionMask?: Int32Array;
 }
 
 /**

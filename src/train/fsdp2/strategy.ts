@@ -240,9 +240,8 @@ export class Fsdp2Strategy implements TrainStrategy {
       this.lora.hooks.dropoutWindow = { row0: rows.row0 * rows.seqLen, total: batch.batch * batch.seqLen };
     }
     try {
-      const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream);
-      tape.own(b.ids);
-      tape.own(b.positions);
+      const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
+      for (const t of [b.ids, b.positions, b.mask]) if (t) tape.own(t);
       const logits = this.model.forward(tape, b);
       const terms = await loss(tape, logits, rows, batch);
       const { perToken, weights } = terms;

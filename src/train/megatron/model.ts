@@ -18,7 +18,7 @@ import type { Communicator } from '../../runtime/comm/comm.js';
 import type { Tape, Var } from '../../model/autograd.js';
 import { isMoeLayer, type ModelConfig } from '../../model/config.js';
 import * as F from '../../model/functional.js';
-import type { Batch } from '../../model/qwen3.js';
+import { refuseLeftPadding, type Batch } from '../../model/qwen3.js';
 import { copyToTp, reduceFromTp, type PendingComms } from './comm-ops.js';
 import { expertParallelMoe } from './expert-parallel.js';
 import { splitQkv } from './qkv.js';
@@ -66,6 +66,7 @@ export class MegatronModel {
   /** Logits [B·S, V] (full vocabulary on every rank). Async: an expert-parallel MoE layer reads its token counts on the host. */
   async forward(tape: Tape, batch: Batch): Promise<Var> {
     const { cfg, groups } = this;
+    refuseLeftPadding(batch, 'megatron forward');
     const p = (n: string) => this.params.param(n);
     const { batch: B, seqLen: S } = batch;
     const T = B * S;

@@ -245,9 +245,8 @@ export class MegatronStrategy implements TrainStrategy {
     }
     try {
       if (backward) this.grads.zeroStep(stream);
-      const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream);
-      tape.own(b.ids);
-      tape.own(b.positions);
+      const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
+      for (const t of [b.ids, b.positions, b.mask]) if (t) tape.own(t);
       const logits = await this.model.forward(tape, b);
       const terms = await loss(tape, logits, rows, batch);
       const { perToken, weights } = terms;
