@@ -118,6 +118,42 @@ describe('Hugging Face model folder export', () => {
         }
       }
       expect(existsSync(join(dir, 'moe-fused', 'generation_config.json'))).toBe(true);
+      // No layout asked: the source checkpoint's layout is kept.
+      for (const layout of ['per-expert', 'fused'] as const) {
+        const out = join(dir, `moe-default-from-${layout}`);
+        await exportHfModel(s, { dir: out, source: join(dir, `moe-${layout}`) });
+        const names = [...(await readF32Checkpoint(out)).keys()];
+        expect(names.includes('model.layers.0.mlp.experts.gate_up_proj'), out).toBe(layout === 'fused');
+        expect(names.includes('model.layers.0.mlp.experts.3.gate_proj.weight'), out).toBe(layout === 'per-expert');
+      }
+    } finally {
+      s.release();
+    }
+  });
+
+  it("qwen3_5_moe: the source checkpoint's expert layout by default, fused (as the hub writes it) without one", async () => {
+    const fixture = new URL('./fixtures/parity/qwen3_5_moe-per-expert-f32', import.meta.url).pathname;
+    const bare = join(dir, 'q35moe-config-only');
+    mkdirSync(bare);
+    copyFileSync(join(fixture, 'config.json'), join(bare, 'config.json'));
+    const s = await createStrategy(parseTrainerConfig({ strategy: 'single', model: fixture, init: 'checkpoint' }), one);
+    try {
+      for (const [source, fused] of [
+        [fixture, false],
+        [bare, true],
+      ] as const) {
+        const out = join(dir, `q35moe-${fused ? 'fused' : 'per-expert'}`);
+        await exportHfModel(s, { dir: out, source });
+        const names = [...(await readF32Checkpoint(out)).keys()];
+        expect(
+          names.some((n) => n.endsWith('mlp.experts.gate_up_proj')),
+          out,
+        ).toBe(fused);
+        expect(
+          names.some((n) => /mlp\.experts\.0\.gate_proj\.weight$/.test(n)),
+          out,
+        ).toBe(!fused);
+      }
     } finally {
       s.release();
     }

@@ -131,8 +131,8 @@ export const GrpoConfigSchema = z
         dir: z.string().min(1),
         /** Default: the input checkpoint's dtype (config.json torch_dtype / dtype), else float32. */
         dtype: z.enum(['float32', 'bfloat16', 'float16']).optional(),
-        /** MoE experts per expert (transformers 4.x) or fused (transformers 5). */
-        expertLayout: z.enum(['per-expert', 'fused']).default('per-expert'),
+        /** MoE experts per expert (transformers 4.x) or fused (transformers 5); default: the input checkpoint's layout. */
+        expertLayout: z.enum(['per-expert', 'fused']).optional(),
         /** LoRA runs: the full model with the adapters merged instead of PEFT's adapter folder. */
         merged: z.boolean().default(false),
       })

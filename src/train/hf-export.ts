@@ -9,7 +9,8 @@
  *                           special_tokens_map.json, vocab.json, merges.txt, chat_template.jinja, ...)
  *   model.safetensors       HF names, in the input's dtype by default (F32 / BF16 / F16, rounded to
  *                           nearest even), sharded with model.safetensors.index.json past maxShardBytes;
- *                           MoE experts per expert by default (what transformers 4.x loads) or fused
+ *                           MoE experts in the source checkpoint's layout by default (see
+ *                           HfExportOptions.expertLayout), or as asked
  *
  * Collective over the strategy's ranks (the state is gathered everywhere; rank 0 writes into a
  * temporary folder renamed into place, and every rank learns the outcome).
@@ -19,8 +20,10 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Communicator } from '../runtime/comm/comm.js';
 import { CheckpointFormatError, ConfigError } from '../runtime/errors.js';
-import { writeCheckpoint } from '../model/checkpoint.js';
-import { convertExpertLayout, fromHostTensors, toHostTensors } from '../model/params.js';
+import { Checkpoint, writeCheckpoint } from '../model/checkpoint.js';
+import { convertExpertLayout, detectExpertLayout, fromHostTensors, toHostTensors, type ExpertLayout } from '../model/params.js';
+import { isQwen35, type ModelConfig } from '../model/config.js';
+import { textOnlyWeights } from '../model/params-qwen35.js';
 import type { HostParam } from '../model/param-store.js';
 import type { TensorSource } from '../model/safetensors.js';
 import { anyRank } from './any-rank.js';
@@ -37,7 +40,11 @@ export interface HfExportOptions {
   source?: string;
   /** Default: the input config's torch_dtype / dtype, else float32. */
   dtype?: SaveDtype;
-  /** Default per-expert. */
+  /**
+   * Default: the layout of the source folder's checkpoint when it has one (a model saves the way
+   * it came); without one, fused for qwen3_5_moe (what the hub writes) and per-expert otherwise
+   * (what transformers 4.x loads).
+   */
   expertLayout?: 'per-expert' | 'fused';
   maxShardBytes?: number;
   comm?: Communicator;
@@ -170,6 +177,21 @@ async function writeAdapter(tmp: string, params: Map<string, HostParam>, targets
   await writeFile(join(tmp, 'adapter_config.json'), `${JSON.stringify(config, null, 2)}\n`);
 }
 
+/** The source checkpoint's expert layout, else the one the model type's checkpoints are published in. */
+async function defaultExpertLayout(cfg: ModelConfig, src: string | null): Promise<ExpertLayout> {
+  if (src && (existsSync(join(src, 'model.safetensors')) || existsSync(join(src, 'model.safetensors.index.json')))) {
+    const ck = await Checkpoint.open(src);
+    try {
+      const names = ck.tensors.map((t) => t.name);
+      const layout = detectExpertLayout(isQwen35(cfg) ? [...textOnlyWeights(new Map(names.map((n) => [n, n])), () => {}).keys()] : names, cfg);
+      if (layout) return layout;
+    } finally {
+      await ck.close();
+    }
+  }
+  return cfg.modelType === 'qwen3_5_moe' ? 'fused' : 'per-expert';
+}
+
 async function writeFolder(strategy: TrainStrategy, params: Map<string, HostParam>, o: HfExportOptions): Promise<void> {
   const src = sourceDir(o.source);
   const rawConfig = src ? await readJsonIfAny(join(src, 'config.json')) : null;
@@ -181,7 +203,7 @@ async function writeFolder(strategy: TrainStrategy, params: Map<string, HostPara
     for (const t of targets) params.set(t.base, mergeOne(params.get(t.base)!, params.get(t.a)!, params.get(t.b)!, scaling));
   }
   let tensors = params;
-  if (strategy.cfg.moe && (o.expertLayout ?? 'per-expert') === 'per-expert')
+  if (strategy.cfg.moe && (o.expertLayout ?? (await defaultExpertLayout(strategy.cfg, src))) === 'per-expert')
     tensors = fromHostTensors(convertExpertLayout(toHostTensors(params), strategy.cfg, 'per-expert'));
   // LoRA adapters are exported as PEFT adapters, not model weights.
   const sources: TensorSource[] = [...tensors]
