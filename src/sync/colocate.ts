@@ -1,8 +1,8 @@
 /**
  * ColocateSync: trainer and rollout engine on the same ranks (the strategy's ranks are
  * the engine world). A full sync turns what each rank's strategy owns into the engine's
- * processed runtime layout on the device (colocate-sources.ts, one planner over the
- * strategy's weight sources) — one direct session of
+ * processed runtime layout on the device (plan.ts plans the strategy's weight sources ×
+ * the engine's weight slots, colocate-sources.ts runs the steps) — one direct session of
  * the engine: no loader, no post-load processing — on the engine's stream, after the
  * trainer's stream (event). A failed sync aborts the session (the engine stays usable).
  * An adapter sync (single-device LoRA strategy) sends only the adapters (rollout/lora.ts).
@@ -13,10 +13,8 @@
 import { Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError, WeightSyncError, InvalidStateError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device/device.js';
-import { hfDirectWrites } from '../rollout/direct-write.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { applyEngineAdapters, engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
-import { hfLoadPlan } from '../rollout/loader.js';
 import type { LoraAdapters } from '../model/lora.js';
 import { assertSingleStrategyModel } from '../model/config.js';
 import type { TrainStrategy } from '../train/strategy.js';
@@ -89,22 +87,19 @@ export class ColocateSync {
       for (const x of list) bytes += x.a.nbytes + x.b.nbytes;
       tensors = list.length * 2;
     } else {
-      const plan = hfLoadPlan(engine.cfg, engine.shard);
       // The whole sync is one direct session; a failure aborts it, so the engine takes the next attempt.
       const session = engine.beginDirect();
       try {
-        const fault = syncFault(engine, (name) => plan.get(name), 'colocate');
+        const slots = engine.weightSlots();
+        const fault = syncFault(engine, (name) => slots.find((x) => x.hf === name)?.region, 'colocate');
         const out: ColocateOut = {
           engine,
           session,
           stream,
           bucketBytes: this.bucketBytes,
           pending: [],
-          directWrites: (name: string) => (fault?.skips(name) ? [] : hfDirectWrites(engine.cfg, engine.shard, plan, name)),
-          writeHf: (name: string, full: Tensor) => {
-            if (fault?.skips(name)) return;
-            for (const w of hfDirectWrites(engine.cfg, engine.shard, plan, name)) session.writeInPlace(w.param, (dst, st) => w.write(dst, full, st));
-          },
+          slots,
+          ...(fault ? { skips: (hf: string) => fault.skips(hf) } : {}),
         };
         try {
           tensors = syncSources(strategy.weightSources(), out);
