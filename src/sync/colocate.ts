@@ -5,7 +5,8 @@
  * the engine's weight slots, colocate-sources.ts runs the steps) — one direct session of
  * the engine: no loader, no post-load processing — on the engine's stream, after the
  * trainer's stream (event). A failed sync aborts the session (the engine stays usable).
- * An adapter sync (single-device LoRA strategy) sends only the adapters (rollout/lora.ts).
+ * An adapter sync sends only the adapters, read from the strategy's adapter sources
+ * (parallel/adapter-sources.ts) and applied by rollout/lora.ts.
  * The extra device memory of a sync is measured (device peak minus what was allocated
  * before) and reported; verification is optional (verify.ts): exact fingerprints after a
  * full sync (fingerprint-check.ts), the probe's log-prob parity when a probe is given.
@@ -15,7 +16,6 @@ import { InvalidArgumentError, WeightSyncError, InvalidStateError } from '../run
 import { checkOptions } from '../runtime/device/device.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { applyEngineAdapters, engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
-import type { LoraAdapters } from '../model/lora.js';
 import { assertSingleStrategyModel } from '../model/config.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { syncSources, type ColocateOut } from './colocate-sources.js';
@@ -55,23 +55,22 @@ export class ColocateSync {
       tensors = 0;
     const kind = opts.adapterOnly ? 'adapter' : 'full';
     if (opts.adapterOnly) {
-      const lora = (strategy as { lora?: { adapters: LoraAdapters } }).lora;
-      if (!lora || !strategy.loraState) {
+      const adapters = strategy.adapterSources();
+      if (!adapters) {
         throw new InvalidArgumentError(
           `ColocateSync.sync({ adapterOnly: true }): the ${strategy.kind} strategy has no LoRA adapters. HINT: create the strategy with { lora }, or run a full sync.`,
           { strategy: strategy.kind },
         );
       }
-      const { adapters } = lora;
       if (adapters.merged)
         throw new InvalidStateError(
           'ColocateSync.sync({ adapterOnly: true }): the adapters are merged into the base weights; a merged sync is a full sync. HINT: sync() without adapterOnly.',
         );
       // Full adapters by PEFT name (collective for the sharded strategies; small next to the model).
-      const host = await strategy.loraState();
+      const host = await adapters.gather();
       const up = (name: string) => {
         const h = host.get(name);
-        if (!h) throw new InvalidArgumentError(`ColocateSync: the strategy's loraState() has no ${name}.`, { tensor: name });
+        if (!h) throw new InvalidArgumentError(`ColocateSync: the strategy's gathered adapters have no ${name}.`, { tensor: name });
         return Tensor.fromArray(device, h.data, h.shape, { stream });
       };
       const list = adapters.targets.map((t) => ({ base: t.base, a: up(t.a), b: up(t.b) }));
