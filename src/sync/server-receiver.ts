@@ -27,8 +27,9 @@ interface Way {
  * Engine side: each received segment goes straight into the engine's preprocessed
  * parameters (no per-tensor temporaries). Where its bytes are one contiguous region of a
  * parameter on this rank (whole tensors like the embedding, rows of a TP slice, a local
- * shard) the broadcast delivers it there directly; otherwise it lands in a slot and is
- * sliced from there, by the source's HF views (parallel/weight-sources.ts): a source
+ * shard) the broadcast delivers it there directly; otherwise it lands in a staging slot and is
+ * sliced from there, by the way the planner (plan.ts) chose from the source's HF views
+ * (parallel/weight-sources.ts) and this rank's weight slots (engine.weightSlots()): a source
  * whose every view is a flat range of its piece (Shard(0) chunks, whole tensors, stacked
  * experts, gate-up halves) is loaded as HF ranges (ReloadSession.loadRange); a piece whose
  * views are exactly this TP rank's engine slices (trainer tp == engine tp) goes in as a
