@@ -34,6 +34,7 @@ import { runtimeParamSpecs, RuntimeParams, type LayoutState } from './runtime-pa
 import { checkSequences, logprobTemperature, resolveSampling, type SamplingParams } from './sampling-params.js';
 import { sleepParams, wakeParams, type SleepLevel } from './sleep.js';
 import { tpShard, type TpShard } from './tp-shard.js';
+import { weightSlots, type SlotDescriptor } from './weight-slots.js';
 import { DirectSession, ReloadSession, type SessionHost, type WeightSession } from './weight-session.js';
 
 export interface RolloutEngineOptions {
@@ -111,6 +112,15 @@ export class RolloutEngine {
 
   get asleep(): SleepLevel | null {
     return this.sleepLevel;
+  }
+
+  /**
+   * This rank's weight slots (weight-slots.ts): per HF tensor and runtime parameter, the
+   * region held, the transform and the parameter's layout state, as plain JSON. Allowed
+   * while a session is open (a sync plans from them inside its session).
+   */
+  weightSlots(): SlotDescriptor[] {
+    return weightSlots(this.cfg, this.shard, this.params, this.plan);
   }
 
   /** Layout state of every runtime parameter. */

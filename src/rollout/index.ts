@@ -10,5 +10,6 @@ export { hfLoadPlan, type WeightSource } from './loader.js';
 export { tpShard, type TpShard } from './tp-shard.js';
 export { logprobTemperature, type SamplingParams } from './sampling-params.js';
 export type { SleepLevel } from './sleep.js';
-export { hfDirectWrites, expertDirectWrite, type DirectWrite } from './direct-write.js';
+export { hfDirectWrites, expertDirectWrite, slotWrite, expertSlotWrite, type DirectWrite } from './direct-write.js';
+export { weightSlots, groupSlots, checkSlot, type SlotDescriptor, type SlotRegion, type SlotTransform } from './weight-slots.js';
 export { applyEngineAdapters, markEngineBaseWeights, releaseEngineLora, type EngineAdapter } from './lora.js';

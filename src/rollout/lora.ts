@@ -4,16 +4,15 @@
  * current weights at the first adapter sync after a full sync), and an adapter sync
  * rewrites those parameters as base + scaling·B·A directly in the processed layout:
  * B·A is formed as the full HF-shaped delta (batched per expert for fused experts), cut
- * for this TP rank by the same direct writes a full colocated sync uses (zero outside
+ * for this TP rank by the same slot writes a full colocated sync uses (zero outside
  * the adapted part, e.g. k/v of qkv_proj when only q_proj is adapted), and added to the
  * base. The writes are one DirectSession, so no post-load processing can run; nothing else
  * changes.
  */
 import { axpy, copy, fill, matmul, Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
-import { hfDirectWrites } from './direct-write.js';
+import { slotWrite, type DirectWrite } from './direct-write.js';
 import type { RolloutEngine } from './engine.js';
-import { hfLoadPlan } from './loader.js';
 
 /** One adapted HF weight: its adapter A / B device tensors (full, HF-PEFT shapes). */
 export interface EngineAdapter {
@@ -50,11 +49,18 @@ export function releaseEngineLora(engine: RolloutEngine): void {
 export function applyEngineAdapters(engine: RolloutEngine, adapters: readonly EngineAdapter[], scaling: number): string[] {
   if (!(typeof scaling === 'number' && Number.isFinite(scaling)))
     throw new InvalidArgumentError(`applyEngineAdapters(): scaling must be a finite number but is ${String(scaling)}.`);
-  const plan = hfLoadPlan(engine.cfg, engine.shard);
   const stream = engine.stream;
-  const byParam = new Map<string, Array<{ ad: EngineAdapter; write: ReturnType<typeof hfDirectWrites>[number] }>>();
+  const slots = engine.weightSlots();
+  const byParam = new Map<string, Array<{ ad: EngineAdapter; write: DirectWrite }>>();
   for (const ad of adapters) {
-    for (const w of hfDirectWrites(engine.cfg, engine.shard, plan, ad.base)) {
+    const mine = slots.filter((s) => s.hf === ad.base);
+    if (!mine.length) {
+      throw new InvalidArgumentError(
+        `Adapter sync: ${JSON.stringify(ad.base)} is no HF weight of this ${engine.cfg.modelType} engine. HINT: adapt the HF names the engine publishes (engine.weightSlots(); experts fused: mlp.experts.gate_up_proj / down_proj).`,
+        { tensor: ad.base },
+      );
+    }
+    for (const w of mine.map(slotWrite)) {
       let l = byParam.get(w.param);
       if (!l) byParam.set(w.param, (l = []));
       l.push({ ad, write: w });

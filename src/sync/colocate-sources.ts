@@ -1,10 +1,11 @@
 /**
- * The trainer side of a colocated full sync: one planner over the strategy's weight
- * sources (parallel/weight-sources.ts), all on device, turning what the rank holds into the
- * engine's processed runtime layout through `out` (writes of the sync's one direct session;
- * no post-load processing). Everything is enqueued on `stream` (the engine's stream), so
- * buffers are reused in stream order without host waits. Per source, by its placement and
- * mapping (every rank of a placement's communicator takes the same branch, so collectives
+ * The colocated full sync's executor: the planner (plan.ts) turns the strategy's weight
+ * sources (parallel/weight-sources.ts) × the engine's weight slots (rollout/weight-slots.ts)
+ * into one step per source, and this runs them, all on device, turning what the rank holds
+ * into the engine's processed runtime layout (writes of the sync's one direct session, each
+ * through the slot it lands in; no post-load processing). Everything is enqueued on `stream`
+ * (the engine's stream), so buffers are reused in stream order without host waits. Per
+ * step kind (every rank of a placement's communicator gets the same kind, so collectives
  * match):
  *
  * - local: the engine's TP size equals the source's parts and every part's HF views are
@@ -27,13 +28,13 @@ import { copy, Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { stridedRead, viewOf } from '../runtime/device/views.js';
 import { assembleHf, scratchNumel } from '../parallel/weight-mapping.js';
-import { hfViews, numelOf, type AffineView, type WeightSource } from '../parallel/weight-sources.js';
+import { numelOf, type WeightSource } from '../parallel/weight-sources.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import type { DirectSession } from '../rollout/weight-session.js';
-import { expertDirectWrite, hfDirectWrites, type DirectWrite } from '../rollout/direct-write.js';
-import { hfLoadPlan } from '../rollout/loader.js';
+import { expertSlotWrite, slotWrite, type DirectWrite } from '../rollout/direct-write.js';
+import { groupSlots, slotGeometry, type SlotDescriptor } from '../rollout/weight-slots.js';
 import { writeSliceRange } from '../rollout/slice-range.js';
-import { tpShard } from '../rollout/tp-shard.js';
+import { planSync, type SyncStep } from './plan.js';
 import { sameRuns } from './slice-match.js';
 
 export interface ColocateOut {
@@ -42,41 +43,48 @@ export interface ColocateOut {
   session: DirectSession;
   stream: Stream;
   bucketBytes: number;
-  /** Writes the full HF tensor `name` into the engine (direct, processed layout). */
-  writeHf(name: string, full: Tensor): void;
-  /** The engine's direct writes of the HF tensor `name` on this rank. */
-  directWrites(name: string): DirectWrite[];
+  /** This rank's slots, the writes go through (engine.weightSlots()). */
+  slots: SlotDescriptor[];
+  /** The writes of HF tensor `hf` are left out (fault injection for verification tests). */
+  skips?(hf: string): boolean;
   /** Collective completions to await at the end. */
   pending: Promise<void>[];
 }
 
-type Route = 'local' | 'whole' | 'experts' | 'stream' | 'gather';
+/** Slots of every TP rank of an engine's group (pure data; made once per engine). */
+const groups = new WeakMap<RolloutEngine, SlotDescriptor[][]>();
 
 export function syncSources(sources: readonly WeightSource[], out: ColocateOut): number {
-  const routes = sources.map((s) => routeOf(s, out.engine));
+  const { engine } = out;
+  let group = groups.get(engine);
+  if (!group) groups.set(engine, (group = groupSlots(engine.cfg, engine.shard.tpSize)));
+  const steps = planSync(sources, { tpSize: engine.shard.tpSize, group, mine: { tpRank: engine.shard.tpRank, slots: out.slots } }, 'colocate');
   // One staging (the most any source gathers at once) and one scratch (the largest re-cut), made on first use.
-  const stagingNumel = Math.max(16, ...sources.map((s, i) => stagingNeed(s, routes[i]!, out.bucketBytes)));
-  const scratchMax = Math.max(16, ...sources.map((s, i) => (routes[i] === 'whole' || routes[i] === 'gather' ? scratchNumel(s) : 0)));
+  const stagingNumel = Math.max(16, ...sources.map((s, i) => stagingNeed(s, steps[i]!, out.bucketBytes)));
+  const scratchMax = Math.max(16, ...sources.map((s, i) => (steps[i]!.kind === 'whole' || steps[i]!.kind === 'gather' ? scratchNumel(s) : 0)));
   let staging: Tensor | null = null,
     scratch: Tensor | null = null;
-  const stage = (n: number) => viewOf((staging ??= Tensor.empty(out.engine.device, [stagingNumel], 'fp32')), [n]);
-  const scratchOf = () => (scratch ??= Tensor.empty(out.engine.device, [scratchMax], 'fp32'));
+  const stage = (n: number) => viewOf((staging ??= Tensor.empty(engine.device, [stagingNumel], 'fp32')), [n]);
+  const scratchOf = () => (scratch ??= Tensor.empty(engine.device, [scratchMax], 'fp32'));
   try {
     sources.forEach((s, i) => {
-      switch (routes[i]!) {
+      const step = steps[i]!;
+      switch (step.kind) {
         case 'local':
-          return writeLocal(s, out);
+          return writeLocal(s, step, out);
         case 'whole':
-          return writeAll(s, s.local, scratchNumel(s) ? scratchOf() : null, out);
+          return writeAll(s, step, s.local, scratchNumel(s) ? scratchOf() : null, out);
         case 'experts':
-          return gatherExperts(s, out, stage);
+          return gatherExperts(s, step, out, stage);
         case 'stream':
-          return streamShard0(s, out, stage);
+          return streamShard0(s, step, out, stage);
         case 'gather': {
           const all = stage(s.parts * s.localNumel);
           out.pending.push(s.comm!.allGather(s.local, all, out.stream));
-          return writeAll(s, all, scratchNumel(s) ? scratchOf() : null, out);
+          return writeAll(s, step, all, scratchNumel(s) ? scratchOf() : null, out);
         }
+        default:
+          throw new InvalidArgumentError(`Colocated sync: the planner gave source ${s.key} a '${step.kind}' step, which is server-only.`, { source: s.key });
       }
     });
   } finally {
@@ -86,18 +94,16 @@ export function syncSources(sources: readonly WeightSource[], out: ColocateOut):
   return sources.length;
 }
 
-function routeOf(s: WeightSource, engine: RolloutEngine): Route {
-  if (s.map.kind !== 'experts' && localMatch(s, engine)) return 'local';
-  if (s.parts === 1 || !s.comm) return 'whole';
-  if (s.map.kind === 'experts') return 'experts';
-  if (s.placement.kind === 'shard' && s.placement.dim === 0 && s.map.kind === 'identity') return 'stream';
-  return 'gather';
+/** The direct writes of HF tensor `hf` through this rank's slots of it (none when a fault skips it). */
+function writesOf(step: SyncStep, hf: string, out: ColocateOut): DirectWrite[] {
+  if (out.skips?.(hf)) return [];
+  return step.slots.filter((x) => x.hf === hf).map(slotWrite);
 }
 
-function stagingNeed(s: WeightSource, r: Route, bucketBytes: number): number {
-  if (r === 'gather') return s.parts * s.localNumel;
-  if (r === 'experts') return s.parts * numelOf(s.shape.slice(1));
-  if (r === 'stream') return s.parts * Math.min(perRank(s, bucketBytes), Math.max(1, s.localNumel));
+function stagingNeed(s: WeightSource, step: SyncStep, bucketBytes: number): number {
+  if (step.kind === 'gather') return s.parts * s.localNumel;
+  if (step.kind === 'experts') return s.parts * numelOf(s.shape.slice(1));
+  if (step.kind === 'stream') return s.parts * Math.min(perRank(s, bucketBytes), Math.max(1, s.localNumel));
   return 0;
 }
 
@@ -113,73 +119,50 @@ function perRank(s: WeightSource, bucketBytes: number): number {
   return per;
 }
 
-function writeAll(s: WeightSource, parts: Tensor, scratch: Tensor | null, out: ColocateOut): void {
-  for (const [hf, full] of assembleHf(s, parts, scratch, out.stream)) out.writeHf(hf, full);
+function writeAll(s: WeightSource, step: SyncStep, parts: Tensor, scratch: Tensor | null, out: ColocateOut): void {
+  for (const [hf, full] of assembleHf(s, parts, scratch, out.stream)) {
+    for (const w of writesOf(step, hf, out)) out.session.writeInPlace(w.param, (dst, st) => w.write(dst, full, st));
+  }
 }
 
 // ---- local: the piece is the engine's slice of the same TP rank -------------------------
 
-const plans = new WeakMap<RolloutEngine, Map<number, ReturnType<typeof hfLoadPlan>>>();
-
-/** The direct write matching each HF view of part `part` on engine TP rank `part`, or null when one does not match. */
-function matches(s: WeightSource, engine: RolloutEngine, part: number): Array<{ hf: string; view: AffineView }> | null {
-  let byRank = plans.get(engine);
-  if (!byRank) plans.set(engine, (byRank = new Map()));
-  const shard = tpShard(engine.cfg, s.parts, part);
-  let plan = byRank.get(part);
-  if (!plan) byRank.set(part, (plan = hfLoadPlan(engine.cfg, shard)));
-  const out: Array<{ hf: string; view: AffineView }> = [];
-  for (const v of hfViews(s, part)) {
-    const ws = hfDirectWrites(engine.cfg, shard, plan, v.hf);
-    if (ws.length !== 1 || !sameRuns(v.view, ws[0]!.range)) return null;
-    out.push({ hf: v.hf, view: v.view });
-  }
-  return out;
-}
-
-/** Every part's views are the engine slices of the same TP rank (the same verdict on every rank), and this engine is that rank. */
-function localMatch(s: WeightSource, engine: RolloutEngine): boolean {
-  if (engine.shard.tpSize !== s.parts || engine.shard.tpRank !== (s.comm?.rank ?? 0)) return false;
-  for (let p = 0; p < s.parts; p++) if (!matches(s, engine, p)) return false;
-  return true;
-}
-
 /**
- * The route was chosen from the loader's plans (the same verdict on every rank); the
- * writes follow this engine's plan as the sync sees it, and a write whose slice no longer
- * is the piece's (a fault injected into the plan) is left out for verification to find.
+ * The step was planned from the slots of every engine TP rank (the same verdict on every
+ * rank); the writes follow this engine's own slots, and a write whose region no longer is
+ * the piece's (a fault injected into them) is left out for verification to find.
  */
-function writeLocal(s: WeightSource, out: ColocateOut): void {
-  for (const { hf, view } of matches(s, out.engine, s.part)!) {
-    const ws = out.directWrites(hf);
-    if (ws.length !== 1 || !sameRuns(view, ws[0]!.range)) continue;
-    const write = ws[0]!;
-    out.session.writeInPlace(write.param, (dst, st) => {
-      stridedRead(viewOf(dst.reshape([dst.numel]), [numelOf(view.shape)], write.range!.dstOffset), s.local, view.shape, view.local, view.localOffset, st);
+function writeLocal(s: WeightSource, step: SyncStep, out: ColocateOut): void {
+  for (const { view, slot } of step.local!.views) {
+    const mine = out.skips?.(slot.hf) ? [] : step.slots.filter((x) => x.hf === slot.hf);
+    if (mine.length !== 1 || !sameRuns(view, slotGeometry(mine[0]!))) continue;
+    const at = mine[0]!.dstOffset;
+    out.session.writeInPlace(mine[0]!.param, (dst, st) => {
+      stridedRead(viewOf(dst.reshape([dst.numel]), [numelOf(view.shape)], at), s.local, view.shape, view.local, view.localOffset, st);
     });
   }
 }
 
 // ---- experts: one all-gather over the group per local expert ----------------------------
 
-const FUSED = /^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$/;
-
-function gatherExperts(s: WeightSource, out: ColocateOut, stage: (n: number) => Tensor): void {
-  const m = FUSED.exec(s.map.kind === 'experts' ? s.map.hf : '');
-  if (!m)
-    throw new InvalidArgumentError(`Weight sync: source ${s.key} maps experts to ${JSON.stringify(s.map)}, not a fused HF expert tensor.`, { source: s.key });
-  const layer = Number(m[1]),
-    fc = m[2] === 'gate_up_proj' ? 'fc1' : 'fc2';
+function gatherExperts(s: WeightSource, step: SyncStep, out: ColocateOut, stage: (n: number) => Tensor): void {
+  const slot = step.slots.find((x) => x.transform === 'expert-swap');
+  if (!slot) {
+    throw new InvalidArgumentError(
+      `Weight sync: source ${s.key} maps experts to ${JSON.stringify(s.map)}, which is no fused expert slot of the engine. HINT: the strategy and the engine must run the same MoE config.`,
+      { source: s.key },
+    );
+  }
   const row = numelOf(s.shape.slice(1)),
     El = s.localNumel / row,
     E = s.shape[0]!;
-  const { engine, session, stream } = out;
+  const { session, stream } = out;
   for (let j = 0; j < El; j++) {
     const all = stage(s.parts * row);
     out.pending.push(s.comm!.allGather(viewOf(s.local, [row], j * row), all, stream));
     for (let q = 0; q < s.parts; q++) {
       if (q * El + j >= E) continue;
-      const w = expertDirectWrite(engine.cfg, engine.shard, layer, q * El + j, fc);
+      const w = expertSlotWrite(slot, q * El + j);
       const piece = viewOf(all, s.shape.slice(1), q * row);
       session.writeInPlace(w.param, (dst, st) => w.write(dst, piece, st));
     }
@@ -188,7 +171,7 @@ function gatherExperts(s: WeightSource, out: ColocateOut, stage: (n: number) => 
 
 // ---- Shard(0) identity: streamed dim-0 chunks --------------------------------------------
 
-function streamShard0(s: WeightSource, out: ColocateOut, stage: (n: number) => Tensor): void {
+function streamShard0(s: WeightSource, step: SyncStep, out: ColocateOut, stage: (n: number) => Tensor): void {
   const comm = s.comm!,
     dp = s.parts,
     chunk = s.localNumel,
@@ -198,7 +181,7 @@ function streamShard0(s: WeightSource, out: ColocateOut, stage: (n: number) => T
   const gathers = Math.max(1, Math.ceil(chunk / per));
   const total = numelOf(s.shape),
     pad = dp * chunk;
-  const writes = out.directWrites(hf);
+  const writes = writesOf(step, hf, out);
   if (gathers === 1 && pad === total && writes.length === 1 && isWhole(writes[0]!)) {
     // The full tensor is one contiguous region of the engine parameter: gather straight into it.
     const w = writes[0]!;

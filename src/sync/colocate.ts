@@ -1,11 +1,12 @@
 /**
  * ColocateSync: trainer and rollout engine on the same ranks (the strategy's ranks are
  * the engine world). A full sync turns what each rank's strategy owns into the engine's
- * processed runtime layout on the device (colocate-sources.ts, one planner over the
- * strategy's weight sources) — one direct session of
+ * processed runtime layout on the device (plan.ts plans the strategy's weight sources ×
+ * the engine's weight slots, colocate-sources.ts runs the steps) — one direct session of
  * the engine: no loader, no post-load processing — on the engine's stream, after the
  * trainer's stream (event). A failed sync aborts the session (the engine stays usable).
- * An adapter sync (single-device LoRA strategy) sends only the adapters (rollout/lora.ts).
+ * An adapter sync sends only the adapters, read from the strategy's adapter sources
+ * (parallel/adapter-sources.ts) and applied by rollout/lora.ts.
  * The extra device memory of a sync is measured (device peak minus what was allocated
  * before) and reported; verification is optional (verify.ts): exact fingerprints after a
  * full sync (fingerprint-check.ts), the probe's log-prob parity when a probe is given.
@@ -13,11 +14,8 @@
 import { Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError, WeightSyncError, InvalidStateError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device/device.js';
-import { hfDirectWrites } from '../rollout/direct-write.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { applyEngineAdapters, engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
-import { hfLoadPlan } from '../rollout/loader.js';
-import type { LoraAdapters } from '../model/lora.js';
 import { assertSingleStrategyModel } from '../model/config.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { syncSources, type ColocateOut } from './colocate-sources.js';
@@ -57,23 +55,22 @@ export class ColocateSync {
       tensors = 0;
     const kind = opts.adapterOnly ? 'adapter' : 'full';
     if (opts.adapterOnly) {
-      const lora = (strategy as { lora?: { adapters: LoraAdapters } }).lora;
-      if (!lora || !strategy.loraState) {
+      const adapters = strategy.adapterSources();
+      if (!adapters) {
         throw new InvalidArgumentError(
           `ColocateSync.sync({ adapterOnly: true }): the ${strategy.kind} strategy has no LoRA adapters. HINT: create the strategy with { lora }, or run a full sync.`,
           { strategy: strategy.kind },
         );
       }
-      const { adapters } = lora;
       if (adapters.merged)
         throw new InvalidStateError(
           'ColocateSync.sync({ adapterOnly: true }): the adapters are merged into the base weights; a merged sync is a full sync. HINT: sync() without adapterOnly.',
         );
       // Full adapters by PEFT name (collective for the sharded strategies; small next to the model).
-      const host = await strategy.loraState();
+      const host = await adapters.gather();
       const up = (name: string) => {
         const h = host.get(name);
-        if (!h) throw new InvalidArgumentError(`ColocateSync: the strategy's loraState() has no ${name}.`, { tensor: name });
+        if (!h) throw new InvalidArgumentError(`ColocateSync: the strategy's gathered adapters have no ${name}.`, { tensor: name });
         return Tensor.fromArray(device, h.data, h.shape, { stream });
       };
       const list = adapters.targets.map((t) => ({ base: t.base, a: up(t.a), b: up(t.b) }));
@@ -89,22 +86,19 @@ export class ColocateSync {
       for (const x of list) bytes += x.a.nbytes + x.b.nbytes;
       tensors = list.length * 2;
     } else {
-      const plan = hfLoadPlan(engine.cfg, engine.shard);
       // The whole sync is one direct session; a failure aborts it, so the engine takes the next attempt.
       const session = engine.beginDirect();
       try {
-        const fault = syncFault(engine, (name) => plan.get(name), 'colocate');
+        const slots = engine.weightSlots();
+        const fault = syncFault(engine, (name) => slots.find((x) => x.hf === name)?.region, 'colocate');
         const out: ColocateOut = {
           engine,
           session,
           stream,
           bucketBytes: this.bucketBytes,
           pending: [],
-          directWrites: (name: string) => (fault?.skips(name) ? [] : hfDirectWrites(engine.cfg, engine.shard, plan, name)),
-          writeHf: (name: string, full: Tensor) => {
-            if (fault?.skips(name)) return;
-            for (const w of hfDirectWrites(engine.cfg, engine.shard, plan, name)) session.writeInPlace(w.param, (dst, st) => w.write(dst, full, st));
-          },
+          slots,
+          ...(fault ? { skips: (hf: string) => fault.skips(hf) } : {}),
         };
         try {
           tensors = syncSources(strategy.weightSources(), out);

@@ -14,7 +14,6 @@
  */
 import { copy, permute, scale, axpy, Tensor } from '../runtime/device/device-index.js';
 import { stridedRead, viewOf } from '../runtime/device/views.js';
-import type { HfEntry } from '../rollout/loader.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 
 export type SyncFault =
@@ -42,23 +41,32 @@ export interface FaultHooks {
   restore(): void;
 }
 
+/** The slice a sync writes an HF tensor through (a slot's region, or a loader slice write): shifted in place by 'wrong-slice'. */
+export interface FaultRegion {
+  view: readonly number[];
+  dim: number;
+  start: number;
+  len: number;
+}
+
 /**
  * The armed fault's hooks for a full sync into `engine` (null when none is armed).
- * `entryOf`: the loader plan entry the sync writes HF tensor `name` through (colocated: its
- * own plan; server: the reload session's), shifted in place for 'wrong-slice' until restore().
+ * `regionOf`: the slice the sync writes HF tensor `name` through (colocated: the region of
+ * this rank's slot of it; server: the reload session's slice write), shifted in place for
+ * 'wrong-slice' until restore().
  */
-export function syncFault(engine: RolloutEngine, entryOf: (name: string) => HfEntry | undefined, mode: 'colocate' | 'server'): FaultHooks | null {
+export function syncFault(engine: RolloutEngine, regionOf: (name: string) => FaultRegion | undefined, mode: 'colocate' | 'server'): FaultHooks | null {
   const f = armed;
   if (!f) return null;
   const stream = engine.stream;
   const undo: Array<() => void> = [];
   let snapshot: Tensor | null = null;
   if (f.kind === 'wrong-slice') {
-    const entry = entryOf(f.tensor);
-    if (entry) {
-      const old = entry.writes[0]!;
-      entry.writes[0] = { ...old, start: (old.start + old.len) % old.view[old.dim]! };
-      undo.push(() => (entry.writes[0] = old));
+    const r = regionOf(f.tensor);
+    if (r) {
+      const start = r.start;
+      r.start = (start + r.len) % r.view[r.dim]!;
+      undo.push(() => (r.start = start));
     }
   }
   if (f.kind === 'stale' && mode === 'server') {

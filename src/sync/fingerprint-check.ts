@@ -16,8 +16,8 @@ import { Tensor, type Stream } from '../runtime/device/device-index.js';
 import type { Communicator } from '../runtime/comm/comm.js';
 import { WeightSyncError } from '../runtime/errors.js';
 import type { ModelConfig } from '../model/config.js';
-import { hfLoadPlan } from '../rollout/loader.js';
 import type { RolloutEngine } from '../rollout/engine.js';
+import type { SlotDescriptor } from '../rollout/weight-slots.js';
 import type { WeightSource } from '../parallel/weight-sources.js';
 import { enqueueFingerprint, hex } from './fingerprint.js';
 import { engineView, regionTable } from './regions.js';
@@ -40,6 +40,13 @@ export interface FingerprintSummary {
   /** Canonical regions compared, over all engine ranks. */
   compared: number;
   seconds: number;
+}
+
+/** The engine's slot of each HF tensor (the first, when a tensor fills several parameters). */
+function slotOf(engine: RolloutEngine): (hf: string) => SlotDescriptor {
+  const by = new Map<string, SlotDescriptor>();
+  for (const s of engine.weightSlots()) if (!by.has(s.hf)) by.set(s.hf, s);
+  return (hf) => by.get(hf)!;
 }
 
 /** Per-rank verdict: [engine, tpRank, code (0 ok, 1 mismatch, 2 layout), index, engine fp, trainer fp, mismatches]. */
@@ -101,9 +108,9 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
         rec[3] = BigInt(bad);
       } else {
         const mine = make(Tensor.zeros(device, [table.tensors.length], 'int64', { stream }));
-        const plan = hfLoadPlan(cfg, engine.shard);
+        const slots = slotOf(engine);
         table.tensors.forEach((t, i) => {
-          const { param, view } = engineView(cfg, engine.shard, plan, t.name, engine.params, true);
+          const { param, view } = engineView(slots(t.name), engine.params, true);
           enqueueFingerprint(param.tensor!.reshape([param.tensor!.numel]), view, mine, i, stream);
         });
         const [got, want] = (await Promise.all([mine.toArray(wait), trainer.toArray(wait)])) as [BigInt64Array, BigInt64Array];
@@ -220,9 +227,9 @@ export async function checkBaseFingerprints(
       rec[0] = 1n;
       rec[1] = BigInt(engine.shard.tpRank);
       const mine = make(Tensor.zeros(engine.device, [names.length], 'int64', { stream }));
-      const plan = hfLoadPlan(cfg, engine.shard);
+      const slots = slotOf(engine);
       names.forEach((name, i) => {
-        const { param, view } = engineView(cfg, engine.shard, plan, name, engine.params, true);
+        const { param, view } = engineView(slots(name), engine.params, true);
         const src = base?.get(param.name) ?? param.tensor!;
         enqueueFingerprint(src.reshape([src.numel]), view, mine, i, stream);
       });

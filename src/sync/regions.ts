@@ -1,17 +1,16 @@
 /**
  * The canonical form a weight sync is verified in: every HF tensor of the model (experts
  * fused: gate_up_proj [E, 2I, H], down_proj [E, H, I]) and, per engine TP rank, the region
- * of it that rank holds — the slice of the loader's plan (view, dim, start, len), or the
- * whole tensor for the replicated ones. In placement terms a region is the tensor's
- * Shard (a dim range) or Replicate on the engine side; a "slot" is the runtime parameter
- * plus the affine view (engineView) that reads the region out of it in its current
- * layout, transposed experts included.
+ * of it that rank holds — the region of the rank's weight slot (rollout/weight-slots.ts:
+ * view, dim, start, len), or the whole tensor for the replicated ones. In placement terms
+ * a region is the tensor's Shard (a dim range) or Replicate on the engine side; the slot's
+ * runtime parameter plus the affine view (engineView) reads the region out of it in its
+ * current layout, transposed experts included.
  */
-import { isMoeLayer, type ModelConfig } from '../model/config.js';
+import type { ModelConfig } from '../model/config.js';
 import { paramSpecs } from '../model/params.js';
-import { hfLoadPlan, type HfEntry } from '../rollout/loader.js';
 import type { RuntimeParam } from '../rollout/runtime-params.js';
-import { tpShard, type TpShard } from '../rollout/tp-shard.js';
+import { groupSlots, type SlotDescriptor } from '../rollout/weight-slots.js';
 import type { AffineView, RegionFilter } from './fingerprint.js';
 import { isLoraName } from './colocate-sources.js';
 
@@ -50,11 +49,12 @@ export function regionTable(cfg: ModelConfig, engineTp: number): RegionTable {
   const regions: Region[] = [];
   const seen = new Map<string, number>();
   const slot: number[][] = [];
-  for (let k = 0; k < engineTp; k++) {
-    const plan = hfLoadPlan(cfg, tpShard(cfg, engineTp, k));
+  for (const slots of groupSlots(cfg, engineTp)) {
+    const first = new Map<string, SlotDescriptor>();
+    for (const x of slots) if (!first.has(x.hf)) first.set(x.hf, x);
     slot.push(
       tensors.map((t, i) => {
-        const w = plan.get(t.name)!.writes[0]!;
+        const w = first.get(t.name)!.region;
         const inner = numel(w.view.slice(w.dim + 1));
         const r: Region =
           w.len === w.view[w.dim]
@@ -74,51 +74,43 @@ export function regionTable(cfg: ModelConfig, engineTp: number): RegionTable {
 }
 
 /**
- * The engine side: the runtime parameter holding canonical tensor `name` on TP rank
- * `shard` (plan = hfLoadPlan(cfg, shard)) and the affine view reading exactly its region there, in the parameter's
- * layout (`processed` swaps the experts' last two dims).
+ * The engine side: the runtime parameter of weight slot `slot` (rollout/weight-slots.ts) and
+ * the affine view reading exactly its region there, in the parameter's layout (`processed`
+ * swaps the experts' last two dims: an expert-swap slot).
  */
-export function engineView(
-  cfg: ModelConfig,
-  shard: TpShard,
-  plan: ReadonlyMap<string, HfEntry>,
-  name: string,
-  params: { get(n: string): RuntimeParam },
-  processed: boolean,
-): { param: RuntimeParam; view: AffineView } {
-  const H = cfg.hiddenSize;
-  const m = /^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$/.exec(name);
-  if (m && cfg.moe && isMoeLayer(cfg, Number(m[1]))) {
-    const { numExperts: E, intermediateSize: I } = cfg.moe;
-    const Im = shard.moeInterLocal,
-      s = shard.moeInterStart;
-    const p = `model.layers.${m[1]}.mlp.experts`;
-    if (m[2] === 'gate_up_proj') {
-      // Canonical (e, j, i, h) = e·2IH + j·IH + (s + i)·H + h, j = gate / up.
+export function engineView(slot: SlotDescriptor, params: { get(n: string): RuntimeParam }, processed: boolean): { param: RuntimeParam; view: AffineView } {
+  const r = slot.region;
+  const param = params.get(slot.param);
+  if (slot.transform === 'expert-swap') {
+    const Im = r.len,
+      s = r.start;
+    if (r.view.length === 4) {
+      // gate_up_proj seen as [E, 2, I, H]: canonical (e, j, i, h) = e·2IH + j·IH + (s + i)·H + h, j = gate / up.
+      const [E, , I, H] = r.view as [number, number, number, number];
       const global = [2 * I * H, I * H, H, 1];
       const view: AffineView = processed
         ? { shape: [E, 2, Im, H], local: [H * 2 * Im, Im, 1, 2 * Im], localOffset: 0, global, globalOffset: s * H } // [E, H, 2·Im]
         : { shape: [E, 2, Im, H], local: [2 * Im * H, Im * H, H, 1], localOffset: 0, global, globalOffset: s * H }; // [E, 2·Im, H]
-      return { param: params.get(`${p}.w13_weight`), view };
+      return { param, view };
     }
-    // Canonical (e, h, i) = e·HI + h·I + s + i.
+    // down_proj [E, H, I]: canonical (e, h, i) = e·HI + h·I + s + i.
+    const [E, H, I] = r.view as [number, number, number];
     const global = [H * I, I, 1];
     const view: AffineView = processed
       ? { shape: [E, H, Im], local: [Im * H, 1, H], localOffset: 0, global, globalOffset: s } // [E, Im, H]
       : { shape: [E, H, Im], local: [H * Im, Im, 1], localOffset: 0, global, globalOffset: s }; // [E, H, Im]
-    return { param: params.get(`${p}.w2_weight`), view };
+    return { param, view };
   }
-  const w = plan.get(name)!.writes[0]!;
-  const inner = numel(w.view.slice(w.dim + 1)),
-    outer = numel(w.view.slice(0, w.dim));
+  const inner = numel(r.view.slice(r.dim + 1)),
+    outer = numel(r.view.slice(0, r.dim));
   return {
-    param: params.get(w.param),
+    param,
     view: {
-      shape: [outer, w.len, inner],
-      local: [w.len * inner, inner, 1],
-      localOffset: w.dstOffset,
-      global: [w.view[w.dim]! * inner, inner, 1],
-      globalOffset: w.start * inner,
+      shape: [outer, r.len, inner],
+      local: [r.len * inner, inner, 1],
+      localOffset: slot.dstOffset,
+      global: [r.view[r.dim]! * inner, inner, 1],
+      globalOffset: r.start * inner,
     },
   };
 }

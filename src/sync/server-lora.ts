@@ -1,6 +1,7 @@
 /**
  * Server-mode LoRA adapter sync: only the adapters travel. The trainer group gathers
- * its adapters (strategy.loraState(), collective over the trainers); trainer rank 0
+ * its adapters (the strategy's adapter sources, parallel/adapter-sources.ts: gather() is
+ * collective over the trainers); trainer rank 0
  * broadcasts over the sync communicator a small header (targets, shapes, scaling;
  * JSON packed in int32 words) and then each A and B; the engine ranks rewrite the
  * affected runtime parameters as base + scaling·B·A (rollout/lora.ts). No full reload,
@@ -9,7 +10,6 @@
 import type { Communicator } from '../runtime/comm/comm.js';
 import { Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
-import type { LoraAdapters } from '../model/lora.js';
 import type { HostParam } from '../model/param-store.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { applyEngineAdapters } from '../rollout/lora.js';
@@ -57,17 +57,17 @@ export async function serverAdapterSync(opts: {
   let host: Map<string, HostParam> | null = null;
   let header: Header | null = null;
   if (strategy) {
-    const lora = (strategy as { lora?: { adapters: LoraAdapters } }).lora;
-    if (!lora || !strategy.loraState) {
+    const adapters = strategy.adapterSources();
+    if (!adapters) {
       throw new InvalidArgumentError(
         `ServerSync.sync({ adapterOnly: true }): the ${strategy.kind} strategy has no LoRA adapters. HINT: create it with { lora }, or run a full sync.`,
       );
     }
-    host = await strategy.loraState(); // collective over the trainer group
+    host = await adapters.gather(); // collective over the trainer group
     if (comm.rank === 0) {
       header = {
-        scaling: lora.adapters.scaling,
-        targets: lora.adapters.targets.map((t) => ({ base: t.base, a: t.a, b: t.b, shapeA: [...host!.get(t.a)!.shape], shapeB: [...host!.get(t.b)!.shape] })),
+        scaling: adapters.scaling,
+        targets: adapters.targets.map((t) => ({ base: t.base, a: t.a, b: t.b, shapeA: [...host!.get(t.a)!.shape], shapeB: [...host!.get(t.b)!.shape] })),
       };
     }
   }

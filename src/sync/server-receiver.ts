@@ -7,13 +7,13 @@ import { copy, Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { viewOf } from '../runtime/device/views.js';
 import { assembleHf, scratchNumel } from '../parallel/weight-mapping.js';
-import { hfViews, type HfView } from '../parallel/weight-sources.js';
+import type { HfView } from '../parallel/weight-sources.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import type { ReloadSession } from '../rollout/weight-session.js';
 import type { SliceGeometry } from '../rollout/slice-range.js';
 import type { Bucket, Segment } from './buckets.js';
 import type { Assembly } from './server-plan.js';
-import { localGeometry } from './slice-match.js';
+import { planSync } from './plan.js';
 
 /** How a source reaches the engine: flat HF ranges, this TP rank's local shard, or assembled and re-cut. */
 interface Way {
@@ -27,8 +27,9 @@ interface Way {
  * Engine side: each received segment goes straight into the engine's preprocessed
  * parameters (no per-tensor temporaries). Where its bytes are one contiguous region of a
  * parameter on this rank (whole tensors like the embedding, rows of a TP slice, a local
- * shard) the broadcast delivers it there directly; otherwise it lands in a slot and is
- * sliced from there, by the source's HF views (parallel/weight-sources.ts): a source
+ * shard) the broadcast delivers it there directly; otherwise it lands in a staging slot and is
+ * sliced from there, by the way the planner (plan.ts) chose from the source's HF views
+ * (parallel/weight-sources.ts) and this rank's weight slots (engine.weightSlots()): a source
  * whose every view is a flat range of its piece (Shard(0) chunks, whole tensors, stacked
  * experts, gate-up halves) is loaded as HF ranges (ReloadSession.loadRange); a piece whose
  * views are exactly this TP rank's engine slices (trainer tp == engine tp) goes in as a
@@ -55,13 +56,17 @@ export class Receiver {
     private readonly plan: Map<string, Assembly>,
     private readonly stream: Stream,
   ) {
-    for (const a of plan.values()) {
-      const views = Array.from({ length: a.parts }, (_, p) => hfViews(a.source, p));
-      const flat = views.every((vs) => vs.every((v) => v.view.shape.length === 1 && v.view.local[0] === 1 && v.view.global[0] === 1)) ? views : null;
-      const { tpSize, tpRank } = engine.shard;
-      const local = !flat && tpSize === a.parts ? localGeometry(views[tpRank]!, (hf) => session.entry(hf).writes, a.partNumel) : null;
-      this.ways.set(a.name, { flat, local });
-    }
+    // Planned from this rank's slots as the sync sees them (after any injected fault).
+    const list = [...plan.values()];
+    const steps = planSync(
+      list.map((a) => a.source),
+      { tpSize: engine.shard.tpSize, mine: { tpRank: engine.shard.tpRank, slots: engine.weightSlots() } },
+      'server',
+    );
+    list.forEach((a, i) => {
+      const step = steps[i]!;
+      this.ways.set(a.name, { flat: step.ranges ?? null, local: step.kind === 'local' ? step.local!.params : null });
+    });
   }
 
   /**

@@ -177,7 +177,7 @@ export class ServerSync {
     const session = this.role === 'engine' ? this.engine!.beginReload() : null;
     let receiver: Receiver | null = null;
     try {
-      const fault = session ? syncFault(this.engine!, (name) => session.entry(name), 'server') : null;
+      const fault = session ? syncFault(this.engine!, (name) => session.entry(name).writes[0], 'server') : null;
       const rx = (receiver = session ? new Receiver(this.engine!, session, assemblies(ranks), stream) : null);
       // Engine ranks: where each segment is received — straight into a parameter, or packed
       // into a slot (two slots alternate, each as large as the most any bucket puts there, at

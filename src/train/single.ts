@@ -14,6 +14,7 @@ import { createModel, type CausalLM } from '../model/create-model.js';
 import { paramSpecs } from '../model/params.js';
 import { Replicate } from '../parallel/placement.js';
 import type { WeightSource } from '../parallel/weight-sources.js';
+import { adapterSourcesOf, type AdapterSources } from '../parallel/adapter-sources.js';
 import { LoraAdapters, loraStepSeed, type LoraHooks } from '../model/lora.js';
 import type { LoraConfigInput } from '../model/lora-config.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from './grad-norm.js';
@@ -137,6 +138,11 @@ export class SingleDeviceStrategy implements TrainStrategy {
       out.set(name, { shape: [...t.shape], data: (await t.toArray({ stream: this.stream })) as Float32Array });
     }
     return out;
+  }
+
+  /** The LoRA adapters in the weight-source contract (null without LoRA): what an adapter-only weight sync reads. */
+  adapterSources(): AdapterSources | null {
+    return this.lora ? adapterSourcesOf(this.layout, this.lora.adapters, () => this.loraState()) : null;
   }
 
   /** Every model tensor whole on this device (LoRA adapters are not model weights). */

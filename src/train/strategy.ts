@@ -16,6 +16,7 @@ import type { Tape, Var } from '../model/autograd.js';
 import type { ModelConfig } from '../model/config.js';
 import type { AdamWHyper, HostParam } from '../model/param-store.js';
 import type { WeightSource } from '../parallel/weight-sources.js';
+import type { AdapterSources } from '../parallel/adapter-sources.js';
 
 export const STRATEGY_KINDS = ['single', 'fsdp2', 'megatron'] as const;
 export type StrategyKind = (typeof STRATEGY_KINDS)[number];
@@ -125,6 +126,11 @@ export interface TrainStrategy {
    * and HF mappings. The weight sync reads these, never the strategy's inside.
    */
   weightSources(): WeightSource[];
+  /**
+   * The LoRA adapters in the weight-source contract (parallel/adapter-sources.ts), what an
+   * adapter-only weight sync reads; null when the strategy has none.
+   */
+  adapterSources(): AdapterSources | null;
   /** The communicators the strategy runs collectives on (for the flight recorder and comm-time accounting). */
   readonly communicators?: readonly Communicator[];
   /** Frees every device tensor the strategy holds. */

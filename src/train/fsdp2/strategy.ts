@@ -40,6 +40,7 @@ import { hostFromGathered, paramProblems, planLayout, shardFromHost, throwProble
 import { SlotPool } from './slot-pool.js';
 import { fsdp2SourceDescriptors } from './weight-sources.js';
 import type { WeightSource } from '../../parallel/weight-sources.js';
+import { adapterSourcesOf, type AdapterSources } from '../../parallel/adapter-sources.js';
 import { StepSource, type UnitState } from './step-source.js';
 
 export interface Fsdp2Options {
@@ -192,6 +193,11 @@ export class Fsdp2Strategy implements TrainStrategy {
   localShards(): ReadonlyMap<string, { param: Tensor; grad?: Tensor; expAvg?: Tensor; expAvgSq?: Tensor }> {
     this.checkLive('localShards');
     return new Map([...this.units].map(([u, t]) => [u.key, { param: t.param, grad: t.grad, expAvg: t.m, expAvgSq: t.v }]));
+  }
+
+  /** The LoRA adapters in the weight-source contract (null without LoRA): what an adapter-only weight sync reads. */
+  adapterSources(): AdapterSources | null {
+    return this.lora ? adapterSourcesOf(this.layout, this.lora.adapters, () => this.loraState()) : null;
   }
 
   /** Every model parameter's padded dim-0 chunk on this rank, Shard(0) over `comm` (weight-sources.ts). */

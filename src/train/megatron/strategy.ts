@@ -52,6 +52,7 @@ import { loraGather, loraLocalShape, loraShardSpecs, loraSlice } from './lora-sh
 import { splitViews } from './views.js';
 import { expertUnitName, megatronSourceDescriptors } from './weight-sources.js';
 import type { WeightSource } from '../../parallel/weight-sources.js';
+import { adapterSourcesOf, type AdapterSources } from '../../parallel/adapter-sources.js';
 
 export interface MegatronOptions {
   /** The world communicator (every rank calls create with the same options). */
@@ -214,6 +215,11 @@ export class MegatronStrategy implements TrainStrategy {
       }
     }
     return out;
+  }
+
+  /** The LoRA adapters in the weight-source contract (null without LoRA): what an adapter-only weight sync reads. */
+  adapterSources(): AdapterSources | null {
+    return this.lora ? adapterSourcesOf(this.layout, this.lora.adapters, () => this.loraState()) : null;
   }
 
   /** This rank's Megatron tensors with their placements over tp / ep and HF mappings (weight-sources.ts). */

@@ -1,0 +1,112 @@
+// The weight-slot contract (src/rollout/weight-slots.ts): over the ranks of an engine TP
+// group the slots cover every HF element exactly `replicas` times (once for a true shard),
+// every rank's slots fill each of its runtime parameters exactly once, the transforms are
+// the engine's real layouts, descriptors survive JSON, and the engine publishes its own.
+import { describe, expect, it } from 'vitest';
+import { Device } from '../src/runtime/device/device.js';
+import { InvalidArgumentError } from '../src/runtime/errors.js';
+import { loadModelConfig } from '../src/model/config.js';
+import { runtimeParamSpecs } from '../src/rollout/runtime-params.js';
+import { tpShard } from '../src/rollout/tp-shard.js';
+import { RolloutEngine } from '../src/rollout/engine.js';
+import { checkSlot, groupSlots, slotNumel, slotTensors, type SlotDescriptor } from '../src/rollout/weight-slots.js';
+
+const cfgOf = (which: string) => loadModelConfig(new URL(`../examples/models/tiny-${which}/config.json`, import.meta.url).pathname);
+const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
+
+/** The flat HF indices of a slot's region, in the order the slot writes them. */
+function regionIndices(s: SlotDescriptor): number[] {
+  const { view, dim, start, len } = s.region;
+  const outer = numel(view.slice(0, dim)),
+    inner = numel(view.slice(dim + 1));
+  const out: number[] = [];
+  for (let o = 0; o < outer; o++) for (let r = start; r < start + len; r++) for (let i = 0; i < inner; i++) out.push((o * view[dim]! + r) * inner + i);
+  return out;
+}
+
+const CASES = (['dense', 'moe'] as const).flatMap((which) => [1, 2, 4].map((tp) => [which, tp] as const));
+
+describe('weight slots', () => {
+  it.each(CASES)('tiny %s, engine tp %i: the ranks cover every HF element exactly `replicas` times', (which, tp) => {
+    const cfg = cfgOf(which);
+    const ranks = groupSlots(cfg, tp);
+    const counts = new Map<string, Uint8Array>(),
+      reps = new Map<string, Uint8Array>();
+    for (const slots of ranks) {
+      for (const s of slots) {
+        let c = counts.get(s.hf),
+          r = reps.get(s.hf);
+        if (!c) counts.set(s.hf, (c = new Uint8Array(numel(s.shape))));
+        if (!r) reps.set(s.hf, (r = new Uint8Array(numel(s.shape))));
+        for (const g of regionIndices(s)) {
+          c[g]!++;
+          if (r[g] && r[g] !== s.replicas) throw new Error(`${s.hf}[${g}]: slots disagree on replicas (${r[g]} vs ${s.replicas})`);
+          r[g] = s.replicas;
+        }
+      }
+    }
+    expect([...counts.keys()].sort()).toEqual([...slotTensors(cfg)].sort());
+    for (const [hf, c] of counts) {
+      const r = reps.get(hf)!;
+      const bad = c.findIndex((n, g) => n === 0 || n !== r[g]);
+      expect(bad, `${hf}: element ${bad} covered ${c[bad]} times, replicas ${r[bad]}`).toBe(-1);
+    }
+    // A true shard is one rank's; a replicated region every rank's (or a kv group's).
+    for (const s of ranks.flat()) expect(s.replicas === 1 || s.replicas === tp || s.transform === 'qkv-pack').toBe(true);
+  });
+
+  it.each(CASES)('tiny %s, engine tp %i: each rank fills each runtime parameter exactly once', (which, tp) => {
+    const cfg = cfgOf(which);
+    groupSlots(cfg, tp).forEach((slots, k) => {
+      for (const spec of runtimeParamSpecs(cfg, tpShard(cfg, tp, k))) {
+        const hits = new Uint8Array(numel(spec.preShape));
+        const mine = slots.filter((s) => s.param === spec.name);
+        expect(mine.length, spec.name).toBeGreaterThan(0);
+        for (const s of mine) for (let i = 0; i < slotNumel(s); i++) hits[s.dstOffset + i]!++;
+        expect(
+          hits.every((h) => h === 1),
+          `${spec.name} on rank ${k}`,
+        ).toBe(true);
+        // Every part key the loader needs is filled by some slot.
+        expect(new Set(mine.flatMap((s) => s.parts))).toEqual(new Set(spec.parts));
+        const t = mine[0]!.transform;
+        if (spec.swapOnProcess) expect(mine.map((s) => [s.transform, s.layout])).toEqual([['expert-swap', 'preprocessed']]);
+        else expect(t === 'expert-swap' || mine.some((s) => s.layout !== 'processed')).toBe(false);
+        if (spec.name.endsWith('qkv_proj.weight')) expect(mine.map((s) => s.transform)).toEqual(['qkv-pack', 'qkv-pack', 'qkv-pack']);
+        if (spec.name.endsWith('gate_up_proj.weight')) expect(mine.map((s) => s.transform)).toEqual(['gate-up-pack', 'gate-up-pack']);
+      }
+    });
+  });
+
+  it('descriptors survive JSON, and a broken one is refused with a hint', () => {
+    const slots = groupSlots(cfgOf('moe'), 2).flat();
+    const back = JSON.parse(JSON.stringify(slots)) as unknown[];
+    expect(back.map((x, i) => checkSlot(x, `slot ${i}`))).toEqual(slots);
+    const bad = { ...slots[3]!, region: { ...slots[3]!.region, len: 1e9 } };
+    let err: unknown = null;
+    try {
+      checkSlot(JSON.parse(JSON.stringify(bad)), 'engine rank 1');
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect((err as Error).message).toMatch(/engine rank 1: .* is not a slot descriptor\. HINT:/);
+  });
+
+  it('an engine publishes its own slots with its parameters’ layout states', () => {
+    const cfg = cfgOf('dense');
+    const engine = RolloutEngine.create(cfg, { device: Device.get(0) });
+    try {
+      const mine = engine.weightSlots();
+      expect(mine.map((s) => ({ ...s, state: 'dropped' }))).toEqual(groupSlots(cfg, 1)[0]);
+      expect(new Set(mine.map((s) => s.state))).toEqual(new Set(['dropped']));
+      const session = engine.beginDirect();
+      const p = engine.params.get('model.norm.weight');
+      session.write(p.name, { shape: p.spec.procShape, data: new Float32Array(numel(p.spec.procShape)) });
+      session.finish();
+      expect(engine.weightSlots().find((s) => s.param === p.name)!.state).toBe('processed');
+    } finally {
+      engine.release();
+    }
+  });
+});
