@@ -406,11 +406,13 @@ void MatmulF32Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_
   }
 }
 
-// fp32 inputs on the AVX-512 kernel take the unpacked path (matmul_avx512.cc); the rest packs.
+// fp32 inputs on the AVX-512 kernel take the unpacked path (matmul_avx512.cc) unless every
+// dim is >= 512: there packing A is paid back many times over and the packed path is tuned for
+// it (rows of an unpacked A 4 KiB apart would fight over the same L1 sets). The rest packs.
 template <typename T>
 void Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b) {
   if constexpr (std::is_same_v<T, float>) {
-    if (&ks == &kAvx512) return MatmulF32Avx512(a, b, c, M, N, K, trans_a, trans_b);
+    if (&ks == &kAvx512 && std::min({M, N, K}) < 512) return MatmulF32Avx512(a, b, c, M, N, K, trans_a, trans_b);
   }
   MatmulF32Out(ks, a, b, c, M, N, K, trans_a, trans_b);
 }
