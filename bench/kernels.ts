@@ -29,7 +29,8 @@ export const USAGE = `Usage: npm run bench -- kernels [--repeats R]
 
 Matmul GFLOP/s (fast, reference, single-thread OpenBLAS when libopenblas is installed) for
 n = 64..1024 in fp32 and bf16 and at the tiny models' shapes (with the transposes backward
-uses), causal GQA attention and the MoE grouped matmul.
+uses), causal GQA attention and the MoE grouped matmul. Fast matmul is reported as wall time
+per op from JS and as the time the op held the stream's thread (onStream*).
   --repeats R   measure each matmul row R times and report medians (default 3)
   -h, --help    this help
 Results: bench/results/kernels-<date>.json (and kernels-latest.json).
