@@ -4,25 +4,37 @@
  *  - matmul GFLOP/s for n = 64 … 1024 (square, fp32 and bf16 with fp32 accumulation):
  *    the fast kernel, the reference kernel, and a single-threaded OpenBLAS sgemm when
  *    libopenblas is installed (found with dlopen; `apt-get install libopenblas0-serial`);
+ *  - fp32 matmul at the tiny models' real shapes (examples/models/tiny-dense and tiny-moe):
+ *    each linear layer's forward A·B^T and backward A·B (dX) and A^T·B (dW), against
+ *    OpenBLAS with the same transposes;
+ *  - fast matmul is reported twice: wall time per op from JS (dispatch included) and the
+ *    time the op held the stream's thread (onStream: the kernel, as a busy training step
+ *    sees it);
+ *  - every matmul row is measured `--repeats` times (fast and OpenBLAS interleaved, so a
+ *    neighbour's load hits both) and reports the medians, and the load average is printed:
+ *    the machine may be shared;
  *  - causal GQA attention forward and backward, fast vs reference;
  *  - the MoE grouped matmul (tokens routed to experts by device-side offsets) vs the
  *    dense matmul of the same FLOPs, and vs its reference.
  * Ascent kernels are timed on one stream (one native thread) as the best of a few
  * rounds of back-to-back ops; OpenBLAS runs on one thread too.
  */
+import os from 'node:os';
 import { Device, loadNative, matmul, Tensor, type DType, type Stream, kernels as K } from '../src/internal.js';
-import { checkFlags } from './args.js';
+import { BenchUsageError, checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
 import { printTable } from './table.js';
 
-export const USAGE = `Usage: npm run bench -- kernels
+export const USAGE = `Usage: npm run bench -- kernels [--repeats R]
 
 Matmul GFLOP/s (fast, reference, single-thread OpenBLAS when libopenblas is installed) for
-n = 64..1024 in fp32 and bf16, causal GQA attention and the MoE grouped matmul. No flags
-(-h, --help: this help). Results: bench/results/kernels-<date>.json (and kernels-latest.json).
+n = 64..1024 in fp32 and bf16 and at the tiny models' shapes (with the transposes backward
+uses), causal GQA attention and the MoE grouped matmul. Fast matmul is reported as wall time
+per op from JS and as the time the op held the stream's thread (onStream*).
+  --repeats R   measure each matmul row R times and report medians (default 3)
+  -h, --help    this help
+Results: bench/results/kernels-<date>.json (and kernels-latest.json).
 `;
-
-type Impl = 'fast' | 'reference';
 
 async function timeOps(stream: Stream, reps: number, rounds: number, run: () => Tensor[] | void): Promise<number> {
   const made: Tensor[] = [];
@@ -43,6 +55,45 @@ async function timeOps(stream: Stream, reps: number, rounds: number, run: () => 
   return best;
 }
 
+/**
+ * Like timeOps, and also the time the ops held the stream's thread (the stream's profiler:
+ * each op's start and end there), so per-op dispatch from JS is separated from the kernel.
+ * In a training step the stream is kept busy and dispatch overlaps the kernels; in a loop of
+ * tiny ops back to back it is not.
+ */
+async function timeOpsOnStream(stream: Stream, reps: number, rounds: number, run: () => Tensor): Promise<{ wall: number; onStream: number }> {
+  const made: Tensor[] = [];
+  made.push(run());
+  await stream.synchronize();
+  for (const t of made.splice(0)) t.release();
+  stream.native.profile(true);
+  stream.native.drainProfile();
+  let wall = Infinity;
+  let onStream = Infinity;
+  try {
+    for (let r = 0; r < rounds; r++) {
+      const t0 = process.hrtime.bigint();
+      for (let i = 0; i < reps; i++) made.push(run());
+      await stream.synchronize();
+      wall = Math.min(wall, Number(process.hrtime.bigint() - t0) / 1e9 / reps);
+      const p = stream.native.drainProfile();
+      let us = 0;
+      let ops = 0;
+      for (let i = 0; i < p.names.length; i++) {
+        if (p.names[i] !== 'matmul') continue;
+        us += p.end[i]! - p.start[i]!;
+        ops++;
+      }
+      if (ops !== reps) throw new Error(`bench kernels: the stream profiled ${ops} matmul ops of ${reps} (dropped ${p.dropped}); the timing would be wrong.`);
+      onStream = Math.min(onStream, us / 1e6 / reps);
+      for (const t of made.splice(0)) t.release();
+    }
+  } finally {
+    stream.native.profile(false);
+  }
+  return { wall, onStream };
+}
+
 function randomTensor(dev: Device, shape: number[], dtype: DType, stream: Stream, seed: number): Tensor {
   const n = shape.reduce((a, b) => a * b, 1);
   const a = new Float32Array(n);
@@ -56,40 +107,105 @@ function randomTensor(dev: Device, shape: number[], dtype: DType, stream: Stream
   return Tensor.fromArray(dev, a, shape, { dtype, stream });
 }
 
-export async function runKernelsBench() {
+function median(xs: number[]): number {
+  const s = [...xs].sort((x, y) => x - y);
+  return s[s.length >> 1]!;
+}
+
+/** A matmul shape: op(A) is [m, k], op(B) is [k, n]. */
+interface Shape {
+  name: string;
+  m: number;
+  n: number;
+  k: number;
+  transA: boolean;
+  transB: boolean;
+}
+
+// The tiny models (hidden 128, q 4x32, kv 2x32, intermediate 384 with gate_up fused to 768,
+// MoE experts 128 -> 2x128 for 512 tokens top-2 of 8 = 128 rows each) at T tokens: every
+// linear's forward x·W^T, backward dX = dY·W and dW = dY^T·X.
+function modelShapes(): Shape[] {
+  const out: Shape[] = [];
+  const linear = (what: string, t: number, inDim: number, outDim: number) => {
+    out.push({ name: `${what} fwd`, m: t, n: outDim, k: inDim, transA: false, transB: true });
+    out.push({ name: `${what} dX`, m: t, n: inDim, k: outDim, transA: false, transB: false });
+    out.push({ name: `${what} dW`, m: outDim, n: inDim, k: t, transA: true, transB: false });
+  };
+  linear('q/o_proj T512', 512, 128, 128);
+  linear('k/v_proj T512', 512, 128, 64);
+  linear('gate_up T512', 512, 128, 768);
+  linear('down T512', 512, 384, 128);
+  linear('lm_head T512', 512, 128, 64);
+  linear('expert gate_up T128', 128, 128, 256);
+  linear('gate_up T100', 100, 128, 768);
+  linear('gate_up T1000', 1000, 128, 768);
+  return out;
+}
+
+export async function runKernelsBench(repeats = 3) {
   const dev = Device.get(0);
   const stream = dev.newStream();
   const native = loadNative();
   const blas = native.blasInfo();
+  // GFLOP/s of the fast kernel and OpenBLAS for one shape: medians of `repeats` interleaved measurements.
+  const fastAndBlas = async (s: Shape, dtype: DType, a: Tensor, b: Tensor) => {
+    const flops = 2 * s.m * s.n * s.k;
+    const reps = Math.max(1, Math.round(2e8 / flops));
+    const fast: number[] = [];
+    const onStream: number[] = [];
+    const openblas: number[] = [];
+    for (let r = 0; r < repeats; r++) {
+      const t = await timeOpsOnStream(stream, reps, 3, () => matmul(a, b, { stream, transA: s.transA, transB: s.transB }));
+      fast.push(flops / t.wall / 1e9);
+      onStream.push(flops / t.onStream / 1e9);
+      if (dtype === 'fp32' && blas.available) openblas.push(flops / native.blasSgemmSeconds(s.m, s.n, s.k, reps, s.transA, s.transB) / 1e9);
+    }
+    return { fast: median(fast), onStream: median(onStream), openblas: openblas.length ? median(openblas) : null, reps };
+  };
   const matmulRows: Array<Record<string, unknown>> = [];
   for (const dtype of ['fp32', 'bf16'] as const) {
-    for (const n of [64, 128, 256, 512, 1024]) {
+    for (const n of dtype === 'fp32' ? [64, 96, 128, 192, 256, 512, 1024] : [64, 128, 256, 512, 1024]) {
       const a = randomTensor(dev, [n, n], dtype, stream, 1);
       const b = randomTensor(dev, [n, n], dtype, stream, 2);
       const flops = 2 * n * n * n;
-      const reps = Math.max(1, Math.round(2e8 / flops));
-      const g = async (impl: Impl) =>
-        flops /
-        (await timeOps(stream, impl === 'reference' ? Math.max(1, reps >> 3) : reps, impl === 'reference' && n >= 512 ? 1 : 3, () => [
-          matmul(a, b, { stream, impl }),
-        ])) /
-        1e9;
-      const fast = await g('fast');
-      const reference = await g('reference');
-      const openblas = dtype === 'fp32' && blas.available ? flops / native.blasSgemmSeconds(n, n, n, Math.max(3, reps)) / 1e9 : null;
+      const { fast, onStream, openblas, reps } = await fastAndBlas({ name: '', m: n, n, k: n, transA: false, transB: false }, dtype, a, b);
+      const refReps = Math.max(1, reps >> 3);
+      const reference = flops / (await timeOps(stream, refReps, n >= 512 ? 1 : 3, () => [matmul(a, b, { stream, impl: 'reference' })])) / 1e9;
       matmulRows.push({
         kernel: 'matmul',
         dtype,
         n,
         fastGflops: round(fast, 2),
+        onStreamGflops: round(onStream, 2),
         referenceGflops: round(reference, 2),
         openblasGflops: openblas === null ? null : round(openblas, 2),
         fastVsReference: round(fast / reference, 2),
         fastVsOpenblas: openblas === null ? null : round(fast / openblas, 3),
+        onStreamVsOpenblas: openblas === null ? null : round(onStream / openblas, 3),
       });
       a.release();
       b.release();
     }
+  }
+  const shapeRows: Array<Record<string, unknown>> = [];
+  for (const s of modelShapes()) {
+    const a = randomTensor(dev, s.transA ? [s.k, s.m] : [s.m, s.k], 'fp32', stream, 11);
+    const b = randomTensor(dev, s.transB ? [s.n, s.k] : [s.k, s.n], 'fp32', stream, 12);
+    const { fast, onStream, openblas } = await fastAndBlas(s, 'fp32', a, b);
+    shapeRows.push({
+      kernel: 'matmul.shape',
+      shape: s.name,
+      mnk: `${s.m}x${s.n}x${s.k}`,
+      op: `${s.transA ? 'A^T' : 'A'}·${s.transB ? 'B^T' : 'B'}`,
+      fastGflops: round(fast, 2),
+      onStreamGflops: round(onStream, 2),
+      openblasGflops: openblas === null ? null : round(openblas, 2),
+      fastVsOpenblas: openblas === null ? null : round(fast / openblas, 3),
+      onStreamVsOpenblas: openblas === null ? null : round(onStream / openblas, 3),
+    });
+    a.release();
+    b.release();
   }
 
   // Attention: B=4, S=128, 8 query heads over 4 kv heads, D=64 (causal: half the score matrix).
@@ -156,17 +272,26 @@ export async function runKernelsBench() {
     suite: 'kernels',
     date: new Date().toISOString(),
     baselines: { openblas: blas.available ? { library: blas.library, config: blas.config, threads: 1 } : null },
-    rows: [...matmulRows, ...attentionRows, ...moeRows],
+    repeats,
+    loadAverage: os.loadavg().map((x) => round(x, 2)),
+    rows: [...matmulRows, ...shapeRows, ...attentionRows, ...moeRows],
   };
 }
 
 export async function main(argv: string[]): Promise<void> {
-  checkFlags('kernels', argv);
-  const r = await runKernelsBench();
+  const flags = checkFlags('kernels', argv, { valued: ['--repeats'] });
+  const v = flags.get('--repeats') ?? '3';
+  if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > 100)
+    throw new BenchUsageError(`Expected an integer in 1..100 for --repeats but received ${JSON.stringify(v)}`);
+  const repeats = Number(v);
+  const load0 = os.loadavg()[0]!;
+  const r = await runKernelsBench(repeats);
   if (!r.baselines.openblas) console.log('OpenBLAS not found: the OpenBLAS column is empty (apt-get install libopenblas0-serial to compare).');
   else console.log(`OpenBLAS baseline: ${r.baselines.openblas.library} (${r.baselines.openblas.config}), 1 thread`);
+  console.log(`load average ${round(load0, 2)} before, ${r.loadAverage.join(' ')} after (2-core machines are often shared); medians of ${repeats}`);
   printTable(r.rows.filter((x) => x.kernel === 'matmul'));
+  printTable(r.rows.filter((x) => x.kernel === 'matmul.shape'));
   printTable(r.rows.filter((x) => x.kernel === 'attention'));
-  printTable(r.rows.filter((x) => x.kernel !== 'matmul' && x.kernel !== 'attention'));
+  printTable(r.rows.filter((x) => !['matmul', 'matmul.shape', 'attention'].includes(String(x.kernel))));
   console.log(`wrote ${writeResults('kernels', r)}`);
 }

@@ -121,6 +121,9 @@ describe('bench --help', () => {
     const badValue = bench('collectives', '--ranks', 'zero');
     expect(badValue.status).toBe(2);
     expect(badValue.stderr).toMatch(/Expected an integer >= 1 for --ranks but received "zero"[\s\S]*Usage: npm run bench -- collectives/);
+    const badRepeats = bench('kernels', '--repeats', '0');
+    expect(badRepeats.status).toBe(2);
+    expect(badRepeats.stderr).toMatch(/Expected an integer in 1\.\.100 for --repeats but received "0"[\s\S]*Usage: npm run bench -- kernels/);
     const noSuite = bench('nope');
     expect(noSuite.status).toBe(2);
     expect(noSuite.stderr).toMatch(/unknown suite "nope"/);

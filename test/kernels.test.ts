@@ -199,6 +199,10 @@ describe('kernels: matmul', () => {
     [1, 151, 37, 530],
     [1, 7, 2085, 3],
     [2, 5, 7, 0],
+    // The AVX-512 fp32 path packs a row-major B only past 64 Ki floats per k slice
+    // (k=257: 256 x 300, then a 1-deep slice), and in two 1024-wide panels past n = 1024.
+    [1, 13, 300, 257],
+    [1, 9, 1100, 70],
   ];
 
   for (const [batch, m, n, k] of cases) {
@@ -280,6 +284,47 @@ describe('kernels: matmul', () => {
     expect(auto.bf16).toBe(f.avx512bf16 ? 'avx512-bf16' : auto.fp32);
     expect(() => native.setMatmulKernel('sse' as never)).toThrow(/Expected 'auto', 'portable', 'avx2' or 'avx512'/);
   });
+
+  it('odd shapes (1, 7, 63, 65, 129 on every dim, every transpose) match the fp64 product on every fp32 micro-kernel this CPU has', async () => {
+    const native = loadNative();
+    const f = native.cpuFeatures();
+    const modes = ['portable' as const, ...(f.avx2 && f.fma ? ['avx2' as const] : []), ...(f.avx512f ? ['avx512' as const] : [])];
+    const dims = [1, 7, 63, 65, 129];
+    const shapes: [number, number, number, boolean, boolean][] = [];
+    for (const m of dims) for (const n of dims) for (const k of dims) for (const t of [0, 1, 2, 3]) shapes.push([m, n, k, (t & 1) === 1, (t & 2) === 2]);
+    const inputs = shapes.map(([m, n, k, ta, tb], i) => {
+      const a32 = randomF32(m * k, 300 + i),
+        b32 = randomF32(k * n, 700 + i);
+      return {
+        a: Tensor.fromArray(d, a32, ta ? [k, m] : [m, k]),
+        b: Tensor.fromArray(d, b32, tb ? [n, k] : [k, n]),
+        want: jsMatmul(a32, b32, 1, m, n, k, ta, tb),
+      };
+    });
+    try {
+      for (const mode of modes) {
+        native.setMatmulKernel(mode);
+        for (let s = 0; s < shapes.length; s++) {
+          const [m, n, k, ta, tb] = shapes[s]!;
+          const { a, b, want } = inputs[s]!;
+          const c = matmul(a, b, { transA: ta, transB: tb });
+          const got = await c.toArray();
+          c.release();
+          for (let i = 0; i < want.length; i++) {
+            if (Math.abs(got[i]! - want[i]!) > 1e-5 * Math.sqrt(k) * Math.max(1, Math.abs(want[i]!))) {
+              throw new Error(`${mode} m=${m} n=${n} k=${k} transA=${ta} transB=${tb} mismatch at ${i}: got ${got[i]} want ${want[i]}`);
+            }
+          }
+        }
+      }
+    } finally {
+      native.setMatmulKernel('auto');
+      for (const { a, b } of inputs) {
+        a.release();
+        b.release();
+      }
+    }
+  }, 120_000);
 
   it('rejects mismatched inner dims before enqueueing', () => {
     const a = Tensor.empty(d, [3, 4]);

@@ -6,7 +6,9 @@
 // Packing zero-pads the edges, so a micro-kernel never branches on shape.
 //
 // Micro-kernels (chosen once from the CPU, or forced by the setMatmulKernel test hook):
-//  - avx512:      12 x 32 fp32 tile in 24 zmm accumulators (FMA, 16 lanes);
+//  - avx512:      12 x 32 fp32 tile in 24 zmm accumulators (FMA, 16 lanes); fp32 inputs go
+//                 to matmul_avx512.cc instead (A unpacked, B packed only when it must be),
+//                 bf16 inputs on a CPU without avx512-bf16 use this packed kernel;
 //  - avx512-bf16: bf16 inputs only: 12 x 32 tile, vdpbf16ps multiplies PAIRS of bf16 along
 //                 k into fp32 accumulators (32 products per instruction, twice the fp32
 //                 FMA rate); A and B are packed as bf16 pairs, k padded to even;
@@ -31,6 +33,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/fast.h"
+#include "kernels/matmul_avx512.h"
 
 namespace ascent::fast {
 namespace {
@@ -403,6 +406,17 @@ void MatmulF32Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_
   }
 }
 
+// fp32 inputs on the AVX-512 kernel take the unpacked path (matmul_avx512.cc) unless every
+// dim is >= 512: there packing A is paid back many times over and the packed path is tuned for
+// it (rows of an unpacked A 4 KiB apart would fight over the same L1 sets). The rest packs.
+template <typename T>
+void Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (&ks == &kAvx512 && std::min({M, N, K}) < 512) return MatmulF32Avx512(a, b, c, M, N, K, trans_a, trans_b);
+  }
+  MatmulF32Out(ks, a, b, c, M, N, K, trans_a, trans_b);
+}
+
 template <typename T>
 void MatmulTyped(const MatmulArgs& g, const KernelSpec& ks) {
   const int64_t M = g.m, N = g.n, K = g.k;
@@ -411,11 +425,11 @@ void MatmulTyped(const MatmulArgs& g, const KernelSpec& ks) {
     const T* a = static_cast<const T*>(g.a) + q * M * K;
     const T* b = static_cast<const T*>(g.b) + q * K * N;
     if (g.out_dtype == DType::kF32) {
-      MatmulF32Out(ks, a, b, static_cast<float*>(g.c) + q * M * N, M, N, K, g.trans_a, g.trans_b);
+      Out(ks, a, b, static_cast<float*>(g.c) + q * M * N, M, N, K, g.trans_a, g.trans_b);
       continue;
     }
     float* c32 = static_cast<float*>(c_scratch.Get(mn * sizeof(float)));
-    MatmulF32Out(ks, a, b, c32, M, N, K, g.trans_a, g.trans_b);
+    Out(ks, a, b, c32, M, N, K, g.trans_a, g.trans_b);
     uint16_t* out = static_cast<uint16_t*>(g.c) + q * M * N;
     for (size_t i = 0; i < mn; ++i) out[i] = F32ToBF16(c32[i]);
   }

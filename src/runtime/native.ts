@@ -738,8 +738,8 @@ export interface NativeBinding extends NativeCommBinding {
   cpuFeatures(): { avx2: boolean; fma: boolean; avx512f: boolean; avx512bf16: boolean };
   /** Benchmark baseline (native/bench/blas_baseline.cc): OpenBLAS found by dlopen, if installed. */
   blasInfo(): { available: boolean; library: string | null; config: string | null };
-  /** Best seconds of one single-threaded OpenBLAS sgemm C[m,n] = A[m,k]·B[k,n] over `reps`. */
-  blasSgemmSeconds(m: number, n: number, k: number, reps: number): number;
+  /** Seconds of one single-threaded OpenBLAS sgemm C[m,n] = op(A)·op(B) (A stored [k,m] when transA, B [n,k] when transB): best of 3 rounds of `reps` calls. */
+  blasSgemmSeconds(m: number, n: number, k: number, reps: number, transA?: boolean, transB?: boolean): number;
   /** Test hook, process-wide: force the portable matmul micro-kernel. Returns the kernel now in use. */
   /** Test hook: force a matmul micro-kernel family (a mode the CPU lacks falls back below it); returns the kernels now used. */
   setMatmulKernel(mode: 'auto' | 'portable' | 'avx2' | 'avx512'): {
