@@ -197,17 +197,18 @@ void NetThread::pollAbort() {
   abortReq_ = MPI_REQUEST_NULL;
   int from = st.MPI_SOURCE;
   std::string reason(abortBuf_.data(), strnlen(abortBuf_.data(), kAbortBytes));
-  markAborted("process " + std::to_string(from) + " aborted the job: " + reason, {from});
+  markAborted("process " + std::to_string(from) + " aborted the job: " + reason, {from}, true);
 }
 
-void NetThread::markAborted(const std::string& why, std::vector<int> culprits) {
+void NetThread::markAborted(const std::string& why, std::vector<int> culprits, bool fromPeer) {
   std::function<void(const AbortNotice&)> cb;
   {
     std::lock_guard<std::mutex> lock(abortMu_);
     if (!abortedBecause_.empty()) return;
     abortedBecause_ = why;
     abortCulprits_ = culprits;
-    cb = onAbort_;
+    // Only a peer's notice is news for the launcher; a local failure reaches it through the rank's error.
+    if (fromPeer) cb = onAbort_;
   }
   if (cb) cb(AbortNotice{culprits.empty() ? -1 : culprits[0], why});
 }

@@ -69,7 +69,7 @@ class NetThread {
   NetThread() = default;
   void loop();
   void pollAbort();
-  void markAborted(const std::string& why, std::vector<int> culprits);
+  void markAborted(const std::string& why, std::vector<int> culprits, bool fromPeer = false);
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -337,6 +337,9 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       if (!(await session.finalize(30_000))) say('MPI_Finalize did not finish within 30 s; exiting without it');
     } else {
       tellPeers(`exited with code ${exitCode}`);
+      // mpirun stops every process once one exits non-zero: give the others (told above)
+      // time to stop their ranks and print their reports first.
+      if (toldPeers) await new Promise((r) => setTimeout(r, opts.gracePeriodMs + 1000));
     }
   }
   return { exitCode, failedRanks: failed, stuckRanks: stuck, hungRanks: hung, culpritRanks };

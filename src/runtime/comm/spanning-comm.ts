@@ -87,8 +87,17 @@ export class SpanningCommunicator extends Communicator {
     const run = this.#tail
       .then(() => rest(started ? started.value : first()))
       .catch((err: Error) => {
-        if (!this.local.aborted)
-          this.local.abort(`rank ${this.rank} (leader of process ${this.layout.nodeRank}): ${fn} between processes failed: ${err.message}`);
+        if (!this.local.aborted) {
+          // Blame whom the error names (not this leader, as abort() would); the communicator counts this process's ranks from 0.
+          const named = (err as { details?: { culpritWorldRanks?: unknown } }).details?.culpritWorldRanks;
+          const first = this.layout.nodeRank * this.local.size;
+          const local = Array.isArray(named) ? (named as number[]).map((r) => r - first).filter((r) => r >= 0 && r < this.local.size) : [];
+          Communicator.abortById(
+            this.local.id,
+            `rank ${this.rank} (leader of process ${this.layout.nodeRank}): ${fn} between processes failed: ${err.message}`,
+            local,
+          );
+        }
         throw err;
       })
       .finally(() => this.#inFlight--);
@@ -96,8 +105,12 @@ export class SpanningCommunicator extends Communicator {
     return run;
   }
 
+  /**
+   * The net leg's deadline: 90% of the exec timeout, so that a missing process is
+   * reported by the leader's net leg, not by the local wait of its peers behind it.
+   */
   #timeout(): number {
-    return this.settings.execTimeoutMs;
+    return Math.max(1, Math.floor(this.settings.execTimeoutMs * 0.9));
   }
 
   async #onNet<T>(fn: string, call: (net: NativeNet) => Promise<T>): Promise<T> {
