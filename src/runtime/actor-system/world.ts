@@ -82,16 +82,21 @@ export class World extends EventEmitter<WorldEvents> {
   /** Id of the world communicator all ranks join at start (this process's part of it when the run spans processes). */
   readonly worldCommId: string = Communicator.uniqueId();
   /** Global rank of this process's first rank (0 unless the run spans processes). */
-  rankOffset = 0;
+  readonly rankOffset: number;
   /** Ranks in the whole run (size x processes). */
-  worldSize = 0;
+  readonly worldSize: number;
   private closing: Promise<void> | undefined;
   private onBroadcastErrorHandler: BroadcastErrorHandler = (err, rank, actor, method) => {
     process.stderr.write(`[world] broadcast ${actor}.${method} failed on rank ${rank}: ${err.stack ?? err.message}\n`);
   };
 
-  private constructor(readonly options: ResolvedWorldOptions) {
+  private constructor(
+    readonly options: ResolvedWorldOptions,
+    layout: ProcessLayout | undefined,
+  ) {
     super();
+    this.rankOffset = layout ? layout.nodeRank * options.size : 0;
+    this.worldSize = layout ? layout.nnodes * options.size : options.size;
   }
 
   /** Starts `size` rank workers and waits until every one is ready. */
@@ -102,9 +107,7 @@ export class World extends EventEmitter<WorldEvents> {
     // The addon's process-global state must live in the main thread before any worker loads it.
     loadNative();
     installComlinkErrorHandler();
-    const world = new World(opts);
-    world.rankOffset = spmd?.layout ? spmd.layout.nodeRank * opts.size : 0;
-    world.worldSize = spmd?.layout ? spmd.layout.nnodes * opts.size : opts.size;
+    const world = new World(opts, spmd?.layout);
     const capacity = opts.deviceMemory ?? envBytes('ASCENT_DEVICE_MEMORY')!;
     for (let r = 0; r < opts.size; r++) configureDevice(r, { capacityBytes: capacity });
     try {
