@@ -200,6 +200,52 @@ export class SpanningCommunicator extends Communicator {
     });
   }
 
+  /**
+   * recv = chunk `rank` of op over every rank's send: an allReduce of the whole send
+   * (as above), then each rank copies its chunk out. Moves size x the data a true
+   * reduce-scatter would between processes; correct first, a dedicated leg later.
+   */
+  override reduceScatter(send: Tensor, recv: Tensor, op: ReduceOp = 'sum', stream?: Stream): Promise<void> {
+    const fn = 'reduceScatter()';
+    const s = this.#netTensor(send, 'send', fn);
+    const r = this.#netTensor(recv, 'recv', fn);
+    if (r.dtype !== s.dtype) throw new InvalidArgumentError(`${fn}: send is ${s.dtype} but recv is ${r.dtype}; they must match.`, { fn });
+    if (s.numel !== r.numel * this.size) {
+      throw new InvalidArgumentError(`${fn}: send must hold size x recv = ${this.size} x ${r.numel} = ${r.numel * this.size} elements but has ${s.numel}.`, {
+        fn,
+      });
+    }
+    if (s.buffer.id === r.buffer.id) {
+      throw new InvalidArgumentError(`${fn} across processes does not run in place yet. HINT: pass a recv tensor separate from send.`, { fn });
+    }
+    const full = Tensor.empty(s.device, [s.numel], s.dtype);
+    const st = stream ?? s.device.defaultStream;
+    // Pending ops keep `full` alive after its release.
+    const take = () => {
+      try {
+        st.native.copyD2D(r.buffer, r.byteOffset, full.buffer, full.byteOffset + this.rank * r.nbytes, r.nbytes, 0);
+      } finally {
+        full.release();
+      }
+    };
+    let reduced: Promise<void>;
+    try {
+      reduced = this.allReduce(send, full, op, stream);
+    } catch (err) {
+      full.release();
+      throw err;
+    }
+    // Off the leader the allReduce's ops are already on the stream: the copy follows them in stream order.
+    if (!this.#net) {
+      take();
+      return reduced;
+    }
+    return reduced.then(take, (err: Error) => {
+      full.release();
+      throw err;
+    });
+  }
+
   override barrier(stream?: Stream): Promise<void> {
     const arrive = () => this.local.barrier(stream);
     if (!this.#net) return Promise.all([arrive(), this.local.barrier(stream)]).then(() => undefined);
@@ -214,14 +260,11 @@ export class SpanningCommunicator extends Communicator {
 
   #notYet(fn: string): never {
     throw new InvalidStateError(
-      `${fn} is not supported yet on a communicator that spans processes (this run has ${this.layout.nnodes} processes of ${this.local.size} ranks). HINT: use allReduce / broadcast / allGather / barrier across processes, or run on one process (ascent launch without mpirun) for ${fn}.`,
+      `${fn} is not supported yet on a communicator that spans processes (this run has ${this.layout.nnodes} processes of ${this.local.size} ranks). HINT: use allReduce / broadcast / allGather / reduceScatter / barrier across processes, or run on one process (ascent launch without mpirun) for ${fn}.`,
       { fn },
     );
   }
 
-  override reduceScatter(): Promise<void> {
-    this.#notYet('reduceScatter()');
-  }
   override allToAll(): Promise<void> {
     this.#notYet('allToAll()');
   }
