@@ -1,9 +1,12 @@
 {
+  "variables": {
+    "ascent_mpi%": "<!(node scripts/mpi-flags.mjs has)"
+  },
   "targets": [
     {
       "target_name": "ascent_native",
       "sources": [
-        "<!@(node -p \"require('fs').readdirSync('native',{recursive:true}).filter(f=>f.endsWith('.cc')).map(f=>'native/'+f.split(require('path').sep).join('/')).join(' ')\")"
+        "<!@(node -p \"require('fs').readdirSync('native',{recursive:true}).filter(f=>f.endsWith('.cc')&&f.split(require('path').sep)[0]!=='mpi').map(f=>'native/'+f.split(require('path').sep).join('/')).join(' ')\")"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",
@@ -16,5 +19,22 @@
       "ldflags": ["-pthread"],
       "libraries": ["-ldl"]
     }
+  ],
+  "conditions": [
+    ["ascent_mpi==1", {
+      "targets": [
+        {
+          "target_name": "ascent_mpi",
+          "sources": ["native/mpi/mpi_addon.cc", "native/mpi/net_thread.cc", "native/mpi/net_ops.cc"],
+          "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "native"],
+          "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "OMPI_SKIP_MPICXX=1", "MPICH_SKIP_MPICXX=1"],
+          "cflags!": ["-fno-exceptions"],
+          "cflags_cc!": ["-fno-exceptions", "-fno-rtti"],
+          "cflags_cc": ["-std=c++17", "-O2", "-fexceptions", "-pthread", "-Wall", "-Wno-unused-parameter", "<!@(node scripts/mpi-flags.mjs cflags)"],
+          "ldflags": ["-pthread"],
+          "libraries": ["<!@(node scripts/mpi-flags.mjs libs)", "-ldl"]
+        }
+      ]
+    }]
   ]
 }

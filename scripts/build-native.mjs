@@ -6,6 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { mpiFlags } from './mpi-flags.mjs';
 
 const require = createRequire(import.meta.url);
 // Debian's node reports node_prefix "/" while its headers are in /usr/include/node.
@@ -31,6 +32,12 @@ function findNodeGyp() {
     return found;
   }
 }
+
+// The MPI addon (build/Release/ascent_mpi.node, multi-process launch) is built only
+// when Open MPI is found; binding.gyp asks scripts/mpi-flags.mjs the same question.
+const mpi = mpiFlags();
+if (mpi) console.log(`build-native: Open MPI found (${mpi.via}): building ascent_mpi.node too`);
+else console.log('build-native: Open MPI not found: building without ascent_mpi.node (multi-process launch unavailable; scripts/install-mpi.sh installs it)');
 
 const args = [findNodeGyp(), 'rebuild', '-j', '2'];
 if (headerPrefix) args.push(`--nodedir=${headerPrefix}`);

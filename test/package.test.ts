@@ -65,7 +65,7 @@ describe('examples/own-project.sh in a new project outside the repository', () =
       .split('\n')
       .map((f) => f.replace(/^package\//, ''));
     const allowed =
-      /^(LICENSE|README\.md|package\.json|binding\.gyp|scripts\/build-native\.mjs|bin\/[\w-]+\.mjs|native\/[\w/-]+\.(cc|h|inc)|dist\/src\/[\w/-]+\.(js|d\.ts))$/;
+      /^(LICENSE|README\.md|package\.json|binding\.gyp|scripts\/(build-native|mpi-flags)\.mjs|bin\/[\w-]+\.mjs|native\/[\w/-]+\.(cc|h|inc)|dist\/src\/[\w/-]+\.(js|d\.ts))$/;
     expect(files.filter((f) => !allowed.test(f))).toEqual([]);
     for (const f of [
       'LICENSE',
@@ -79,6 +79,7 @@ describe('examples/own-project.sh in a new project outside the repository', () =
       'native/addon.cc',
       'binding.gyp',
       'scripts/build-native.mjs',
+      'scripts/mpi-flags.mjs',
     ]) {
       expect(files).toContain(f);
     }

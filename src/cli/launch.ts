@@ -5,6 +5,8 @@
  * bad flag prints what was wrong and the usage, and exits with code 2. torchrun's
  * spellings are accepted where they mean the same on one node (`--nproc-per-node`,
  * `--nnodes 1`, `--node-rank 0`, `--log-dir`); multi-node values are a clear error.
+ * Several processes come from mpirun instead: `mpirun -np P ascent launch
+ * --nproc-per-node N entry.ts` runs P x N ranks (runtime/actor-system/mpi-job.ts).
  */
 import { Command, CommanderError, Option } from 'commander';
 import { LaunchOptionsSchema, formatIssues } from '../runtime/config.js';
@@ -24,7 +26,7 @@ function buildProgram(): Command {
       .version(ascentVersion(), '-V, --version', 'print the version and exit')
       // Checked after parsing, so that an unknown flag is named as such first.
       .option('--nproc <n>', 'number of ranks (positive integer; required)')
-      .option('--nproc-per-node <n>', 'torchrun spelling of --nproc (one node)')
+      .option('--nproc-per-node <n>', 'torchrun spelling of --nproc (ranks per process; under mpirun -np P the run has P x N ranks)')
       .option('--nnodes <n>', 'number of nodes: only 1 is supported')
       .option('--node-rank <n>', 'rank of this node: only 0 is supported')
       .option('--log-dir <dir>', "also write each rank's output to <dir>/rank-<N>.log")

@@ -8,11 +8,15 @@
  * only on bad input (a ConfigError) is one line per distinct error, no stack, and
  * exit code 2. A wall-clock limit stops a stuck run with a report of the ranks
  * still running.
+ *
+ * Under mpirun (`mpirun -np P ascent launch --nproc-per-node N entry.ts`) each
+ * process runs N of the P x N ranks (mpi-job.ts): a failure here is told to every
+ * other process, and another process's failure stops this one's ranks at once.
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { LaunchOptionsSchema, parseConfig, type LaunchOptions } from '../config.js';
-import { validateEnv } from '../env.js';
+import { envInt, validateEnv } from '../env.js';
 import type { AscentError } from '../errors.js';
 import {
   describeRanks,
@@ -26,6 +30,7 @@ import {
   type RankOutcome,
 } from './launch-report.js';
 import { importModule, resolveModuleUrl } from './module-loader.js';
+import { culpritTag, describeProcess, detectMpiJob, MpiSession, taggedCulprits } from './mpi-job.js';
 import { World } from './world.js';
 
 export const EXIT_OK = 0;
@@ -45,7 +50,8 @@ export interface LaunchResult {
   culpritRanks: number[];
 }
 
-const say = (msg: string) => process.stderr.write(`[launch] ${msg}\n`);
+let sayPrefix = '[launch]';
+const say = (msg: string) => process.stderr.write(`${sayPrefix} ${msg}\n`);
 
 /** The rank's own stack when it has one; a main-thread stack would only show Ascent's frames. */
 function errorText(err: RankErrorInfo | undefined, withStack: boolean): string {
@@ -117,16 +123,32 @@ async function preflight(entryUrl: string, args: string[], worldSize: number): P
   }
 }
 
+/**
+ * The world communicator of a process counts its ranks from 0: in a run that spans
+ * processes, the culprits its errors name become global ranks here (errors of the
+ * leg between processes, which carry `culpritProcesses`, name global ranks already).
+ */
+function globalCulprits(info: RankErrorInfo | undefined, rankOffset: number): RankErrorInfo | undefined {
+  const named = info?.details?.culpritWorldRanks;
+  if (!info || rankOffset === 0 || !Array.isArray(named) || info.details?.culpritProcesses !== undefined) return info;
+  return { ...info, details: { ...info.details, culpritWorldRanks: (named as number[]).map((r) => r + rankOffset) } };
+}
+
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const opts = parseConfig(LaunchOptionsSchema, options, 'launch options');
   // Bad environment values fail before the entry is imported or any rank starts (World.create checks again for World users).
   validateEnv({ ...process.env, ...opts.env });
   const entryUrl = resolveModuleUrl(opts.entry, 'entry file');
-  const bad = await preflight(entryUrl, opts.entryArgs, opts.nproc);
+  const job = detectMpiJob();
+  const spans = job !== null && job.nnodes > 1;
+  sayPrefix = spans ? `[launch ${describeProcess(job.nodeRank, opts.nproc)}]` : '[launch]';
+  const bad = await preflight(entryUrl, opts.entryArgs, spans ? opts.nproc * job.nnodes : opts.nproc);
   if (bad !== null) {
     process.stderr.write(`launch: ${bad} (checked before starting the ranks)\n`);
     return { exitCode: EXIT_USAGE, failedRanks: [], stuckRanks: [], hungRanks: [], culpritRanks: [] };
   }
+  // A run that spans processes needs MPI before any rank starts (a single-process run never loads it).
+  const session = spans ? await MpiSession.start(job, (envInt('HCCL_CONNECT_TIMEOUT') ?? 120) * 1000) : undefined;
   const world = await World.create(
     {
       size: opts.nproc,
@@ -136,8 +158,17 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       output: { prefix: opts.prefix, ranks: opts.rank0Only ? [0] : 'all', ...(opts.logDir ? { logDir: opts.logDir } : {}), ...liveTerminal() },
       ...(opts.deviceMemory !== undefined ? { deviceMemory: opts.deviceMemory } : {}),
     },
-    { entryUrl, entryArgs: opts.entryArgs },
+    { entryUrl, entryArgs: opts.entryArgs, ...(session ? { layout: { nodeRank: session.job.nodeRank, nnodes: session.job.nnodes } } : {}) },
   );
+  const worldSize = world.worldSize;
+  // Set once another process told us it failed: our ranks' failures are then its consequence.
+  let peerAborted = false;
+  let toldPeers = false;
+  const tellPeers = (reason: string, culprits: readonly number[] = []) => {
+    if (!session || peerAborted || toldPeers) return;
+    toldPeers = true;
+    void session.abortJob(`${culpritTag(culprits)}${describeProcess(session.job.nodeRank, opts.nproc)}: ${reason}`);
+  };
 
   const outcomes = new Map<number, RankOutcome>();
   let arrivals = 0;
@@ -152,15 +183,16 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     if (outcomes.has(rank)) return;
     // After a signal or the wall-clock limit, aborted collectives are our doing, not failures.
     if (stopping && exitCode !== EXIT_RANK_FAILED && err?.code === 'ASCENT_COMM_ABORTED') return;
-    const info = errorInfo(err);
+    const info = globalCulprits(errorInfo(err), world.rankOffset);
     outcomes.set(rank, { rank, end, order: arrivals++, ...(info ? { error: info } : {}), ...(exitCode_ !== undefined ? { exitCode: exitCode_ } : {}) });
     if (!stopping) {
       stopping = true;
       exitCode = EXIT_RANK_FAILED;
       // A collective error names its own culprits; any other failure makes this rank the culprit.
-      const named = err?.details?.culpritWorldRanks;
+      const named = info?.details?.culpritWorldRanks;
       const culprits = isCollectiveError(info) ? (Array.isArray(named) ? (named as number[]) : []) : [rank];
       world.abortWorldComm(`rank ${rank} failed: ${err?.message ?? end}`, culprits);
+      tellPeers(`rank ${rank} failed: ${err?.message ?? end}`, culprits);
       const others = world.ranks.filter((r) => r.rank !== rank && r.status === 'running').length;
       // A usage error is reported as one line at the end; a progress line would only add noise.
       if (others > 0 && err?.code !== 'ASCENT_CONFIG')
@@ -170,6 +202,19 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       finish();
     }
   };
+
+  session?.onPeerAbort((reason) => {
+    if (peerAborted) return;
+    peerAborted = true;
+    say(`stopping this process's ranks: ${reason}`);
+    // Ranks in a collective fail at once naming the cause; the others are stopped as after a failure here.
+    world.abortWorldComm(reason, taggedCulprits(reason));
+    if (!stopping) {
+      stopping = true;
+      exitCode = EXIT_RANK_FAILED;
+      finish();
+    }
+  });
 
   world.on('main-done', (rank) => {
     if (outcomes.has(rank)) return;
@@ -182,7 +227,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     // only learn of it during the grace period.
     if (outcomes.has(rank)) return;
     if (!err) {
-      if (code !== 0 || world.ranks[rank]?.terminated) return;
+      if (code !== 0 || world.ranks.find((r) => r.rank === rank)?.terminated) return;
       // main() called process.exit(0): a clean finish, as torchrun counts it (but a
       // suspect if the others then fail waiting for it).
       outcomes.set(rank, { rank, end: 'exited', exitCode: 0 });
@@ -203,7 +248,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       say(`wall-clock limit of ${maxTimeMs / 1000} s reached; ${stuck.length} rank${stuck.length === 1 ? '' : 's'} still running: [${stuck.join(', ')}]`);
       const now = Date.now();
       for (const r of stuck) {
-        const out = world.ranks[r]!.output;
+        const out = world.ranks.find((x) => x.rank === r)!.output;
         const last =
           out?.lastLine !== undefined
             ? `last output ${((now - out.lastLineAt!) / 1000).toFixed(1)} s ago: ${JSON.stringify(out.lastLine.slice(0, 200))}`
@@ -221,7 +266,9 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     }
     stopping = true;
     exitCode = 128 + (sig === 'SIGINT' ? 2 : 15);
-    say(`${sig} received; stopping ${world.ranks.filter((r) => r.status === 'running').length} ranks`);
+    const why = session ? ' (under mpirun this usually means another process of the job ended; mpirun names it)' : '';
+    say(`${sig} received${why}; stopping ${world.ranks.filter((r) => r.status === 'running').length} ranks`);
+    tellPeers(`stopped by ${sig}`);
     finish();
   };
   process.on('SIGINT', onSignal);
@@ -255,7 +302,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     exitCode = EXIT_USAGE;
     // Bad input: the message says what was wrong and what to do; frames would only hide it.
     for (const g of groupFailures(all).filter((x) => !isCollectiveError(x.error))) {
-      process.stderr.write(`launch: ${g.error?.message ?? 'invalid input'} (on ${describeRanks(g.ranks, opts.nproc)})\n`);
+      process.stderr.write(`launch: ${g.error?.message ?? 'invalid input'} (on ${describeRanks(g.ranks, worldSize)})\n`);
     }
   } else if (exitCode === EXIT_RANK_FAILED) {
     culprit = pickCulprit(all);
@@ -266,8 +313,8 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       const same = g.identical ? 'the same error' : `a ${g.error?.name ?? 'similar error'}`;
       const who =
         g.ranks.length > 1
-          ? `${describeRanks(g.ranks, opts.nproc)} ${g.how} with ${same} (as on rank ${g.shownRank})`
-          : `${describeRanks(g.ranks, opts.nproc)} ${g.how}`;
+          ? `${describeRanks(g.ranks, worldSize)} ${g.how} with ${same} (as on rank ${g.shownRank})`
+          : `${describeRanks(g.ranks, worldSize)} ${g.how}`;
       say(`${who}${errorText(g.error, withStack)}`);
     }
   }
@@ -275,8 +322,25 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     for (const r of hung) say(`rank ${r} hung: it did not stop within the grace period of ${opts.gracePeriodMs} ms and was terminated`);
   }
   if (exitCode === EXIT_RANK_FAILED) {
-    const blame = culprit ? ` (culprit: ${describeRanks(culprit.ranks, opts.nproc)}, ${culprit.reason})` : '';
-    say(`FAILED: ${failed.length === opts.nproc ? `all ${opts.nproc}` : `${failed.length} of ${opts.nproc}`} ranks failed${blame}; exit code ${exitCode}`);
+    const blame = culprit ? ` (culprit: ${describeRanks(culprit.ranks, worldSize)}, ${culprit.reason})` : '';
+    const of = session ? ' of this process' : '';
+    if (peerAborted && failed.length === 0)
+      say(`FAILED: another process of the job failed (see above); this process's ranks were stopped; exit code ${exitCode}`);
+    else
+      say(
+        `FAILED: ${failed.length === opts.nproc ? `all ${opts.nproc}` : `${failed.length} of ${opts.nproc}`} ranks${of} failed${blame}; exit code ${exitCode}`,
+      );
+  }
+  if (session) {
+    if (exitCode === EXIT_OK) {
+      // Every process finished: MPI_Finalize (bounded: a peer that died now must not hang us).
+      if (!(await session.finalize(30_000))) say('MPI_Finalize did not finish within 30 s; exiting without it');
+    } else {
+      tellPeers(`exited with code ${exitCode}`);
+      // mpirun stops every process once one exits non-zero: give the others (told above)
+      // time to stop their ranks and print their reports first.
+      if (toldPeers) await new Promise((r) => setTimeout(r, opts.gracePeriodMs + 1000));
+    }
   }
   return { exitCode, failedRanks: failed, stuckRanks: stuck, hungRanks: hung, culpritRanks };
 }

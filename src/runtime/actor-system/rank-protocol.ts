@@ -10,6 +10,8 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 
+import type { ProcessLayout } from '../comm/spanning-comm.js';
+
 export interface RankWorkerData {
   kind: 'ascent-rank';
   rank: number;
@@ -30,6 +32,8 @@ export interface RankWorkerData {
   worldCommId: string;
   /** The launcher's terminal: this rank's stderr then reports a TTY of these columns. */
   terminal?: { columns: number };
+  /** Set when the run spans processes (mpirun): `ctx.comm` then spans them all. */
+  layout?: ProcessLayout;
 }
 
 export type RankEvent = { type: 'ready' } | { type: 'main-done' } | { type: 'main-failed'; error: Uint8Array } | { type: 'stopped' };

@@ -10,6 +10,7 @@ import * as Comlink from 'comlink';
 import { guardActor } from './actor-guard.js';
 import { nodePortEndpoint } from './actor-ref.js';
 import { Communicator } from '../comm/comm.js';
+import { SpanningCommunicator } from '../comm/spanning-comm.js';
 import { Device } from '../device/device.js';
 import { installComlinkErrorHandler, encodeError, tagError } from './error-wire.js';
 import { ConfigError, InvalidArgumentError } from '../errors.js';
@@ -50,7 +51,10 @@ const mainSettled = new Promise<void>((r) => (markMainSettled = r));
 const device = Device.get(data.deviceOrdinal);
 // Every rank joins the world communicator before it reports ready (bounded by
 // HCCL_CONNECT_TIMEOUT); a rank that cannot join fails the start of the world.
-const comm = await Communicator.initRank({ uniqueId: data.worldCommId, nranks: data.worldSize, rank: data.rank, device });
+// A run that spans processes: this process's ranks form the local communicator, and
+// ctx.comm spans every process (hierarchical collectives, spanning-comm.ts).
+const localComm = await Communicator.initRank({ uniqueId: data.worldCommId, nranks: data.localWorldSize, rank: data.localRank, device });
+const comm: Communicator = data.layout ? new SpanningCommunicator(localComm, data.layout) : localComm;
 
 const ctx: RankContext = {
   rank: data.rank,
@@ -120,7 +124,8 @@ const host: RankHostApi = {
   async stop(reason) {
     if (!stopController.signal.aborted) stopController.abort(new Error(reason));
     // Wake anything blocked in a collective before the hooks run.
-    if (!comm.aborted) comm.abort(`rank ${data.rank} is stopping: ${reason}`);
+    // Only this process's ranks: a stop is this process's business (the launcher tells other processes of failures).
+    if (!localComm.aborted) localComm.abort(`rank ${data.rank} is stopping: ${reason}`);
     if (mainStarted) await mainEntered;
     for (const hook of stopHooks.splice(0)) await runHook(hook, reason);
     if (mainStarted) await mainSettled;

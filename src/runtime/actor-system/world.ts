@@ -18,10 +18,11 @@ import { ActorMesh, type BroadcastErrorHandler } from './actor-mesh.js';
 import { ActorRef, nodePortEndpoint, RankLiveness } from './actor-ref.js';
 import { ActorSpecSchema, parseConfig, WorldOptionsSchema, type ActorSpec, type ResolvedWorldOptions, type WorldOptions } from '../config.js';
 import { Communicator } from '../comm/comm.js';
+import type { ProcessLayout } from '../comm/spanning-comm.js';
 import { configureDevice } from '../device/device.js';
 import { envBytes, envInt, applyRuntimeEnvDefaults, validateEnv } from '../env.js';
 import { decodeError, fromWireError, installComlinkErrorHandler } from './error-wire.js';
-import { ActorDiedError, AscentError, InvalidArgumentError, TimeoutError } from '../errors.js';
+import { ActorDiedError, AscentError, InvalidArgumentError, InvalidStateError, TimeoutError } from '../errors.js';
 import { resolveModuleUrl } from './module-loader.js';
 import { loadNative } from '../native.js';
 import { builtFile } from '../paths.js';
@@ -62,6 +63,11 @@ export interface SpmdOptions {
   /** File URL of the entry module. */
   entryUrl: string;
   entryArgs: string[];
+  /**
+   * This process's place in a run that spans processes (mpirun): its ranks are then
+   * global ranks nodeRank x size .. nodeRank x size + size - 1 of nnodes x size.
+   */
+  layout?: ProcessLayout;
 }
 
 export interface WorldEvents {
@@ -73,15 +79,24 @@ export interface WorldEvents {
 export class World extends EventEmitter<WorldEvents> {
   private readonly slots: RankSlot[] = [];
   private taskPool: TaskPool | undefined;
-  /** Id of the world communicator all ranks join at start. */
+  /** Id of the world communicator all ranks join at start (this process's part of it when the run spans processes). */
   readonly worldCommId: string = Communicator.uniqueId();
+  /** Global rank of this process's first rank (0 unless the run spans processes). */
+  readonly rankOffset: number;
+  /** Ranks in the whole run (size x processes). */
+  readonly worldSize: number;
   private closing: Promise<void> | undefined;
   private onBroadcastErrorHandler: BroadcastErrorHandler = (err, rank, actor, method) => {
     process.stderr.write(`[world] broadcast ${actor}.${method} failed on rank ${rank}: ${err.stack ?? err.message}\n`);
   };
 
-  private constructor(readonly options: ResolvedWorldOptions) {
+  private constructor(
+    readonly options: ResolvedWorldOptions,
+    layout: ProcessLayout | undefined,
+  ) {
     super();
+    this.rankOffset = layout ? layout.nodeRank * options.size : 0;
+    this.worldSize = layout ? layout.nnodes * options.size : options.size;
   }
 
   /** Starts `size` rank workers and waits until every one is ready. */
@@ -92,7 +107,7 @@ export class World extends EventEmitter<WorldEvents> {
     // The addon's process-global state must live in the main thread before any worker loads it.
     loadNative();
     installComlinkErrorHandler();
-    const world = new World(opts);
+    const world = new World(opts, spmd?.layout);
     const capacity = opts.deviceMemory ?? envBytes('ASCENT_DEVICE_MEMORY')!;
     for (let r = 0; r < opts.size; r++) configureDevice(r, { capacityBytes: capacity });
     try {
@@ -133,7 +148,14 @@ export class World extends EventEmitter<WorldEvents> {
 
   /** Aborts the world communicator on every rank (e.g. after one rank failed). */
   abortWorldComm(reason: string, culpritWorldRanks: readonly number[] = []): void {
-    Communicator.abortById(this.worldCommId, reason, culpritWorldRanks);
+    // The communicator counts this process's ranks from 0: culprits elsewhere are named by the reason only.
+    const local = culpritWorldRanks.map((r) => r - this.rankOffset).filter((r) => r >= 0 && r < this.size);
+    Communicator.abortById(this.worldCommId, reason, local);
+  }
+
+  /** The slot of global rank `rank`, if it runs in this process. */
+  private slotOf(rank: number): RankSlot | undefined {
+    return this.slots[rank - this.rankOffset];
   }
 
   /** Where failed broadcasts are reported (default: stderr with rank and actor). */
@@ -146,16 +168,18 @@ export class World extends EventEmitter<WorldEvents> {
     const workerUrl = builtFile('runtime/actor-system/rank-worker.js');
     const callTimeoutMs = this.options.callTimeoutMs ?? envInt('ASCENT_ACTOR_CALL_TIMEOUT_MS')!;
     const ready: Promise<void>[] = [];
-    for (let rank = 0; rank < size; rank++) {
+    const layout = spmd?.layout;
+    for (let localRank = 0; localRank < size; localRank++) {
+      const rank = this.rankOffset + localRank;
       const control = new MessageChannel();
       const brokerCh = new MessageChannel();
       const data: RankWorkerData = {
         kind: 'ascent-rank',
         rank,
-        localRank: rank,
-        worldSize: size,
+        localRank,
+        worldSize: this.worldSize,
         localWorldSize: size,
-        deviceOrdinal: rank,
+        deviceOrdinal: localRank,
         prefixed: this.options.output.prefix,
         controlPort: control.port2,
         brokerPort: brokerCh.port2,
@@ -163,14 +187,16 @@ export class World extends EventEmitter<WorldEvents> {
         worldCommId: this.worldCommId,
         ...(this.options.output.terminal?.ranks.includes(rank) ? { terminal: { columns: this.options.output.terminal.columns } } : {}),
         ...(spmd ? { entry: spmd.entryUrl, entryArgs: spmd.entryArgs } : {}),
+        ...(layout ? { layout } : {}),
       };
       const env = {
         ...process.env,
         ...this.options.env,
         RANK: String(rank),
-        LOCAL_RANK: String(rank),
-        WORLD_SIZE: String(size),
+        LOCAL_RANK: String(localRank),
+        WORLD_SIZE: String(this.worldSize),
         LOCAL_WORLD_SIZE: String(size),
+        ...(layout ? { NODE_RANK: String(layout.nodeRank) } : {}),
       };
       const worker = new Worker(workerUrl, {
         execArgv: workerExecArgv(),
@@ -275,7 +301,7 @@ export class World extends EventEmitter<WorldEvents> {
     if (!terminated) {
       // Peers blocked in a world collective fail now, naming this rank, not at the timeout;
       // peers holding refs to actors on this rank fail fast too.
-      Communicator.abortById(this.worldCommId, `rank ${slot.rank}'s worker is gone (${reason})`, [slot.rank]);
+      this.abortWorldComm(`rank ${slot.rank}'s worker is gone (${reason})`, [slot.rank]);
       for (const other of this.slots) {
         if (other !== slot && !other.liveness.dead) other.host.invoke('peerDied', [slot.rank, reason]).catch(() => {});
       }
@@ -287,8 +313,14 @@ export class World extends EventEmitter<WorldEvents> {
     return {
       connect: async (from, target, name, timeoutMs) => {
         if (from !== fromRank) throw new InvalidArgumentError(`Rank ${fromRank} asked to connect as rank ${from}`);
-        const t = this.slots[target];
-        if (!t) throw new InvalidArgumentError(`No rank ${target} in a world of ${this.size}`);
+        const t = this.slotOf(target);
+        if (!t && target >= 0 && target < this.worldSize) {
+          throw new InvalidStateError(
+            `Rank ${target} runs in another process; actors across processes are not supported yet. HINT: reach actors on this process's ranks (${this.rankOffset}..${this.rankOffset + this.size - 1}), or run on one process.`,
+            { rank: target },
+          );
+        }
+        if (!t) throw new InvalidArgumentError(`No rank ${target} in a world of ${this.worldSize}`);
         const { port1, port2 } = new MessageChannel();
         await t.host.invoke('attach', [name, Comlink.transfer(port2, [port2 as unknown as Transferable]) as MessagePort, timeoutMs]);
         return Comlink.transfer(port1, [port1 as unknown as Transferable]) as MessagePort;
@@ -314,7 +346,7 @@ export class World extends EventEmitter<WorldEvents> {
       [...ranks]
         .sort((a, b) => a - b)
         .map(async (rank) => {
-          const slot = this.slots[rank]!;
+          const slot = this.slotOf(rank)!;
           const { port1, port2 } = new MessageChannel();
           try {
             await slot.host.invoke('spawn', [

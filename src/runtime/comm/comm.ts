@@ -158,7 +158,7 @@ export class Communicator {
   readonly #settings: Resolved;
   #group: OpenGroup | undefined;
 
-  private constructor(native: NativeCommunicator, device: Device, settings: Resolved) {
+  protected constructor(native: NativeCommunicator, device: Device, settings: Resolved) {
     this.native = native;
     this.device = device;
     this.#settings = settings;

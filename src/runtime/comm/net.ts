@@ -1,0 +1,101 @@
+/**
+ * The network leg between processes: the optional ascent_mpi addon
+ * (native/mpi/), built only where Open MPI was found, loaded only by a run that
+ * spans processes (a single-process run never touches MPI). Every call goes to
+ * the process's one net thread and resolves on the calling thread; failures map
+ * to Ascent's collective errors with the processes at fault.
+ */
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { CollectiveMismatchError, CollectiveTimeoutError, CommAbortedError, InternalError, InvalidStateError, type AscentError } from '../errors.js';
+import { packageRoot } from '../native.js';
+
+/** What MPI_Init_thread reported. */
+export interface NetInfo {
+  /** This process's rank in MPI_COMM_WORLD (the launch's node rank). */
+  rank: number;
+  size: number;
+  /** The thread level MPI provided; only the net thread calls MPI, so 'funneled' suffices. */
+  threadLevel: 'single' | 'funneled' | 'serialized' | 'multiple';
+  library: string;
+}
+
+/** ascent_mpi.node's exports (native/mpi/mpi_addon.cc). Buffers are host memory, changed in place. */
+export interface NativeNet {
+  init(): Promise<string>;
+  finalize(): Promise<void>;
+  allReduce(buf: ArrayBufferView, count: number, dtype: number, op: number, timeoutMs: number): Promise<void>;
+  broadcast(buf: ArrayBufferView, rootProcess: number, timeoutMs: number): Promise<void>;
+  allGather(send: ArrayBufferView, recv: ArrayBufferView, timeoutMs: number): Promise<void>;
+  barrier(timeoutMs: number): Promise<void>;
+  abortJob(reason: string, timeoutMs: number): Promise<void>;
+  onAbort(fn: (reason: string, process: number) => void): void;
+  abortedBecause(): string;
+}
+
+export function netAddonPath(): string {
+  return join(packageRoot(), 'build', 'Release', 'ascent_mpi.node');
+}
+
+/** True when the MPI addon was built (Open MPI was found at build time). */
+export function netAvailable(): boolean {
+  return existsSync(netAddonPath());
+}
+
+let net: NativeNet | undefined;
+
+/** The MPI addon; a clear InvalidStateError when it was not built. */
+export function loadNet(): NativeNet {
+  if (net) return net;
+  const path = netAddonPath();
+  if (!existsSync(path)) {
+    throw new InvalidStateError(
+      `This run spans several processes (it was started by mpirun) but Ascent's MPI addon is not built (${path} is missing). HINT: run scripts/install-mpi.sh, then \`npm run build:native\` (it builds ascent_mpi.node when Open MPI is found).`,
+    );
+  }
+  net = createRequire(import.meta.url)(path) as NativeNet;
+  return net;
+}
+
+/**
+ * An abort notice names the ranks at fault as a `[culprit ranks 3, 5] ` tag before
+ * its reason (the notice itself is text): culpritTag makes it, taggedCulprits reads it.
+ */
+export function culpritTag(ranks: readonly number[]): string {
+  return ranks.length > 0 ? `[culprit ranks ${ranks.join(', ')}] ` : '';
+}
+
+export function taggedCulprits(text: string): number[] {
+  const m = /\[culprit ranks ([\d, ]+)\]/.exec(text);
+  return m ? m[1]!.split(',').map((x) => Number(x.trim())) : [];
+}
+
+/**
+ * Maps a rejection of the MPI addon to Ascent's error: `culpritProcesses` names the
+ * processes at fault, `culpritWorldRanks` their global ranks (the tagged ones when an
+ * abort notice named them, else every rank of those processes).
+ */
+export function netError(err: unknown, what: string, ranksPerProcess = 1): AscentError {
+  const e = err as { message?: string; netCode?: string; culpritProcesses?: number[] };
+  const msg = `${what}: ${e?.message ?? String(err)}`;
+  const processes = Array.isArray(e?.culpritProcesses) ? e.culpritProcesses : [];
+  const tagged = taggedCulprits(msg);
+  const ranks = tagged.length > 0 ? tagged : processes.flatMap((p) => Array.from({ length: ranksPerProcess }, (_, i) => p * ranksPerProcess + i));
+  const details = { culpritProcesses: processes, culpritWorldRanks: ranks };
+  switch (e?.netCode) {
+    case 'timeout':
+      return new CollectiveTimeoutError(
+        `${msg}. HINT: every process must call the same collectives in the same order; raise HCCL_EXEC_TIMEOUT if the step is just slow.`,
+        details,
+      );
+    case 'mismatch':
+      return new CollectiveMismatchError(`${msg}. HINT: every process must call the same collectives in the same order with the same shapes.`, details);
+    case 'aborted':
+      return new CommAbortedError(msg, details);
+    case 'state':
+      return new InvalidStateError(msg, details);
+    default:
+      return new InternalError(msg, details);
+  }
+}
