@@ -48,6 +48,7 @@ export default defineConfig({
     // group has more threads than cores, and every wait has a deadline far above its quiet time.
     maxWorkers: 2,
     sequence: { sequencer: LongestFirst },
+    globalSetup: ['test/helpers/global-build.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     teardownTimeout: 10_000,
