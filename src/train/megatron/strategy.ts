@@ -38,7 +38,12 @@ import type { AdamWHyper, HostParam } from '../../model/param-store.js';
 import { uploadBatch } from '../../model/qwen3.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
 import { crossEntropyLoss, localRows, stepLoss } from '../rows.js';
-import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
+import type { FullState, LossFn, ShardedState, ShardGroups, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
+import type { HfLoadOptions } from '../load-hf-shards.js';
+import { anyRank } from '../any-rank.js';
+import type { HostShard } from '../../parallel/sharded-load.js';
+import { checkParamsAgainstConfig } from '../../model/params.js';
+import { loadMegatronHfGroups, megatronLocalFromHf } from './load-shards.js';
 import { expertNames, hfToMegatron, megatronSpecs, megatronToHf, tpGather, tpLocalShape, tpSlice } from './bridge.js';
 import { PendingComms } from './comm-ops.js';
 import { checkParallelSizes, layoutName, type ParallelSizes } from './layout.js';
@@ -418,7 +423,6 @@ export class MegatronStrategy implements TrainStrategy {
    * base is frozen).
    */
   async loadState(state: FullState): Promise<void> {
-    const { stream } = this;
     const loraNames = new Set(this.lora?.adapters.names ?? []);
     const split = (m: ReadonlyMap<string, HostParam>) => {
       const base = new Map<string, HostParam>(),
@@ -448,6 +452,64 @@ export class MegatronStrategy implements TrainStrategy {
         ? tpSlice(u.spec!, full.get(u.name)!, this.sizes.tp, this.tpRank).data
         : stackExperts(full, u.expert!.layer, u.expert!.fc, epIndex * El, El);
     };
+    await this.writeUnits((u) => localOf(u, u.lora ? sp.lora : params), moments && [(u) => localOf(u, moments[0]!), (u) => localOf(u, moments[1]!)], opt?.step);
+  }
+
+  /**
+   * Collective: this rank's pieces of each group of the HF folder `dir` with the placements
+   * of the initial load (load-shards.ts: tp / ep shards, the rest replicated); null with
+   * LoRA, whose adapters are not in the loader's model manifest (loadState takes those runs).
+   */
+  async loadShards(dir: string, groups: ShardGroups, opts: HfLoadOptions = {}): Promise<Array<Map<string, HostShard>> | null> {
+    if (this.lora) return null;
+    return loadMegatronHfGroups(dir, this.cfg, this.mesh.parent, this.sizes, groups, opts);
+  }
+
+  /**
+   * Collective: as loadState, from this rank's HF-named pieces (loadShards), laid out as
+   * create() lays out loadMegatronShards()'s; the host never holds another rank's shard.
+   * An empty moment map (no optimizer step yet) starts the moments at zero.
+   */
+  async loadShardedState(state: ShardedState): Promise<void> {
+    let problem: string | null = null;
+    const check = (m: ReadonlyMap<string, HostShard>, what: string) => {
+      try {
+        checkParamsAgainstConfig(
+          [...m].map(([name, p]) => ({ name, shape: p.shape })),
+          this.cfg,
+        );
+      } catch (e) {
+        problem ??= `${what}: ${(e as Error).message}`;
+      }
+    };
+    check(state.params, 'params');
+    const opt = state.optimizer;
+    const withMoments = opt !== undefined && opt.expAvg.size + opt.expAvgSq.size > 0;
+    if (withMoments)
+      for (const [what, m] of [
+        ['exp_avg', opt.expAvg],
+        ['exp_avg_sq', opt.expAvgSq],
+      ] as const)
+        check(m, what);
+    if ((await anyRank(this.mesh.parent, problem !== null)) || problem)
+      throw new InvalidArgumentError(
+        `MegatronStrategy.loadShardedState(): ${problem ?? 'another rank rejected its state (see its error)'}. HINT: pass what loadShards() returned on this rank, for the same model.`,
+      );
+    const local = (m: ReadonlyMap<string, HostShard>) => {
+      const l = megatronLocalFromHf(this.cfg, m, this.sizes);
+      return (u: Unit) => l.get(u.name, u.var.value.shape).data;
+    };
+    const moments = withMoments ? ([local(opt.expAvg), local(opt.expAvgSq)] as const) : null;
+    await this.writeUnits(local(state.params), moments, opt?.step);
+  }
+
+  /** Writes each unit's local data (and moments when given; zeros when `step` is set without them); `step` restores the count. */
+  private async writeUnits(
+    paramOf: (u: Unit) => Float32Array | undefined,
+    momentsOf: readonly [(u: Unit) => Float32Array | undefined, (u: Unit) => Float32Array | undefined] | null,
+    step: number | undefined,
+  ): Promise<void> {
+    const { stream } = this;
     const write = (dst: Tensor, data: Float32Array | undefined) => {
       if (!data) return fill(dst, 0, { stream });
       const t = Tensor.fromArray(this.mesh.device, data, dst.shape, { stream });
@@ -455,19 +517,19 @@ export class MegatronStrategy implements TrainStrategy {
       t.release();
     };
     for (const u of this.units) {
-      write(u.var.value, localOf(u, u.lora ? sp.lora : params));
-      if (!opt || !u.var.requiresGrad) continue;
+      write(u.var.value, paramOf(u));
+      if (step === undefined || !u.var.requiresGrad) continue;
       u.m ??= Tensor.zeros(this.mesh.device, u.var.value.shape, 'fp32', { stream });
       u.v ??= Tensor.zeros(this.mesh.device, u.var.value.shape, 'fp32', { stream });
-      if (moments) {
-        write(u.m, localOf(u, moments[0]!));
-        write(u.v, localOf(u, moments[1]!));
+      if (momentsOf) {
+        write(u.m, momentsOf[0](u));
+        write(u.v, momentsOf[1](u));
       } else {
         fill(u.m, 0, { stream });
         fill(u.v, 0, { stream });
       }
     }
-    if (opt) this.step = opt.step;
+    if (step !== undefined) this.step = step;
     this.micro = 0;
     await stream.synchronize();
   }
