@@ -174,9 +174,9 @@ function sameModel(a: ModelConfig, b: ModelConfig): string | null {
  * strategy (loadShards: fsdp2, megatron) then takes the parameters and both moments through
  * the sharded loader with the placements of its initial load, so each rank's host keeps
  * its own pieces only (rank 0 reads and broadcasts in buckets, or every rank reads, as
- * `load` says); a bad tensor stops every rank with one CheckpointFormatError naming it.
- * The others (single device, LoRA runs) read the whole folder on every rank (it is on a
- * shared filesystem in this runtime) and keep their shard.
+ * `load` says; LoRA adapters and their moments come whole, they are small); a bad tensor
+ * stops every rank with one CheckpointFormatError naming it. The single strategy reads the
+ * whole folder (the files are on a shared filesystem in this runtime).
  */
 export async function loadCheckpoint(strategy: TrainStrategy, opts: LoadOptions): Promise<LoadedCheckpoint> {
   let head: { dir: string; state: TrainerStateFile } | null = null;
@@ -191,7 +191,7 @@ export async function loadCheckpoint(strategy: TrainStrategy, opts: LoadOptions)
   const { dir, state } = head!;
   const params = strategy.loadShardedState && (await strategy.loadShards?.(dir, { groups: [''] }, opts.load));
   if (params) {
-    const [expAvg, expAvgSq] = (await strategy.loadShards!(join(dir, 'optimizer'), { groups: ['exp_avg.', 'exp_avg_sq.'], optional: true }, opts.load))!;
+    const [expAvg, expAvgSq] = await strategy.loadShards!(join(dir, 'optimizer'), { groups: ['exp_avg.', 'exp_avg_sq.'], optional: true }, opts.load);
     const kept = [params[0]!, expAvg!, expAvgSq!];
     await strategy.loadShardedState!({ params: params[0]!, optimizer: { step: state.optimizerSteps, expAvg: expAvg!, expAvgSq: expAvgSq! } });
     return { dir, state, hostBytes: hostBytesOf(kept) };

@@ -44,8 +44,11 @@ export async function loadHfShards(
  * `exp_avg_sq.<HF name>`): every tensor takes the placements of the parameter it names, so a
  * rank keeps the same pieces of each group as of the parameters, in one pass over the files.
  * Each group must match the config as a whole; with `optional` a folder holding no tensors at
- * all (a run saved before its first optimizer step) gives empty groups. Returns one map per
- * prefix, keyed by the HF name without it.
+ * all (a run saved before its first optimizer step) gives empty groups. `whole` names tensors
+ * outside the model (LoRA adapters, by PEFT name, with their shapes): each rank keeps them whole
+ * (they are small), their shapes are checked with the rest, and a group holding nothing else
+ * (the moments of a LoRA run: the base is frozen) is not matched against the config. Returns
+ * one map per prefix, keyed by the HF name without it.
  */
 export async function loadHfShardGroups(
   dir: string,
@@ -57,8 +60,10 @@ export async function loadHfShardGroups(
     load?: HfLoadOptions;
     groups: readonly string[];
     optional?: boolean;
+    whole?: ReadonlyMap<string, readonly number[]>;
   },
 ): Promise<Array<Map<string, HostShard>>> {
+  const whole = o.whole ?? new Map<string, readonly number[]>();
   const [first, count] = o.experts;
   // Longest prefix first: 'exp_avg_sq.' is not 'exp_avg.' + a name, but keep it unambiguous anyway.
   const prefixes = [...o.groups].sort((a, b) => b.length - a.length);
@@ -79,11 +84,21 @@ export async function loadHfShardGroups(
           `${dir}: unexpected tensor${stray.length === 1 ? '' : 's'} ${stray.slice(0, 5).join(', ')}; expected ${o.groups.map((g) => `${g}*`).join(' and ')}. HINT: this folder was not written by saveCheckpoint; load another step.`,
           { file: dir, unexpected: stray },
         );
+      for (const m of manifest) {
+        const want = whole.get(hfMeta(m).name);
+        if (want && (want.length !== m.shape.length || want.some((d, k) => d !== m.shape[k])))
+          throw new CheckpointFormatError(
+            `${dir}: ${JSON.stringify(m.name)}${m.file ? ` (in ${m.file})` : ''} has shape [${m.shape.join(', ')}], expected [${want.join(', ')}]. HINT: the folder was saved with another LoRA config; resume with the run's own config.`,
+            { file: dir, tensor: m.name },
+          );
+      }
       if (o.optional && manifest.length === 0) return;
       for (const g of o.groups) {
         try {
           const mine = manifest.filter((m) => split(m.name)?.[0] === g).map(hfMeta);
-          if (checkParamsAgainstConfig(mine, cfg) === 'per-expert') perExpert.add(g);
+          const model = mine.filter((m) => !whole.has(m.name));
+          if (model.length === 0 && mine.length > 0) continue;
+          if (checkParamsAgainstConfig(model, cfg) === 'per-expert') perExpert.add(g);
         } catch (e) {
           if (e instanceof CheckpointFormatError) {
             const what = g === '' ? '' : `the ${g}* tensors (names below without the prefix): `;
@@ -95,7 +110,7 @@ export async function loadHfShardGroups(
     },
     placements: (meta) => {
       const m = hfMeta(meta);
-      return PER_EXPERT.test(m.name) ? mesh.shape.map(() => Replicate()) : o.placements(m);
+      return PER_EXPERT.test(m.name) || whole.has(m.name) ? mesh.shape.map(() => Replicate()) : o.placements(m);
     },
     select: (meta) => {
       const name = hfMeta(meta).name;

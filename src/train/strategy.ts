@@ -140,10 +140,10 @@ export interface TrainStrategy {
   /**
    * This rank's pieces of each group of the HF-named folder `dir` through the sharded
    * loader, with the placements the strategy's own initial load uses (collective; a bad
-   * folder throws one CheckpointFormatError on every rank). Absent, or null, when the
-   * strategy cannot take its state in pieces (single device, LoRA): use loadState.
+   * folder throws one CheckpointFormatError on every rank). LoRA adapters come whole
+   * (Replicate: they are small). Absent on the single strategy: use loadState.
    */
-  loadShards?(dir: string, groups: ShardGroups, opts?: HfLoadOptions): Promise<Array<Map<string, HostShard>> | null>;
+  loadShards?(dir: string, groups: ShardGroups, opts?: HfLoadOptions): Promise<Array<Map<string, HostShard>>>;
   /** As loadState, from this rank's pieces as loadShards() returns them (collective). */
   loadShardedState?(state: ShardedState): Promise<void>;
   /** LoRA adapters alone, full, by PEFT name (for adapter-only weight sync); throws when the strategy has no LoRA. */

@@ -34,7 +34,7 @@ export async function loadFsdp2Groups(
   dir: string,
   cfg: ModelConfig,
   comm: Communicator,
-  g: { groups: readonly string[]; optional?: boolean },
+  g: { groups: readonly string[]; optional?: boolean; whole?: ReadonlyMap<string, readonly number[]> },
   opts: HfLoadOptions = {},
 ): Promise<Array<Map<string, HostShard>>> {
   const dp = comm.size;

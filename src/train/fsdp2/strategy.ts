@@ -348,21 +348,38 @@ export class Fsdp2Strategy implements TrainStrategy {
 
   /**
    * Collective: this rank's Shard(0) pieces of each group of the HF folder `dir` (the
-   * placements of the initial load, load-shards.ts); null with LoRA, whose adapters are
-   * not in the loader's model manifest (loadState takes those runs).
+   * placements of the initial load, load-shards.ts). LoRA adapters (and their moments) are
+   * small and come whole to every rank, Replicate; the base in pieces.
    */
-  async loadShards(dir: string, groups: ShardGroups, opts: HfLoadOptions = {}): Promise<Array<Map<string, HostShard>> | null> {
+  async loadShards(dir: string, groups: ShardGroups, opts: HfLoadOptions = {}): Promise<Array<Map<string, HostShard>>> {
     this.checkLive('loadShards');
-    if (this.lora) return null;
-    return loadFsdp2Groups(dir, this.cfg, this.comm, groups, opts);
+    const whole = this.lora && new Map(loraParamSpecs(this.cfg, this.lora.adapters.config).map((s) => [s.name, s.shape] as const));
+    return loadFsdp2Groups(dir, this.cfg, this.comm, { ...groups, ...(whole ? { whole } : {}) }, opts);
   }
 
-  /** Collective: as loadState, from this rank's Shard(0) pieces (loadShards); the host never holds another rank's rows. */
+  /**
+   * Collective: as loadState, from this rank's pieces (loadShards): Shard(0) rows, or whole
+   * tensors placed Replicate (LoRA adapters); the host never holds another rank's rows.
+   */
   loadShardedState(state: ShardedState): Promise<void> {
-    return this.restore(state, 'loadShardedState');
+    const plain = (m: ReadonlyMap<string, HostShard>): ReadonlyMap<string, HostParam | HostShard> =>
+      m instanceof Map
+        ? new Map(
+            [...(m as ReadonlyMap<string, HostShard>)].map(([n, s]) => [
+              n,
+              s.placements.every((p) => p.kind === 'replicate') ? { shape: s.shape, data: s.data } : s,
+            ]),
+          )
+        : m;
+    const opt = state?.optimizer;
+    return this.restore(
+      state && { params: plain(state.params), ...(opt ? { optimizer: { step: opt.step, expAvg: plain(opt.expAvg), expAvgSq: plain(opt.expAvgSq) } } : {}) },
+      'loadShardedState',
+    );
   }
 
-  private async restore(state: FullState | ShardedState, fn: string): Promise<void> {
+  /** Full tensors, this rank's Shard(0) pieces, or both (paramProblems checks either). */
+  private async restore(state: HostState, fn: string): Promise<void> {
     this.checkLive(fn);
     const { comm } = this;
     const problems: string[] = [];
@@ -426,6 +443,9 @@ export class Fsdp2Strategy implements TrainStrategy {
       throw new InvalidStateError(`Fsdp2Strategy.${what}(): the strategy was released. HINT: create a new one (Fsdp2Strategy.create) after release().`);
   }
 }
+
+type HostMap = ReadonlyMap<string, HostParam | HostShard>;
+type HostState = { params: HostMap; optimizer?: { step: number; expAvg: HostMap; expAvgSq: HostMap } };
 
 /** Throws on every rank when any rank rejected its input (see any-rank.ts). */
 async function agree(comm: Communicator, bad: boolean, fn: string, what: string): Promise<void> {

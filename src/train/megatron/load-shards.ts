@@ -58,7 +58,7 @@ export async function loadMegatronHfGroups(
   cfg: ModelConfig,
   comm: Communicator,
   sizes: ParallelSizes,
-  g: { groups: readonly string[]; optional?: boolean },
+  g: { groups: readonly string[]; optional?: boolean; whole?: ReadonlyMap<string, readonly number[]> },
   opts: HfLoadOptions = {},
 ): Promise<Array<Map<string, HostShard>>> {
   const { tp, dp, ep } = sizes;

@@ -457,50 +457,69 @@ export class MegatronStrategy implements TrainStrategy {
 
   /**
    * Collective: this rank's pieces of each group of the HF folder `dir` with the placements
-   * of the initial load (load-shards.ts: tp / ep shards, the rest replicated); null with
-   * LoRA, whose adapters are not in the loader's model manifest (loadState takes those runs).
+   * of the initial load (load-shards.ts: tp / ep shards, the rest replicated). LoRA adapters
+   * (and their moments) are small and come whole to every rank; the base in pieces.
    */
-  async loadShards(dir: string, groups: ShardGroups, opts: HfLoadOptions = {}): Promise<Array<Map<string, HostShard>> | null> {
-    if (this.lora) return null;
-    return loadMegatronHfGroups(dir, this.cfg, this.mesh.parent, this.sizes, groups, opts);
+  async loadShards(dir: string, groups: ShardGroups, opts: HfLoadOptions = {}): Promise<Array<Map<string, HostShard>>> {
+    const whole = this.lora && new Map(loraParamSpecs(this.cfg, this.lora.adapters.config).map((s) => [s.name, s.shape] as const));
+    return loadMegatronHfGroups(dir, this.cfg, this.mesh.parent, this.sizes, { ...groups, ...(whole ? { whole } : {}) }, opts);
   }
 
   /**
    * Collective: as loadState, from this rank's HF-named pieces (loadShards), laid out as
    * create() lays out loadMegatronShards()'s; the host never holds another rank's shard.
-   * An empty moment map (no optimizer step yet) starts the moments at zero.
+   * An empty moment map (no optimizer step yet) starts the moments at zero. LoRA adapters
+   * come whole (by PEFT name) and are sliced as loadState slices them.
    */
   async loadShardedState(state: ShardedState): Promise<void> {
+    const loraNames = new Set(this.lora?.adapters.names ?? []);
+    const split = (m: ReadonlyMap<string, HostShard>) => {
+      const base = new Map<string, HostShard>(),
+        lora = new Map<string, HostParam>();
+      for (const [n, p] of m) {
+        if (loraNames.has(n)) lora.set(n, { shape: p.shape, data: p.data });
+        else base.set(n, p);
+      }
+      return { base, lora };
+    };
     let problem: string | null = null;
-    const check = (m: ReadonlyMap<string, HostShard>, what: string) => {
+    const attempt = (what: string, f: () => unknown) => {
       try {
-        checkParamsAgainstConfig(
-          [...m].map(([name, p]) => ({ name, shape: p.shape })),
-          this.cfg,
-        );
+        f();
       } catch (e) {
         problem ??= `${what}: ${(e as Error).message}`;
       }
     };
-    check(state.params, 'params');
+    const modelCheck = (m: ReadonlyMap<string, HostShard>) => () =>
+      checkParamsAgainstConfig(
+        [...m].map(([name, p]) => ({ name, shape: p.shape })),
+        this.cfg,
+      );
+    const sp = split(state.params);
+    attempt('params', modelCheck(sp.base));
+    if (this.lora) attempt('LoRA adapters', () => this.lora!.adapters.checkHost(sp.lora));
     const opt = state.optimizer;
-    const withMoments = opt !== undefined && opt.expAvg.size + opt.expAvgSq.size > 0;
-    if (withMoments)
-      for (const [what, m] of [
-        ['exp_avg', opt.expAvg],
-        ['exp_avg_sq', opt.expAvgSq],
-      ] as const)
-        check(m, what);
+    const moments = opt && [split(opt.expAvg), split(opt.expAvgSq)];
+    // Base moments: only without LoRA (its base is frozen), all or none (none: before the first step).
+    const withBase = !this.lora && moments !== undefined && moments.some((m) => m.base.size > 0);
+    if (withBase) moments!.forEach((m, k) => attempt(k ? 'exp_avg_sq' : 'exp_avg', modelCheck(m.base)));
     if ((await anyRank(this.mesh.parent, problem !== null)) || problem)
       throw new InvalidArgumentError(
         `MegatronStrategy.loadShardedState(): ${problem ?? 'another rank rejected its state (see its error)'}. HINT: pass what loadShards() returned on this rank, for the same model.`,
       );
-    const local = (m: ReadonlyMap<string, HostShard>) => {
-      const l = megatronLocalFromHf(this.cfg, m, this.sizes);
-      return (u: Unit) => l.get(u.name, u.var.value.shape).data;
+    const epIndex = this.dpRank % this.sizes.ep;
+    const local = (m: { base: ReadonlyMap<string, HostShard>; lora: ReadonlyMap<string, HostParam> }, base: boolean) => {
+      const l = base ? megatronLocalFromHf(this.cfg, m.base, this.sizes) : null;
+      return (u: Unit): Float32Array | undefined => {
+        if (u.lora) {
+          const h = m.lora.get(u.name);
+          return h && loraSlice(u.lora, h, this.sizes.tp, this.tpRank, this.sizes.ep, epIndex);
+        }
+        return l?.get(u.name, u.var.value.shape).data;
+      };
     };
-    const moments = withMoments ? ([local(opt.expAvg), local(opt.expAvgSq)] as const) : null;
-    await this.writeUnits(local(state.params), moments, opt?.step);
+    const momentsOf = moments && (this.lora || withBase) ? ([local(moments[0]!, withBase), local(moments[1]!, withBase)] as const) : null;
+    await this.writeUnits(local(sp, true), momentsOf, opt?.step);
   }
 
   /** Writes each unit's local data (and moments when given; zeros when `step` is set without them); `step` restores the count. */
