@@ -208,7 +208,7 @@ export class TrainerActor {
     if (!(await latestCheckpoint(root))) return false;
     this.#ref?.release();
     this.#ref = await createStrategy(this.config, { comm: this.#comm!, device: this.ctx.device });
-    await loadCheckpoint(this.#ref, { path: root, comm: this.#comm! });
+    await loadCheckpoint(this.#ref, { path: root, comm: this.#comm!, load: this.config.load });
     return true;
   }
 
@@ -239,7 +239,7 @@ export class TrainerActor {
   }
 
   async load(path: string): Promise<{ dir: string; step: number; extra: Record<string, unknown> }> {
-    const r = await loadCheckpoint(this.strategy, { path, comm: this.#comm! });
+    const r = await loadCheckpoint(this.strategy, { path, comm: this.#comm!, load: this.config.load });
     return { dir: r.dir, step: r.state.step, extra: r.state.extra };
   }
 

@@ -15,7 +15,8 @@
  *
  * Collective: every rank of the strategy calls save/load. The state is gathered on
  * every rank (gatherState); rank 0 writes; the outcome is agreed by an all-reduce so
- * a failed write raises on every rank instead of leaving the others waiting.
+ * a failed write raises on every rank instead of leaving the others waiting. Loading
+ * into fsdp2 / megatron goes through the sharded loader (each rank keeps its pieces).
  */
 import { toFloat32 } from '../model/host-float.js';
 import { readFile } from 'node:fs/promises';
@@ -33,6 +34,7 @@ import { exists, LATEST_FILE, latestCheckpoint, publishStep, stepDirName, writeJ
 import { anyRank } from './any-rank.js';
 import { writeModelFiles } from './model-files.js';
 import type { FullState, TrainStrategy } from './strategy.js';
+import type { HfLoadOptions } from './load-hf-shards.js';
 
 export const TRAIN_STATE_FILE = 'trainer_state.json';
 export const CHECKPOINT_FORMAT = 1;
@@ -133,11 +135,15 @@ export interface LoadOptions {
   /** A step folder, or a root holding `latest`. */
   path: string;
   comm?: Communicator;
+  /** How a sharded strategy's ranks get the tensors (default: rank 0 reads and broadcasts). */
+  load?: HfLoadOptions;
 }
 
 export interface LoadedCheckpoint {
   dir: string;
   state: TrainerStateFile;
+  /** Bytes of tensor data this rank kept on its host from the files (its pieces, or the whole state on the full path). */
+  hostBytes: number;
 }
 
 /** Every tensor of a checkpoint (single file or sharded; F32, BF16 or F16) as host fp32 arrays by name. */
@@ -163,24 +169,50 @@ function sameModel(a: ModelConfig, b: ModelConfig): string | null {
 }
 
 /**
- * Restores parameters and AdamW state into `strategy` (collective). Every rank reads
- * the files (they are on a shared filesystem in this runtime) and keeps its shard.
+ * Restores parameters and AdamW state into `strategy` (collective). The small files
+ * (trainer_state.json, config.json) are read and agreed on by every rank first. A sharded
+ * strategy (loadShards: fsdp2, megatron) then takes the parameters and both moments through
+ * the sharded loader with the placements of its initial load, so each rank's host keeps
+ * its own pieces only (rank 0 reads and broadcasts in buckets, or every rank reads, as
+ * `load` says; LoRA adapters and their moments come whole, they are small); a bad tensor
+ * stops every rank with one CheckpointFormatError naming it. The single strategy reads the
+ * whole folder (the files are on a shared filesystem in this runtime).
  */
 export async function loadCheckpoint(strategy: TrainStrategy, opts: LoadOptions): Promise<LoadedCheckpoint> {
-  let read: { dir: string; state: TrainerStateFile; full: FullState } | null = null;
+  let head: { dir: string; state: TrainerStateFile } | null = null;
   let error: Error | null = null;
   try {
-    read = await readTrainCheckpoint(strategy, opts.path);
+    head = await readStepHead(strategy, opts.path);
   } catch (e) {
     error = e as Error;
   }
-  // Every rank must have read it before any enters the collective loadState.
+  // Every rank must have read it before any enters a collective load.
   await agree(opts.comm, error, `loadCheckpoint(${opts.path})`);
-  await strategy.loadState(read!.full);
-  return { dir: read!.dir, state: read!.state };
+  const { dir, state } = head!;
+  const params = strategy.loadShardedState && (await strategy.loadShards?.(dir, { groups: [''] }, opts.load));
+  if (params) {
+    const [expAvg, expAvgSq] = await strategy.loadShards!(join(dir, 'optimizer'), { groups: ['exp_avg.', 'exp_avg_sq.'], optional: true }, opts.load);
+    const kept = [params[0]!, expAvg!, expAvgSq!];
+    await strategy.loadShardedState!({ params: params[0]!, optimizer: { step: state.optimizerSteps, expAvg: expAvg!, expAvgSq: expAvgSq! } });
+    return { dir, state, hostBytes: hostBytesOf(kept) };
+  }
+  let full: FullState | null = null;
+  try {
+    full = await readFullState(dir, state);
+  } catch (e) {
+    error = e as Error;
+  }
+  await agree(opts.comm, error, `loadCheckpoint(${dir})`);
+  await strategy.loadState(full!);
+  return { dir, state, hostBytes: hostBytesOf([full!.params, full!.optimizer!.expAvg, full!.optimizer!.expAvgSq]) };
 }
 
-async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promise<{ dir: string; state: TrainerStateFile; full: FullState }> {
+function hostBytesOf(maps: ReadonlyArray<ReadonlyMap<string, { data: Float32Array }>>): number {
+  return maps.reduce((a, m) => a + [...m.values()].reduce((b, t) => b + t.data.byteLength, 0), 0);
+}
+
+/** The step folder `path` names (or `latest` under it), its trainer state, and a check that it holds this model. */
+async function readStepHead(strategy: TrainStrategy, path: string): Promise<{ dir: string; state: TrainerStateFile }> {
   let dir = path;
   if (!(await exists(join(dir, TRAIN_STATE_FILE)))) {
     const latest = await latestCheckpoint(dir);
@@ -191,10 +223,15 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
       );
     dir = latest;
   }
-  const raw = await readTrainerState(dir);
+  const state = await readTrainerState(dir);
   const cfg = parseModelConfig(await readJsonFile(join(dir, 'config.json')), join(dir, 'config.json'));
   const diff = sameModel(cfg, strategy.cfg);
   if (diff) throw new CheckpointFormatError(`${dir} holds another model: ${diff}.`, { file: dir });
+  return { dir, state };
+}
+
+/** The whole state of a step folder as host fp32 (the path of strategies without loadShards). */
+async function readFullState(dir: string, state: TrainerStateFile): Promise<FullState> {
   const params = await readF32Checkpoint(dir);
   const opt = await readF32Checkpoint(join(dir, 'optimizer'));
   const expAvg = new Map<string, HostParam>();
@@ -204,7 +241,7 @@ async function readTrainCheckpoint(strategy: TrainStrategy, path: string): Promi
     else if (name.startsWith('exp_avg.')) expAvg.set(name.slice('exp_avg.'.length), p);
     else throw new CheckpointFormatError(`${join(dir, 'optimizer')}: unexpected tensor ${name}; expected exp_avg.* and exp_avg_sq.*.`, { file: dir });
   }
-  return { dir, state: raw, full: { params, optimizer: { step: raw.optimizerSteps, expAvg, expAvgSq } } };
+  return { params, optimizer: { step: state.optimizerSteps, expAvg, expAvgSq } };
 }
 
 /** A step folder's validated trainer_state.json (CheckpointFormatError naming the file when it is malformed). */

@@ -35,30 +35,98 @@ export async function loadHfShards(
   mesh: DeviceMesh,
   o: { placements: (meta: ParamMeta) => Placement[]; experts: readonly [first: number, count: number]; load?: HfLoadOptions },
 ): Promise<Map<string, HostShard>> {
+  return (await loadHfShardGroups(dir, cfg, mesh, { ...o, groups: [''] }))[0]!;
+}
+
+/**
+ * As loadHfShards, for a folder whose tensors are model parameters under name prefixes, one
+ * group per prefix (a training checkpoint's optimizer folder: `exp_avg.<HF name>` and
+ * `exp_avg_sq.<HF name>`): every tensor takes the placements of the parameter it names, so a
+ * rank keeps the same pieces of each group as of the parameters, in one pass over the files.
+ * Each group must match the config as a whole; with `optional` a folder holding no tensors at
+ * all (a run saved before its first optimizer step) gives empty groups. `whole` names tensors
+ * outside the model (LoRA adapters, by PEFT name, with their shapes): each rank keeps them whole
+ * (they are small), their shapes are checked with the rest, and a group holding nothing else
+ * (the moments of a LoRA run: the base is frozen) is not matched against the config. Returns
+ * one map per prefix, keyed by the HF name without it.
+ */
+export async function loadHfShardGroups(
+  dir: string,
+  cfg: ModelConfig,
+  mesh: DeviceMesh,
+  o: {
+    placements: (meta: ParamMeta) => Placement[];
+    experts: readonly [first: number, count: number];
+    load?: HfLoadOptions;
+    groups: readonly string[];
+    optional?: boolean;
+    whole?: ReadonlyMap<string, readonly number[]>;
+  },
+): Promise<Array<Map<string, HostShard>>> {
+  const whole = o.whole ?? new Map<string, readonly number[]>();
   const [first, count] = o.experts;
-  let perExpert = false;
+  // Longest prefix first: 'exp_avg_sq.' is not 'exp_avg.' + a name, but keep it unambiguous anyway.
+  const prefixes = [...o.groups].sort((a, b) => b.length - a.length);
+  const split = (name: string): [prefix: string, hf: string] | null => {
+    const p = prefixes.find((x) => name.startsWith(x));
+    return p === undefined ? null : [p, name.slice(p.length)];
+  };
+  const hfMeta = (meta: ParamMeta): ParamMeta => ({ ...meta, name: split(meta.name)?.[1] ?? meta.name });
+  const perExpert = new Set<string>();
   const shards = await loadShardedHost(dir, {
     mesh,
     ...(o.load?.mode ? { mode: o.load.mode } : {}),
     ...(o.load?.bucketBytes ? { bucketBytes: o.load.bucketBytes } : {}),
     check: (manifest) => {
-      try {
-        perExpert = checkParamsAgainstConfig(manifest, cfg) === 'per-expert';
-      } catch (e) {
-        if (e instanceof CheckpointFormatError) throw new CheckpointFormatError(`${dir}: ${e.message}`, { ...e.details, file: dir });
-        throw e;
+      const stray = manifest.filter((m) => split(m.name) === null).map((m) => m.name);
+      if (stray.length)
+        throw new CheckpointFormatError(
+          `${dir}: unexpected tensor${stray.length === 1 ? '' : 's'} ${stray.slice(0, 5).join(', ')}; expected ${o.groups.map((g) => `${g}*`).join(' and ')}. HINT: this folder was not written by saveCheckpoint; load another step.`,
+          { file: dir, unexpected: stray },
+        );
+      for (const m of manifest) {
+        const want = whole.get(hfMeta(m).name);
+        if (want && (want.length !== m.shape.length || want.some((d, k) => d !== m.shape[k])))
+          throw new CheckpointFormatError(
+            `${dir}: ${JSON.stringify(m.name)}${m.file ? ` (in ${m.file})` : ''} has shape [${m.shape.join(', ')}], expected [${want.join(', ')}]. HINT: the folder was saved with another LoRA config; resume with the run's own config.`,
+            { file: dir, tensor: m.name },
+          );
+      }
+      if (o.optional && manifest.length === 0) return;
+      for (const g of o.groups) {
+        try {
+          const mine = manifest.filter((m) => split(m.name)?.[0] === g).map(hfMeta);
+          const model = mine.filter((m) => !whole.has(m.name));
+          if (model.length === 0 && mine.length > 0) continue;
+          if (checkParamsAgainstConfig(model, cfg) === 'per-expert') perExpert.add(g);
+        } catch (e) {
+          if (e instanceof CheckpointFormatError) {
+            const what = g === '' ? '' : `the ${g}* tensors (names below without the prefix): `;
+            throw new CheckpointFormatError(`${dir}: ${what}${e.message}`, { ...e.details, file: dir, ...(g ? { prefix: g } : {}) });
+          }
+          throw e;
+        }
       }
     },
-    placements: (meta) => (PER_EXPERT.test(meta.name) ? mesh.shape.map(() => Replicate()) : o.placements(meta)),
+    placements: (meta) => {
+      const m = hfMeta(meta);
+      return PER_EXPERT.test(m.name) || whole.has(m.name) ? mesh.shape.map(() => Replicate()) : o.placements(m);
+    },
     select: (meta) => {
+      const name = hfMeta(meta).name;
       // A tied model's exporter may write lm_head.weight too; the embedding is the weight.
-      if (cfg.tieWordEmbeddings && meta.name === 'lm_head.weight') return false;
-      const m = PER_EXPERT.exec(meta.name);
+      if (cfg.tieWordEmbeddings && name === 'lm_head.weight') return false;
+      const m = PER_EXPERT.exec(name);
       return !m || (Number(m[2]) >= first && Number(m[2]) < first + count);
     },
   });
-  if (perExpert) fuseLocalExperts(shards, cfg, o.placements, first, count);
-  return shards;
+  const out = o.groups.map(() => new Map<string, HostShard>());
+  for (const [name, shard] of shards) {
+    const [p, hf] = split(name)!; // every name has a prefix: the check passed on every rank
+    out[o.groups.indexOf(p)]!.set(hf, shard);
+  }
+  o.groups.forEach((g, i) => perExpert.has(g) && fuseLocalExperts(out[i]!, cfg, o.placements, first, count));
+  return out;
 }
 
 /** Replaces this rank's per-expert tensors (experts [first, first + count)) by its pieces of the fused ones. */

@@ -17,6 +17,8 @@ import type { ModelConfig } from '../model/config.js';
 import type { AdamWHyper, HostParam } from '../model/param-store.js';
 import type { WeightSource } from '../parallel/weight-sources.js';
 import type { AdapterSources } from '../parallel/adapter-sources.js';
+import type { HostShard } from '../parallel/sharded-load.js';
+import type { HfLoadOptions } from './load-hf-shards.js';
 
 export const STRATEGY_KINDS = ['single', 'fsdp2', 'megatron'] as const;
 export type StrategyKind = (typeof STRATEGY_KINDS)[number];
@@ -90,6 +92,23 @@ export interface FullState {
   optimizer?: { step: number; expAvg: Map<string, HostParam>; expAvgSq: Map<string, HostParam> };
 }
 
+/**
+ * One rank's pieces of the state as the sharded loader keeps them: HostShard maps by HF
+ * name (fused experts), placed as the strategy's loadShards() places them, so no rank
+ * holds another rank's piece. A moment map may be empty (saved before any optimizer step).
+ */
+export interface ShardedState {
+  params: ReadonlyMap<string, HostShard>;
+  optimizer?: { step: number; expAvg: ReadonlyMap<string, HostShard>; expAvgSq: ReadonlyMap<string, HostShard> };
+}
+
+/** Which tensors of a folder loadShards() reads: one group per name prefix ('' = plain HF names). */
+export interface ShardGroups {
+  groups: readonly string[];
+  /** A folder without any tensor gives empty groups (no optimizer state yet). */
+  optional?: boolean;
+}
+
 export interface TrainStrategy {
   readonly kind: StrategyKind;
   readonly cfg: ModelConfig;
@@ -118,6 +137,15 @@ export interface TrainStrategy {
   gatherState(kind: StateKind): Promise<Map<string, HostParam>>;
   /** Replaces parameters (and optimizer state when given) from full HF-named host state; each rank keeps its shard. */
   loadState(state: FullState): Promise<void>;
+  /**
+   * This rank's pieces of each group of the HF-named folder `dir` through the sharded
+   * loader, with the placements the strategy's own initial load uses (collective; a bad
+   * folder throws one CheckpointFormatError on every rank). LoRA adapters come whole
+   * (Replicate: they are small). Absent on the single strategy: use loadState.
+   */
+  loadShards?(dir: string, groups: ShardGroups, opts?: HfLoadOptions): Promise<Array<Map<string, HostShard>>>;
+  /** As loadState, from this rank's pieces as loadShards() returns them (collective). */
+  loadShardedState?(state: ShardedState): Promise<void>;
   /** LoRA adapters alone, full, by PEFT name (for adapter-only weight sync); throws when the strategy has no LoRA. */
   loraState?(): Promise<Map<string, HostParam>>;
   /**

@@ -19,16 +19,30 @@ import type { ModelConfig } from '../../model/config.js';
 import { DeviceMesh } from '../../parallel/device-mesh.js';
 import { chunkRange, Shard } from '../../parallel/placement.js';
 import type { HostShard } from '../../parallel/sharded-load.js';
-import { loadHfShards, type HfLoadOptions } from '../load-hf-shards.js';
+import { loadHfShardGroups, type HfLoadOptions } from '../load-hf-shards.js';
 
 /** This rank's Shard(0) pieces of every parameter of the checkpoint at `dir` (collective over `comm`). */
 export async function loadFsdp2Shards(dir: string, cfg: ModelConfig, comm: Communicator, opts: HfLoadOptions = {}): Promise<Map<string, HostShard>> {
+  return (await loadFsdp2Groups(dir, cfg, comm, { groups: [''] }, opts))[0]!;
+}
+
+/**
+ * This rank's Shard(0) pieces of each prefixed group of the folder at `dir` (loadHfShardGroups;
+ * e.g. a training checkpoint's AdamW moments), placed as the parameters they name (collective).
+ */
+export async function loadFsdp2Groups(
+  dir: string,
+  cfg: ModelConfig,
+  comm: Communicator,
+  g: { groups: readonly string[]; optional?: boolean; whole?: ReadonlyMap<string, readonly number[]> },
+  opts: HfLoadOptions = {},
+): Promise<Array<Map<string, HostShard>>> {
   const dp = comm.size;
   const E = cfg.moe?.numExperts ?? 0;
   const [e0, e1] = E ? chunkRange(E, dp, comm.rank) : [0, 0];
   const mesh = await DeviceMesh.create(comm, { shape: [dp], names: ['dp'] });
   try {
-    return await loadHfShards(dir, cfg, mesh, { placements: () => [Shard(0, { allowEmpty: true })], experts: [e0, e1 - e0], load: opts });
+    return await loadHfShardGroups(dir, cfg, mesh, { placements: () => [Shard(0, { allowEmpty: true })], experts: [e0, e1 - e0], load: opts, ...g });
   } finally {
     mesh.destroy();
   }

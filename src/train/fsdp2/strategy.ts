@@ -35,7 +35,9 @@ import type { HostShard } from '../../parallel/sharded-load.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
 import { anyRank } from '../any-rank.js';
 import { crossEntropyLoss, localRows, stepLoss } from '../rows.js';
-import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
+import type { FullState, LossFn, ShardedState, ShardGroups, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
+import type { HfLoadOptions } from '../load-hf-shards.js';
+import { loadFsdp2Groups } from './load-shards.js';
 import { hostFromGathered, paramProblems, planLayout, shardFromHost, throwProblems, type FlatLayout, type FlatUnit } from './layout.js';
 import { SlotPool } from './slot-pool.js';
 import { fsdp2SourceDescriptors } from './weight-sources.js';
@@ -340,12 +342,50 @@ export class Fsdp2Strategy implements TrainStrategy {
   }
 
   /** Collective: every rank keeps its shards of `state` (full HF-named host tensors); with optimizer state, the step count too. */
-  async loadState(state: FullState): Promise<void> {
-    this.checkLive('loadState');
+  loadState(state: FullState): Promise<void> {
+    return this.restore(state, 'loadState');
+  }
+
+  /**
+   * Collective: this rank's Shard(0) pieces of each group of the HF folder `dir` (the
+   * placements of the initial load, load-shards.ts). LoRA adapters (and their moments) are
+   * small and come whole to every rank, Replicate; the base in pieces.
+   */
+  async loadShards(dir: string, groups: ShardGroups, opts: HfLoadOptions = {}): Promise<Array<Map<string, HostShard>>> {
+    this.checkLive('loadShards');
+    const whole = this.lora && new Map(loraParamSpecs(this.cfg, this.lora.adapters.config).map((s) => [s.name, s.shape] as const));
+    return loadFsdp2Groups(dir, this.cfg, this.comm, { ...groups, ...(whole ? { whole } : {}) }, opts);
+  }
+
+  /**
+   * Collective: as loadState, from this rank's pieces (loadShards): Shard(0) rows, or whole
+   * tensors placed Replicate (LoRA adapters); the host never holds another rank's rows.
+   */
+  loadShardedState(state: ShardedState): Promise<void> {
+    const plain = (m: ReadonlyMap<string, HostShard>): ReadonlyMap<string, HostParam | HostShard> =>
+      m instanceof Map
+        ? new Map(
+            [...(m as ReadonlyMap<string, HostShard>)].map(([n, s]) => [
+              n,
+              s.placements.every((p) => p.kind === 'replicate') ? { shape: s.shape, data: s.data } : s,
+            ]),
+          )
+        : m;
+    const opt = state?.optimizer;
+    return this.restore(
+      state && { params: plain(state.params), ...(opt ? { optimizer: { step: opt.step, expAvg: plain(opt.expAvg), expAvgSq: plain(opt.expAvgSq) } } : {}) },
+      'loadShardedState',
+    );
+  }
+
+  /** Full tensors, this rank's Shard(0) pieces, or both (paramProblems checks either). */
+  private async restore(state: HostState, fn: string): Promise<void> {
+    this.checkLive(fn);
+    const { comm } = this;
     const problems: string[] = [];
     if (state === null || typeof state !== 'object' || !(state.params instanceof Map)) problems.push('state.params must be a Map of HF name -> host tensor');
     else {
-      problems.push(...paramProblems(this.plan, state.params));
+      problems.push(...paramProblems(this.plan, state.params, comm.size, comm.rank));
       const opt = state.optimizer;
       if (opt !== undefined) {
         if (!Number.isInteger(opt.step) || opt.step < 0) problems.push(`optimizer.step must be a non-negative integer (got ${String(opt.step)})`);
@@ -354,14 +394,14 @@ export class Fsdp2Strategy implements TrainStrategy {
           ['exp_avg_sq', opt.expAvgSq],
         ] as const) {
           if (!(m instanceof Map)) problems.push(`optimizer ${what} must be a Map`);
-          else problems.push(...paramProblems(this.plan, m, 1, 0, what).filter((p) => !p.startsWith('missing')));
+          else problems.push(...paramProblems(this.plan, m, comm.size, comm.rank, what).filter((p) => !p.startsWith('missing')));
         }
       }
     }
-    await agree(this.comm, problems.length > 0, 'loadState()', 'its state');
-    throwProblems(problems, 'loadState(): the state does not match the model');
-    const { stream, comm } = this;
-    const upload = (dst: Tensor, u: FlatUnit, host: ReadonlyMap<string, HostParam>) => {
+    await agree(comm, problems.length > 0, `${fn}()`, 'its state');
+    throwProblems(problems, `${fn}(): the state does not match the model`);
+    const { stream } = this;
+    const upload = (dst: Tensor, u: FlatUnit, host: ReadonlyMap<string, HostParam | HostShard>) => {
       const t = Tensor.fromArray(this.device, shardFromHost(u, comm.size, comm.rank, host), [u.shardNumel], { stream });
       copy(dst, t, { stream });
       t.release();
@@ -403,6 +443,9 @@ export class Fsdp2Strategy implements TrainStrategy {
       throw new InvalidStateError(`Fsdp2Strategy.${what}(): the strategy was released. HINT: create a new one (Fsdp2Strategy.create) after release().`);
   }
 }
+
+type HostMap = ReadonlyMap<string, HostParam | HostShard>;
+type HostState = { params: HostMap; optimizer?: { step: number; expAvg: HostMap; expAvgSq: HostMap } };
 
 /** Throws on every rank when any rank rejected its input (see any-rank.ts). */
 async function agree(comm: Communicator, bad: boolean, fn: string, what: string): Promise<void> {

@@ -22,11 +22,11 @@ import { fusedExpertNames } from '../../model/params.js';
 import { DeviceMesh } from '../../parallel/device-mesh.js';
 import { Replicate, Shard, type Placement } from '../../parallel/placement.js';
 import type { HostShard } from '../../parallel/sharded-load.js';
-import { loadHfShards, type HfLoadOptions } from '../load-hf-shards.js';
+import { loadHfShardGroups, type HfLoadOptions } from '../load-hf-shards.js';
 import { concat, interleaveQkv, megatronSpecs } from './bridge.js';
 import type { ParallelSizes } from './layout.js';
 import { MegatronLocalParams } from './local-params.js';
-import { expertUnitName } from './strategy.js';
+import { expertUnitName } from './weight-sources.js';
 
 function placementsOf(name: string): Placement[] {
   const R = Replicate();
@@ -44,21 +44,41 @@ export async function loadMegatronShards(
   sizes: ParallelSizes,
   opts: HfLoadOptions = {},
 ): Promise<MegatronLocalParams> {
+  const [hf] = await loadMegatronHfGroups(dir, cfg, comm, sizes, { groups: [''] }, opts);
+  return megatronLocalFromHf(cfg, hf!, sizes);
+}
+
+/**
+ * This rank's HF-named pieces (the placements above) of each prefixed group of the folder at
+ * `dir` (loadHfShardGroups; e.g. a training checkpoint's AdamW moments), placed as the
+ * parameters they name; megatronLocalFromHf() lays them out. Collective over `comm`.
+ */
+export async function loadMegatronHfGroups(
+  dir: string,
+  cfg: ModelConfig,
+  comm: Communicator,
+  sizes: ParallelSizes,
+  g: { groups: readonly string[]; optional?: boolean; whole?: ReadonlyMap<string, readonly number[]> },
+  opts: HfLoadOptions = {},
+): Promise<Array<Map<string, HostShard>>> {
   const { tp, dp, ep } = sizes;
   const El = (cfg.moe?.numExperts ?? 0) / ep;
   const mesh = await DeviceMesh.create(comm, { shape: [dp / ep, ep, tp], names: ['edp', 'ep', 'tp'] });
   const e = mesh.coordinate[1]!;
-  let hf: Map<string, HostShard>;
   try {
-    hf = await loadHfShards(dir, cfg, mesh, { placements: (meta) => placementsOf(meta.name), experts: [e * El, El], load: opts });
+    return await loadHfShardGroups(dir, cfg, mesh, { placements: (meta) => placementsOf(meta.name), experts: [e * El, El], load: opts, ...g });
   } finally {
     mesh.destroy();
   }
-  return new MegatronLocalParams(toMegatron(cfg, hf, tp, El));
+}
+
+/** This rank's Megatron tensors from its HF-named pieces as loadMegatronHfGroups() keeps them. */
+export function megatronLocalFromHf(cfg: ModelConfig, hf: ReadonlyMap<string, HostShard>, sizes: ParallelSizes): MegatronLocalParams {
+  return new MegatronLocalParams(toMegatron(cfg, hf, sizes.tp, (cfg.moe?.numExperts ?? 0) / sizes.ep));
 }
 
 /** Megatron-named local tensors from HF-named local pieces (experts fused: the rank's El experts stacked). */
-function toMegatron(cfg: ModelConfig, hf: Map<string, HostShard>, tp: number, El: number): Map<string, HostParam> {
+function toMegatron(cfg: ModelConfig, hf: ReadonlyMap<string, HostShard>, tp: number, El: number): Map<string, HostParam> {
   const local = (name: string) => hf.get(name)!.data; // present: the manifest check passed on every rank
   const localCfg = { ...cfg, numHeads: cfg.numHeads / tp, numKvHeads: cfg.numKvHeads / tp };
   const out = new Map<string, HostParam>();

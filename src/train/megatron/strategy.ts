@@ -38,7 +38,12 @@ import type { AdamWHyper, HostParam } from '../../model/param-store.js';
 import { uploadBatch } from '../../model/qwen3.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
 import { crossEntropyLoss, localRows, stepLoss } from '../rows.js';
-import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
+import type { FullState, LossFn, ShardedState, ShardGroups, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
+import type { HfLoadOptions } from '../load-hf-shards.js';
+import { anyRank } from '../any-rank.js';
+import type { HostShard } from '../../parallel/sharded-load.js';
+import { checkParamsAgainstConfig } from '../../model/params.js';
+import { loadMegatronHfGroups, megatronLocalFromHf } from './load-shards.js';
 import { expertNames, hfToMegatron, megatronSpecs, megatronToHf, tpGather, tpLocalShape, tpSlice } from './bridge.js';
 import { PendingComms } from './comm-ops.js';
 import { checkParallelSizes, layoutName, type ParallelSizes } from './layout.js';
@@ -418,7 +423,6 @@ export class MegatronStrategy implements TrainStrategy {
    * base is frozen).
    */
   async loadState(state: FullState): Promise<void> {
-    const { stream } = this;
     const loraNames = new Set(this.lora?.adapters.names ?? []);
     const split = (m: ReadonlyMap<string, HostParam>) => {
       const base = new Map<string, HostParam>(),
@@ -448,6 +452,83 @@ export class MegatronStrategy implements TrainStrategy {
         ? tpSlice(u.spec!, full.get(u.name)!, this.sizes.tp, this.tpRank).data
         : stackExperts(full, u.expert!.layer, u.expert!.fc, epIndex * El, El);
     };
+    await this.writeUnits((u) => localOf(u, u.lora ? sp.lora : params), moments && [(u) => localOf(u, moments[0]!), (u) => localOf(u, moments[1]!)], opt?.step);
+  }
+
+  /**
+   * Collective: this rank's pieces of each group of the HF folder `dir` with the placements
+   * of the initial load (load-shards.ts: tp / ep shards, the rest replicated). LoRA adapters
+   * (and their moments) are small and come whole to every rank; the base in pieces.
+   */
+  async loadShards(dir: string, groups: ShardGroups, opts: HfLoadOptions = {}): Promise<Array<Map<string, HostShard>>> {
+    const whole = this.lora && new Map(loraParamSpecs(this.cfg, this.lora.adapters.config).map((s) => [s.name, s.shape] as const));
+    return loadMegatronHfGroups(dir, this.cfg, this.mesh.parent, this.sizes, { ...groups, ...(whole ? { whole } : {}) }, opts);
+  }
+
+  /**
+   * Collective: as loadState, from this rank's HF-named pieces (loadShards), laid out as
+   * create() lays out loadMegatronShards()'s; the host never holds another rank's shard.
+   * An empty moment map (no optimizer step yet) starts the moments at zero. LoRA adapters
+   * come whole (by PEFT name) and are sliced as loadState slices them.
+   */
+  async loadShardedState(state: ShardedState): Promise<void> {
+    const loraNames = new Set(this.lora?.adapters.names ?? []);
+    const split = (m: ReadonlyMap<string, HostShard>) => {
+      const base = new Map<string, HostShard>(),
+        lora = new Map<string, HostParam>();
+      for (const [n, p] of m) {
+        if (loraNames.has(n)) lora.set(n, { shape: p.shape, data: p.data });
+        else base.set(n, p);
+      }
+      return { base, lora };
+    };
+    let problem: string | null = null;
+    const attempt = (what: string, f: () => unknown) => {
+      try {
+        f();
+      } catch (e) {
+        problem ??= `${what}: ${(e as Error).message}`;
+      }
+    };
+    const modelCheck = (m: ReadonlyMap<string, HostShard>) => () =>
+      checkParamsAgainstConfig(
+        [...m].map(([name, p]) => ({ name, shape: p.shape })),
+        this.cfg,
+      );
+    const sp = split(state.params);
+    attempt('params', modelCheck(sp.base));
+    if (this.lora) attempt('LoRA adapters', () => this.lora!.adapters.checkHost(sp.lora));
+    const opt = state.optimizer;
+    const moments = opt && [split(opt.expAvg), split(opt.expAvgSq)];
+    // Base moments: only without LoRA (its base is frozen), all or none (none: before the first step).
+    const withBase = !this.lora && moments !== undefined && moments.some((m) => m.base.size > 0);
+    if (withBase) moments!.forEach((m, k) => attempt(k ? 'exp_avg_sq' : 'exp_avg', modelCheck(m.base)));
+    if ((await anyRank(this.mesh.parent, problem !== null)) || problem)
+      throw new InvalidArgumentError(
+        `MegatronStrategy.loadShardedState(): ${problem ?? 'another rank rejected its state (see its error)'}. HINT: pass what loadShards() returned on this rank, for the same model.`,
+      );
+    const epIndex = this.dpRank % this.sizes.ep;
+    const local = (m: { base: ReadonlyMap<string, HostShard>; lora: ReadonlyMap<string, HostParam> }, base: boolean) => {
+      const l = base ? megatronLocalFromHf(this.cfg, m.base, this.sizes) : null;
+      return (u: Unit): Float32Array | undefined => {
+        if (u.lora) {
+          const h = m.lora.get(u.name);
+          return h && loraSlice(u.lora, h, this.sizes.tp, this.tpRank, this.sizes.ep, epIndex);
+        }
+        return l?.get(u.name, u.var.value.shape).data;
+      };
+    };
+    const momentsOf = moments && (this.lora || withBase) ? ([local(moments[0]!, withBase), local(moments[1]!, withBase)] as const) : null;
+    await this.writeUnits(local(sp, true), momentsOf, opt?.step);
+  }
+
+  /** Writes each unit's local data (and moments when given; zeros when `step` is set without them); `step` restores the count. */
+  private async writeUnits(
+    paramOf: (u: Unit) => Float32Array | undefined,
+    momentsOf: readonly [(u: Unit) => Float32Array | undefined, (u: Unit) => Float32Array | undefined] | null,
+    step: number | undefined,
+  ): Promise<void> {
+    const { stream } = this;
     const write = (dst: Tensor, data: Float32Array | undefined) => {
       if (!data) return fill(dst, 0, { stream });
       const t = Tensor.fromArray(this.mesh.device, data, dst.shape, { stream });
@@ -455,19 +536,19 @@ export class MegatronStrategy implements TrainStrategy {
       t.release();
     };
     for (const u of this.units) {
-      write(u.var.value, localOf(u, u.lora ? sp.lora : params));
-      if (!opt || !u.var.requiresGrad) continue;
+      write(u.var.value, paramOf(u));
+      if (step === undefined || !u.var.requiresGrad) continue;
       u.m ??= Tensor.zeros(this.mesh.device, u.var.value.shape, 'fp32', { stream });
       u.v ??= Tensor.zeros(this.mesh.device, u.var.value.shape, 'fp32', { stream });
-      if (moments) {
-        write(u.m, localOf(u, moments[0]!));
-        write(u.v, localOf(u, moments[1]!));
+      if (momentsOf) {
+        write(u.m, momentsOf[0](u));
+        write(u.v, momentsOf[1](u));
       } else {
         fill(u.m, 0, { stream });
         fill(u.v, 0, { stream });
       }
     }
-    if (opt) this.step = opt.step;
+    if (step !== undefined) this.step = step;
     this.micro = 0;
     await stream.synchronize();
   }
