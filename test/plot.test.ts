@@ -5,13 +5,15 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { XMLParser, XMLValidator } from 'fast-xml-parser';
 import { PNG } from 'pngjs';
 import { RunLog } from '../src/grpo/run-log.js';
 import { plot } from '../src/cli/plot.js';
+import { groupByFolder, groupRewardFigure, meanRewardPerStep, trailingMean } from '../src/cli/plot-groups.js';
+import { readPlotInputs, type RunInput } from '../src/cli/plot-inputs.js';
 
 let dir: string;
 beforeAll(() => {
@@ -19,16 +21,17 @@ beforeAll(() => {
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-function writeRun(name: string, steps: number, seed: number): string {
+function writeRun(name: string, steps: number, seed: number, rewardOf = (s: number) => 0.1 * s + seed): string {
   const p = join(dir, `${name}.jsonl`);
+  mkdirSync(dirname(p), { recursive: true });
   const log = RunLog.open(p, { mode: 'new', config: { seed }, startStep: 0 });
   for (let s = 1; s <= steps; s++) {
     log.step({
       step: s,
       lr: 1e-3,
-      rewardMean: 0.1 * s + seed,
+      rewardMean: rewardOf(s),
       rewardStd: 0.1,
-      rewards: { reverse_digits: 0.1 * s + seed },
+      rewards: { reverse_digits: rewardOf(s) },
       kl: 0.001 * s,
       clipFraction: 0.05,
       entropy: 2 - 0.1 * s,
@@ -97,6 +100,39 @@ describe('ascent plot', () => {
       expect(png.colored, w.figure).toBeGreaterThan(100);
     }
   }, 60_000);
+
+  it('--groups: one mean reward curve per folder of runs (seeds averaged per step), optionally smoothed', async () => {
+    // Variant A: two seeds, 5 and 4 steps (only the shared steps 1-4 are averaged); variant B: one seed.
+    const a0 = writeRun('groups/A/s0', 5, 0, (s) => s / 10);
+    const a1 = writeRun('groups/A/s1', 4, 1, (s) => s / 10 + 0.2);
+    const b0 = writeRun('groups/B/s0', 4, 0, () => 0.5);
+    const groups = groupByFolder(readPlotInputs([a0, a1, b0]) as RunInput[]);
+    expect(groups.map((g) => [g.label, g.runs.length])).toEqual([
+      ['A', 2],
+      ['B', 1],
+    ]);
+    const curve = meanRewardPerStep(groups[0]!);
+    expect(curve.map((c) => c.step)).toEqual([1, 2, 3, 4]);
+    curve.forEach((c) => expect(c.reward).toBeCloseTo(c.step / 10 + 0.1, 12));
+    expect(trailingMean([1, 2, 3, 4], 2)).toEqual([1, 1.5, 2.5, 3.5]);
+    const fig = groupRewardFigure(groups, 2);
+    expect(fig).toMatchObject({ name: 'reward-groups', series: 2, points: 8 });
+    const ys = (fig.spec.data as { values: Array<{ series: string; y: number }> }).values.filter((p) => p.series === 'A (2 runs)').map((p) => p.y);
+    expect(ys[3]).toBeCloseTo((0.4 + 0.5) / 2, 12); // steps 3 and 4 of the mean curve
+    const out = join(dir, 'groups-out');
+    const [w] = await plot([a0, a1, b0], { out, formats: ['svg', 'png'], groups: true, smooth: 2 });
+    expect(w).toMatchObject({ figure: 'reward-groups', series: 2, points: 8 });
+    const svg = readFileSync(join(out, 'groups-reward-groups.svg'), 'utf8');
+    expect(markGroups(svg, 'line').reduce((x, y) => x + y, 0)).toBe(2);
+    expect(markGroups(svg, 'symbol').reduce((x, y) => x + y, 0)).toBe(8);
+    expect(svg).toContain('B (1 run)');
+    expect(decodePng(join(out, 'groups-reward-groups.png')).colored).toBeGreaterThan(100);
+    await expect(plot([a0], { out, formats: ['svg'], smooth: 2 })).rejects.toThrow(/--smooth applies to the --groups curves only/);
+    expect(() => groupRewardFigure(groups, 0)).toThrow(/--smooth takes a whole number of steps >= 1; got 0/);
+    const cli = spawnSync(process.execPath, ['bin/ascent.mjs', 'plot', a0, b0, '--groups', '--smooth', 'x', '--out', out], { encoding: 'utf8' });
+    expect(cli.status).toBe(1);
+    expect(cli.stderr).toMatch(/--smooth takes a whole number of steps >= 1; got "x"/);
+  }, 180_000);
 
   it('collectives results: busbw vs size per op, the STREAM-like copy as a rule; two result files overlay', async () => {
     const result = (stream: number, scale: number) => ({

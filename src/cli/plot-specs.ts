@@ -22,7 +22,7 @@ export interface Figure {
 const SIZE = { width: 560, height: 300 };
 const SCHEMA = 'https://vega.github.io/schema/vega-lite/v6.json';
 
-interface Point {
+export interface Point {
   x: number;
   y: number;
   /** Colour: the metric's series (a run, a phase, an op, a kernel). */
@@ -41,7 +41,7 @@ interface LineOptions {
   rules?: Array<{ y: number; label: string }>;
 }
 
-function lineFigure(name: string, title: string, xTitle: string, yTitle: string, points: Point[], opts: LineOptions = {}): Figure {
+export function lineFigure(name: string, title: string, xTitle: string, yTitle: string, points: Point[], opts: LineOptions = {}): Figure {
   const x = {
     field: 'x',
     type: 'quantitative',

@@ -3,7 +3,8 @@
  * (reward, KL, loss, entropy, clip fraction, completion length and phase times per
  * step; several runs overlaid) and of benchmark results (collectives: busbw vs size
  * against the STREAM-like copy; kernels: matmul GFLOP/s vs n against OpenBLAS; several
- * result files overlaid), written as SVG and PNG.
+ * result files overlaid), written as SVG and PNG. `--groups` draws one mean reward curve
+ * per folder of run logs instead (seeds of one variant averaged; plot-groups.ts).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,6 +13,7 @@ import { InvalidArgumentError } from '../runtime/errors.js';
 import { readPlotInputs, type BenchInput, type RunInput } from './plot-inputs.js';
 import { renderSvg, svgToPng } from './plot-render.js';
 import { collectivesFigure, kernelsFigure, runFigures, type Figure } from './plot-specs.js';
+import { groupByFolder, groupRewardFigure } from './plot-groups.js';
 
 export type PlotFormat = 'svg' | 'png';
 
@@ -20,6 +22,10 @@ export interface PlotOptions {
   formats: PlotFormat[];
   /** File-name prefix (default: the first input's file name). */
   name?: string;
+  /** Run logs: one mean reward curve per folder (its runs averaged per step) instead of a line per run. */
+  groups?: boolean;
+  /** With `groups`: a trailing mean over this many steps (default 1: the per-step mean). */
+  smooth?: number;
 }
 
 export interface WrittenFigure {
@@ -30,11 +36,20 @@ export interface WrittenFigure {
 }
 
 /** The figures for these inputs: runs together, and each benchmark suite together. */
-export function figuresFor(paths: readonly string[]): Array<{ prefix: string; figure: Figure }> {
+export function figuresFor(paths: readonly string[], opts: Pick<PlotOptions, 'groups' | 'smooth'> = {}): Array<{ prefix: string; figure: Figure }> {
+  if (opts.smooth !== undefined && !opts.groups) {
+    throw new InvalidArgumentError('ascent plot: --smooth applies to the --groups curves only. HINT: add --groups (one mean curve per folder of run logs).');
+  }
   const inputs = readPlotInputs(paths);
   const out: Array<{ prefix: string; figure: Figure }> = [];
   const runs = inputs.filter((i): i is RunInput => i.kind === 'run');
-  if (runs.length) for (const figure of runFigures(runs)) out.push({ prefix: runs[0]!.label, figure });
+  if (opts.groups && runs.length === 0) {
+    throw new InvalidArgumentError(
+      'ascent plot: --groups averages GRPO run logs, and none was given. HINT: pass the run logs (--log run.jsonl), one folder per variant.',
+    );
+  }
+  if (runs.length && opts.groups) out.push({ prefix: 'groups', figure: groupRewardFigure(groupByFolder(runs), opts.smooth ?? 1) });
+  else if (runs.length) for (const figure of runFigures(runs)) out.push({ prefix: runs[0]!.label, figure });
   const bench = inputs.filter((i): i is BenchInput => i.kind === 'bench');
   for (const suite of [...new Set(bench.map((b) => b.suite))]) {
     const group = bench.filter((b) => b.suite === suite);
@@ -45,7 +60,7 @@ export function figuresFor(paths: readonly string[]): Array<{ prefix: string; fi
 
 export async function plot(paths: readonly string[], opts: PlotOptions): Promise<WrittenFigure[]> {
   if (paths.length === 0) throw new InvalidArgumentError('ascent plot: give at least one run log (.jsonl) or benchmark result (.json).');
-  const figures = figuresFor(paths);
+  const figures = figuresFor(paths, opts);
   mkdirSync(opts.out, { recursive: true });
   const written: WrittenFigure[] = [];
   for (const { prefix, figure } of figures) {
@@ -75,6 +90,12 @@ function parseFormats(v: string): PlotFormat[] {
   return list as PlotFormat[];
 }
 
+function parseSmooth(v: string): number {
+  const n = Number(v);
+  if (!/^\d+$/.test(v.trim()) || n < 1) throw new InvalidArgumentError(`ascent plot: --smooth takes a whole number of steps >= 1; got ${JSON.stringify(v)}.`);
+  return n;
+}
+
 export function registerPlot(program: Command): void {
   program
     .command('plot')
@@ -83,8 +104,16 @@ export function registerPlot(program: Command): void {
     .option('--out <dir>', 'folder for the figures', 'plots')
     .option('--format <list>', 'svg, png or svg,png', 'svg,png')
     .option('--name <prefix>', "file-name prefix (default: the first input's name, or the suite)")
-    .action(async (files: string[], o: { out: string; format: string; name?: string }) => {
-      const written = await plot(files, { out: o.out, formats: parseFormats(o.format), ...(o.name ? { name: o.name } : {}) });
+    .option('--groups', 'run logs: one mean reward curve per folder (e.g. one folder per variant, a log per seed)')
+    .option('--smooth <n>', 'with --groups: trailing mean over n steps', parseSmooth)
+    .action(async (files: string[], o: { out: string; format: string; name?: string; groups?: boolean; smooth?: number }) => {
+      const written = await plot(files, {
+        out: o.out,
+        formats: parseFormats(o.format),
+        ...(o.name ? { name: o.name } : {}),
+        ...(o.groups ? { groups: true } : {}),
+        ...(o.smooth !== undefined ? { smooth: o.smooth } : {}),
+      });
       for (const w of written) process.stdout.write(`${w.figure}: ${w.series} series, ${w.points} points -> ${w.files.join(', ')}\n`);
     });
 }
