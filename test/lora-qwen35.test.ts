@@ -18,6 +18,7 @@ import { SingleDeviceStrategy } from '../src/train/single.js';
 import type { TrainBatch } from '../src/train/strategy.js';
 import { MOE_TEXT, TEXT } from './helpers/qwen35-configs.js';
 import { rand } from './helpers/model-ref.js';
+import { shiftedBatch } from './helpers/fd-loss.js';
 
 const device = Device.get(0);
 const stream = device.defaultStream;
@@ -57,18 +58,8 @@ function hostMerge(w: HostParam, a: HostParam, b: HostParam, s: number): Float32
   return res;
 }
 
-function tokens(cfg: ModelConfig, seed: number, B: number, S: number): Int32Array {
-  const ids = new Int32Array(B * S);
-  for (let i = 0; i < ids.length; i++) ids[i] = (seed * 7919 + i * 104729) % cfg.vocabSize;
-  return ids;
-}
-
-function trainBatch(cfg: ModelConfig, seed: number, B: number, S: number): TrainBatch {
-  const ids = tokens(cfg, seed, B, S);
-  const targets = new Int32Array(B * S).fill(-100);
-  for (let b = 0; b < B; b++) for (let s = 0; s < S - 1; s++) targets[b * S + s] = ids[b * S + s + 1]!;
-  return { inputIds: ids, targets, batch: B, seqLen: S };
-}
+const tokens = (cfg: ModelConfig, seed: number, B: number, S: number): Int32Array => shiftedBatch(seed, B, S, cfg.vocabSize).inputIds;
+const trainBatch = (cfg: ModelConfig, seed: number, B: number, S: number): TrainBatch => shiftedBatch(seed, B, S, cfg.vocabSize);
 
 async function logits(s: SingleDeviceStrategy, cfg: ModelConfig, seed: number): Promise<Float32Array> {
   const tape = new Tape({ stream });

@@ -7,11 +7,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Device } from '../src/runtime/device/device.js';
-import { Tensor, copy } from '../src/runtime/device/device-index.js';
 import { parseModelConfig } from '../src/model/config.js';
 import { initialParams } from '../src/model/params.js';
 import { SingleDeviceStrategy } from '../src/train/single.js';
-import type { TrainBatch } from '../src/train/strategy.js';
+import { perturbedLoss, shiftedBatch } from './helpers/fd-loss.js';
 
 const cfg = parseModelConfig({
   model_type: 'qwen3_5_text',
@@ -43,13 +42,7 @@ function params(seed: number) {
   return p;
 }
 
-function batch(seed: number, B: number, S: number): TrainBatch {
-  const ids = new Int32Array(B * S);
-  for (let i = 0; i < ids.length; i++) ids[i] = (seed * 7919 + i * 104729) % cfg.vocabSize;
-  const targets = new Int32Array(B * S).fill(-100);
-  for (let b = 0; b < B; b++) for (let s = 0; s < S - 1; s++) targets[b * S + s] = ids[b * S + s + 1]!;
-  return { inputIds: ids, targets, batch: B, seqLen: S };
-}
+const batch = (seed: number, B: number, S: number) => shiftedBatch(seed, B, S, cfg.vocabSize);
 
 describe('qwen3_5 decoder on the single-device strategy', () => {
   it('backward agrees with central finite differences of the loss', async () => {
@@ -61,18 +54,7 @@ describe('qwen3_5 decoder on the single-device strategy', () => {
       await s.forwardBackward(data);
       const grads = await s.gatherState('grads');
       const values = await s.gatherState('params');
-      const stream = dev.defaultStream;
-      const lossWith = async (name: string, idx: number, delta: number) => {
-        const v = values.get(name)!.data;
-        const saved = v[idx]!;
-        v[idx] = saved + delta;
-        const t = s.store.get(name).value;
-        const tmp = Tensor.fromArray(dev, v, t.shape, { stream });
-        copy(t, tmp, { stream });
-        tmp.release();
-        v[idx] = saved;
-        return (await s.forward(data)).loss!;
-      };
+      const lossWith = perturbedLoss(s, dev, values, data);
       const pattern =
         /embed_tokens|in_proj_qkv|in_proj_z|in_proj_a|in_proj_b|conv1d|A_log|dt_bias|linear_attn\.norm|out_proj|q_proj|k_norm|o_proj|input_layernorm|model\.norm|down_proj/;
       const names = [...grads.keys()].filter((n) => pattern.test(n) && /layers\.[01]\.|^model\.(embed|norm)/.test(n));
