@@ -62,11 +62,20 @@ export interface SlotDescriptor {
 
 const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 
-/** HF tensors of `cfg` with slots, in model order (fused experts; LoRA adapters are not model weights). */
-export function slotTensors(cfg: ModelConfig): string[] {
-  return paramSpecs(cfg, { expertLayout: 'fused' })
-    .map((s) => s.name)
-    .filter((n) => !/\.lora_[AB](\.|$)/.test(n));
+const tensorsOf = new WeakMap<ModelConfig, readonly string[]>();
+
+/** HF tensors of `cfg` with slots, in model order (fused experts; LoRA adapters are not model weights). Made once per config object. */
+export function slotTensors(cfg: ModelConfig): readonly string[] {
+  let names = tensorsOf.get(cfg);
+  if (!names) {
+    names = Object.freeze(
+      paramSpecs(cfg, { expertLayout: 'fused' })
+        .map((s) => s.name)
+        .filter((n) => !/\.lora_[AB](\.|$)/.test(n)),
+    );
+    tensorsOf.set(cfg, names);
+  }
+  return names;
 }
 
 function transformOf(param: string, parts: readonly string[], swap: boolean): SlotTransform {

@@ -15,6 +15,7 @@ import { Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError, WeightSyncError, InvalidStateError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device/device.js';
 import type { RolloutEngine } from '../rollout/engine.js';
+import type { SlotDescriptor } from '../rollout/weight-slots.js';
 import { applyEngineAdapters, engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
 import { assertSingleStrategyModel } from '../model/config.js';
 import type { TrainStrategy } from '../train/strategy.js';
@@ -89,8 +90,9 @@ export class ColocateSync {
       // The whole sync is one direct session; a failure aborts it, so the engine takes the next attempt.
       const session = engine.beginDirect();
       try {
-        const slots = engine.weightSlots();
-        const fault = syncFault(engine, (name) => slots.find((x) => x.hf === name)?.region, 'colocate');
+        let mine: SlotDescriptor[] | null = null;
+        const slots = () => (mine ??= engine.weightSlots());
+        const fault = syncFault(engine, (name) => slots().find((x) => x.hf === name)?.region, 'colocate');
         const out: ColocateOut = {
           engine,
           session,
@@ -98,7 +100,8 @@ export class ColocateSync {
           bucketBytes: this.bucketBytes,
           pending: [],
           slots,
-          ...(fault ? { skips: (hf: string) => fault.skips(hf) } : {}),
+          owner: strategy,
+          ...(fault ? { skips: (hf: string) => fault.skips(hf), freshPlan: true } : {}),
         };
         try {
           tensors = syncSources(strategy.weightSources(), out);
