@@ -11,7 +11,6 @@ import { join } from 'node:path';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { readPlotInputs, type BenchInput, type RunInput } from './plot-inputs.js';
-import { renderSvg, svgToPng } from './plot-render.js';
 import { collectivesFigure, kernelsFigure, runFigures, type Figure } from './plot-specs.js';
 import { groupByFolder, groupRewardFigure } from './plot-groups.js';
 
@@ -61,6 +60,8 @@ export function figuresFor(paths: readonly string[], opts: Pick<PlotOptions, 'gr
 export async function plot(paths: readonly string[], opts: PlotOptions): Promise<WrittenFigure[]> {
   if (paths.length === 0) throw new InvalidArgumentError('ascent plot: give at least one run log (.jsonl) or benchmark result (.json).');
   const figures = figuresFor(paths, opts);
+  // vega, vega-lite and resvg take about a second to load: only `ascent plot` pays for them, not every ascent command.
+  const { renderSvg, svgToPng } = await import('./plot-render.js');
   mkdirSync(opts.out, { recursive: true });
   const written: WrittenFigure[] = [];
   for (const { prefix, figure } of figures) {

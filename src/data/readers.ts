@@ -5,8 +5,6 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { extname } from 'node:path';
-import { parquetReadObjects } from 'hyparquet';
-import { compressors } from 'hyparquet-compressors';
 import { ConfigError } from '../runtime/errors.js';
 
 export type Row = Record<string, unknown>;
@@ -68,6 +66,8 @@ export async function readParquet(path: string): Promise<SourceRow[]> {
   const file = buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer;
   let objs: Row[];
   try {
+    // Loaded on first use: a run without Parquet data (and every rank that reads none) skips their start-up cost.
+    const [{ parquetReadObjects }, { compressors }] = await Promise.all([import('hyparquet'), import('hyparquet-compressors')]);
     objs = (await parquetReadObjects({ file, compressors })) as Row[];
   } catch (err) {
     throw new ConfigError(

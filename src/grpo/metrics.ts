@@ -4,8 +4,12 @@
  * otherwise, e.g. under launch's prefixed output or CI) and the final step-time
  * summary table (cli-table3).
  */
-import { SingleBar } from 'cli-progress';
-import Table from 'cli-table3';
+import { createRequire } from 'node:module';
+import type { SingleBar } from 'cli-progress';
+import type TableType from 'cli-table3';
+
+// Both are CommonJS and only rank 0 of a GRPO run draws: required on first use, so the other ranks never load them.
+const require = createRequire(import.meta.url);
 
 export const PHASES = ['generate', 'reward', 'logprob', 'train', 'sync'] as const;
 export type Phase = (typeof PHASES)[number];
@@ -59,7 +63,7 @@ export class Progress {
   ) {
     this.bar =
       enabled && out.isTTY
-        ? new SingleBar(
+        ? new (require('cli-progress') as typeof import('cli-progress')).SingleBar(
             { format: 'GRPO {bar} {value}/{total} | reward {reward} | kl {kl} | {sps}s/step', stream: out, hideCursor: true, clearOnComplete: false },
             undefined,
           )
@@ -84,6 +88,7 @@ export class Progress {
 /** The final summary: mean seconds per phase and share of the step, reward first → last. */
 export function summaryTable(steps: readonly StepMetrics[]): string {
   if (steps.length === 0) return 'no steps ran';
+  const Table = require('cli-table3') as typeof TableType;
   const table = new Table({ head: ['phase', 'mean s/step', 'share'], style: { head: [], border: [] } });
   const totals = PHASES.map((p) => steps.reduce((s, m) => s + m.seconds[p], 0) / steps.length);
   const all = totals.reduce((a, b) => a + b, 0);

@@ -3,7 +3,8 @@
  * and closed with the World. Tasks name a module and an exported function; the
  * function receives the (structured-clonable) argument and returns the result.
  */
-import { Piscina } from 'piscina';
+import { createRequire } from 'node:module';
+import type { Piscina } from 'piscina';
 import { InvalidArgumentError, RemoteError } from '../errors.js';
 import { resolveModuleUrl } from './module-loader.js';
 import { builtFile } from '../paths.js';
@@ -24,7 +25,9 @@ export class TaskPool {
   private closed = false;
 
   constructor(opts: { maxThreads: number }) {
-    this.pool = new Piscina({
+    // Required on first use (piscina is CommonJS): ranks that never make a pool skip loading it.
+    const { Piscina: Pool } = createRequire(import.meta.url)('piscina') as typeof import('piscina');
+    this.pool = new Pool({
       filename: builtFile('runtime/actor-system/task-worker.js').href,
       maxThreads: opts.maxThreads,
       minThreads: 0,
