@@ -4,13 +4,16 @@
  * the KV cache and the Gated DeltaNet state cache equals recomputing the whole sequence by
  * prefill every step; a ragged batch (right-padded, rows shorter than the conv window
  * included) generates what each prompt generates alone; sleep / wake (both levels) leaves
- * generation unchanged; and tp > 1 is refused with a ConfigError.
+ * generation unchanged; a full reload (fused or per-expert experts) holds exactly the HF
+ * bytes packed on the host; and tp > 1 is refused with a ConfigError.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Device } from '../src/runtime/device/device.js';
 import { ConfigError } from '../src/runtime/errors.js';
 import type { Communicator } from '../src/runtime/comm/comm.js';
-import { RolloutEngine } from '../src/rollout/index.js';
+import { RolloutEngine, runtimeChecksum } from '../src/rollout/index.js';
+import { convertExpertLayout, fromHostTensors, toHostTensors } from '../src/model/params.js';
+import type { HostParam } from '../src/model/param-store.js';
 import { groupSlots } from '../src/rollout/weight-slots.js';
 import { SingleDeviceStrategy } from '../src/train/single.js';
 import { rowLogprobs } from '../src/train/logprobs.js';
@@ -116,6 +119,62 @@ describe.each(['dense', 'moe'] as const)('rollout engine, qwen3.5 %s, tp 1', (wh
     expect(after.tokens).toEqual(before.tokens);
     expect(after.logprobs).toEqual(before.logprobs);
   }, 60_000);
+});
+
+/**
+ * The runtime bytes a tp-1 engine should hold, packed on the host from the HF parameters
+ * (independent of the loader): q ‖ k ‖ v and gate ‖ up rows, experts with their last two
+ * dims swapped, everything else (the GDN tensors included) as it is.
+ */
+function packedOnHost(host: Map<string, HostParam>): Map<string, Float32Array> {
+  const out = new Map<string, Float32Array>();
+  const cat = (...names: string[]) => {
+    const parts = names.map((n) => host.get(n)!.data);
+    const o = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
+    parts.reduce((at, p) => (o.set(p, at), at + p.length), 0);
+    return o;
+  };
+  const swapLast = (p: HostParam) => {
+    const [E, A, B] = p.shape as [number, number, number];
+    const o = new Float32Array(p.data.length);
+    for (let e = 0; e < E; e++) for (let a = 0; a < A; a++) for (let b = 0; b < B; b++) o[(e * B + b) * A + a] = p.data[(e * A + a) * B + b]!;
+    return o;
+  };
+  for (const [name, p] of host) {
+    let m: RegExpMatchArray | null;
+    if ((m = name.match(/^(.*\.self_attn)\.q_proj\.weight$/))) out.set(`${m[1]}.qkv_proj.weight`, cat(name, `${m[1]}.k_proj.weight`, `${m[1]}.v_proj.weight`));
+    else if ((m = name.match(/^(.*)\.gate_proj\.weight$/))) out.set(`${m[1]}.gate_up_proj.weight`, cat(name, `${m[1]}.up_proj.weight`));
+    else if ((m = name.match(/^(.*\.experts)\.gate_up_proj$/))) out.set(`${m[1]}.w13_weight`, swapLast(p));
+    else if ((m = name.match(/^(.*\.experts)\.down_proj$/))) out.set(`${m[1]}.w2_weight`, swapLast(p));
+    else if (!/\.(k_proj|v_proj|up_proj)\.weight$/.test(name)) out.set(name, p.data);
+  }
+  return out;
+}
+
+describe.each(['dense', 'moe'] as const)('rollout engine, qwen3.5 %s: runtime layout of a full reload', (which) => {
+  it('every runtime parameter holds the HF bytes packed on the host; per-expert and fused checkpoints load the same', async () => {
+    const cfg = QWEN35[which];
+    const host = spreadParams(cfg, 13);
+    const want = packedOnHost(host);
+    const engines = [RolloutEngine.create(cfg, { device, maxBatch: 2, maxSeqLen: 8 }), RolloutEngine.create(cfg, { device, maxBatch: 2, maxSeqLen: 8 })];
+    try {
+      const sources = [host, cfg.moe ? fromHostTensors(convertExpertLayout(toHostTensors(host), cfg, 'per-expert')) : host];
+      if (cfg.moe) expect([...sources[1]!.keys()].some((n) => /\.mlp\.experts\.0\.gate_proj\.weight$/.test(n))).toBe(true);
+      for (const [i, e] of engines.entries()) {
+        const reload = e.beginReload();
+        reload.load(sources[i]!);
+        reload.finish();
+        const got = await e.checksums();
+        expect([...got.keys()].sort()).toEqual([...want.keys()].sort());
+        for (const [name, data] of want) {
+          const c = got.get(name)!;
+          expect([name, c.layout, c.checksum]).toEqual([name, 'processed', runtimeChecksum(new Uint8Array(data.buffer, data.byteOffset, data.byteLength))]);
+        }
+      }
+    } finally {
+      for (const e of engines) e.release();
+    }
+  });
 });
 
 describe('rollout engine, qwen3.5 under tensor parallelism', () => {
