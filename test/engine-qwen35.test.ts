@@ -177,6 +177,24 @@ describe.each(['dense', 'moe'] as const)('rollout engine, qwen3.5 %s: runtime la
   });
 });
 
+describe('rollout engine, qwen3.5: checkpoint names', () => {
+  it('a ConditionalGeneration name (model.language_model.*) is refused with a hint to strip the prefix', () => {
+    const cfg = QWEN35.dense;
+    const engine = RolloutEngine.create(cfg, { device, maxBatch: 1, maxSeqLen: 8 });
+    const reload = engine.beginReload();
+    try {
+      const emb = spreadParams(cfg, 1).get('model.embed_tokens.weight')!;
+      expect(() => reload.load([['model.language_model.embed_tokens.weight', emb]])).toThrow(
+        /unknown checkpoint tensor "model\.language_model\.embed_tokens\.weight" for this qwen3_5 config\. HINT: .*linear_attn\.\*.*strip that prefix to model\.\*/,
+      );
+      expect(reload.load([['model.embed_tokens.weight', emb]])).toBe(1);
+    } finally {
+      reload.abort();
+      engine.release();
+    }
+  });
+});
+
 describe('rollout engine, qwen3.5 under tensor parallelism', () => {
   it.each(['dense', 'moe'] as const)('%s: tp 2 is refused with one ConfigError saying why and what to do', (which) => {
     const cfg = QWEN35[which];
