@@ -5,13 +5,22 @@
 import { describe, expect, it } from 'vitest';
 import { Device } from '../src/runtime/device/device.js';
 import { InvalidArgumentError } from '../src/runtime/errors.js';
-import { loadModelConfig } from '../src/model/config.js';
+import { loadModelConfig, parseModelConfig, type ModelConfig } from '../src/model/config.js';
 import { runtimeParamSpecs } from '../src/rollout/runtime-params.js';
 import { tpShard } from '../src/rollout/tp-shard.js';
 import { RolloutEngine } from '../src/rollout/engine.js';
 import { checkSlot, groupSlots, slotNumel, slotTensors, type SlotDescriptor } from '../src/rollout/weight-slots.js';
+import { MOE_TEXT, TEXT } from './helpers/qwen35-configs.js';
 
-const cfgOf = (which: string) => loadModelConfig(new URL(`../examples/models/tiny-${which}/config.json`, import.meta.url).pathname);
+const tiny = (which: string) => loadModelConfig(new URL(`../examples/models/tiny-${which}/config.json`, import.meta.url).pathname);
+const CONFIGS: Record<string, () => ModelConfig> = {
+  dense: () => tiny('dense'),
+  moe: () => tiny('moe'),
+  // Qwen3.5 runs at engine tp 1 only (GDN is not sharded).
+  qwen3_5: () => parseModelConfig(TEXT),
+  qwen3_5_moe: () => parseModelConfig(MOE_TEXT),
+};
+const cfgOf = (which: string) => CONFIGS[which]!();
 const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 
 /** The flat HF indices of a slot's region, in the order the slot writes them. */
@@ -24,10 +33,14 @@ function regionIndices(s: SlotDescriptor): number[] {
   return out;
 }
 
-const CASES = (['dense', 'moe'] as const).flatMap((which) => [1, 2, 4].map((tp) => [which, tp] as const));
+const CASES = [
+  ...(['dense', 'moe'] as const).flatMap((which) => [1, 2, 4].map((tp) => [which, tp] as const)),
+  ['qwen3_5', 1] as const,
+  ['qwen3_5_moe', 1] as const,
+];
 
 describe('weight slots', () => {
-  it.each(CASES)('tiny %s, engine tp %i: the ranks cover every HF element exactly `replicas` times', (which, tp) => {
+  it.each(CASES)('%s, engine tp %i: the ranks cover every HF element exactly `replicas` times', (which, tp) => {
     const cfg = cfgOf(which);
     const ranks = groupSlots(cfg, tp);
     const counts = new Map<string, Uint8Array>(),
@@ -55,7 +68,7 @@ describe('weight slots', () => {
     for (const s of ranks.flat()) expect(s.replicas === 1 || s.replicas === tp || s.transform === 'qkv-pack').toBe(true);
   });
 
-  it.each(CASES)('tiny %s, engine tp %i: each rank fills each runtime parameter exactly once', (which, tp) => {
+  it.each(CASES)('%s, engine tp %i: each rank fills each runtime parameter exactly once', (which, tp) => {
     const cfg = cfgOf(which);
     groupSlots(cfg, tp).forEach((slots, k) => {
       for (const spec of runtimeParamSpecs(cfg, tpShard(cfg, tp, k))) {
@@ -76,6 +89,28 @@ describe('weight slots', () => {
         if (spec.name.endsWith('gate_up_proj.weight')) expect(mine.map((s) => s.transform)).toEqual(['gate-up-pack', 'gate-up-pack']);
       }
     });
+  });
+
+  it.each(['qwen3_5', 'qwen3_5_moe'])('%s: GDN tensors are identity slots of their own names; the gated q_proj and the shared expert pack', (which) => {
+    const cfg = cfgOf(which);
+    const slots = groupSlots(cfg, 1)[0]!;
+    const gdn = slots.filter((s) => s.hf.includes('.linear_attn.'));
+    expect(gdn.length).toBe(9 * cfg.qwen35!.layerTypes.filter((t) => t === 'linear_attention').length);
+    for (const s of gdn) expect([s.param, s.transform, s.dstOffset, s.region.len]).toEqual([s.hf, 'identity', 0, s.shape[0]]);
+    const full = cfg.qwen35!.layerTypes.indexOf('full_attention');
+    const q = slots.find((s) => s.hf === `model.layers.${full}.self_attn.q_proj.weight`)!;
+    const qRows = 2 * cfg.numHeads * cfg.headDim; // per head [query ‖ output gate]
+    expect([q.param, q.transform, q.shape, q.dstOffset]).toEqual([`model.layers.${full}.self_attn.qkv_proj.weight`, 'qkv-pack', [qRows, cfg.hiddenSize], 0]);
+    const k = slots.find((s) => s.hf === `model.layers.${full}.self_attn.k_proj.weight`)!;
+    expect(k.dstOffset).toBe(qRows * cfg.hiddenSize);
+    if (cfg.moe) {
+      const up = slots.find((s) => s.hf === 'model.layers.0.mlp.shared_expert.up_proj.weight')!;
+      expect([up.param, up.transform, up.dstOffset]).toEqual([
+        'model.layers.0.mlp.shared_expert.gate_up_proj.weight',
+        'gate-up-pack',
+        cfg.moe.sharedExpertIntermediateSize! * cfg.hiddenSize,
+      ]);
+    }
   });
 
   it('descriptors survive JSON, and a broken one is refused with a hint', () => {

@@ -12,7 +12,9 @@
  *
  * Generation: a batch of prompts of different lengths is right-padded to the longest
  * (each row's real length is kept; causal attention never lets a real token see a pad,
- * and logits are taken at each row's own last token). Prefill writes the KV cache, then
+ * and logits are taken at each row's own last token). Prefill writes the KV cache (for
+ * Qwen3.5 only its full-attention layers have one; its Gated DeltaNet layers keep each row's
+ * conv and recurrent state in gdn-state-cache.ts instead, taken at the row's own length), then
  * every decode step feeds the sampled tokens at each row's own next position. Sampling is
  * K.sample (Philox, seed / step / row), so the same seed gives the same tokens on any tp
  * size. Tokens and log-probs are broadcast from tp rank 0 so every rank returns the same.
@@ -25,9 +27,13 @@ import type { Communicator } from '../runtime/comm/comm.js';
 import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device/device.js';
 import { describe } from '../runtime/device/dtype.js';
-import { assertSingleStrategyModel, type ModelConfig } from '../model/config.js';
+import { isQwen35, type ModelConfig } from '../model/config.js';
+import { gdnConvDim } from '../model/params-qwen35.js';
 import * as K from '../model/kernels/index.js';
-import { forward, type ForwardContext } from './forward.js';
+import { forward, type ForwardContext, type ForwardInput } from './forward.js';
+import { forwardQwen35 } from './forward-qwen35.js';
+import { GdnStateCache } from './gdn-state-cache.js';
+import { kvLayerIndex } from './qwen35-layout.js';
 import { KvCache } from './kv-cache.js';
 import { hfLoadPlan, type HfEntry } from './loader.js';
 import { runtimeParamSpecs, RuntimeParams, type LayoutState } from './runtime-params.js';
@@ -65,6 +71,8 @@ export class RolloutEngine {
   readonly stream: Stream;
   private readonly plan: Map<string, HfEntry>;
   private readonly kv: KvCache;
+  /** Qwen3.5: the Gated DeltaNet layers' conv and recurrent states (null for Qwen3). */
+  private readonly gdn: GdnStateCache | null;
   private readonly comm: Communicator | null;
   private sleepLevel: SleepLevel | null = null;
   private busy: string | null = null;
@@ -89,25 +97,38 @@ export class RolloutEngine {
       return x;
     };
     this.timeoutMs = posInt(opts.waitTimeoutMs, 'waitTimeoutMs', 300_000);
+    const maxBatch = posInt(opts.maxBatch, 'maxBatch', 8);
+    const kvLayers = kvLayerIndex(cfg);
     this.kv = new KvCache(device, {
-      layers: cfg.numLayers,
-      maxBatch: posInt(opts.maxBatch, 'maxBatch', 8),
+      layers: kvLayers.filter((k) => k >= 0).length,
+      maxBatch,
       maxSeqLen: posInt(opts.maxSeqLen, 'maxSeqLen', cfg.maxPositionEmbeddings ?? 128),
       kvHeads: this.shard.kvHeadsLocal,
       headDim: cfg.headDim,
     });
+    const lin = cfg.qwen35?.linear;
+    this.gdn = lin
+      ? new GdnStateCache(device, {
+          layers: kvLayers.length - this.kv.shape.layers,
+          maxBatch,
+          channels: gdnConvDim(cfg),
+          kernel: lin.convKernelDim,
+          valueHeads: lin.numValueHeads,
+          keyHeadDim: lin.keyHeadDim,
+          valueHeadDim: lin.valueHeadDim,
+        })
+      : null;
   }
 
   static create(cfg: ModelConfig, opts: RolloutEngineOptions): RolloutEngine {
-    assertSingleStrategyModel(cfg, 'RolloutEngine.create()');
     checkOptions(opts, ['device', 'stream', 'tp', 'maxBatch', 'maxSeqLen', 'waitTimeoutMs'], 'RolloutEngine.create()');
     if (!opts?.device) throw new InvalidArgumentError('RolloutEngine.create() requires { device }.', { argument: 'device' });
     return new RolloutEngine(cfg, opts.device, opts);
   }
 
-  /** Device bytes held by weights and KV cache now. */
+  /** Device bytes held by weights, KV cache and (Qwen3.5) GDN state cache now. */
   deviceBytes(): number {
-    return this.params.deviceBytes() + this.kv.deviceBytes();
+    return this.params.deviceBytes() + this.kv.deviceBytes() + (this.gdn?.deviceBytes() ?? 0);
   }
 
   get asleep(): SleepLevel | null {
@@ -188,6 +209,15 @@ export class RolloutEngine {
     return { cfg: this.cfg, params: this.params, shard: this.shard, comm: this.comm, stream: this.stream };
   }
 
+  /**
+   * The model's forward: Qwen3.5 takes the rows' real lengths (its GDN padding mask) and,
+   * when generating, the GDN state cache beside the KV cache.
+   */
+  private forward(inp: ForwardInput, rowLens: readonly number[], scratch: Tensor[], pending: Promise<void>[]): Tensor {
+    if (!isQwen35(this.cfg)) return forward(this.ctx(), inp, scratch, pending);
+    return forwardQwen35(this.ctx(), { ...inp, rowLens, ...(inp.kv && this.gdn ? { gdn: this.gdn } : {}) }, scratch, pending);
+  }
+
   /** tp rank 0's values on every rank (in place). */
   private fromLeader(t: Tensor, pending: Promise<void>[]): void {
     if (this.comm && this.shard.tpSize > 1) pending.push(this.comm.broadcast(t, t, 0, this.stream));
@@ -241,8 +271,7 @@ export class RolloutEngine {
       };
       try {
         const batch = this.upload(rows, S, scratch);
-        let logits = forward(
-          this.ctx(),
+        let logits = this.forward(
           {
             ...batch,
             batch: B,
@@ -251,6 +280,7 @@ export class RolloutEngine {
             kv: { cache: this.kv, cachePos: rows.map(() => 0) },
             outRows: up(Int32Array.from(lens, (l, b) => b * S + l - 1)),
           },
+          lens,
           scratch,
           pending,
         );
@@ -281,8 +311,7 @@ export class RolloutEngine {
           const prev = scratch;
           scratch = [tokens];
           for (const t of prev) if (t !== tokens) t.release();
-          logits = forward(
-            this.ctx(),
+          logits = this.forward(
             {
               ids: tokens,
               positions: up(Int32Array.from(cur)),
@@ -292,6 +321,7 @@ export class RolloutEngine {
               kv: { cache: this.kv, cachePos: [...cur] },
               lengths: up(Int32Array.from(cur, (c) => c + 1)),
             },
+            cur,
             scratch,
             pending,
           );
@@ -357,7 +387,12 @@ export class RolloutEngine {
       });
       const targets = Tensor.fromArray(this.device, tgt, [tgt.length], { stream: this.stream });
       scratch.push(targets);
-      const logits = forward(this.ctx(), { ...batch, batch: rows.length, seqLen: S, mode: 'prefill' }, scratch, pending);
+      const logits = this.forward(
+        { ...batch, batch: rows.length, seqLen: S, mode: 'prefill' },
+        rows.map((r) => r.length),
+        scratch,
+        pending,
+      );
       scratch.push(logits);
       const t = pick(logits, targets, scratch);
       this.fromLeader(t, pending);
@@ -370,8 +405,8 @@ export class RolloutEngine {
   }
 
   /**
-   * Level 1: weights and KV cache to host memory, device memory freed. Level 2: both
-   * dropped; after wake() generation refuses until weights are written again.
+   * Level 1: weights, KV cache and GDN states to host memory, device memory freed. Level 2:
+   * all dropped; after wake() generation refuses until weights are written again.
    */
   async sleep(level: SleepLevel): Promise<void> {
     if (level !== 1 && level !== 2) throw new InvalidArgumentError(`Expected sleep level 1 or 2 but received ${describe(level)}.`, { argument: 'level' });
@@ -380,6 +415,7 @@ export class RolloutEngine {
     try {
       await sleepParams(this.params, level, this.stream, this.timeoutMs);
       await this.kv.sleep(level, this.stream, this.timeoutMs);
+      await this.gdn?.sleep(level, this.stream, this.timeoutMs);
       // Released buffers return to the pool once queued work on them has run: wait for it,
       // so device memory is free when sleep() resolves.
       await this.stream.synchronize({ timeoutMs: this.timeoutMs });
@@ -395,6 +431,7 @@ export class RolloutEngine {
     if (this.sleepLevel === null) throw new InvalidArgumentError('wake() called but the engine is not asleep.', {});
     wakeParams(this.params, this.stream);
     this.kv.wake(this.stream);
+    this.gdn?.wake(this.stream);
     this.sleepLevel = null;
   }
 
@@ -407,5 +444,6 @@ export class RolloutEngine {
       p.state = 'dropped';
     }
     this.kv.release();
+    this.gdn?.release();
   }
 }

@@ -14,10 +14,10 @@
 import { Tensor, type Stream } from '../runtime/device/device-index.js';
 import { add, matmul } from '../runtime/device/ops.js';
 import type { Communicator } from '../runtime/comm/comm.js';
-import { patchImpl } from '../runtime/patches.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
-import { PATCHES, registerModelPatches } from '../model/functional.js';
+import { PATCHES } from '../model/functional.js';
+import { forwardOps } from './forward-ops.js';
 import type { KvCache } from './kv-cache.js';
 import type { RuntimeParams } from './runtime-params.js';
 import type { TpShard } from './tp-shard.js';
@@ -50,28 +50,14 @@ export interface ForwardInput {
 
 /** Logits [R, V] (R = outRows length, or B·S). Temporaries go to `scratch` (release after the step). */
 export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[], pending: Promise<void>[]): Tensor {
-  registerModelPatches();
-  const { cfg, params, shard, comm, stream } = ctx;
+  const { cfg, shard, stream } = ctx;
   const { batch: B, seqLen: S } = inp;
   const T = B * S,
     D = cfg.headDim,
     H = cfg.hiddenSize;
   const nH = shard.headsLocal,
     nKV = shard.kvHeadsLocal;
-  const own = <X extends Tensor>(t: X): X => (scratch.push(t), t);
-  const o = (patch: string) => ({ stream, impl: patchImpl(patch) });
-  const w = (name: string) => params.get(name).view('processed');
-  const rowsOf = (t: Tensor, start: number, count: number): Tensor =>
-    new Tensor(t.device, t.buffer, 'fp32', [count, t.shape[1]!], undefined, t.byteOffset + start * t.shape[1]! * 4);
-  const linear = (x: Tensor, weight: Tensor) => own(matmul(x, weight, { transB: true, ...o(PATCHES.linear) }));
-  const norm = (t: Tensor, weight: string) => {
-    const r = K.rmsNorm(t, w(weight), cfg.rmsNormEps, o(PATCHES.rmsNorm));
-    own(r.rstd);
-    return own(r.y);
-  };
-  const allReduce = (t: Tensor) => {
-    if (comm && shard.tpSize > 1) pending.push(comm.allReduce(t, t, 'sum', stream));
-  };
+  const { own, o, w, rowsOf, linear, norm, allReduce, routedExperts } = forwardOps(ctx, scratch, pending);
 
   let x = own(K.embedding(inp.ids, w('model.embed_tokens.weight'), o(PATCHES.embedding)));
   for (let i = 0; i < cfg.numLayers; i++) {
@@ -102,23 +88,8 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
 
     const h2 = norm(x, `${pre}.post_attention_layernorm.weight`);
     let mlpOut: Tensor;
-    if (isMoeLayer(cfg, i)) {
-      const eo = o(PATCHES.experts);
-      const logits = linear(h2, w(`${pre}.mlp.gate.weight`));
-      const r = K.routerTopK(logits, cfg.moe!.topK, cfg.moe!.normTopkProb, o(PATCHES.router));
-      own(r.probs);
-      own(r.indices);
-      own(r.weights);
-      const d = K.moeDispatch(r.indices, cfg.moe!.numExperts, eo);
-      own(d.counts);
-      own(d.offsets);
-      own(d.order);
-      const xs = own(K.moeGather(h2, d.order, cfg.moe!.topK, eo));
-      const gu = own(K.groupedMatmul(xs, w(`${pre}.mlp.experts.w13_weight`), d.offsets, { transB: false, ...eo }));
-      const act = own(K.swigluFused(gu, o(PATCHES.swiglu)));
-      const ys = own(K.groupedMatmul(act, w(`${pre}.mlp.experts.w2_weight`), d.offsets, { transB: false, ...eo }));
-      mlpOut = own(K.moeCombine(ys, d.order, r.weights, eo));
-    } else {
+    if (isMoeLayer(cfg, i)) mlpOut = routedExperts(h2, pre);
+    else {
       const gu = linear(h2, w(`${pre}.mlp.gate_up_proj.weight`));
       const act = own(K.swigluFused(gu, o(PATCHES.swiglu)));
       mlpOut = linear(act, w(`${pre}.mlp.down_proj.weight`));

@@ -9,6 +9,9 @@
  * copy the (contiguous) result to element `dstOffset` of the parameter". E.g. the fused
  * gate_up_proj [E, 2I, H] seen as [E, 2, I, H] sliced on dim 2 is exactly the
  * preprocessed w13_weight [E, 2·Im_tp, H]; down_proj [E, H, I] sliced on dim 2 is w2_weight.
+ * Qwen3.5 (runtime-params.ts): the wide gated q_proj fills the q rows of qkv_proj, the
+ * shared expert's gate / up the rows of its gate_up_proj, every other tensor (the GDN ones
+ * included) its own parameter whole.
  */
 import { Tensor, type Stream } from '../runtime/device/device-index.js';
 import { copy } from '../runtime/device/ops.js';
@@ -18,6 +21,7 @@ import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import { fusedExpertNames, perExpertNames, type HostTensor } from '../model/params.js';
 import type { RuntimeParam, RuntimeParams } from './runtime-params.js';
 import type { TpShard } from './tp-shard.js';
+import { gdnTensors, isGdnLayer, qRowsPerHead } from './qwen35-layout.js';
 import { contiguousTarget, writeSliceRange, type SliceGeometry } from './slice-range.js';
 
 /** What ReloadSession.load() accepts per HF name: a device tensor, a safetensors-style host tensor, or fp32 host data. */
@@ -46,6 +50,8 @@ export function hfLoadPlan(cfg: ModelConfig, shard: TpShard): Map<string, HfEntr
   const whole = (name: string, shape: number[], param = name) =>
     plan.set(name, { shape, writes: [{ param, parts: ['all'], view: shape, dim: 0, start: 0, len: shape[0]!, dstOffset: 0 }] });
   whole('model.embed_tokens.weight', [cfg.vocabSize, H]);
+  const gdn = gdnTensors(cfg);
+  const qr = qRowsPerHead(cfg);
   for (let i = 0; i < cfg.numLayers; i++) {
     const p = `model.layers.${i}`;
     const qkv = `${p}.self_attn.qkv_proj.weight`;
@@ -53,15 +59,21 @@ export function hfLoadPlan(cfg: ModelConfig, shard: TpShard): Map<string, HfEntr
       plan.set(name, { shape, writes: [{ param, parts: [part], view: shape, dim: 0, start, len, dstOffset: dstRow * shape[1]! }] });
     whole(`${p}.input_layernorm.weight`, [H]);
     whole(`${p}.post_attention_layernorm.weight`, [H]);
-    whole(`${p}.self_attn.q_norm.weight`, [D]);
-    whole(`${p}.self_attn.k_norm.weight`, [D]);
-    const hl = shard.headsLocal * D,
-      kvl = shard.kvHeadsLocal * D;
-    rows(`${p}.self_attn.q_proj.weight`, [nH * D, H], qkv, 'q', shard.headStart * D, hl, 0);
-    rows(`${p}.self_attn.k_proj.weight`, [nKV * D, H], qkv, 'k', shard.kvHeadStart * D, kvl, hl);
-    rows(`${p}.self_attn.v_proj.weight`, [nKV * D, H], qkv, 'v', shard.kvHeadStart * D, kvl, hl + kvl);
-    const o = `${p}.self_attn.o_proj.weight`;
-    plan.set(o, { shape: [H, nH * D], writes: [{ param: o, parts: ['all'], view: [H, nH * D], dim: 1, start: shard.headStart * D, len: hl, dstOffset: 0 }] });
+    if (isGdnLayer(cfg, i)) {
+      for (const t of gdn.get(i)!) whole(t.name, t.shape);
+    } else {
+      whole(`${p}.self_attn.q_norm.weight`, [D]);
+      whole(`${p}.self_attn.k_norm.weight`, [D]);
+      // q rows per head: the query, then (Qwen3.5) its output gate — a head slice keeps both.
+      const ql = qr * shard.headsLocal * D,
+        hl = shard.headsLocal * D,
+        kvl = shard.kvHeadsLocal * D;
+      rows(`${p}.self_attn.q_proj.weight`, [qr * nH * D, H], qkv, 'q', qr * shard.headStart * D, ql, 0);
+      rows(`${p}.self_attn.k_proj.weight`, [nKV * D, H], qkv, 'k', shard.kvHeadStart * D, kvl, ql);
+      rows(`${p}.self_attn.v_proj.weight`, [nKV * D, H], qkv, 'v', shard.kvHeadStart * D, kvl, ql + kvl);
+      const o = `${p}.self_attn.o_proj.weight`;
+      plan.set(o, { shape: [H, nH * D], writes: [{ param: o, parts: ['all'], view: [H, nH * D], dim: 1, start: shard.headStart * D, len: hl, dstOffset: 0 }] });
+    }
     if (isMoeLayer(cfg, i)) {
       const { numExperts: E, intermediateSize: I } = cfg.moe!;
       const Im = shard.moeInterLocal,
@@ -85,6 +97,15 @@ export function hfLoadPlan(cfg: ModelConfig, shard: TpShard): Map<string, HfEntr
         writes: [{ param: w13, parts: all(['gate', 'up']), view: [E, 2, I, H], dim: 2, start: s, len: Im, dstOffset: 0 }],
       });
       plan.set(f.down, { shape: [E, H, I], writes: [{ param: w2, parts: all(['down']), view: [E, H, I], dim: 2, start: s, len: Im, dstOffset: 0 }] });
+      const Is = cfg.moe!.sharedExpertIntermediateSize;
+      if (Is !== undefined) {
+        // The shared expert is a dense SwiGLU MLP (tp 1: whole rows).
+        const se = `${p}.mlp.shared_expert`;
+        rows(`${se}.gate_proj.weight`, [Is, H], `${se}.gate_up_proj.weight`, 'gate', 0, Is, 0);
+        rows(`${se}.up_proj.weight`, [Is, H], `${se}.gate_up_proj.weight`, 'up', 0, Is, Is);
+        whole(`${se}.down_proj.weight`, [H, Is]);
+        whole(`${p}.mlp.shared_expert_gate.weight`, [1, H]);
+      }
     } else {
       const I = cfg.intermediateSize,
         Il = shard.interLocal;

@@ -10,6 +10,13 @@
  *   model.layers.L.mlp.experts.w2_weight       preprocessed [E, H, Im_tp]   → processed [E, Im_tp, H]
  *   embedding, norms, router (mlp.gate.weight), lm_head: HF names and shapes, replicated.
  *
+ * Qwen3.5 (qwen35-layout.ts): a full-attention layer's qkv_proj holds q_proj twice as wide
+ * (per head the query, then its output gate); a Gated DeltaNet layer has its HF tensors
+ * (`linear_attn.*`) as runtime parameters of the same names and shapes; the Qwen3.5-MoE
+ * shared expert packs `mlp.shared_expert.gate_up_proj.weight` [2·Is, H] like the dense MLP,
+ * with `shared_expert.down_proj` and `shared_expert_gate` as they are. The tp size is 1
+ * (tp-shard.ts refuses more).
+ *
  * States: 'preprocessed' (written by the checkpoint loader, waiting for the reload
  * session's finish()), 'processed' (what the forward reads), 'offloaded' (sleep
  * level 1: bytes on the host), 'dropped' (sleep level 2: no bytes anywhere). Processing is
@@ -23,6 +30,7 @@ import { stridedRead } from '../runtime/device/views.js';
 import { InvalidArgumentError, WeightLayoutError } from '../runtime/errors.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import type { TpShard } from './tp-shard.js';
+import { gdnTensors, isGdnLayer, qRowsPerHead } from './qwen35-layout.js';
 
 export type LayoutState = 'preprocessed' | 'processed' | 'offloaded' | 'dropped';
 export type WriteLayout = 'preprocessed' | 'processed';
@@ -46,13 +54,18 @@ export function runtimeParamSpecs(cfg: ModelConfig, shard: TpShard): RuntimePara
   const specs: RuntimeParamSpec[] = [];
   const plain = (name: string, shape: number[], parts = ['all']) => specs.push({ name, preShape: shape, procShape: shape, swapOnProcess: false, parts });
   plain('model.embed_tokens.weight', [cfg.vocabSize, H]);
+  const gdn = gdnTensors(cfg);
   for (let i = 0; i < cfg.numLayers; i++) {
     const p = `model.layers.${i}`;
     plain(`${p}.input_layernorm.weight`, [H]);
-    plain(`${p}.self_attn.qkv_proj.weight`, [(shard.headsLocal + 2 * shard.kvHeadsLocal) * D, H], ['q', 'k', 'v']);
-    plain(`${p}.self_attn.o_proj.weight`, [H, shard.headsLocal * D]);
-    plain(`${p}.self_attn.q_norm.weight`, [D]);
-    plain(`${p}.self_attn.k_norm.weight`, [D]);
+    if (isGdnLayer(cfg, i)) {
+      for (const t of gdn.get(i)!) plain(t.name, t.shape);
+    } else {
+      plain(`${p}.self_attn.qkv_proj.weight`, [(qRowsPerHead(cfg) * shard.headsLocal + 2 * shard.kvHeadsLocal) * D, H], ['q', 'k', 'v']);
+      plain(`${p}.self_attn.o_proj.weight`, [H, shard.headsLocal * D]);
+      plain(`${p}.self_attn.q_norm.weight`, [D]);
+      plain(`${p}.self_attn.k_norm.weight`, [D]);
+    }
     plain(`${p}.post_attention_layernorm.weight`, [H]);
     if (isMoeLayer(cfg, i)) {
       const E = cfg.moe!.numExperts;
@@ -73,6 +86,12 @@ export function runtimeParamSpecs(cfg: ModelConfig, shard: TpShard): RuntimePara
         swapOnProcess: true,
         parts: experts.map((e) => `down.${e}`),
       });
+      const Is = cfg.moe!.sharedExpertIntermediateSize;
+      if (Is !== undefined) {
+        plain(`${p}.mlp.shared_expert.gate_up_proj.weight`, [2 * Is, H], ['gate', 'up']);
+        plain(`${p}.mlp.shared_expert.down_proj.weight`, [H, Is]);
+        plain(`${p}.mlp.shared_expert_gate.weight`, [1, H]);
+      }
     } else {
       plain(`${p}.mlp.gate_up_proj.weight`, [2 * shard.interLocal, H], ['gate', 'up']);
       plain(`${p}.mlp.down_proj.weight`, [H, shard.interLocal]);

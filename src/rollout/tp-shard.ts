@@ -9,9 +9,10 @@
  * so every rank owns exactly one. Query head h uses kv head h / (numHeads / numKvHeads)
  * either way, so the local grouped attention is the global one restricted to the rank.
  * Embedding, norms, router and LM head are replicated.
+ * Qwen3.5 (dense and MoE) runs at tp 1 only: its Gated DeltaNet layers are not sharded.
  */
-import { InvalidArgumentError } from '../runtime/errors.js';
-import type { ModelConfig } from '../model/config.js';
+import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
+import { isQwen35, type ModelConfig } from '../model/config.js';
 
 export interface TpShard {
   tpSize: number;
@@ -45,6 +46,12 @@ export function tpShard(cfg: ModelConfig, tpSize: number, tpRank: number): TpSha
     throw new InvalidArgumentError(`Expected a positive integer for tpSize but received ${tpSize}.`, { argument: 'tpSize' });
   if (!Number.isInteger(tpRank) || tpRank < 0 || tpRank >= tpSize) {
     throw new InvalidArgumentError(`Expected tpRank in [0, ${tpSize}) but received ${tpRank}.`, { argument: 'tpRank' });
+  }
+  if (isQwen35(cfg) && tpSize > 1) {
+    throw new ConfigError(
+      `The rollout engine runs ${cfg.modelType} at tensor parallel size 1 only, but tp ${tpSize} was asked for: its Gated DeltaNet layers (heads, conv channels and recurrent state) have no tensor-parallel sharding in this build. HINT: create the engine without a tp communicator (tp = 1); for more throughput run one engine per rank.`,
+      { modelType: cfg.modelType, tpSize },
+    );
   }
   divisible('num_attention_heads', cfg.numHeads, tpSize);
   divisible('intermediate_size', cfg.intermediateSize, tpSize);

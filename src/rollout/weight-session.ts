@@ -23,7 +23,7 @@ import { Tensor, type Device, type Stream } from '../runtime/device/device-index
 import { copy } from '../runtime/device/ops.js';
 import { InvalidArgumentError, InvalidStateError, WeightLayoutError } from '../runtime/errors.js';
 import { describe } from '../runtime/device/dtype.js';
-import type { ModelConfig } from '../model/config.js';
+import { isQwen35, type ModelConfig } from '../model/config.js';
 import { hfNameOfPart, loadLocal, loadOne, loadRange, markLoaded, markLocalLoaded, rangeTarget, type HfEntry, type WeightSource } from './loader.js';
 import { checkWriteShape, type RuntimeParams } from './runtime-params.js';
 import type { SliceGeometry } from './slice-range.js';
@@ -39,7 +39,12 @@ export interface SessionHost {
   closed(session: WeightSession): void;
 }
 
-const HF_NAMES_HINT = 'pass HF names (q_proj/k_proj/v_proj, gate_proj/up_proj/down_proj, mlp.experts.{e}.* or mlp.experts.gate_up_proj/down_proj).';
+/** What an unknown tensor name should have been, for `cfg`'s model. */
+function hfNamesHint(cfg: ModelConfig): string {
+  const base = 'pass HF names (q_proj/k_proj/v_proj, gate_proj/up_proj/down_proj, mlp.experts.{e}.* or mlp.experts.gate_up_proj/down_proj';
+  if (!isQwen35(cfg)) return `${base}).`;
+  return `${base}, linear_attn.*, mlp.shared_expert.*); a Qwen3_5ForConditionalGeneration checkpoint names the text model model.language_model.*: strip that prefix to model.* and leave out model.visual.* and mtp.* (the engine runs the text model).`;
+}
 
 /** What both sessions share: open until finish() or abort(), then every call is refused. */
 export abstract class WeightSession {
@@ -100,7 +105,7 @@ export class ReloadSession extends WeightSession {
       const entry = this.host.plan.get(name);
       if (!entry) {
         throw new InvalidArgumentError(
-          `ReloadSession.load(): unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.host.cfg.modelType} config. HINT: ${HF_NAMES_HINT}`,
+          `ReloadSession.load(): unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.host.cfg.modelType} config. HINT: ${hfNamesHint(this.host.cfg)}`,
           { tensor: name },
         );
       }
@@ -166,9 +171,12 @@ export class ReloadSession extends WeightSession {
   private entryOf(name: string): HfEntry {
     const entry = this.host.plan.get(name);
     if (!entry) {
-      throw new InvalidArgumentError(`Unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.host.cfg.modelType} config. HINT: ${HF_NAMES_HINT}`, {
-        tensor: name,
-      });
+      throw new InvalidArgumentError(
+        `Unknown checkpoint tensor ${JSON.stringify(name)} for this ${this.host.cfg.modelType} config. HINT: ${hfNamesHint(this.host.cfg)}`,
+        {
+          tensor: name,
+        },
+      );
     }
     return entry;
   }

@@ -17,7 +17,6 @@ import { checkOptions } from '../runtime/device/device.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import type { SlotDescriptor } from '../rollout/weight-slots.js';
 import { applyEngineAdapters, engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
-import { assertSingleStrategyModel } from '../model/config.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { syncSources, type ColocateOut } from './colocate-sources.js';
 import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport, type Verified } from './report.js';
@@ -33,7 +32,6 @@ export class ColocateSync {
   constructor(opts: { strategy: TrainStrategy; engine: RolloutEngine; bucketBytes?: number }) {
     checkOptions(opts, ['strategy', 'engine', 'bucketBytes'], 'new ColocateSync()');
     if (!opts?.strategy || !opts.engine) throw new InvalidArgumentError('new ColocateSync() requires { strategy, engine }.', { argument: 'strategy' });
-    assertSingleStrategyModel(opts.strategy.cfg, 'new ColocateSync()');
     this.strategy = opts.strategy;
     this.engine = opts.engine;
     this.bucketBytes = checkBucketBytes(opts.bucketBytes ?? DEFAULT_BUCKET_BYTES);

@@ -1,0 +1,69 @@
+/**
+ * The building blocks both engine forwards (forward.ts for Qwen3 / Qwen3-MoE,
+ * forward-qwen35.ts for Qwen3.5) share: every temporary goes to `scratch` (released after
+ * the step), kernels run with the model patches' implementation (the trainer's), weights are
+ * read in the processed layout, and the routed-experts block runs on w13 / w2 in the
+ * grouped-matmul layout.
+ */
+import { Tensor } from '../runtime/device/device-index.js';
+import { matmul } from '../runtime/device/ops.js';
+import { patchImpl } from '../runtime/patches.js';
+import * as K from '../model/kernels/index.js';
+import { PATCHES, registerModelPatches } from '../model/functional.js';
+import type { ForwardContext } from './forward.js';
+
+export interface ForwardOps {
+  /** Keeps `t` for release after the step and returns it. */
+  own<X extends Tensor>(t: X): X;
+  /** Kernel options with the patch's implementation. */
+  o(patch: string): { stream: ForwardContext['stream']; impl: K.KernelImpl };
+  /** Runtime parameter `name` in the processed layout. */
+  w(name: string): Tensor;
+  /** Rows [start, start + count) of a 2-D tensor (a view). */
+  rowsOf(t: Tensor, start: number, count: number): Tensor;
+  /** x · weightᵀ. */
+  linear(x: Tensor, weight: Tensor): Tensor;
+  /** RMSNorm of t by runtime parameter `weight` (or a tensor). */
+  norm(t: Tensor, weight: string | Tensor): Tensor;
+  /** Sums t over the tp group in place (nothing at tp = 1). */
+  allReduce(t: Tensor): void;
+  /** Routed experts of layer prefix `pre` on h [T, H]: router top-k, grouped SwiGLU experts, combine. */
+  routedExperts(h: Tensor, pre: string): Tensor;
+}
+
+export function forwardOps(ctx: ForwardContext, scratch: Tensor[], pending: Promise<void>[]): ForwardOps {
+  registerModelPatches();
+  const { cfg, params, shard, comm, stream } = ctx;
+  const own = <X extends Tensor>(t: X): X => (scratch.push(t), t);
+  const o = (patch: string) => ({ stream, impl: patchImpl(patch) });
+  const w = (name: string) => params.get(name).view('processed');
+  const rowsOf = (t: Tensor, start: number, count: number): Tensor =>
+    new Tensor(t.device, t.buffer, 'fp32', [count, t.shape[1]!], undefined, t.byteOffset + start * t.shape[1]! * 4);
+  const linear = (x: Tensor, weight: Tensor) => own(matmul(x, weight, { transB: true, ...o(PATCHES.linear) }));
+  const norm = (t: Tensor, weight: string | Tensor) => {
+    const r = K.rmsNorm(t, typeof weight === 'string' ? w(weight) : weight, cfg.rmsNormEps, o(PATCHES.rmsNorm));
+    own(r.rstd);
+    return own(r.y);
+  };
+  const allReduce = (t: Tensor) => {
+    if (comm && shard.tpSize > 1) pending.push(comm.allReduce(t, t, 'sum', stream));
+  };
+  const routedExperts = (h: Tensor, pre: string): Tensor => {
+    const eo = o(PATCHES.experts);
+    const logits = linear(h, w(`${pre}.mlp.gate.weight`));
+    const r = K.routerTopK(logits, cfg.moe!.topK, cfg.moe!.normTopkProb, o(PATCHES.router));
+    own(r.probs);
+    own(r.indices);
+    own(r.weights);
+    const d = K.moeDispatch(r.indices, cfg.moe!.numExperts, eo);
+    own(d.counts);
+    own(d.offsets);
+    own(d.order);
+    const xs = own(K.moeGather(h, d.order, cfg.moe!.topK, eo));
+    const gu = own(K.groupedMatmul(xs, w(`${pre}.mlp.experts.w13_weight`), d.offsets, { transB: false, ...eo }));
+    const act = own(K.swigluFused(gu, o(PATCHES.swiglu)));
+    const ys = own(K.groupedMatmul(act, w(`${pre}.mlp.experts.w2_weight`), d.offsets, { transB: false, ...eo }));
+    return own(K.moeCombine(ys, d.order, r.weights, eo));
+  };
+  return { own, o, w, rowsOf, linear, norm, allReduce, routedExperts };
+}
