@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { Device } from '../src/runtime/device/device.js';
 import { Tensor } from '../src/runtime/device/device-index.js';
 import { InvalidArgumentError } from '../src/runtime/errors.js';
-import { loadModelConfig, type ModelConfig } from '../src/model/config.js';
+import { loadModelConfig, parseModelConfig, type ModelConfig } from '../src/model/config.js';
 import { initialParams, paramSpecs } from '../src/model/params.js';
 import { checkDescriptor, describeSource, hfViews, numelOf, type SourceDescriptor } from '../src/parallel/weight-sources.js';
 import { assembleHf, scratchNumel } from '../src/parallel/weight-mapping.js';
@@ -14,8 +14,11 @@ import { planLayout } from '../src/train/fsdp2/layout.js';
 import { fsdp2SourceDescriptors } from '../src/train/fsdp2/weight-sources.js';
 import { megatronSourceDescriptors } from '../src/train/megatron/weight-sources.js';
 import { hfToMegatron, megatronSpecs, tpSlice } from '../src/train/megatron/bridge.js';
+import { MOE_TEXT, TEXT } from './helpers/qwen35-configs.js';
 
-const cfgOf = (which: string) => loadModelConfig(new URL(`../examples/models/tiny-${which}/config.json`, import.meta.url).pathname);
+const QWEN35: Record<string, object> = { qwen3_5: TEXT, qwen3_5_moe: MOE_TEXT };
+const cfgOf = (which: string) =>
+  QWEN35[which] ? parseModelConfig(QWEN35[which]) : loadModelConfig(new URL(`../examples/models/tiny-${which}/config.json`, import.meta.url).pathname);
 
 /** Every rank's descriptors of a layout. */
 function fsdp2Ranks(cfg: ModelConfig, dp: number): SourceDescriptor[][] {
@@ -49,6 +52,9 @@ function coverage(ranks: SourceDescriptor[][]): Map<string, Uint8Array> {
 const LAYOUTS: Array<[string, string, () => SourceDescriptor[][]]> = [
   ['fsdp2 dp4', 'moe', () => fsdp2Ranks(cfgOf('moe'), 4)],
   ['fsdp2 dp3 (padded chunks)', 'dense', () => fsdp2Ranks(cfgOf('dense'), 3)],
+  // GDN tensors (conv1d [C, 1, K], A_log / dt_bias [Hv]) and, on 3 ranks, the shared-expert gate [1, H] in one chunk (two empty).
+  ['fsdp2 dp2 qwen3_5', 'qwen3_5', () => fsdp2Ranks(cfgOf('qwen3_5'), 2)],
+  ['fsdp2 dp3 qwen3_5_moe (empty chunks)', 'qwen3_5_moe', () => fsdp2Ranks(cfgOf('qwen3_5_moe'), 3)],
   ['megatron tp2 dp2 ep2', 'moe', () => megatronRanks(cfgOf('moe'), 2, 2, 2)],
   ['megatron tp1 dp4 ep2', 'moe', () => megatronRanks(cfgOf('moe'), 1, 4, 2)],
   ['megatron tp2 dp2', 'dense', () => megatronRanks(cfgOf('dense'), 2, 2, 1)],

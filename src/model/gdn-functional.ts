@@ -33,16 +33,22 @@ export function gatedDeltaRule(tape: Tape, q: Var, k: Var, v: Var, g: Var, beta:
   return y;
 }
 
-/** Causal depthwise conv1d + SiLU from a zero state, x [B, T, C], w [C, K]. */
+/**
+ * Causal depthwise conv1d + SiLU from a zero state, x [B, T, C], w [C, K] or HF's Conv1d weight
+ * [C, 1, K]. The [C, K] view of w is taken when each pass runs, never kept from the forward: a
+ * sharded strategy (fsdp2) frees a block's gathered parameters after its forward and hands the
+ * Var a re-gathered value for backward, so a view made at forward time would read freed memory.
+ */
 export function causalConv1d(tape: Tape, x: Var, w: Var): Var {
   const o = opts(tape);
-  const r = K.causalConv1d(x.value, w.value, o);
+  const taps = (): Tensor => (w.value.shape.length === 3 ? w.value.reshape([w.value.shape[0]!, w.value.shape[2]!]) : w.value);
+  const r = K.causalConv1d(x.value, taps(), o);
   tape.own(r.state);
   const y = tape.result(r.y);
   tape.record('causalConv1d', [x, w], [y], ([dy]) => {
-    const gr = K.causalConv1dBackward(dy!, x.value, w.value, o);
+    const gr = K.causalConv1dBackward(dy!, x.value, taps(), o);
     tape.own(gr.dState);
-    return [tape.own(gr.dx), tape.own(gr.dw)];
+    return [tape.own(gr.dx), tape.own(gr.dw).reshape(w.value.shape)];
   });
   return y;
 }

@@ -140,12 +140,13 @@ export class Qwen35Model {
     const { cfg, tape } = this;
     const { batch: B, seqLen: S } = batch;
     const T = B * S;
-    const { numKeyHeads: Hk, numValueHeads: Hv, keyHeadDim: Dk, valueHeadDim: Dv, convKernelDim: K } = cfg.qwen35!.linear;
+    const { numKeyHeads: Hk, numValueHeads: Hv, keyHeadDim: Dk, valueHeadDim: Dv } = cfg.qwen35!.linear;
     const C = gdnConvDim(cfg);
     let qkvRows = this.linear(h, `${pre}.in_proj_qkv.weight`);
     if (batch.mask) qkvRows = zeroPadRows(tape, qkvRows, batch.mask);
     const qkv = F.reshape(tape, qkvRows, [B, S, C]);
-    const conv = causalConv1d(tape, qkv, F.reshape(tape, this.p(`${pre}.conv1d.weight`), [C, K]));
+    // The HF weight [C, 1, K] as it is: the op views it as [C, K] when it runs (see causalConv1d).
+    const conv = causalConv1d(tape, qkv, this.p(`${pre}.conv1d.weight`));
     const [q, k, v] = splitLast(tape, F.reshape(tape, conv, [T, C]), [Hk * Dk, Hk * Dk, Hv * Dv]) as [Var, Var, Var];
     const z = this.linear(h, `${pre}.in_proj_z.weight`);
     const b = F.reshape(tape, this.linear(h, `${pre}.in_proj_b.weight`), [B, S, Hv]);

@@ -5,12 +5,16 @@
  * model's extra lm_head.weight is skipped, and per-expert tensors (read whole) are kept
  * only by the ranks that own their expert and then stacked into the rank's piece of the
  * fused tensors (gate then up per expert, as convertExpertLayout does), so a strategy sees
- * fused experts whatever the checkpoint stores. The strategy gives the placements and the
- * experts it owns; it lays out the pieces itself.
+ * fused experts whatever the checkpoint stores. A Qwen3.5 checkpoint of the multimodal model
+ * (`model.language_model.*`, the vision tower `model.visual.*`, the MTP head `mtp.*`) gives the
+ * text model under the names paramSpecs uses, as textOnlyWeights does for a whole load: the
+ * skipped tensors are never kept, and rank 0 says how many it skipped. The strategy gives the
+ * placements and the experts it owns; it lays out the pieces itself.
  */
 import { CheckpointFormatError } from '../runtime/errors.js';
-import { isMoeLayer, type ModelConfig } from '../model/config.js';
+import { isMoeLayer, isQwen35, type ModelConfig } from '../model/config.js';
 import { checkParamsAgainstConfig, fusedExpertNames, perExpertNames } from '../model/params.js';
+import { textOnlyWeights } from '../model/params-qwen35.js';
 import type { DeviceMesh } from '../parallel/device-mesh.js';
 import { Replicate, type Placement } from '../parallel/placement.js';
 import { loadShardedHost, type HostShard, type LoadMode, type ParamMeta } from '../parallel/sharded-load.js';
@@ -20,6 +24,18 @@ export interface HfLoadOptions {
   mode?: LoadMode;
   /** Largest broadcast in 'rank0-broadcast' mode (bytes). */
   bucketBytes?: number;
+}
+
+/**
+ * The text model's name of checkpoint tensor `name` (null: a Qwen3.5 vision / MTP tensor the text
+ * model does not have); other models keep every name.
+ */
+function textNameOf(cfg: ModelConfig): (name: string) => string | null {
+  if (!isQwen35(cfg)) return (name) => name;
+  return (name) =>
+    textOnlyWeights(new Map([[name, name]]), () => {})
+      .keys()
+      .next().value ?? null;
 }
 
 /** `model.layers.{l}.mlp.experts.{e}.{gate,up,down}_proj.weight` of a per-expert checkpoint. */
@@ -71,7 +87,11 @@ export async function loadHfShardGroups(
     const p = prefixes.find((x) => name.startsWith(x));
     return p === undefined ? null : [p, name.slice(p.length)];
   };
-  const hfMeta = (meta: ParamMeta): ParamMeta => ({ ...meta, name: split(meta.name)?.[1] ?? meta.name });
+  const textName = textNameOf(cfg);
+  const hfMeta = (meta: ParamMeta): ParamMeta => {
+    const hf = split(meta.name)?.[1] ?? meta.name;
+    return { ...meta, name: textName(hf) ?? hf };
+  };
   const perExpert = new Set<string>();
   const shards = await loadShardedHost(dir, {
     mesh,
@@ -92,6 +112,8 @@ export async function loadHfShardGroups(
             { file: dir, tensor: m.name },
           );
       }
+      // One line (rank 0) when a Qwen3.5 load drops the vision tower / MTP head, so none goes silently.
+      if (isQwen35(cfg)) textOnlyWeights(new Map(manifest.map((m) => [m.name, m])), mesh.parent.rank === 0 ? undefined : () => {}, cfg.modelType);
       if (o.optional && manifest.length === 0) return;
       for (const g of o.groups) {
         try {
@@ -110,9 +132,11 @@ export async function loadHfShardGroups(
     },
     placements: (meta) => {
       const m = hfMeta(meta);
-      return PER_EXPERT.test(m.name) || whole.has(m.name) ? mesh.shape.map(() => Replicate()) : o.placements(m);
+      const skipped = textName(split(meta.name)?.[1] ?? meta.name) === null; // never kept (select)
+      return skipped || PER_EXPERT.test(m.name) || whole.has(m.name) ? mesh.shape.map(() => Replicate()) : o.placements(m);
     },
     select: (meta) => {
+      if (textName(split(meta.name)?.[1] ?? meta.name) === null) return false;
       const name = hfMeta(meta).name;
       // A tied model's exporter may write lm_head.weight too; the embedding is the weight.
       if (cfg.tieWordEmbeddings && name === 'lm_head.weight') return false;
@@ -123,7 +147,7 @@ export async function loadHfShardGroups(
   const out = o.groups.map(() => new Map<string, HostShard>());
   for (const [name, shard] of shards) {
     const [p, hf] = split(name)!; // every name has a prefix: the check passed on every rank
-    out[o.groups.indexOf(p)]!.set(hf, shard);
+    out[o.groups.indexOf(p)]!.set(textName(hf)!, shard);
   }
   o.groups.forEach((g, i) => perExpert.has(g) && fuseLocalExperts(out[i]!, cfg, o.placements, first, count));
   return out;

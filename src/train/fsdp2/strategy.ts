@@ -1,6 +1,8 @@
 /**
  * The `fsdp2` training strategy (PyTorch FSDP2 semantics) over the `dp` ranks of a
- * communicator or a DeviceMesh's `dp` dim:
+ * communicator or a DeviceMesh's `dp` dim, for every model createModel() builds (Qwen3,
+ * Qwen3-MoE, Qwen3.5, Qwen3.5-MoE: the units and shards come from paramSpecs, the forward
+ * asks for parameters by HF name inside its blocks, so nothing here depends on the family):
  * - every parameter sharded on dim 0 (torch.chunk, padded to the ceil size; shards
  *   may be empty), packed per unit (embedding, each decoder layer, norm + LM head)
  *   into one flat shard, fused experts included (layout.ts);
@@ -23,10 +25,11 @@ import type { Communicator } from '../../runtime/comm/comm.js';
 import { InvalidArgumentError, InvalidStateError } from '../../runtime/errors.js';
 import { patchImpl } from '../../runtime/patches.js';
 import { Tape } from '../../model/autograd.js';
-import { assertSingleStrategyModel, type ModelConfig } from '../../model/config.js';
+import type { ModelConfig } from '../../model/config.js';
 import * as K from '../../model/kernels/index.js';
 import type { AdamWHyper, HostParam } from '../../model/param-store.js';
-import { Qwen3Model, uploadBatch, type ParamSource } from '../../model/qwen3.js';
+import { uploadBatch, type ParamSource } from '../../model/qwen3.js';
+import { createModel, type CausalLM } from '../../model/create-model.js';
 import { LoraAdapters, loraParamSpecs, loraStepSeed, type LoraHooks } from '../../model/lora.js';
 import type { LoraConfigInput } from '../../model/lora-config.js';
 import type { DeviceMesh } from '../../parallel/device-mesh.js';
@@ -108,7 +111,7 @@ export class Fsdp2Strategy implements TrainStrategy {
   get communicators(): readonly Communicator[] {
     return [this.comm];
   }
-  readonly model: Qwen3Model;
+  readonly model: CausalLM;
   private step = 0;
   /** Gradients exist once zeroGrad or forwardBackward ran (AdamW skips parameters without one, like torch). */
   private gradsLive = false;
@@ -136,7 +139,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       blockEnd: (tape, block, out) => this.active().blockEnd(tape, block, out),
     };
     this.lora = adapters && { adapters, hooks: adapters.hooks((tape, name) => this.active().param(tape, name)) };
-    this.model = new Qwen3Model(cfg, source, this.lora?.hooks);
+    this.model = createModel(cfg, source, this.lora?.hooks);
   }
 
   /**
@@ -146,7 +149,6 @@ export class Fsdp2Strategy implements TrainStrategy {
   static async create(opts: Fsdp2Options): Promise<Fsdp2Strategy> {
     const comm = resolveComm(opts);
     const { cfg, params } = opts;
-    assertSingleStrategyModel(cfg, 'Fsdp2Strategy.create()');
     if (!(params instanceof Map)) throw new InvalidArgumentError('Fsdp2Strategy.create(): params must be a Map of HF name -> { shape, data: Float32Array }.');
     const reshard = opts.reshardAfterForward ?? true;
     if (typeof reshard !== 'boolean') throw new InvalidArgumentError(`Fsdp2Strategy.create(): reshardAfterForward must be a boolean.`);

@@ -26,6 +26,7 @@ import { loadHfShardGroups, type HfLoadOptions } from '../load-hf-shards.js';
 import { concat, interleaveQkv, megatronSpecs } from './bridge.js';
 import type { ParallelSizes } from './layout.js';
 import { MegatronLocalParams } from './local-params.js';
+import { refuseQwen35OnMegatron } from './qwen35-limits.js';
 import { expertUnitName } from './weight-sources.js';
 
 function placementsOf(name: string): Placement[] {
@@ -61,6 +62,7 @@ export async function loadMegatronHfGroups(
   g: { groups: readonly string[]; optional?: boolean; whole?: ReadonlyMap<string, readonly number[]> },
   opts: HfLoadOptions = {},
 ): Promise<Array<Map<string, HostShard>>> {
+  refuseQwen35OnMegatron(cfg, sizes.tp, 'loadMegatronShards()'); // before the mesh and any file read
   const { tp, dp, ep } = sizes;
   const El = (cfg.moe?.numExperts ?? 0) / ep;
   const mesh = await DeviceMesh.create(comm, { shape: [dp / ep, ep, tp], names: ['edp', 'ep', 'tp'] });

@@ -25,6 +25,8 @@
  *   adapters under their PEFT names next to the base weights (grads and moments: the
  *   adapters only, as the single-device LoRA); loraState() gathers the adapters alone
  *   (the tensors an adapter-only weight sync needs).
+ * - Models: Qwen3 / Qwen3-MoE. Qwen3.5 is refused at create() with what is missing
+ *   (qwen35-limits.ts: GDN has no TP split; the model and bridge are Qwen3's).
  */
 import { axpy, copy, fill, Tensor, type Stream } from '../../runtime/device/device-index.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
@@ -32,7 +34,7 @@ import { InvalidArgumentError } from '../../runtime/errors.js';
 import { patchImpl } from '../../runtime/patches.js';
 import { DeviceMesh } from '../../parallel/device-mesh.js';
 import { Tape, Var } from '../../model/autograd.js';
-import { assertSingleStrategyModel, type ModelConfig } from '../../model/config.js';
+import type { ModelConfig } from '../../model/config.js';
 import * as K from '../../model/kernels/index.js';
 import type { AdamWHyper, HostParam } from '../../model/param-store.js';
 import { uploadBatch } from '../../model/qwen3.js';
@@ -47,6 +49,7 @@ import { loadMegatronHfGroups, megatronLocalFromHf } from './load-shards.js';
 import { expertNames, hfToMegatron, megatronSpecs, megatronToHf, tpGather, tpLocalShape, tpSlice } from './bridge.js';
 import { PendingComms } from './comm-ops.js';
 import { checkParallelSizes, layoutName, type ParallelSizes } from './layout.js';
+import { refuseQwen35OnMegatron } from './qwen35-limits.js';
 import { MegatronModel, type ParallelLinearHook } from './model.js';
 import { GradBuckets, stackExperts, type Unit } from './units.js';
 import { MegatronLocalParams } from './local-params.js';
@@ -142,7 +145,7 @@ export class MegatronStrategy implements TrainStrategy {
 
   /** Collective over `comm`: builds the mesh and groups, and uploads this rank's shards. */
   static async create(o: MegatronOptions): Promise<MegatronStrategy> {
-    assertSingleStrategyModel(o.cfg, 'MegatronStrategy.create()');
+    refuseQwen35OnMegatron(o.cfg, o.tp, 'MegatronStrategy.create()'); // before any collective: every rank throws alike
     const sizes = checkParallelSizes(o.cfg, o.comm.size, o);
     const given = o.params instanceof MegatronLocalParams ? o.params : null;
     // Full parameters: validates names and shapes before any collective.
