@@ -29,6 +29,7 @@ import {
   type RankErrorInfo,
   type RankOutcome,
 } from './launch-report.js';
+import { ActorGateway } from './actor-gateway.js';
 import { importModule, resolveModuleUrl } from './module-loader.js';
 import { culpritTag, describeProcess, detectMpiJob, MpiSession, taggedCulprits } from './mpi-job.js';
 import { World } from './world.js';
@@ -148,7 +149,17 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     return { exitCode: EXIT_USAGE, failedRanks: [], stuckRanks: [], hungRanks: [], culpritRanks: [] };
   }
   // A run that spans processes needs MPI before any rank starts (a single-process run never loads it).
-  const session = spans ? await MpiSession.start(job, (envInt('HCCL_CONNECT_TIMEOUT') ?? 120) * 1000) : undefined;
+  const connectMs = (envInt('HCCL_CONNECT_TIMEOUT') ?? 120) * 1000;
+  const session = spans ? await MpiSession.start(job, connectMs) : undefined;
+  // Actors across processes: each process's main thread listens; the addresses go round over MPI.
+  const gateway = session
+    ? await ActorGateway.open({
+        nodeRank: session.job.nodeRank,
+        ranksPerProcess: opts.nproc,
+        sameHost: session.job.localSize === session.job.nnodes,
+        exchange: (address) => session.exchange(address, connectMs),
+      })
+    : undefined;
   const world = await World.create(
     {
       size: opts.nproc,
@@ -158,7 +169,12 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       output: { prefix: opts.prefix, ranks: opts.rank0Only ? [0] : 'all', ...(opts.logDir ? { logDir: opts.logDir } : {}), ...liveTerminal() },
       ...(opts.deviceMemory !== undefined ? { deviceMemory: opts.deviceMemory } : {}),
     },
-    { entryUrl, entryArgs: opts.entryArgs, ...(session ? { layout: { nodeRank: session.job.nodeRank, nnodes: session.job.nnodes } } : {}) },
+    {
+      entryUrl,
+      entryArgs: opts.entryArgs,
+      ...(session ? { layout: { nodeRank: session.job.nodeRank, nnodes: session.job.nnodes } } : {}),
+      ...(gateway ? { gateway } : {}),
+    },
   );
   const worldSize = world.worldSize;
   // Set once another process told us it failed: our ranks' failures are then its consequence.
@@ -280,6 +296,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   } finally {
     clearTimeout(wallTimer);
     await world.shutdown(exitCode === EXIT_OK ? 'all ranks finished' : 'launch is stopping the world');
+    gateway?.close();
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
   }
