@@ -64,11 +64,16 @@ export class SpanningCommunicator extends Communicator {
   #group: Promise<void>[] | undefined;
   #groupDepth = 0;
 
-  constructor(local: Communicator, layout: ProcessLayout, net: { commId?: number } = {}) {
+  /** Ranks per process in the whole run: culprit processes become world ranks with it. */
+  readonly #worldRanksPerProcess: number;
+
+  /** `net` names a split's communicator among processes and the run's ranks per process (default: the world's). */
+  constructor(local: Communicator, layout: ProcessLayout, net: { commId?: number; worldRanksPerProcess?: number } = {}) {
     super(local.native, local.device, local.settings);
     this.local = local;
     this.layout = Object.freeze({ ...layout });
     this.#commId = net.commId ?? 0;
+    this.#worldRanksPerProcess = net.worldRanksPerProcess ?? local.size;
     this.#net = local.rank === 0 ? loadNet() : undefined;
   }
 
@@ -130,9 +135,11 @@ export class SpanningCommunicator extends Communicator {
       .catch((err: Error) => {
         if (!this.local.aborted) {
           // Blame whom the error names (not this leader, as abort() would); the communicator counts this process's ranks from 0.
+          // A split's local communicator numbers them otherwise: there the message names them.
           const named = (err as { details?: { culpritWorldRanks?: unknown } }).details?.culpritWorldRanks;
           const first = this.layout.nodeRank * this.local.size;
-          const local = Array.isArray(named) ? (named as number[]).map((r) => r - first).filter((r) => r >= 0 && r < this.local.size) : [];
+          const local =
+            this.#commId === 0 && Array.isArray(named) ? (named as number[]).map((r) => r - first).filter((r) => r >= 0 && r < this.local.size) : [];
           Communicator.abortById(
             this.local.id,
             `rank ${this.rank} (leader of process ${this.layout.nodeRank}): ${fn} between processes failed: ${err.message}`,
@@ -158,7 +165,7 @@ export class SpanningCommunicator extends Communicator {
     try {
       return await call(this.#net!);
     } catch (err) {
-      throw netError(err, `${fn} between processes (rank ${this.rank}, process ${this.layout.nodeRank} of ${this.layout.nnodes})`, this.local.size);
+      throw netError(err, `${fn} between processes (rank ${this.rank}, process ${this.layout.nodeRank} of ${this.layout.nnodes})`, this.#worldRanksPerProcess);
     }
   }
 
@@ -507,7 +514,7 @@ export class SpanningCommunicator extends Communicator {
           this.#upload(x, host, stream);
         }
       } catch (err) {
-        const e = (err as { netCode?: unknown }).netCode !== undefined ? netError(err, what, n) : (err as Error);
+        const e = (err as { netCode?: unknown }).netCode !== undefined ? netError(err, what, this.#worldRanksPerProcess) : (err as Error);
         // As for a collective: this process's other ranks fail at once, not at their own deadline.
         if (!this.local.aborted) Communicator.abortById(this.local.id, `rank ${this.rank}: ${what} failed: ${e.message}`);
         throw e;
@@ -587,7 +594,14 @@ export class SpanningCommunicator extends Communicator {
     const procs = [...new Set(plan.groups.get(c)!.map((r) => Math.floor(r / n)))];
     const commId = loadNet().lookupComm(`${prefix}:${c}`);
     if (commId < 0) throw new InternalError(`split(): the communicator among processes for color ${c} was not registered in process ${this.layout.nodeRank}.`);
-    return new SpanningCommunicator(localSub, { nodeRank: procs.indexOf(this.layout.nodeRank), nnodes: procs.length }, { commId });
+    return new SpanningCommunicator(
+      localSub,
+      { nodeRank: procs.indexOf(this.layout.nodeRank), nnodes: procs.length },
+      {
+        commId,
+        worldRanksPerProcess: this.#worldRanksPerProcess,
+      },
+    );
   }
 
   /** Aborts this process's ranks and tells every other process (their ranks fail at once, naming this one). */
