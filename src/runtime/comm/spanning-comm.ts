@@ -28,12 +28,13 @@
  */
 import { COMM_DTYPES, Communicator, type ReduceOp, type SplitOptions } from './comm.js';
 import { loadNet, NET_KIND_ALLTOALLV_COUNTS, netError, type NativeNet } from './net.js';
+import { CrossProcessP2P } from './spanning-p2p.js';
 import { checkAllToAllVCounts, packAllToAll, planSplit, unpackAllToAll } from './spanning-plan.js';
 import { checkOptions } from '../device/device.js';
 import { DTYPE_CODE, describe, dtypeSize } from '../device/dtype.js';
 import type { Stream } from '../device/stream.js';
 import { Tensor } from '../device/tensor.js';
-import { InternalError, InvalidArgumentError, InvalidStateError } from '../errors.js';
+import { InternalError, InvalidArgumentError } from '../errors.js';
 
 /** Where this process sits in the job. */
 export interface ProcessLayout {
@@ -46,9 +47,6 @@ export interface ProcessLayout {
 const NET_DTYPES = ['fp32', 'int32', 'int64'] as const;
 const REDUCE_CODE: Readonly<Record<ReduceOp, number>> = { sum: 0, prod: 1, max: 2, min: 3, avg: 0 };
 
-/** MPI guarantees tags up to 32767; a pair's tag is source local rank x n + destination local rank. */
-const MAX_TAG = 32767;
-
 export class SpanningCommunicator extends Communicator {
   readonly local: Communicator;
   readonly layout: Readonly<ProcessLayout>;
@@ -60,9 +58,7 @@ export class SpanningCommunicator extends Communicator {
   #inFlight = 0;
   /** Splits so far: every rank counts the same, so it names the new net communicators alike. */
   #splits = 0;
-  /** Sends / recvs to other processes inside groupStart() / groupEnd(). */
-  #group: Promise<void>[] | undefined;
-  #groupDepth = 0;
+  readonly #p2pAcross = new CrossProcessP2P();
 
   /** Ranks per process in the whole run: culprit processes become world ranks with it. */
   readonly #worldRanksPerProcess: number;
@@ -494,52 +490,25 @@ export class SpanningCommunicator extends Communicator {
     const n = this.local.size;
     const peerProcess = Math.floor(peer / n);
     if (peerProcess === this.layout.nodeRank) return isSend ? this.local.send(x, peer % n, stream) : this.local.recv(x, peer % n, stream);
-    if (n * n > MAX_TAG + 1) {
-      throw new InvalidStateError(
-        `${fn} between processes tags each pair of local ranks, which needs at most ${MAX_TAG + 1} pairs, but this run has ${n} ranks per process. HINT: use fewer ranks per process (more processes) for send / recv across processes.`,
-        { fn },
-      );
-    }
-    const tag = isSend ? this.local.rank * n + (peer % n) : (peer % n) * n + this.local.rank;
-    const net = loadNet();
-    const what = `${fn} ${isSend ? 'to' : 'from'} rank ${peer} (rank ${this.rank}, process ${this.layout.nodeRank} of ${this.layout.nnodes})`;
-    const run = (async () => {
-      try {
-        if (isSend) {
-          const bytes = await x.toBytes(stream ? { stream } : undefined);
-          await net.send(bytes, peerProcess, tag, this.#timeout(), this.#commId);
-        } else {
-          const host = new Uint8Array(x.nbytes);
-          await net.recv(host, peerProcess, tag, this.#timeout(), this.#commId);
-          this.#upload(x, host, stream);
-        }
-      } catch (err) {
-        const e = (err as { netCode?: unknown }).netCode !== undefined ? netError(err, what, this.#worldRanksPerProcess) : (err as Error);
-        // As for a collective: this process's other ranks fail at once, not at their own deadline.
-        if (!this.local.aborted) Communicator.abortById(this.local.id, `rank ${this.rank}: ${what} failed: ${e.message}`);
-        throw e;
-      }
-    })();
-    if (this.#group) {
-      run.catch(() => undefined); // the caller may only await groupEnd()
-      this.#group.push(run);
-    }
-    return run;
+    const site = {
+      local: this.local,
+      rank: this.rank,
+      process: this.layout.nodeRank,
+      processes: this.layout.nnodes,
+      commId: this.#commId,
+      timeoutMs: this.#timeout(),
+      worldRanksPerProcess: this.#worldRanksPerProcess,
+    };
+    return this.#p2pAcross.transfer(site, x, peer, peerProcess, stream, isSend);
   }
 
   /** Sends / recvs inside a group are posted at once (the net thread never blocks on them); groupEnd() awaits them all. */
   override groupStart(): void {
-    this.local.groupStart();
-    if (this.#groupDepth++ === 0) this.#group = [];
+    this.#p2pAcross.groupStart(this.local);
   }
 
   override groupEnd(): Promise<void> {
-    if (this.#groupDepth === 0) throw new InvalidArgumentError('groupEnd() without a matching groupStart().');
-    const local = this.local.groupEnd();
-    if (--this.#groupDepth > 0) return local;
-    const remote = this.#group ?? [];
-    this.#group = undefined;
-    return Promise.all([local, ...remote]).then(() => undefined);
+    return this.#p2pAcross.groupEnd(this.local);
   }
 
   // ------------------------------------------------------------------ split
