@@ -69,6 +69,19 @@ describe.skipIf(skip !== null)('collectives across processes under mpirun (2 pro
     expect(r.stderr).toMatch(/\[launch process 1 \(ranks 2-3\)\] FAILED: /);
   }, 120_000);
 
+  it('one rank calling a different collective: its process fails on the fingerprint, the other at once, both blaming that rank', async () => {
+    const r = await mpirunLaunch(2, ['--nproc-per-node', '2', '--grace-period', '2', FIXTURE, 'mismatch-rank'], { HCCL_EXEC_TIMEOUT: '600' });
+    expect(r.code).not.toBe(0);
+    expect(r.ms).toBeLessThan(60_000);
+    // Rank 3's local leg (allToAll gathers first) meets rank 2's (reduceScatter combines first) in process 1's fingerprint check.
+    expect(r.stderr).toMatch(
+      /\[launch process 1 \(ranks 2-3\)\] ranks \[2, 3\] failed with the same error .*CollectiveMismatchError: .*rank 0 called allReduce\(.*\) but rank 1 called allGather\(/,
+    );
+    expect(r.stderr).toMatch(/\[launch process 0 \(ranks 0-1\)\] stopping this process's ranks: process 1 aborted the job: \[culprit ranks 3\]/);
+    expect(r.stderr).toMatch(/\[launch process 0 \(ranks 0-1\)\] FAILED: .*culprit: rank 3/);
+    expect(r.stderr).toMatch(/\[launch process 1 \(ranks 2-3\)\] FAILED: .*culprit: rank 3/);
+  }, 120_000);
+
   it('a receive whose sender never sends fails at the exec deadline, and the other process is stopped (no hang)', async () => {
     const r = await mpirunLaunch(2, ['--nproc-per-node', '2', '--grace-period', '2', FIXTURE, 'deadline'], { HCCL_EXEC_TIMEOUT: '3' });
     expect(r.code).not.toBe(0);
