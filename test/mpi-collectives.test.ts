@@ -82,6 +82,25 @@ describe.skipIf(skip !== null)('collectives across processes under mpirun (2 pro
     expect(r.stderr).toMatch(/\[launch process 1 \(ranks 2-3\)\] FAILED: .*culprit: rank 3/);
   }, 120_000);
 
+  it('allToAllV counts that disagree across processes fail on every rank alike, naming the pair', async () => {
+    const r = await mpirunLaunch(2, ['--nproc-per-node', '2', FIXTURE, 'counts']);
+    expect(r.code, r.stderr).toBe(0);
+    const rs = r.stdout
+      .split('\n')
+      .map((l) => /RESULT (\{.*\})/.exec(l)?.[1])
+      .filter((j): j is string => j !== undefined)
+      .map((j) => JSON.parse(j) as { rank: number; error: { name: string; message: string; culprits: number[] } | null })
+      .sort((a, b) => a.rank - b.rank);
+    expect(rs.map((x) => x.rank)).toEqual([0, 1, 2, 3]);
+    for (const x of rs) {
+      expect(x.error).toEqual({
+        name: 'CollectiveMismatchError',
+        message: expect.stringMatching(/^allToAllV\(\) across processes: the counts disagree: rank 0 sends 1 elements to rank 3, which expects 2\. HINT:/),
+        culprits: [0, 3],
+      });
+    }
+  }, 120_000);
+
   it('a receive whose sender never sends fails at the exec deadline, and the other process is stopped (no hang)', async () => {
     const r = await mpirunLaunch(2, ['--nproc-per-node', '2', '--grace-period', '2', FIXTURE, 'deadline'], { HCCL_EXEC_TIMEOUT: '3' });
     expect(r.code).not.toBe(0);
