@@ -39,6 +39,13 @@ describe.skipIf(skip !== null)('actors across processes under mpirun (2 processe
     });
     expect(out.plain).toEqual({ name: 'TypeError', remoteName: 'TypeError', message: 'plain failure on rank 2', frame: true });
     expect(out.unknown).toEqual({ code: 'ASCENT_INVALID_ARGUMENT', message: expect.stringMatching(/^Actor echo on rank 2 has no method "noSuchMethod"/) });
+    expect(out.proxy).toEqual({
+      code: 'ASCENT_INVALID_ARGUMENT',
+      message: expect.stringMatching(
+        /^An actor call to actor echo on rank 2 carries something that cannot cross processes \(a MessagePort: .*HINT: pass plain data/,
+      ),
+    });
+    // The connection still works after the refused call.
     expect(out.mesh).toEqual([0, 1, 2, 3]);
   }, 120_000);
 

@@ -17,7 +17,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { MessageChannel, type MessagePort } from 'node:worker_threads';
+import { MessageChannel, MessagePort } from 'node:worker_threads';
 import { Packr } from 'msgpackr';
 import { decodeError, encodeError, fromWireError, thrownResponse } from './error-wire.js';
 import { ActorTimeoutError, InvalidArgumentError, InvalidStateError } from '../errors.js';
@@ -79,6 +79,14 @@ class FrameSocket {
   }
 }
 
+/** A MessagePort anywhere in `v` (Comlink.proxy, a transferred port): msgpackr would frame it as an empty object. */
+function carriesPort(v: unknown, depth = 0): boolean {
+  if (v === null || typeof v !== 'object' || depth > 8) return false;
+  if (v instanceof MessagePort) return true;
+  if (ArrayBuffer.isView(v)) return false;
+  return Object.values(v as Record<string, unknown>).some((x) => carriesPort(x, depth + 1));
+}
+
 /** A served port closes around its worker's exit event: wait a little so that the death notice, which names the cause, goes first. */
 const SERVED_CLOSE_DELAY_MS = 200;
 
@@ -86,6 +94,7 @@ const SERVED_CLOSE_DELAY_MS = 200;
 function bridge(fs: FrameSocket, port: MessagePort, where: string, closeDelayMs = 0): void {
   port.on('message', (msg: unknown) => {
     try {
+      if (carriesPort(msg)) throw new Error('a MessagePort: a Comlink.proxy callback or a transferred port');
       fs.send({ t: 'm', d: msg });
     } catch (err) {
       // Only data crosses processes (no MessagePort, Comlink.proxy or function): answer the call with an error.
