@@ -11,7 +11,9 @@
  *
  * Under mpirun (`mpirun -np P ascent launch --nproc-per-node N entry.ts`) each
  * process runs N of the P x N ranks (mpi-job.ts): a failure here is told to every
- * other process, and another process's failure stops this one's ranks at once.
+ * other process, and another process's failure stops this one's ranks at once;
+ * ranks reach the actors of other processes' ranks through each process's actor
+ * gateway (actor-gateway.ts), whose addresses go round over MPI at start.
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -175,7 +177,11 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       ...(session ? { layout: { nodeRank: session.job.nodeRank, nnodes: session.job.nnodes } } : {}),
       ...(gateway ? { gateway } : {}),
     },
-  );
+  ).catch((err: unknown) => {
+    // The ranks never ran: nobody will reach this process's actors.
+    gateway?.close();
+    throw err;
+  });
   const worldSize = world.worldSize;
   // Set once another process told us it failed: our ranks' failures are then its consequence.
   let peerAborted = false;
