@@ -133,6 +133,9 @@ async function preflight(entryUrl: string, args: string[], worldSize: number): P
  */
 function globalCulprits(info: RankErrorInfo | undefined, rankOffset: number): RankErrorInfo | undefined {
   const named = info?.details?.culpritWorldRanks;
+  // Aborted by another process's notice: the communicator could not name ranks of that process, the notice's tag does.
+  const tagged = info ? taggedCulprits(info.message) : [];
+  if (info && tagged.length > 0 && (!Array.isArray(named) || named.length === 0)) return { ...info, details: { ...info.details, culpritWorldRanks: tagged } };
   if (!info || rankOffset === 0 || !Array.isArray(named) || info.details?.culpritProcesses !== undefined) return info;
   return { ...info, details: { ...info.details, culpritWorldRanks: (named as number[]).map((r) => r + rankOffset) } };
 }
