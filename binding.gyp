@@ -25,7 +25,7 @@
       "targets": [
         {
           "target_name": "ascent_mpi",
-          "sources": ["native/mpi/mpi_addon.cc", "native/mpi/net_thread.cc", "native/mpi/net_ops.cc"],
+          "sources": ["native/mpi/mpi_addon.cc", "native/mpi/net_thread.cc", "native/mpi/net_ops.cc", "native/mpi/net_p2p.cc", "native/mpi/net_split.cc"],
           "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "native"],
           "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "OMPI_SKIP_MPICXX=1", "MPICH_SKIP_MPICXX=1"],
           "cflags!": ["-fno-exceptions"],

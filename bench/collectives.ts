@@ -23,11 +23,17 @@
  * Where a cycle goes (measurement detail, not part of efficiency): arriveUs = p50 of
  * (the last rank picks up op i) - (op i-1 done), the ranks' hand-over from one op to the
  * next; moveUs = p50 of (op i done) - (the last rank picks it up), the data movement.
+ *
+ * Then, with --processes P (default 2; 0 skips), the same ranks as P processes under
+ * mpirun (allReduce fp32 sum up to 16 MiB, each op awaited) beside Open MPI's own
+ * MPI_Allreduce on as many processes, measured in the same run (bench/collectives-mpi.ts);
+ * skipped with the reason printed where mpirun, mpicc or the MPI addon is missing.
  */
 import { availableParallelism, hostname, loadavg } from 'node:os';
 import { Command, Option } from 'commander';
 import { World, type DType, type ReduceOp } from '../src/internal.js';
 import { counts, type BenchOp, type CollectivesBench } from './collectives-actor.js';
+import { runSpanRows, spanSkipReason, type SpanRow } from './collectives-mpi.js';
 import { BenchUsageError } from './args.js';
 import { NCCL_TYPE_NAME, ncclFooterLines, ncclHeaderLines, ncclRedopRoot, ncclRow, type NcclResult } from './nccl-format.js';
 import { percentile, round, writeResults } from './stats.js';
@@ -95,6 +101,8 @@ Flags:
   --min-bytes <b>    smallest size in bytes (default 1024)
   --max-bytes <b>    largest size in bytes (default 268435456)
   --step <k>         size multiplier between rows (default 4)
+  --processes <p>    also run allReduce on p processes x ranks/p under mpirun, beside Open MPI's
+                     MPI_Allreduce on as many processes (default 2; 0 skips)
   -h, --help         print this help and exit
 `;
 
@@ -107,6 +115,7 @@ function parse(argv: string[]) {
     .addOption(new Option('--min-bytes <b>', 'smallest size').default(String(1024)))
     .addOption(new Option('--max-bytes <b>', 'largest size').default(String(256 * 1024 * 1024)))
     .addOption(new Option('--step <k>', 'size multiplier between rows').default('4'))
+    .addOption(new Option('--processes <p>', 'processes of the mpirun rows').default('2'))
     .exitOverride()
     .configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
   prog.parse(argv, { from: 'user' });
@@ -123,13 +132,50 @@ function parse(argv: string[]) {
     minBytes: int('min-bytes', o.minBytes, 1),
     maxBytes: int('max-bytes', o.maxBytes, 1),
     step: int('step', o.step, 2),
+    processes: int('processes', o.processes, 0),
   };
+  if (opts.processes > 0 && opts.ranks % opts.processes !== 0) {
+    throw new BenchUsageError(`--ranks ${opts.ranks} is not a multiple of --processes ${opts.processes}; give ranks that split evenly, or --processes 0.`);
+  }
   if (opts.minBytes > opts.maxBytes)
     throw new BenchUsageError(`--min-bytes ${opts.minBytes} is larger than --max-bytes ${opts.maxBytes}; give a smallest size <= the largest.`);
   return opts;
 }
 
 const WARMUP = 10;
+/** The mpirun rows stop here: each op is awaited, with host copies on the leg between processes. */
+const SPAN_MAX_BYTES = 16 * 1024 * 1024;
+const SPAN_ITERS = 20;
+
+/** The rows on several processes, or the printed reason they were skipped. */
+async function processRows(opts: ReturnType<typeof parse>, sizes: number[], print: (line: string) => void): Promise<{ rows: SpanRow[]; skipped?: string }> {
+  const reason = !opts.ops.includes('allReduce') ? 'they run allReduce only (--op excludes it)' : spanSkipReason();
+  if (reason) {
+    print(`# ${opts.processes}-process rows skipped: ${reason}`);
+    return { rows: [], skipped: reason };
+  }
+  const n = opts.ranks / opts.processes;
+  const spanSizes = sizes.filter((b) => b <= SPAN_MAX_BYTES);
+  print(
+    `# ${opts.processes} processes x ${n} ranks under mpirun: allReduce fp32 sum, each op awaited; mpi = Open MPI's MPI_Allreduce on ${opts.ranks} processes, same run`,
+  );
+  const rows = await runSpanRows({ processes: opts.processes, ranksPerProcess: n, sizes: spanSizes, iters: SPAN_ITERS });
+  print(
+    formatTable(
+      rows.map((r) => ({
+        'size(B)': r.bytes,
+        'time(us)': r.timeUs,
+        'busbw(GB/s)': r.busbwGBs,
+        '#wrong': r.wrong,
+        'mpi time(us)': r.mpiTimeUs,
+        'mpi busbw(GB/s)': r.mpiBusbwGBs,
+        'mpi #wrong': r.mpiWrong,
+        'ascent/mpi': r.vsMpi,
+      })),
+    ),
+  );
+  return { rows };
+}
 
 export async function runCollectivesBench(argv: string[], print: (line: string) => void = (l) => console.log(l)) {
   const opts = parse(argv);
@@ -235,6 +281,7 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
       }
       for (const line of ncclFooterLines(op, printed)) print(line);
     }
+    const span = opts.processes > 0 ? await processRows(opts, sizes, print) : { rows: [], skipped: '--processes 0' };
     // Load average (1, 5, 15 min) at the end of the run: the machine is shared, and the
     // efficiency of memory-bound rows moves with what else runs.
     const load = loadavg().map((l) => round(l, 2));
@@ -244,6 +291,8 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
       baselines: { streamCopyGBs: round(streamCopyGBs, 3), streamThreads: cores },
       loadAvgEnd: load,
       rows,
+      processRows: span.rows,
+      ...(span.skipped ? { processRowsSkipped: span.skipped } : {}),
     };
   } finally {
     await world.shutdown();

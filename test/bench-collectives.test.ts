@@ -1,11 +1,17 @@
 import { describe, expect, it } from 'vitest';
 // The bench spawns its actor module from dist/, as `npm run bench` does.
 import { busFactor, runCollectivesBench, trafficBytes } from '../dist/bench/collectives.js';
+import { spanSkipReason } from '../dist/bench/collectives-mpi.js';
+
+const spanSkip = spanSkipReason();
+if (spanSkip) console.warn(`[bench-collectives] skipping the 2-process rows: ${spanSkip}`);
 
 describe('collectives benchmark harness', () => {
   it('produces nccl-tests rows (out of place and in place) with #wrong = 0 and consistent bandwidth columns', async () => {
     const printed: string[] = [];
-    const r = await runCollectivesBench(['--ranks', '3', '--min-bytes', '1024', '--max-bytes', '65536', '--step', '64'], (l) => printed.push(l));
+    const r = await runCollectivesBench(['--ranks', '3', '--min-bytes', '1024', '--max-bytes', '65536', '--step', '64', '--processes', '0'], (l) =>
+      printed.push(l),
+    );
     expect(r.baselines.streamCopyGBs).toBeGreaterThan(0);
     expect(new Set(r.rows.map((x) => x.op))).toEqual(new Set(['allReduce', 'allGather', 'reduceScatter', 'broadcast', 'allToAll']));
     expect(r.rows).toHaveLength(5 * 2 * 2); // 5 ops x 2 sizes x (out of place, in place)
@@ -45,9 +51,35 @@ describe('collectives benchmark harness', () => {
     expect(printed.filter((l) => /^# {2}Rank {2}\d Group {2}0 Pid +\d+ on +\S+ device {2}\d \[0x00\] /.test(l))).toHaveLength(5 * 3);
   }, 180_000);
 
+  it.skipIf(spanSkip !== null)(
+    "runs allReduce on 2 processes under mpirun beside Open MPI's MPI_Allreduce, both exact",
+    async () => {
+      const printed: string[] = [];
+      const r = await runCollectivesBench(
+        ['--ranks', '4', '--op', 'allReduce', '--min-bytes', '4096', '--max-bytes', '65536', '--step', '16', '--processes', '2'],
+        (l) => printed.push(l),
+      );
+      expect(r.processRows.map((x) => x.bytes)).toEqual([4096, 65536]);
+      for (const row of r.processRows) {
+        expect(row).toMatchObject({ op: 'allReduce', processes: 2, ranks: 4, wrong: 0, mpiWrong: 0 });
+        expect(row.timeUs).toBeGreaterThan(0);
+        expect(row.mpiTimeUs).toBeGreaterThan(0);
+        expect(row.vsMpi).toBeCloseTo(row.timeUs / row.mpiTimeUs, 1);
+        expect(row.busbwGBs).toBeCloseTo((row.bytes / (row.timeUs * 1e3)) * 1.5, 2);
+      }
+      expect(
+        printed.some((l) =>
+          l.startsWith("# 2 processes x 2 ranks under mpirun: allReduce fp32 sum, each op awaited; mpi = Open MPI's MPI_Allreduce on 4 processes"),
+        ),
+      ).toBe(true);
+    },
+    300_000,
+  );
+
   it('rejects bad flags with a clear message', async () => {
     await expect(runCollectivesBench(['--ranks', 'zero'])).rejects.toThrow(/Expected an integer >= 1 for --ranks but received "zero"/);
     await expect(runCollectivesBench(['--op', 'allreduce'])).rejects.toThrow(/allreduce/);
     await expect(runCollectivesBench(['--min-bytes', '4096', '--max-bytes', '1024'])).rejects.toThrow(/--min-bytes 4096 is larger than --max-bytes 1024/);
+    await expect(runCollectivesBench(['--ranks', '3', '--processes', '2'])).rejects.toThrow(/--ranks 3 is not a multiple of --processes 2/);
   });
 });

@@ -14,8 +14,11 @@ describe('mpirun job detection', () => {
       nnodes: 2,
       nodeRank: 1,
       localProcess: 1,
+      localSize: 2,
     });
-    expect(detectMpiJob({ OMPI_COMM_WORLD_SIZE: '4', OMPI_COMM_WORLD_RANK: '0' })).toEqual({ nnodes: 4, nodeRank: 0, localProcess: 0 });
+    expect(detectMpiJob({ OMPI_COMM_WORLD_SIZE: '4', OMPI_COMM_WORLD_RANK: '0' })).toEqual({ nnodes: 4, nodeRank: 0, localProcess: 0, localSize: 4 });
+    // Processes on several hosts: the actor gateway then listens on TCP instead of a Unix socket.
+    expect(detectMpiJob({ OMPI_COMM_WORLD_SIZE: '4', OMPI_COMM_WORLD_RANK: '3', OMPI_COMM_WORLD_LOCAL_SIZE: '2' })?.localSize).toBe(2);
   });
 
   it.each([

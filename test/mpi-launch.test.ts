@@ -20,7 +20,6 @@ interface Result {
   broadcast: number[];
   allGather: number[];
   reduceScatter: number[];
-  allToAll: string;
 }
 
 function results(stdout: string): Result[] {
@@ -49,7 +48,6 @@ describe.skipIf(skip !== null)('launch under mpirun (2 processes x 2 ranks)', ()
       expect(x.broadcast).toEqual([301, 302]);
       expect(x.allGather).toEqual([0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5]);
       expect(x.reduceScatter).toEqual([40 * x.rank + 6]);
-      expect(x.allToAll).toBe('ASCENT_INVALID_STATE');
     }
   }, 120_000);
 

@@ -44,25 +44,29 @@ void NetThread::submit(NetOp op) {
 }
 
 void NetThread::loop() {
-  int idleMs = 1;
+  int idleUs = 20;
   for (;;) {
     NetOp op;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (queue_.empty()) {
-        // Idle: sleep (growing to 20 ms) but wake up now and then to look for abort notices.
-        cv_.wait_for(lock, std::chrono::milliseconds(idleMs));
+        // Idle: sleep (growing to 20 ms, to 1 ms while requests are posted) but wake up
+        // now and then to look for abort notices and completed requests.
+        cv_.wait_for(lock, std::chrono::microseconds(idleUs));
         if (queue_.empty()) {
           lock.unlock();
           pollAbort();
-          idleMs = idleMs < 20 ? idleMs * 2 : 20;
+          pollTracked();
+          pollFlows();
+          const int cap = tracked_.empty() && flows_.empty() ? 20000 : 1000;
+          idleUs = idleUs < cap ? idleUs * 2 : cap;
           continue;
         }
       }
       op = std::move(queue_.front());
       queue_.pop_front();
     }
-    idleMs = 1;
+    idleUs = 20;
     NetResult r;
     try {
       r = op.run();
@@ -70,7 +74,169 @@ void NetThread::loop() {
       r.err = NetErr::kState;
       r.message = std::string("internal error on the net thread: ") + e.what();
     }
-    op.done(std::move(r));
+    if (!r.deferred) op.done(std::move(r));
+  }
+}
+
+NetComm* NetThread::comm(int id) {
+  std::lock_guard<std::mutex> lock(commMu_);
+  if (id < 0 || static_cast<size_t>(id) >= comms_.size()) return nullptr;
+  return &comms_[static_cast<size_t>(id)];
+}
+
+int NetThread::addComm(NetComm c, const std::string& key) {
+  std::lock_guard<std::mutex> lock(commMu_);
+  comms_.push_back(std::move(c));
+  int id = static_cast<int>(comms_.size()) - 1;
+  if (!key.empty()) commKeys_[key] = id;
+  return id;
+}
+
+int NetThread::lookupComm(const std::string& key) {
+  std::lock_guard<std::mutex> lock(commMu_);
+  auto it = commKeys_.find(key);
+  return it == commKeys_.end() ? -1 : it->second;
+}
+
+void NetThread::track(Tracked t) { tracked_.push_back(std::move(t)); }
+
+void NetThread::startFlow(Flow f) {
+  for (const auto& a : flows_) {
+    if (a.commId == f.commId) {
+      waiting_[f.commId].push_back(std::move(f));
+      return;
+    }
+  }
+  NetResult r;
+  if (advance(f, r)) flows_.push_back(std::move(f));
+  else finishFlow(f, std::move(r));
+}
+
+bool NetThread::advance(Flow& f, NetResult& r) {
+  try {
+    r = f.next(f);
+  } catch (const std::exception& e) {
+    r.err = NetErr::kState;
+    r.message = std::string("internal error on the net thread: ") + e.what();
+  }
+  if (r.err != NetErr::kNone) {
+    if (r.err == NetErr::kMpi) markAborted(r.message, {});
+    return false;
+  }
+  return f.req != MPI_REQUEST_NULL;
+}
+
+void NetThread::finishFlow(Flow& f, NetResult&& r) {
+  const int comm = f.commId;
+  f.done(std::move(r));
+  // The next flow of this communicator starts now (and may finish at once, e.g. when aborted).
+  auto it = waiting_.find(comm);
+  while (it != waiting_.end() && !it->second.empty()) {
+    Flow g = std::move(it->second.front());
+    it->second.pop_front();
+    NetResult gr;
+    if (advance(g, gr)) {
+      flows_.push_back(std::move(g));
+      return;
+    }
+    g.done(std::move(gr));
+  }
+}
+
+void NetThread::pollFlows() {
+  if (flows_.empty()) return;
+  const std::string why = abortedBecause();
+  std::vector<Flow> active;
+  active.swap(flows_);
+  std::vector<std::pair<Flow, NetResult>> ended;
+  for (auto& f : active) {
+    NetResult r;
+    int flag = 0;
+    int rc = MPI_Test(&f.req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      r.err = NetErr::kMpi;
+      r.message = f.what + " failed in MPI: " + mpiErrorString(rc);
+      markAborted(r.message, {});
+    } else if (flag) {
+      if (advance(f, r)) {
+        flows_.push_back(std::move(f));
+        continue;
+      }
+    } else if (!why.empty()) {
+      // The request is abandoned: a collective cannot be cancelled.
+      r.err = NetErr::kAborted;
+      r.message = f.what + " was aborted: " + why;
+      r.culpritProcesses = abortCulprits();
+    } else if (nowMs() >= f.deadlineMs) {
+      r.err = NetErr::kTimeout;
+      std::ostringstream m;
+      m << f.what << " on process " << rank_ << " of " << size_
+        << " did not complete within its deadline: at least one other process never joined it (hung, stuck in other work, or gone)";
+      r.message = m.str();
+      markAborted(r.message, {});
+    } else {
+      flows_.push_back(std::move(f));
+      continue;
+    }
+    ended.emplace_back(std::move(f), std::move(r));
+  }
+  for (auto& e : ended) finishFlow(e.first, std::move(e.second));
+}
+
+void NetThread::pollTracked() {
+  if (tracked_.empty()) return;
+  const std::string why = abortedBecause();
+  const int64_t now = nowMs();
+  std::vector<Tracked> keep;
+  std::vector<std::pair<NetDone, NetResult>> settled;
+  for (auto& t : tracked_) {
+    NetResult r;
+    int flag = 0;
+    MPI_Status st;
+    int rc = MPI_Test(&t.req, &flag, &st);
+    if (rc != MPI_SUCCESS) {
+      r.err = rc == MPI_ERR_TRUNCATE ? NetErr::kMismatch : NetErr::kMpi;
+      r.message = rc == MPI_ERR_TRUNCATE ? t.what + ": the peer sent more bytes than this receive holds (" + std::to_string(t.expectBytes) + ")"
+                                         : t.what + " failed in MPI: " + mpiErrorString(rc);
+      if (t.peerWorld >= 0) r.culpritProcesses = {t.peerWorld};
+    } else if (flag) {
+      int got = 0;
+      if (t.expectBytes >= 0 && MPI_Get_count(&st, MPI_BYTE, &got) == MPI_SUCCESS && got != t.expectBytes) {
+        r.err = NetErr::kMismatch;
+        r.message = t.what + ": the peer sent " + std::to_string(got) + " bytes but this receive expects " + std::to_string(t.expectBytes) +
+                    " (send and recv must have the same dtype and numel)";
+        if (t.peerWorld >= 0) r.culpritProcesses = {t.peerWorld};
+      } else if (t.out && t.data) {
+        std::memcpy(t.out, t.data->data(), t.data->size());
+      }
+    } else if (!why.empty() || now >= t.deadlineMs) {
+      // Cancel what MPI lets go of; a send it still holds keeps its staging (leaked on purpose).
+      MPI_Cancel(&t.req);
+      int done = 0;
+      const int64_t until = nowMs() + 100;
+      while (!done && nowMs() < until) MPI_Test(&t.req, &done, MPI_STATUS_IGNORE);
+      if (!done) t.data = nullptr;
+      if (!why.empty()) {
+        r.err = NetErr::kAborted;
+        r.message = t.what + " was aborted: " + why;
+        r.culpritProcesses = abortCulprits();
+      } else {
+        r.err = NetErr::kTimeout;
+        r.message = t.what + " on process " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                    " did not complete within its deadline: the peer never posted the matching call (hung, stuck in other work, or gone)";
+        if (t.peerWorld >= 0) r.culpritProcesses = {t.peerWorld};
+      }
+    } else {
+      keep.push_back(std::move(t));
+      continue;
+    }
+    delete t.data;
+    settled.emplace_back(std::move(t.done), std::move(r));
+  }
+  tracked_ = std::move(keep);
+  for (auto& s : settled) {
+    if (s.second.err == NetErr::kTimeout || s.second.err == NetErr::kMismatch || s.second.err == NetErr::kMpi) markAborted(s.second.message, s.second.culpritProcesses);
+    s.first(std::move(s.second));
   }
 }
 
@@ -107,6 +273,12 @@ NetResult NetThread::init() {
   if (w.err != NetErr::kNone) return w;
   MPI_Comm_set_errhandler(coll_, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(ctrl_, MPI_ERRORS_RETURN);
+  NetComm world;
+  world.comm = coll_;
+  world.rank = rank_;
+  world.size = size_;
+  for (int p = 0; p < size_; p++) world.worldOf.push_back(p);
+  addComm(std::move(world), "world");
   abortBuf_.assign(kAbortBytes, 0);
   MPI_Irecv(abortBuf_.data(), kAbortBytes, MPI_CHAR, MPI_ANY_SOURCE, kAbortTag, ctrl_, &abortReq_);
 
@@ -162,6 +334,8 @@ NetResult NetThread::wait(MPI_Request* req, int64_t deadlineMs, const std::strin
     }
     if (flag) return r;
     pollAbort();
+    pollTracked();
+    pollFlows();
     std::string why = abortedBecause();
     if (!why.empty()) {
       r.err = NetErr::kAborted;

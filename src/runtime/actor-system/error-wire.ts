@@ -133,6 +133,11 @@ export function tagError(err: unknown, rank: number | undefined, actor: string |
 
 const THROW_MARK = '__ascentError';
 
+/** Comlink's answer to a call that threw `err` (the id is added by the sender), framed as the handler below frames it. */
+export function thrownResponse(err: unknown): { type: 'HANDLER'; name: 'throw'; value: Record<string, Uint8Array> } {
+  return { type: 'HANDLER', name: 'throw', value: { [THROW_MARK]: encodeError(err) } };
+}
+
 /**
  * Replaces Comlink's "throw" transfer handler in this thread so that thrown values
  * travel as msgpackr-framed WireErrors. Must be installed on both ends (the rank

@@ -11,7 +11,9 @@
  *
  * Under mpirun (`mpirun -np P ascent launch --nproc-per-node N entry.ts`) each
  * process runs N of the P x N ranks (mpi-job.ts): a failure here is told to every
- * other process, and another process's failure stops this one's ranks at once.
+ * other process, and another process's failure stops this one's ranks at once;
+ * ranks reach the actors of other processes' ranks through each process's actor
+ * gateway (actor-gateway.ts), whose addresses go round over MPI at start.
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -29,6 +31,7 @@ import {
   type RankErrorInfo,
   type RankOutcome,
 } from './launch-report.js';
+import { ActorGateway } from './actor-gateway.js';
 import { importModule, resolveModuleUrl } from './module-loader.js';
 import { culpritTag, describeProcess, detectMpiJob, MpiSession, taggedCulprits } from './mpi-job.js';
 import { World } from './world.js';
@@ -130,6 +133,9 @@ async function preflight(entryUrl: string, args: string[], worldSize: number): P
  */
 function globalCulprits(info: RankErrorInfo | undefined, rankOffset: number): RankErrorInfo | undefined {
   const named = info?.details?.culpritWorldRanks;
+  // Aborted by another process's notice: the communicator could not name ranks of that process, the notice's tag does.
+  const tagged = info ? taggedCulprits(info.message) : [];
+  if (info && tagged.length > 0 && (!Array.isArray(named) || named.length === 0)) return { ...info, details: { ...info.details, culpritWorldRanks: tagged } };
   if (!info || rankOffset === 0 || !Array.isArray(named) || info.details?.culpritProcesses !== undefined) return info;
   return { ...info, details: { ...info.details, culpritWorldRanks: (named as number[]).map((r) => r + rankOffset) } };
 }
@@ -148,7 +154,17 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     return { exitCode: EXIT_USAGE, failedRanks: [], stuckRanks: [], hungRanks: [], culpritRanks: [] };
   }
   // A run that spans processes needs MPI before any rank starts (a single-process run never loads it).
-  const session = spans ? await MpiSession.start(job, (envInt('HCCL_CONNECT_TIMEOUT') ?? 120) * 1000) : undefined;
+  const connectMs = (envInt('HCCL_CONNECT_TIMEOUT') ?? 120) * 1000;
+  const session = spans ? await MpiSession.start(job, connectMs) : undefined;
+  // Actors across processes: each process's main thread listens; the addresses go round over MPI.
+  const gateway = session
+    ? await ActorGateway.open({
+        nodeRank: session.job.nodeRank,
+        ranksPerProcess: opts.nproc,
+        sameHost: session.job.localSize === session.job.nnodes,
+        exchange: (address) => session.exchange(address, connectMs),
+      })
+    : undefined;
   const world = await World.create(
     {
       size: opts.nproc,
@@ -158,8 +174,17 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       output: { prefix: opts.prefix, ranks: opts.rank0Only ? [0] : 'all', ...(opts.logDir ? { logDir: opts.logDir } : {}), ...liveTerminal() },
       ...(opts.deviceMemory !== undefined ? { deviceMemory: opts.deviceMemory } : {}),
     },
-    { entryUrl, entryArgs: opts.entryArgs, ...(session ? { layout: { nodeRank: session.job.nodeRank, nnodes: session.job.nnodes } } : {}) },
-  );
+    {
+      entryUrl,
+      entryArgs: opts.entryArgs,
+      ...(session ? { layout: { nodeRank: session.job.nodeRank, nnodes: session.job.nnodes } } : {}),
+      ...(gateway ? { gateway } : {}),
+    },
+  ).catch((err: unknown) => {
+    // The ranks never ran: nobody will reach this process's actors.
+    gateway?.close();
+    throw err;
+  });
   const worldSize = world.worldSize;
   // Set once another process told us it failed: our ranks' failures are then its consequence.
   let peerAborted = false;
@@ -280,6 +305,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   } finally {
     clearTimeout(wallTimer);
     await world.shutdown(exitCode === EXIT_OK ? 'all ranks finished' : 'launch is stopping the world');
+    gateway?.close();
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
   }

@@ -19,6 +19,8 @@ import type { ProcessLayout } from '../comm/spanning-comm.js';
 export interface MpiJob extends ProcessLayout {
   /** This process's index among the processes on its host (OMPI_COMM_WORLD_LOCAL_RANK). */
   localProcess: number;
+  /** Processes on this process's host (OMPI_COMM_WORLD_LOCAL_SIZE; all of them when unset). */
+  localSize: number;
 }
 
 function intVar(env: NodeJS.ProcessEnv, name: string, min: number): number {
@@ -40,7 +42,8 @@ export function detectMpiJob(env: NodeJS.ProcessEnv = process.env): MpiJob | nul
     throw new ConfigError(`OMPI_COMM_WORLD_RANK=${nodeRank} is not below OMPI_COMM_WORLD_SIZE=${nnodes}. HINT: start the processes with mpirun.`);
   }
   const localProcess = env.OMPI_COMM_WORLD_LOCAL_RANK === undefined ? 0 : intVar(env, 'OMPI_COMM_WORLD_LOCAL_RANK', 0);
-  return { nodeRank, nnodes, localProcess };
+  const localSize = env.OMPI_COMM_WORLD_LOCAL_SIZE === undefined ? nnodes : intVar(env, 'OMPI_COMM_WORLD_LOCAL_SIZE', 1);
+  return { nodeRank, nnodes, localProcess, localSize };
 }
 
 /** Describes a process by its index and global ranks, e.g. `process 1 (ranks 2-3)`. */
@@ -84,6 +87,29 @@ export class MpiSession {
       );
     }
     return new MpiSession(job, info, net);
+  }
+
+  /**
+   * Every process's `text` (at most 511 bytes of UTF-8), in process order: an allGather
+   * among processes, so every process must call it at the same point.
+   */
+  async exchange(text: string, timeoutMs: number): Promise<string[]> {
+    const slot = 512;
+    const mine = new Uint8Array(slot);
+    const bytes = new TextEncoder().encode(text);
+    if (bytes.length >= slot)
+      throw new InvalidStateError(
+        `exchange(): ${JSON.stringify(text)} (${bytes.length} bytes) does not fit the ${slot - 1}-byte slot. HINT: the actor gateway's address lives under TMPDIR: use a shorter TMPDIR.`,
+      );
+    mine.set(bytes);
+    const all = new Uint8Array(slot * this.job.nnodes);
+    await this.net.allGather(mine, all, timeoutMs).catch((e: unknown) => Promise.reject(netError(e, 'the exchange of addresses between processes')));
+    const dec = new TextDecoder();
+    return Array.from({ length: this.job.nnodes }, (_, p) => {
+      const s = all.subarray(p * slot, (p + 1) * slot);
+      const end = s.indexOf(0);
+      return dec.decode(end < 0 ? s : s.subarray(0, end));
+    });
   }
 
   /** Calls `fn` (on this thread) when another process aborts the job. */

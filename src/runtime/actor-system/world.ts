@@ -14,6 +14,7 @@ import { basename, extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import * as Comlink from 'comlink';
+import type { ActorGateway } from './actor-gateway.js';
 import { ActorMesh, type BroadcastErrorHandler } from './actor-mesh.js';
 import { ActorRef, nodePortEndpoint, RankLiveness } from './actor-ref.js';
 import { ActorSpecSchema, parseConfig, WorldOptionsSchema, type ActorSpec, type ResolvedWorldOptions, type WorldOptions } from '../config.js';
@@ -68,6 +69,8 @@ export interface SpmdOptions {
    * global ranks nodeRank x size .. nodeRank x size + size - 1 of nnodes x size.
    */
   layout?: ProcessLayout;
+  /** Reaches actors on the ranks of other processes (and lets them reach this one's). */
+  gateway?: ActorGateway;
 }
 
 export interface WorldEvents {
@@ -79,6 +82,7 @@ export interface WorldEvents {
 export class World extends EventEmitter<WorldEvents> {
   private readonly slots: RankSlot[] = [];
   private taskPool: TaskPool | undefined;
+  private gateway: ActorGateway | undefined;
   /** Id of the world communicator all ranks join at start (this process's part of it when the run spans processes). */
   readonly worldCommId: string = Communicator.uniqueId();
   /** Global rank of this process's first rank (0 unless the run spans processes). */
@@ -116,6 +120,7 @@ export class World extends EventEmitter<WorldEvents> {
       await world.shutdown('start failed');
       throw err;
     }
+    if (spmd?.gateway) world.serveGateway(spmd.gateway);
     if (opts.taskPool !== false) {
       world.taskPool = new TaskPool({ maxThreads: opts.taskPool.maxThreads ?? envInt('ASCENT_TASK_POOL_THREADS')! });
     }
@@ -151,6 +156,21 @@ export class World extends EventEmitter<WorldEvents> {
     // The communicator counts this process's ranks from 0: culprits elsewhere are named by the reason only.
     const local = culpritWorldRanks.map((r) => r - this.rankOffset).filter((r) => r >= 0 && r < this.size);
     Communicator.abortById(this.worldCommId, reason, local);
+  }
+
+  /** Other processes reach this one's actors through `gateway`; it tells this one's ranks of their ranks' deaths. */
+  private serveGateway(gateway: ActorGateway): void {
+    this.gateway = gateway;
+    gateway.serve({
+      attach: async (rank, name, port, timeoutMs) => {
+        const slot = this.slotOf(rank);
+        if (!slot) throw new InvalidArgumentError(`Rank ${rank} does not run in this process (ranks ${this.rankOffset}..${this.rankOffset + this.size - 1}).`);
+        await slot.host.invoke('attach', [name, Comlink.transfer(port, [port as unknown as Transferable]) as MessagePort, timeoutMs]);
+      },
+      peerDied: (rank, reason) => {
+        for (const s of this.slots) if (!s.liveness.dead) s.host.invoke('peerDied', [rank, reason]).catch(() => {});
+      },
+    });
   }
 
   /** The slot of global rank `rank`, if it runs in this process. */
@@ -302,6 +322,7 @@ export class World extends EventEmitter<WorldEvents> {
       // Peers blocked in a world collective fail now, naming this rank, not at the timeout;
       // peers holding refs to actors on this rank fail fast too.
       this.abortWorldComm(`rank ${slot.rank}'s worker is gone (${reason})`, [slot.rank]);
+      this.gateway?.rankDied(slot.rank, reason);
       for (const other of this.slots) {
         if (other !== slot && !other.liveness.dead) other.host.invoke('peerDied', [slot.rank, reason]).catch(() => {});
       }
@@ -315,10 +336,14 @@ export class World extends EventEmitter<WorldEvents> {
         if (from !== fromRank) throw new InvalidArgumentError(`Rank ${fromRank} asked to connect as rank ${from}`);
         const t = this.slotOf(target);
         if (!t && target >= 0 && target < this.worldSize) {
-          throw new InvalidStateError(
-            `Rank ${target} runs in another process; actors across processes are not supported yet. HINT: reach actors on this process's ranks (${this.rankOffset}..${this.rankOffset + this.size - 1}), or run on one process.`,
-            { rank: target },
-          );
+          if (!this.gateway) {
+            throw new InvalidStateError(
+              `Rank ${target} runs in another process and this World has no gateway to it. HINT: start the processes with \`mpirun ... ascent launch\`, which connects them.`,
+              { rank: target },
+            );
+          }
+          const remote = await this.gateway.connect(target, name, timeoutMs);
+          return Comlink.transfer(remote, [remote as unknown as Transferable]) as MessagePort;
         }
         if (!t) throw new InvalidArgumentError(`No rank ${target} in a world of ${this.worldSize}`);
         const { port1, port2 } = new MessageChannel();

@@ -21,18 +21,36 @@ export interface NetInfo {
   library: string;
 }
 
-/** ascent_mpi.node's exports (native/mpi/mpi_addon.cc). Buffers are host memory, changed in place. */
+/**
+ * ascent_mpi.node's exports (native/mpi/mpi_addon.cc). Buffers are host memory, changed
+ * in place. `commId` is a communicator among processes: 0 (the default) is the world,
+ * others come from split() and are found with lookupComm().
+ */
 export interface NativeNet {
   init(): Promise<string>;
   finalize(): Promise<void>;
-  allReduce(buf: ArrayBufferView, count: number, dtype: number, op: number, timeoutMs: number): Promise<void>;
-  broadcast(buf: ArrayBufferView, rootProcess: number, timeoutMs: number): Promise<void>;
-  allGather(send: ArrayBufferView, recv: ArrayBufferView, timeoutMs: number): Promise<void>;
-  barrier(timeoutMs: number): Promise<void>;
+  allReduce(buf: ArrayBufferView, count: number, dtype: number, op: number, timeoutMs: number, commId?: number): Promise<void>;
+  broadcast(buf: ArrayBufferView, rootProcess: number, timeoutMs: number, commId?: number): Promise<void>;
+  /** `kind` names the fingerprint: NET_KIND_ALLTOALLV_COUNTS for allToAllV's count exchange. */
+  allGather(send: ArrayBufferView, recv: ArrayBufferView, timeoutMs: number, commId?: number, kind?: number): Promise<void>;
+  barrier(timeoutMs: number, commId?: number): Promise<void>;
+  /** Block p (bytes / size) of send goes to process p; block p of recv comes from it. */
+  allToAll(send: ArrayBufferView, recv: ArrayBufferView, timeoutMs: number, commId?: number): Promise<void>;
+  /** recv (blockCount elements) = block `rank` of op over every process's send. */
+  reduceScatter(send: ArrayBufferView, recv: ArrayBufferView, blockCount: number, dtype: number, op: number, timeoutMs: number, commId?: number): Promise<void>;
+  /** Point-to-point between processes: resolves when the transfer completed (the net thread never blocks on it). */
+  send(buf: ArrayBufferView, peerProcess: number, tag: number, timeoutMs: number, commId?: number): Promise<void>;
+  recv(buf: ArrayBufferView, peerProcess: number, tag: number, timeoutMs: number, commId?: number): Promise<void>;
+  /** One communicator per color among the processes flagged in `member`; resolves to JSON {color: id}. */
+  split(parentId: number, colors: Int32Array, member: Uint8Array, keyPrefix: string, timeoutMs: number): Promise<string>;
+  lookupComm(key: string): number;
   abortJob(reason: string, timeoutMs: number): Promise<void>;
   onAbort(fn: (reason: string, process: number) => void): void;
   abortedBecause(): string;
 }
+
+/** The fingerprint kind of allToAllV's count exchange (native/mpi/net_common.h). */
+export const NET_KIND_ALLTOALLV_COUNTS = 8;
 
 export function netAddonPath(): string {
   return join(packageRoot(), 'build', 'Release', 'ascent_mpi.node');
