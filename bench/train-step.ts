@@ -3,10 +3,22 @@
  * fixed tiny models on one device: hidden 128, 2 layers, 4 heads (2 KV heads, head
  * dim 32), vocab 64, sequence 32, batch 64; dense intermediate 384; MoE 8 experts,
  * top-2, expert intermediate 128 (examples/models/tiny-{dense,moe}). Host syncs per
- * step are counted with the device's counter while the loss is not read.
+ * step are counted with the device's counter while the loss is not read. Rows for tiny
+ * Qwen3.5 / Qwen3.5-MoE of the same scale (bench/tiny-qwen35.ts) follow, without a PyTorch peer.
  */
 import { fileURLToPath } from 'node:url';
-import { Device, fill, loadModelConfig, SupervisedTrainer, Tensor } from '../src/internal.js';
+import {
+  Device,
+  fill,
+  initialParams,
+  loadModelConfig,
+  parseModelConfig,
+  SingleDeviceStrategy,
+  SupervisedTrainer,
+  syntheticTask,
+  Tensor,
+} from '../src/internal.js';
+import { TINY_QWEN35 } from './tiny-qwen35.js';
 import { runTorchScript, torchPython } from './torch-peer.js';
 import { checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
@@ -19,7 +31,10 @@ tokens/s, host syncs per step; beside it the same step in PyTorch eager on one t
 (bench/torch_train_step.py, when an interpreter with torch is installed: Debian's
 python3-torch) and the ratio Ascent / PyTorch; and the per-op dispatch overhead of both
 (Ascent: a 1-element fill enqueued back to back, enqueue to completion; PyTorch: a
-1-element add). No flags (-h, --help: this help).
+1-element add). Then the same step of tiny Qwen3.5 and Qwen3.5-MoE (bench/tiny-qwen35.ts) on
+the single-device strategy, the path they train on, which reads the loss every step; their
+PyTorch columns stay empty (torch_train_step.py builds Qwen3 models only).
+No flags (-h, --help: this help).
 Results: bench/results/train-step-<date>.json (and train-step-latest.json).
 `;
 
@@ -48,6 +63,47 @@ async function opOverhead(dev: Device): Promise<{ throughputUs: number; roundTri
   } finally {
     t.release();
     stream.destroy();
+  }
+}
+
+/**
+ * One step of a tiny Qwen3.5 model on SingleDeviceStrategy (SupervisedTrainer runs the Qwen3
+ * decoder only). The strategy reads the loss each step, so one host sync per step is part of
+ * the timing, unlike the Qwen3 rows.
+ */
+async function qwen35Row(model: keyof typeof TINY_QWEN35, steps: number) {
+  const cfg = parseModelConfig(TINY_QWEN35[model]);
+  const dev = Device.get(0);
+  const s = SingleDeviceStrategy.create(cfg, dev, initialParams(cfg, 1));
+  const hp = { lr: 1e-3 };
+  const step = async (i: number) => {
+    s.zeroGrad();
+    const r = await s.forwardBackward(syntheticTask.makeBatch(100_003 + i, BATCH, SEQ));
+    s.optimizerStep(hp);
+    return r.loss;
+  };
+  try {
+    for (let i = 0; i < 3; i++) await step(i); // warm-up
+    await dev.defaultStream.synchronize();
+    const syncs0 = dev.stats().hostSyncs;
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < steps; i++) await step(3 + i);
+    await dev.defaultStream.synchronize();
+    const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+    const hostSyncsPerStep = (dev.stats().hostSyncs - syncs0) / steps;
+    const loss = await step(3 + steps);
+    return {
+      model,
+      msPerStep: round((seconds / steps) * 1e3, 2),
+      tokensPerSec: Math.round((BATCH * SEQ * steps) / seconds),
+      hostSyncsPerStep,
+      lossAfter: round(loss, 4),
+      torchMsPerStep: null,
+      vsTorch: null,
+      note: 'no PyTorch peer (torch_train_step.py has no Gated DeltaNet model); single strategy, loss read every step',
+    };
+  } finally {
+    s.release();
   }
 }
 
@@ -90,6 +146,7 @@ export async function runTrainStepBench(steps = 20) {
     });
     tr.params.release();
   }
+  for (const model of ['qwen3.5', 'qwen3.5-moe'] as const) rows.push(await qwen35Row(model, steps));
   const overhead = await opOverhead(Device.get(0));
   return {
     suite: 'train-step',

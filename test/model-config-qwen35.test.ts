@@ -5,11 +5,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ConfigError, CheckpointFormatError } from '../src/runtime/errors.js';
-import { assertSingleStrategyModel, parseModelConfig, toHFConfig } from '../src/model/config.js';
+import { parseModelConfig, toHFConfig } from '../src/model/config.js';
 import { paramSpecs, checkParamsAgainstConfig, initParams } from '../src/model/params.js';
 import { textOnlyWeights } from '../src/model/params-qwen35.js';
 import { MegatronStrategy } from '../src/train/megatron/strategy.js';
-import { ServerSync } from '../src/sync/server.js';
 import { MOE_TEXT, TEXT } from './helpers/qwen35-configs.js';
 
 function configError(fn: () => unknown): ConfigError {
@@ -236,22 +235,13 @@ describe('qwen3_5 parameters', () => {
 describe.each([
   ['qwen3_5', TEXT],
   ['qwen3_5_moe', MOE_TEXT],
-])('%s outside the single strategy', (type, text) => {
+])('%s on megatron', (type, text) => {
   const cfg = parseModelConfig(text);
-  const msg = new RegExp(`${type} trains on the single strategy only in this build; fsdp2 / megatron / the rollout engine do not support it yet`);
 
-  it('the check passes Qwen3 and refuses Qwen3.5', () => {
-    expect(() =>
-      assertSingleStrategyModel(parseModelConfig({ ...TEXT, model_type: 'qwen3', layer_types: undefined, rope_parameters: { rope_theta: 1e6 } }), 'x'),
-    ).not.toThrow();
-    expect(() => assertSingleStrategyModel(cfg, 'x')).toThrow(msg);
-  });
-
-  // The rollout engine and colocated sync run it (test/engine-qwen35.test.ts, test/sync-qwen35.test.ts), fsdp2 trains it (test/fsdp2-qwen35.test.ts).
-  it('megatron and server weight sync refuse it at creation', async () => {
+  // The rollout engine, colocated and server sync run it (test/engine-qwen35.test.ts, test/sync-qwen35.test.ts), fsdp2 trains it (test/fsdp2-qwen35.test.ts).
+  it('megatron refuses it at creation', async () => {
     await expect(MegatronStrategy.create({ comm: { size: 1, rank: 0 } as never, cfg, params: new Map(), tp: 1, dp: 1, ep: 1 })).rejects.toThrow(
       new RegExp(`megatron does not run ${type} in this build, at any tp / dp / ep.*HINT: train ${type} with strategy 'fsdp2'`),
     );
-    expect(() => ServerSync.create({ comm: { size: 2, rank: 0 } as never, role: 'trainer', trainerRanks: [0], cfg })).toThrow(msg);
   });
 });

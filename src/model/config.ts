@@ -239,18 +239,6 @@ export function loadModelConfig(path: string): ModelConfig {
 }
 
 /**
- * Refuses a model that only the single-device strategy runs (Qwen3.5, Qwen3.5-MoE) at the creation
- * of any other path: `where` names that path ("fsdp2", "megatron", "the rollout engine", "weight sync").
- */
-export function assertSingleStrategyModel(cfg: ModelConfig, where: string): void {
-  if (!isQwen35(cfg)) return;
-  throw new ConfigError(
-    `${where}: ${cfg.modelType} trains on the single strategy only in this build; fsdp2 / megatron / the rollout engine do not support it yet. HINT: train it with strategy 'single'.`,
-    { modelType: cfg.modelType, where },
-  );
-}
-
-/**
  * Layer `i` uses the sparse MoE block (HF Qwen3-MoE semantics): the model is MoE, `i` is not in
  * `mlp_only_layers`, `num_experts > 0` and `(i + 1) % decoder_sparse_step === 0`.
  */

@@ -28,7 +28,7 @@ import type { Communicator } from '../runtime/comm/comm.js';
 import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device/device.js';
 import { viewOf } from '../runtime/device/views.js';
-import { assertSingleStrategyModel, type ModelConfig } from '../model/config.js';
+import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { serverAdapterSync } from './server-lora.js';
 import { engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
@@ -102,7 +102,6 @@ export class ServerSync {
     checkOptions(opts, ['comm', 'role', 'trainerRanks', 'cfg', 'strategy', 'engine', 'bucketBytes', 'timeoutMs'], 'ServerSync.create()');
     const { comm, role, trainerRanks, cfg } = opts ?? ({} as ServerSyncOptions);
     if (!comm || !cfg) throw new InvalidArgumentError('ServerSync.create() requires { comm, role, trainerRanks, cfg }.', { argument: 'comm' });
-    assertSingleStrategyModel(cfg, 'ServerSync.create()');
     if (role !== 'trainer' && role !== 'engine')
       throw new InvalidArgumentError(`ServerSync.create(): role must be 'trainer' or 'engine' but is ${JSON.stringify(role)}.`, { argument: 'role' });
     if (!Number.isSafeInteger(trainerRanks) || trainerRanks < 1 || trainerRanks >= comm.size) {

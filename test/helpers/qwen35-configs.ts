@@ -39,3 +39,11 @@ export const MOE_TEXT = (() => {
     output_router_logits: false,
   };
 })();
+
+/**
+ * `text` made fit for the GRPO loop's synthetic task: its 64-token vocabulary, EOS id 2 and
+ * short sequences, fp32 weights (as examples/models/tiny-*).
+ */
+export function grpoReady<T extends object>(text: T): T & Record<string, unknown> {
+  return { ...text, vocab_size: 64, bos_token_id: 1, eos_token_id: 2, pad_token_id: 0, max_position_embeddings: 128, dtype: 'float32' };
+}
