@@ -1,6 +1,6 @@
 /** Weight-sync bucket plans: every byte of every tensor lands exactly once, in order, within bounded, aligned, non-overlapping bucket ranges. */
 import { describe, expect, it } from 'vitest';
-import { planBuckets } from '../src/sync/buckets.js';
+import { packSmall, planBuckets } from '../src/sync/buckets.js';
 
 describe('planBuckets', () => {
   it('covers every tensor exactly once without exceeding or overlapping a bucket (randomised)', () => {
@@ -34,5 +34,33 @@ describe('planBuckets', () => {
 
   it('rejects a bucket too small to be aligned', () => {
     expect(() => planBuckets([{ name: 'a', bytes: 8 }], 16)).toThrow(/at least 64 bytes/);
+  });
+});
+
+describe('packSmall', () => {
+  const bucket = planBuckets(
+    [
+      { name: 'norm', bytes: 256 },
+      { name: 'big', bytes: 4096 },
+      { name: 'empty', bytes: 0 },
+      { name: 'bias', bytes: 100 },
+      { name: 'norm2', bytes: 512 },
+    ],
+    1 << 20,
+  )[0]!;
+
+  it('packs every non-empty segment at most the threshold, 64-byte aligned and without overlap; larger ones stay alone', () => {
+    const p = packSmall(bucket, 1024);
+    expect(p.at).toEqual([0, null, null, 64, 96]);
+    expect(p.elems).toBe(96 + 128);
+    const everything = packSmall(bucket, 1 << 20);
+    expect(everything.at).toEqual([0, 64, null, 1088, 1120]);
+    expect(everything.elems).toBe(1120 + 128);
+  });
+
+  it('packs nothing at threshold 0, or when only one segment is small (a lone segment gains nothing)', () => {
+    expect(packSmall(bucket, 0)).toEqual({ at: [null, null, null, null, null], elems: 0 });
+    expect(packSmall(bucket, 100)).toEqual({ at: [null, null, null, null, null], elems: 0 });
+    expect(packSmall(bucket, 256).at).toEqual([0, null, null, 64, null]);
   });
 });

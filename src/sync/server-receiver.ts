@@ -70,22 +70,30 @@ export class Receiver {
   }
 
   /**
-   * Where each segment of `bucket` is received: straight into the engine parameter when its
-   * bytes form one contiguous region there (no copy at all), else at an element offset of
-   * the slot (those pieces packed, 64-byte aligned; `elems` in all).
+   * Where each segment of `bucket` is received. The segments the sender packed (`packed`,
+   * buckets.ts packSmall) arrive together at the start of the slot, at their packed offsets;
+   * each other one straight into the engine parameter when its bytes form one contiguous
+   * region there (no copy at all), else at an element offset of the slot after the packed
+   * ones (64-byte aligned; `elems` in all).
    */
-  route(bucket: Bucket): { direct: Array<Tensor | null>; offsets: number[]; elems: number } {
+  route(bucket: Bucket, packed: { at: Array<number | null>; elems: number }): { direct: Array<Tensor | null>; offsets: number[]; elems: number } {
     const direct: Array<Tensor | null> = [],
       offsets: number[] = [];
-    let at = 0;
-    for (const s of bucket.segments) {
+    let at = packed.elems;
+    bucket.segments.forEach((s, i) => {
+      const p = packed.at[i];
+      if (p != null) {
+        direct.push(null);
+        offsets.push(p);
+        return;
+      }
       const { a, part } = this.parse(s);
       const n = s.bytes / 4;
       const d = n ? this.target(a, part, s.tensorOffset / 4, n) : null;
       direct.push(d);
       offsets.push(at);
       if (n && !d) at += Math.ceil(n / 16) * 16;
-    }
+    });
     return { direct, offsets, elems: at };
   }
 

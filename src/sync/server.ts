@@ -6,10 +6,13 @@
  *      placements, parts, HF mappings, owners; parallel/weight-sources.ts), so all ranks
  *      compute the same per-trainer-rank bucket plans (server-plan.ts);
  *   2. rounds of broadcasts: for bucket index b, for each trainer rank r that has a b-th
- *      bucket, each segment of it is broadcast by r in place from the parameter it owns
- *      (no packing copy) over a communicator of r and the engine ranks only (made at the
- *      first sync; other trainer ranks never receive it). The bucket plan groups the
- *      segments; at most two buckets are in flight;
+ *      bucket, each large segment of it is broadcast by r in place from the parameter it
+ *      owns (no packing copy), and its small ones (at most `coalesceBytes`) packed into one
+ *      staging buffer and broadcast at once (buckets.ts packSmall: every rank derives the
+ *      same packing from the plan; for a small model each broadcast is a rendezvous that
+ *      costs far more than its bytes), over a communicator of r and the engine ranks only
+ *      (made at the first sync; other trainer ranks never receive it). The bucket plan
+ *      groups the segments; at most two buckets are in flight;
  *   3. engine ranks receive on the engine's stream: a segment that is one contiguous
  *      region of a preprocessed parameter on this rank is delivered straight into it;
  *      the rest lands in two alternating slots (sized to what goes through them) and is
@@ -23,7 +26,7 @@
  * its own. Every engine rank's verdict is all-gathered, so trainer and engine ranks
  * return (or throw) the same, naming the engine rank that differs.
  */
-import { Tensor, type Stream } from '../runtime/device/device-index.js';
+import { copy, Tensor, type Stream } from '../runtime/device/device-index.js';
 import type { Communicator } from '../runtime/comm/comm.js';
 import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device/device.js';
@@ -34,7 +37,7 @@ import { serverAdapterSync } from './server-lora.js';
 import { engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { describeSource, type RankSources } from '../parallel/weight-sources.js';
-import { planBuckets, type Bucket } from './buckets.js';
+import { packSmall, planBuckets, type Bucket } from './buckets.js';
 import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport, type Verified } from './report.js';
 import { assemblies, checkRankSources, piecesOf } from './server-plan.js';
 import { Receiver } from './server-receiver.js';
@@ -50,16 +53,40 @@ export interface ServerSyncOptions {
   strategy?: TrainStrategy;
   engine?: RolloutEngine;
   bucketBytes?: number;
+  /**
+   * Segments of at most this many bytes are packed per bucket into one staging buffer and
+   * sent with one broadcast (buckets.ts packSmall); larger ones are broadcast in place.
+   * 0 packs nothing. Default 1 MiB (DEFAULT_COALESCE_BYTES).
+   */
+  coalesceBytes?: number;
   /** Deadline of each host wait of the sync, ms (default 300000). */
   timeoutMs?: number;
 }
 
 const WAIT = { timeoutMs: 300_000 };
+
+/**
+ * 1 MiB: below it a broadcast's cost is its rendezvous (every engine rank and the root meet),
+ * not its bytes, so packing (one device copy per segment) is cheaper than a collective each.
+ */
+export const DEFAULT_COALESCE_BYTES = 1 << 20;
+
+function checkCoalesceBytes(v: unknown): number {
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {
+    throw new InvalidArgumentError(
+      `ServerSync.create(): coalesceBytes must be a non-negative integer but is ${String(v)}. HINT: segments of at most that many bytes are packed into one broadcast per bucket; pass 0 to send every segment alone, or omit it for the default (${DEFAULT_COALESCE_BYTES}).`,
+      { argument: 'coalesceBytes' },
+    );
+  }
+  return v;
+}
 const key = (name: string, part: number) => `${name}#${part}`;
 
 export class ServerSync {
   /** Times this side finished a reload session, i.e. ran the post-load processing (engine ranks: once per full sync). */
   processCount = 0;
+  /** Broadcasts this rank took part in during its last full sync (as root or receiver). */
+  lastBroadcasts = 0;
   readonly stream: Stream;
 
   private constructor(
@@ -68,6 +95,7 @@ export class ServerSync {
     readonly trainerRanks: number,
     readonly cfg: ModelConfig,
     readonly bucketBytes: number,
+    readonly coalesceBytes: number,
     readonly strategy: TrainStrategy | undefined,
     readonly engine: RolloutEngine | undefined,
   ) {
@@ -99,7 +127,7 @@ export class ServerSync {
   }
 
   static create(opts: ServerSyncOptions): ServerSync {
-    checkOptions(opts, ['comm', 'role', 'trainerRanks', 'cfg', 'strategy', 'engine', 'bucketBytes', 'timeoutMs'], 'ServerSync.create()');
+    checkOptions(opts, ['comm', 'role', 'trainerRanks', 'cfg', 'strategy', 'engine', 'bucketBytes', 'coalesceBytes', 'timeoutMs'], 'ServerSync.create()');
     const { comm, role, trainerRanks, cfg } = opts ?? ({} as ServerSyncOptions);
     if (!comm || !cfg) throw new InvalidArgumentError('ServerSync.create() requires { comm, role, trainerRanks, cfg }.', { argument: 'comm' });
     if (role !== 'trainer' && role !== 'engine')
@@ -129,7 +157,16 @@ export class ServerSync {
         { argument: 'engine' },
       );
     }
-    return new ServerSync(comm, role, trainerRanks, cfg, checkBucketBytes(opts.bucketBytes ?? DEFAULT_BUCKET_BYTES), opts.strategy, opts.engine);
+    return new ServerSync(
+      comm,
+      role,
+      trainerRanks,
+      cfg,
+      checkBucketBytes(opts.bucketBytes ?? DEFAULT_BUCKET_BYTES),
+      checkCoalesceBytes(opts.coalesceBytes ?? DEFAULT_COALESCE_BYTES),
+      opts.strategy,
+      opts.engine,
+    );
   }
 
   /** Collective over `comm`. */
@@ -178,15 +215,22 @@ export class ServerSync {
     try {
       const fault = session ? syncFault(this.engine!, (name) => session.entry(name).writes[0], 'server') : null;
       const rx = (receiver = session ? new Receiver(this.engine!, session, assemblies(ranks), stream) : null);
-      // Engine ranks: where each segment is received — straight into a parameter, or packed
-      // into a slot (two slots alternate, each as large as the most any bucket puts there, at
-      // most one bucket). Trainer ranks need none: a root broadcasts each segment in place
-      // from the parameter it owns (the broadcast never writes the root's buffer).
-      const routes = rx ? plans.map((pl, r) => (fanout[r] ? pl.map((b) => rx.route(b)) : [])) : null;
+      // Engine ranks: where each segment is received — straight into a parameter, or into a
+      // slot (two slots alternate, each as large as the most any bucket puts there, at most
+      // one bucket): the bucket's packed small segments first, then the other pieces that are
+      // not contiguous in a parameter. Trainer ranks: a root broadcasts each large segment in
+      // place from the parameter it owns (the broadcast never writes the root's buffer) and
+      // the small ones packed into one staging buffer (stream order lets one buffer serve every
+      // bucket: the next bucket's copies run after this bucket's broadcast read it).
+      const packs = plans.map((pl, r) => (fanout[r] ? pl.map((b) => packSmall(b, this.coalesceBytes)) : []));
+      const routes = rx ? plans.map((pl, r) => pl.map((b, i) => rx.route(b, packs[r]![i]!))) : null;
       const slotElems = routes ? Math.max(16, ...routes.flat().map((x) => x.elems)) : 0;
       const slots = rx ? [0, 1].map(() => Tensor.empty(device, [slotElems], 'fp32')) : [];
+      const stageElems = rx ? 0 : Math.max(0, ...packs[comm.rank]!.map((p) => p.elems));
+      const staging = stageElems ? Tensor.empty(device, [stageElems], 'fp32') : null;
       const pending: Promise<void>[] = [];
       let k = 0;
+      this.lastBroadcasts = 0;
       try {
         const rounds = Math.max(...plans.map((p) => p.length));
         for (let b = 0; b < rounds; b++) {
@@ -197,11 +241,26 @@ export class ServerSync {
             if (!c) continue; // another trainer rank's bucket
             const slot = rx ? slots[k++ % 2]! : null;
             const route = routes?.[r]![b];
+            const pack = packs[r]![b]!;
+            if (pack.elems) {
+              const buf = viewOf((slot ?? staging)!, [pack.elems], 0);
+              if (!rx) {
+                bucket.segments.forEach((seg, i) => {
+                  const at = pack.at[i];
+                  if (at != null) copy(viewOf(buf, [seg.bytes / 4], at), viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4), { stream });
+                });
+              }
+              pending.push(c.broadcast(buf, buf, 0, stream));
+              this.lastBroadcasts++;
+              if (rx) bucket.segments.forEach((seg, i) => pack.at[i] != null && rx.begin(seg, viewOf(buf, [seg.bytes / 4], pack.at[i]!), false).end());
+            }
             bucket.segments.forEach((seg, i) => {
+              if (pack.at[i] != null) return; // sent packed above
               const got = rx?.begin(seg, route!.direct[i] ?? viewOf(slot!, [seg.bytes / 4], route!.offsets[i]), !!route!.direct[i]);
               if (seg.bytes) {
                 const buf = got ? got.buf : viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4);
                 pending.push(c.broadcast(buf, buf, 0, stream));
+                this.lastBroadcasts++;
               }
               got?.end();
             });
@@ -222,6 +281,7 @@ export class ServerSync {
       } finally {
         await Promise.allSettled(pending);
         for (const s of slots) s.release();
+        staging?.release();
         rx?.release();
         fault?.restore();
       }
