@@ -10,7 +10,7 @@ import { matmul } from '../runtime/device/ops.js';
 import { patchImpl } from '../runtime/patches.js';
 import * as K from '../model/kernels/index.js';
 import { PATCHES, registerModelPatches } from '../model/functional.js';
-import type { ForwardContext } from './forward.js';
+import type { ForwardContext, ForwardInput } from './forward.js';
 
 export interface ForwardOps {
   /** Keeps `t` for release after the step and returns it. */
@@ -29,6 +29,11 @@ export interface ForwardOps {
   allReduce(t: Tensor): void;
   /** Routed experts of layer prefix `pre` on h [T, H]: router top-k, grouped SwiGLU experts, combine. */
   routedExperts(h: Tensor, pre: string): Tensor;
+  /**
+   * Causal attention of q [T, nH·D] over k / v [T, nKV·D]: this step's keys / values are written to KV-cache layer
+   * `cacheLayer` (when the input has a cache), then prefill attends within the batch and decode to the cache.
+   */
+  attend(inp: ForwardInput, cacheLayer: number, q: Tensor, k: Tensor, v: Tensor, nH: number, nKV: number): Tensor;
 }
 
 export function forwardOps(ctx: ForwardContext, scratch: Tensor[], pending: Promise<void>[]): ForwardOps {
@@ -65,5 +70,17 @@ export function forwardOps(ctx: ForwardContext, scratch: Tensor[], pending: Prom
     const ys = own(K.groupedMatmul(act, w(`${pre}.mlp.experts.w2_weight`), d.offsets, { transB: false, ...eo }));
     return own(K.moeCombine(ys, d.order, r.weights, eo));
   };
-  return { own, o, w, rowsOf, linear, norm, allReduce, routedExperts };
+  const attend = (inp: ForwardInput, cacheLayer: number, q: Tensor, k: Tensor, v: Tensor, nH: number, nKV: number): Tensor => {
+    const { batch: B, seqLen: S } = inp;
+    const D = cfg.headDim;
+    if (inp.kv) inp.kv.cache.write(cacheLayer, k, v, inp.kv.cachePos, S, stream);
+    if (inp.mode === 'prefill') {
+      const r = K.attention(q.reshape([B, S, nH, D]), k.reshape([B, S, nKV, D]), v.reshape([B, S, nKV, D]), o(PATCHES.attention));
+      own(r.lse);
+      return own(r.o);
+    }
+    const c = inp.kv!.cache.views(cacheLayer, B);
+    return own(K.attentionDecode(q.reshape([B, 1, nH, D]), c.k, c.v, inp.lengths!, { stream }));
+  };
+  return { own, o, w, rowsOf, linear, norm, allReduce, routedExperts, attend };
 }

@@ -109,16 +109,7 @@ export function forwardQwen35(ctx: ForwardContext, inp: Qwen35ForwardInput, scra
     const gate = cols(qg, D, D);
     const k = headNormRope(linear(h, ops.rowsOf(qkvW, 2 * nH * D, nKV * D)), nKV, 'k_norm');
     const v = linear(h, ops.rowsOf(qkvW, (2 * nH + nKV) * D, nKV * D));
-    if (inp.kv) inp.kv.cache.write(kvOf[i]!, k, v, inp.kv.cachePos, S, stream);
-    let attn: Tensor;
-    if (inp.mode === 'prefill') {
-      const r = K.attention(q.reshape([B, S, nH, D]), k.reshape([B, S, nKV, D]), v.reshape([B, S, nKV, D]), o(PATCHES.attention));
-      own(r.lse);
-      attn = own(r.o);
-    } else {
-      const c = inp.kv!.cache.views(kvOf[i]!, B);
-      attn = own(K.attentionDecode(q.reshape([B, 1, nH, D]), c.k, c.v, inp.lengths!, { stream }));
-    }
+    const attn = ops.attend(inp, kvOf[i]!, q, k, v, nH, nKV);
     const gated = own(mul(attn.reshape([T * nH, D]), sigmoid(gate), { stream }));
     return linear(gated.reshape([T, nH * D]), w(`${pre}.o_proj.weight`));
   };

@@ -57,7 +57,7 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
     H = cfg.hiddenSize;
   const nH = shard.headsLocal,
     nKV = shard.kvHeadsLocal;
-  const { own, o, w, rowsOf, linear, norm, allReduce, routedExperts } = forwardOps(ctx, scratch, pending);
+  const { own, o, w, rowsOf, linear, norm, allReduce, routedExperts, attend } = forwardOps(ctx, scratch, pending);
 
   let x = own(K.embedding(inp.ids, w('model.embed_tokens.weight'), o(PATCHES.embedding)));
   for (let i = 0; i < cfg.numLayers; i++) {
@@ -72,16 +72,7 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
     const q = normRope(linear(h, rowsOf(qkvW, 0, nH * D)), nH, 'q_norm');
     const k = normRope(linear(h, rowsOf(qkvW, nH * D, nKV * D)), nKV, 'k_norm');
     const v = linear(h, rowsOf(qkvW, (nH + nKV) * D, nKV * D));
-    if (inp.kv) inp.kv.cache.write(i, k, v, inp.kv.cachePos, S, stream);
-    let attn: Tensor;
-    if (inp.mode === 'prefill') {
-      const r = K.attention(q.reshape([B, S, nH, D]), k.reshape([B, S, nKV, D]), v.reshape([B, S, nKV, D]), o(PATCHES.attention));
-      own(r.lse);
-      attn = own(r.o);
-    } else {
-      const c = inp.kv!.cache.views(i, B);
-      attn = own(K.attentionDecode(q.reshape([B, 1, nH, D]), c.k, c.v, inp.lengths!, { stream }));
-    }
+    const attn = attend(inp, i, q, k, v, nH, nKV);
     const attnOut = linear(attn.reshape([T, nH * D]), w(`${pre}.self_attn.o_proj.weight`));
     allReduce(attnOut);
     x = own(add(x, attnOut, { stream }));
