@@ -3,8 +3,8 @@
  * expert) on real ranks (test/fixtures/train/megatron-qwen35.mjs under launch) as the single-device
  * strategy does, from the hub's multimodal checkpoint layout (nested text_config,
  * `model.language_model.*`, a vision-tower and an MTP tensor the text model drops, per-expert MoE):
- * - dense tp1·dp2, MoE tp1·ep2 and dense tp2 (full attention and the MLP split over tp, every GDN
- *   layer whole on both TP ranks): the sharded initial load bit for bit; every weight source's
+ * - dense tp1·dp2, MoE tp1·ep2, dense tp2 and MoE tp2 (full attention, the MLP and the shared
+ *   expert split over tp, every GDN layer whole on both TP ranks): the sharded initial load bit for bit; every weight source's
  *   local elements are the HF elements it maps to, and the sources cover every HF tensor; 3
  *   clipped AdamW steps: per-step loss and norm, and after the first step the gradients, the
  *   parameters and both moments within 1e-5 relative per tensor (the Qwen3 megatron test's
@@ -108,6 +108,7 @@ describe.each([
   ['dense', 1, 1, 2, 'dp2'],
   ['moe', 1, 2, 2, 'ep2'],
   ['dense', 2, 1, 2, 'tp2'],
+  ['moe', 2, 1, 2, 'tp2'],
 ] as const)('megatron on qwen3_5 %s tp=%i ep=%i on %i ranks (%s)', (which, tp, ep, nproc, layout) => {
   const count = () => paramSpecs(cfgOf(which)).length;
   const args = (scenario: string, ...more: string[]) => [dirs[which], scenario, String(tp), String(ep), ...more];
