@@ -13,7 +13,8 @@
  * - LoRA on the GDN projections, gated attention, MLP / shared expert and fused experts: loss,
  *   adapter gradients and adapters after a step within 1e-5, the base untouched;
  * - context parallelism is refused with a ConfigError naming the GDN limit.
- * The bridge alone (host): HF → Megatron → TP shards → gather → HF is exact for both models.
+ * The bridge alone (host): HF → Megatron → TP shards → gather → HF is exact for both models; tp
+ * must divide the shared expert's width.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -26,6 +27,7 @@ import { parseModelConfig } from '../src/model/config.js';
 import type { HostParam } from '../src/model/param-store.js';
 import { convertExpertLayout, initParams, initialParams, paramSpecs, toHostTensors } from '../src/model/params.js';
 import { hfToMegatron, megatronSpecs, megatronToHf, tpGather, tpSlice } from '../src/train/megatron/bridge.js';
+import { checkParallelSizes } from '../src/train/megatron/layout.js';
 
 const FIXTURE = 'test/fixtures/train/megatron-qwen35.mjs';
 const TOL = 1e-5;
@@ -101,6 +103,14 @@ describe.each(['dense', 'moe'] as const)('Megatron bridge on qwen3_5 %s (host)',
     expect(bytes({ shape: [], data: qkv.data.subarray((2 * g + 2) * D * H, (2 * g + 2) * D * H + 2 * g * D * H) })).toEqual(
       bytes({ shape: [], data: q.data.subarray(2 * g * D * H, 4 * g * D * H) }),
     );
+  });
+});
+
+describe('megatron layout checks on qwen3_5_moe (host)', () => {
+  it('tp must divide the shared expert width: an error naming the field and the tps that fit', () => {
+    const cfg = parseModelConfig({ ...MODELS.moe, text_config: { ...MOE_TEXT, shared_expert_intermediate_size: 13 } });
+    expect(() => checkParallelSizes(cfg, 2, { tp: 2 })).toThrow(/tp=2 does not divide shared_expert_intermediate_size=13\. HINT: use tp in \[1\]/);
+    expect(checkParallelSizes(cfgOf('moe'), 2, { tp: 2 })).toEqual({ tp: 2, dp: 1, ep: 1 });
   });
 });
 
