@@ -80,8 +80,13 @@ export class MegatronModel {
     return mode === 'row' ? reduceFromTp(tape, y, tp, pending) : y;
   }
 
-  /** RMSNorm by the local weight `name`; Qwen3.5's norms scale by (1 + w). `w` overrides the weight (a copyToTp'd q/k norm). */
-  private norm(tape: Tape, x: Var, name: string, w = this.params.param(name)): Var {
+  /** RMSNorm by the local weight `name`. */
+  private norm(tape: Tape, x: Var, name: string): Var {
+    return this.normBy(tape, x, this.params.param(name));
+  }
+
+  /** RMSNorm scaled by `w`; Qwen3.5 stores its norm weights centred on zero (scale 1 + w). */
+  private normBy(tape: Tape, x: Var, w: Var): Var {
     return isQwen35(this.cfg) ? centredRmsNorm(tape, x, w, this.cfg.rmsNormEps) : F.rmsNorm(tape, x, w, this.cfg.rmsNormEps);
   }
 
@@ -127,7 +132,7 @@ export class MegatronModel {
     const normRope = (proj: Var, heads: number, norm: string): Var => {
       // Shared by all heads, seen through this rank's heads only: its gradient is summed over tp.
       const w = copyToTp(tape, this.params.param(`${att}.${norm}.weight`), groups.tp, groups.pending);
-      const normed = this.norm(tape, F.reshape(tape, proj, [T * heads, D]), '', w);
+      const normed = this.normBy(tape, F.reshape(tape, proj, [T * heads, D]), w);
       return partialRope(tape, F.reshape(tape, normed, [T, heads, D]), batch.positions, cfg.rope.theta, rotary);
     };
     const q = normRope(q0, nH, 'q_layernorm');
