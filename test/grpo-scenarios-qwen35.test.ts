@@ -5,8 +5,8 @@
  * (2 trainer + 2 engine ranks), dense / MoE and full / LoRA (adapters on the GDN projections
  * in_proj_qkv / out_proj and the gated q_proj), 2 GRPO steps each with verification on: after every sync the coordinator
  * compares exact per-tensor fingerprints on every engine rank and the probe log-probs of trainer
- * and engine, and fails the run when they disagree. What Qwen3.5 cannot run (megatron, engine
- * tp > 1) fails the run with the ConfigError naming the limit.
+ * and engine, and fails the run when they disagree. megatron trainers too: the MoE at tp1·ep2,
+ * the dense at tp2 (GDN layers whole on every TP rank), full weights, 2 verified steps each.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -96,14 +96,32 @@ describe('GRPO scenario matrix, Qwen3.5 (launch, verified syncs)', () => {
     );
   }
 
-  it('a megatron trainer for Qwen3.5 fails the run fast with the ConfigError naming the limit', async () => {
-    const cfg = runCfg('megatron', { mode: 'colocate', modelConfig: MODELS.dense, trainer: { strategy: 'megatron', tp: 2 }, engine: { tp: 1 } });
-    const t0 = Date.now();
-    const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 120_000);
-    expect(r.code).not.toBe(0);
-    expect(r.results).toHaveLength(0);
-    expect(r.stderr).toMatch(/qwen3_5 does not support tensor parallelism \(tp=2\).*HINT: train qwen3_5 with strategy 'fsdp2'/);
-    // Refused at strategy creation, before any GRPO step (the guard would be 120 s).
-    expect(Date.now() - t0).toBeLessThan(60_000);
-  }, 130_000);
+  // megatron trains Qwen3.5 too: the MoE with its experts over 2 EP ranks, the dense with full attention and
+  // the MLP over 2 TP ranks (every GDN layer whole on both); the engine at tp 1, syncs verified as above.
+  it.each([
+    ['moe', { strategy: 'megatron', tp: 1, ep: 2 }],
+    ['dense', { strategy: 'megatron', tp: 2 }],
+  ] as const)(
+    'colocate qwen3.5 %s megatron %o -> engine tp 1, full',
+    async (model, trainer) => {
+      const cfg = runCfg(`megatron-${model}`, { mode: 'colocate', modelConfig: MODELS[model], trainer, engine: { tp: 1 } });
+      const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+      expect(r.stderr, r.stdout.slice(-3000)).toBe('');
+      expect(r.code).toBe(0);
+      const res = r.results[0] as unknown as {
+        steps: number;
+        log: Array<{ step: number; verified: { checksums: boolean; fingerprints: number; maxLogprobDiff: number } | null; syncBytes: number }>;
+      };
+      expect(res.steps).toBe(2);
+      expect(res.log.map((l) => l.step)).toEqual([1, 2]);
+      for (const l of res.log) {
+        expect(l.verified, `step ${l.step}`).not.toBeNull();
+        expect(l.verified!.checksums).toBe(true);
+        expect(l.verified!.fingerprints).toBeGreaterThan(0);
+        expect(l.verified!.maxLogprobDiff).toBeLessThan(1e-3);
+        expect(l.syncBytes).toBeGreaterThanOrEqual(modelBytes(model));
+      }
+    },
+    180_000,
+  );
 });

@@ -1,7 +1,7 @@
 /**
  * Qwen3.5 and Qwen3.5-MoE configs as the hub writes them (nested text_config of
  * Qwen3_5(Moe)ForConditionalGeneration, flat qwen3_5_text / qwen3_5_moe_text), their parameter
- * names, text-only loading, and the refusal of the paths that do not run it yet (fsdp2, megatron, server sync).
+ * names, text-only loading, and the refusal of what does not run it (megatron context parallelism).
  */
 import { describe, expect, it } from 'vitest';
 import { ConfigError, CheckpointFormatError } from '../src/runtime/errors.js';
@@ -238,10 +238,12 @@ describe.each([
 ])('%s on megatron', (type, text) => {
   const cfg = parseModelConfig(text);
 
-  // The rollout engine, colocated and server sync run it (test/engine-qwen35.test.ts, test/sync-qwen35.test.ts), fsdp2 trains it (test/fsdp2-qwen35.test.ts).
-  it('megatron refuses it at creation', async () => {
-    await expect(MegatronStrategy.create({ comm: { size: 1, rank: 0 } as never, cfg, params: new Map(), tp: 1, dp: 1, ep: 1 })).rejects.toThrow(
-      new RegExp(`megatron does not run ${type} in this build, at any tp / dp / ep.*HINT: train ${type} with strategy 'fsdp2'`),
+  // megatron trains it (test/megatron-qwen35.test.ts); what it still refuses, before any collective, is context parallelism.
+  it('megatron refuses context parallelism at creation, naming the GDN limit', async () => {
+    await expect(MegatronStrategy.create({ comm: { size: 1, rank: 0 } as never, cfg, params: new Map(), tp: 1, dp: 1, ep: 1, cp: 2 })).rejects.toThrow(
+      new RegExp(
+        `megatron has no context parallelism in this build \\(cp=2\\); ${type}'s Gated DeltaNet layers \\(linear_attn\\) have no context-parallel.*HINT: use cp=1`,
+      ),
     );
   });
 });

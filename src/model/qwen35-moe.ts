@@ -22,7 +22,7 @@ export interface SparseBlockAccess {
 }
 
 /** s [T, 1] times every column of x [T, H]: s is spread over H columns by a product with a ones row. */
-function scaleRows(tape: Tape, s: Var, x: Var): Var {
+export function scaleRows(tape: Tape, s: Var, x: Var): Var {
   const H = x.shape[1]!;
   const ones = tape.own(Tensor.empty(s.value.device, [H, 1], s.value.dtype));
   fill(ones, 1, { stream: tape.stream });

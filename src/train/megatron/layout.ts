@@ -46,6 +46,8 @@ export function checkParallelSizes(cfg: ModelConfig, worldSize: number, opts: { 
     ['num_key_value_heads', cfg.numKvHeads],
   ];
   if (denseLayers.length) limits.push(['intermediate_size', cfg.intermediateSize]);
+  // Qwen3.5-MoE's shared expert splits over tp as a dense MLP.
+  if (cfg.moe?.sharedExpertIntermediateSize) limits.push(['shared_expert_intermediate_size', cfg.moe.sharedExpertIntermediateSize]);
   const ok = divisors(limits.reduce((g, [, n]) => gcd(g, n), 0));
   for (const [field, n] of limits) {
     if (n % tp !== 0) {

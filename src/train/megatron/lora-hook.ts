@@ -11,6 +11,9 @@
  * - linear_proj / linear_fc2 (row): x_local·W_localᵀ + s·(x_local·A_localᵀ)·Bᵀ, a partial
  *   sum that the tp all-reduce after the hook completes (the LoRA output is added
  *   before the all-reduce).
+ * - Gated DeltaNet projections (replicated, whole on every TP rank): x·Wᵀ + s·(x·Aᵀ)·Bᵀ,
+ *   adapters whole too. The shared expert's fc1 / fc2 as the dense MLP's; a gated q_proj's
+ *   update fills its query and gate blocks of each head (2·g blocks per KV group).
  * - experts: grouped LoRA over the local experts (tokens sorted by local expert).
  * Dropout masks are windows of the single-device global mask (dropoutMaskWindow):
  * this dp rank's token rows and, for row-parallel inputs, this TP rank's columns.
@@ -22,8 +25,20 @@ import * as F from '../../model/functional.js';
 import type { LoraAdapters } from '../../model/lora.js';
 import { addScaled, applyMask, dropoutMaskWindow, loraGrouped } from '../../model/lora-ops.js';
 import { fusedExpertNames } from '../../model/params.js';
-import type { ParallelMode } from './model.js';
+import type { ParallelMode } from './parallel-mode.js';
+import { qkvQueryHeads } from './specs.js';
 import { viewOf } from './views.js';
+
+/** The Megatron linears LoRA can adapt: the module after `decoder.layers.<i>.`. */
+const MEGATRON_LINEAR =
+  /^decoder\.layers\.(\d+)\.(self_attention\.(?:linear_qkv|linear_proj|in_proj_qkv|in_proj_z|in_proj_b|in_proj_a|out_proj)|mlp\.linear_fc[12]|mlp\.shared_experts\.linear_fc[12])\.weight$/;
+
+/** The HF module of a row-parallel Megatron linear (the rest are GDN projections: `linear_attn.<name>`). */
+const SINGLE_BASE: Record<string, string> = {
+  'self_attention.linear_proj': 'self_attn.o_proj',
+  'mlp.linear_fc2': 'mlp.down_proj',
+  'mlp.shared_experts.linear_fc2': 'mlp.shared_expert.down_proj',
+};
 
 /** One part of an interleaved output: `slots` slots of width D per group (absent: zeros). */
 interface Part {
@@ -97,37 +112,42 @@ export class MegatronLoraHook {
 
   /** The ParallelLinearHook. */
   linear(tape: Tape, x: Var, w: Var, name: string, mode: ParallelMode): Var | undefined {
-    const m = /^decoder\.layers\.(\d+)\.(self_attention\.linear_qkv|self_attention\.linear_proj|mlp\.linear_fc1|mlp\.linear_fc2)\.weight$/.exec(name);
+    const m = MEGATRON_LINEAR.exec(name);
     if (!m) return undefined;
     const hf = `model.layers.${m[1]}`;
     const s = this.adapters.scaling;
-    if (mode === 'row') {
-      const base = `${hf}.${m[2] === 'self_attention.linear_proj' ? 'self_attn.o_proj' : 'mlp.down_proj'}.weight`;
+    const mod = m[2]!;
+    if (mode !== 'column') {
+      // Row parallel: the partial sums' all-reduce after the hook completes the LoRA term too. Replicated: whole.
+      const base = `${hf}.${SINGLE_BASE[mod] ?? `linear_attn.${mod.slice('self_attention.'.length)}`}.weight`;
       const t = this.adapters.target(base);
       if (!t) return undefined;
-      const delta = F.linear(tape, F.linear(tape, this.dropped(tape, x, base, true), this.local(t.a)), this.local(t.b));
+      const delta = F.linear(tape, F.linear(tape, this.dropped(tape, x, base, mode === 'row'), this.local(t.a)), this.local(t.b));
       return addScaled(tape, F.linear(tape, x, w), delta, s);
     }
     const T = x.value.shape[0]!;
-    const { headDim: D, numHeads: nH, numKvHeads: nKV } = this.cfg;
-    const modules =
-      m[2] === 'self_attention.linear_qkv'
-        ? ([
-            ['self_attn.q_proj', nH / nKV],
-            ['self_attn.k_proj', 1],
-            ['self_attn.v_proj', 1],
-          ] as const)
-        : ([
-            ['mlp.gate_proj', 1],
-            ['mlp.up_proj', 1],
-          ] as const);
+    const { headDim: D, numKvHeads: nKV } = this.cfg;
+    const qkv = mod === 'self_attention.linear_qkv';
+    const mlp = mod === 'mlp.linear_fc1' ? 'mlp' : 'mlp.shared_expert';
+    const modules = qkv
+      ? ([
+          // A gated q_proj has a query and a gate block per head: 2·g blocks per KV group.
+          ['self_attn.q_proj', qkvQueryHeads(this.cfg) / nKV],
+          ['self_attn.k_proj', 1],
+          ['self_attn.v_proj', 1],
+        ] as const)
+      : ([
+          [`${mlp}.gate_proj`, 1],
+          [`${mlp}.up_proj`, 1],
+        ] as const);
     const parts: Part[] = modules.map(([mod, slots]) => {
       const base = `${hf}.${mod}.weight`;
       const t = this.adapters.target(base);
       return { slots, v: t && F.linear(tape, F.linear(tape, this.dropped(tape, x, base, false), this.local(t.a)), this.local(t.b)) };
     });
     if (!parts.some((p) => p.v)) return undefined;
-    const [G, width] = m[2] === 'self_attention.linear_qkv' ? [nKV / this.tp, D] : [1, this.cfg.intermediateSize / this.tp];
+    const I = () => (mlp === 'mlp' ? this.cfg.intermediateSize : this.cfg.moe!.sharedExpertIntermediateSize!);
+    const [G, width] = qkv ? [nKV / this.tp, D] : [1, I() / this.tp];
     return addScaled(tape, F.linear(tape, x, w), interleaveParts(tape, parts, T, G, width), s);
   }
 

@@ -14,6 +14,8 @@
  *   base; lora_B [out, r] replicated, gradient PARTIAL (each rank's x_local·A_localᵀ is
  *   a partial sum, completed by the same all-reduce as the base output), so summed
  *   over tp.
+ * - Gated DeltaNet projections (replicated bases): A and B replicated, gradients complete.
+ * - the shared expert's gate / up (column) and down (row) as the dense MLP's.
  * - fused experts: lora_A [E, r, in] / lora_B [E, out, r] split by expert over ep
  *   exactly like the experts (replicated over tp; gradients complete per rank).
  */
@@ -30,13 +32,16 @@ export interface LoraShardSpec extends LoraParamSpec {
   partialOverTp: boolean;
 }
 
-const COLUMN_BASE = /\.(self_attn\.[qkv]_proj|mlp\.(gate|up)_proj)\.weight$/;
-const ROW_BASE = /\.(self_attn\.o_proj|mlp\.down_proj)\.weight$/;
+const COLUMN_BASE = /\.(self_attn\.[qkv]_proj|mlp\.(shared_expert\.)?(gate|up)_proj)\.weight$/;
+const ROW_BASE = /\.(self_attn\.o_proj|mlp\.(shared_expert\.)?down_proj)\.weight$/;
+/** Gated DeltaNet projections: their base is whole on every TP rank (no GDN TP split), so are A and B. */
+const REPLICATED_BASE = /\.linear_attn\.(in_proj_qkv|in_proj_z|in_proj_b|in_proj_a|out_proj)\.weight$/;
 
 /** The split of every adapter parameter. */
 export function loraShardSpecs(specs: readonly LoraParamSpec[]): LoraShardSpec[] {
   return specs.map((s) => {
     if (s.kind === 'experts') return { ...s, split: 'experts', partialOverTp: false };
+    if (REPLICATED_BASE.test(s.base)) return { ...s, split: 'replicated', partialOverTp: false };
     const column = COLUMN_BASE.test(s.base);
     if (!column && !ROW_BASE.test(s.base)) throw new InternalError(`megatron LoRA: no TP split known for ${s.base}`);
     if (column) return s.role === 'A' ? { ...s, split: 'replicated', partialOverTp: true } : { ...s, split: 'rows', partialOverTp: false };

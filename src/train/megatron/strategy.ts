@@ -25,8 +25,10 @@
  *   adapters under their PEFT names next to the base weights (grads and moments: the
  *   adapters only, as the single-device LoRA); loraState() gathers the adapters alone
  *   (the tensors an adapter-only weight sync needs).
- * - Models: Qwen3 / Qwen3-MoE. Qwen3.5 is refused at create() with what is missing
- *   (qwen35-limits.ts: GDN has no TP split; the model and bridge are Qwen3's).
+ * - Models: Qwen3 / Qwen3-MoE and Qwen3.5 / Qwen3.5-MoE (specs.ts, qwen35-blocks.ts): the
+ *   Gated DeltaNet layers are replicated over tp (no GDN TP / CP split, as the reference
+ *   Megatron fallback), the shared expert splits as the dense MLP, its gate is replicated.
+ *   No context parallelism (qwen35-limits.ts).
  */
 import { axpy, copy, fill, Tensor, type Stream } from '../../runtime/device/device-index.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
@@ -49,7 +51,7 @@ import { loadMegatronHfGroups, megatronLocalFromHf } from './load-shards.js';
 import { expertNames, hfToMegatron, megatronSpecs, megatronToHf, tpGather, tpLocalShape, tpSlice } from './bridge.js';
 import { PendingComms } from './comm-ops.js';
 import { checkParallelSizes, layoutName, type ParallelSizes } from './layout.js';
-import { refuseQwen35OnMegatron } from './qwen35-limits.js';
+import { refuseContextParallel } from './qwen35-limits.js';
 import { MegatronModel, type ParallelLinearHook } from './model.js';
 import { GradBuckets, stackExperts, type Unit } from './units.js';
 import { MegatronLocalParams } from './local-params.js';
@@ -76,6 +78,8 @@ export interface MegatronOptions {
   dp?: number;
   /** Expert-parallel size; divides dp and the number of experts. Default 1. */
   ep?: number;
+  /** Context-parallel size: only 1 in this build (anything else is a ConfigError, qwen35-limits.ts). */
+  cp?: number;
   /** Optional replacement of the parallel linears (custom experiments; `lora` installs its own). */
   linearHook?: ParallelLinearHook;
   /** LoRA adapters: only they train, base weights are frozen (see the file header). */
@@ -145,7 +149,7 @@ export class MegatronStrategy implements TrainStrategy {
 
   /** Collective over `comm`: builds the mesh and groups, and uploads this rank's shards. */
   static async create(o: MegatronOptions): Promise<MegatronStrategy> {
-    refuseQwen35OnMegatron(o.cfg, o.tp, 'MegatronStrategy.create()'); // before any collective: every rank throws alike
+    refuseContextParallel(o.cfg, o.cp, 'MegatronStrategy.create()'); // before any collective: every rank throws alike
     const sizes = checkParallelSizes(o.cfg, o.comm.size, o);
     const given = o.params instanceof MegatronLocalParams ? o.params : null;
     // Full parameters: validates names and shapes before any collective.
@@ -164,14 +168,13 @@ export class MegatronStrategy implements TrainStrategy {
     const El = E / ep;
     for (const spec of megatronSpecs(o.cfg)) {
       if (spec.expert !== undefined) {
+        // One stacked unit per layer and projection: expert 0's spec stands for the layer's experts.
         if (spec.expert !== 0) continue;
-        for (const fc of ['fc1', 'fc2'] as const) {
-          const name = expertUnitName(spec.layer!, fc);
-          const { intermediateSize: I } = o.cfg.moe!;
-          const shape = fc === 'fc1' ? [El, 2 * I, o.cfg.hiddenSize] : [El, o.cfg.hiddenSize, I];
-          const data = given ? given.get(name, shape).data : stackExperts(full!, spec.layer!, fc, (d % ep) * El, El);
-          units.push({ name, group: 'expert', expert: { layer: spec.layer!, fc }, var: upload(data, shape, name), grad: undefined! });
-        }
+        const fc = spec.name.endsWith('linear_fc1.weight') ? 'fc1' : 'fc2';
+        const name = expertUnitName(spec.layer!, fc);
+        const shape = [El, ...spec.shape];
+        const data = given ? given.get(name, shape).data : stackExperts(full!, spec.layer!, fc, (d % ep) * El, El);
+        units.push({ name, group: 'expert', expert: { layer: spec.layer!, fc }, var: upload(data, shape, name), grad: undefined! });
         continue;
       }
       const local = given ? given.get(spec.name, tpLocalShape(spec, tp)) : tpSlice(spec, full!.get(spec.name)!, tp, t);
