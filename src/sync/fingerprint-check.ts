@@ -17,10 +17,10 @@ import type { Communicator } from '../runtime/comm/comm.js';
 import { WeightSyncError } from '../runtime/errors.js';
 import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/engine.js';
-import type { SlotDescriptor } from '../rollout/weight-slots.js';
+import { slotsByHf, type SlotDescriptor } from '../rollout/weight-slots.js';
 import type { WeightSource } from '../parallel/weight-sources.js';
 import { enqueueFingerprint, hex } from './fingerprint.js';
-import { engineView, regionTable, slotsOf } from './regions.js';
+import { engineView, regionTable } from './regions.js';
 import { trainerPieces } from './trainer-pieces.js';
 
 export interface FingerprintCheck {
@@ -121,7 +121,7 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
         rec[3] = BigInt(bad);
       } else {
         const mine = make(Tensor.zeros(device, [table.tensors.length], 'int64', { stream }));
-        const slots = slotsOf(engine.weightSlots());
+        const slots = slotsByHf(engine.weightSlots());
         table.tensors.forEach((t, i) => fingerprintHeld(slots.get(t.name)!, engine, (n) => engine.params.get(n).tensor!, mine, i, stream));
         const [got, want] = (await Promise.all([mine.toArray(wait), trainer.toArray(wait)])) as [BigInt64Array, BigInt64Array];
         let n = 0;
@@ -237,7 +237,7 @@ export async function checkBaseFingerprints(
       rec[0] = 1n;
       rec[1] = BigInt(engine.shard.tpRank);
       const mine = make(Tensor.zeros(engine.device, [names.length], 'int64', { stream }));
-      const slots = slotsOf(engine.weightSlots());
+      const slots = slotsByHf(engine.weightSlots());
       names.forEach((name, i) => fingerprintHeld(slots.get(name)!, engine, (n) => base?.get(n) ?? engine.params.get(n).tensor!, mine, i, stream));
       const got = (await mine.toArray({ stream, timeoutMs: x.timeoutMs })) as BigInt64Array;
       let n = 0;

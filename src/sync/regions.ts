@@ -11,7 +11,7 @@
 import type { ModelConfig } from '../model/config.js';
 import { paramSpecs } from '../model/params.js';
 import type { RuntimeParam } from '../rollout/runtime-params.js';
-import { groupSlots, type SlotDescriptor } from '../rollout/weight-slots.js';
+import { groupSlots, slotsByHf, type SlotDescriptor } from '../rollout/weight-slots.js';
 import type { AffineView, RegionFilter } from './fingerprint.js';
 import { isLoraName } from './colocate-sources.js';
 
@@ -56,7 +56,7 @@ export function regionTable(cfg: ModelConfig, engineTp: number): RegionTable {
   const seen = new Map<string, number>();
   const slot: number[][] = [];
   for (const slots of groupSlots(cfg, engineTp)) {
-    const byHf = slotsOf(slots);
+    const byHf = slotsByHf(slots);
     slot.push(
       tensors.map((t, i) => {
         const r: Region = { tensor: i, filters: byHf.get(t.name)!.map(filterOf) };
@@ -78,17 +78,6 @@ function filterOf(x: SlotDescriptor): RegionFilter {
   const w = x.region;
   const inner = numel(w.view.slice(w.dim + 1));
   return w.len === w.view[w.dim] ? { period: 0, start: 0, len: 0 } : { period: w.view[w.dim]! * inner, start: w.start * inner, len: w.len * inner };
-}
-
-/** A rank's slots by HF tensor (one region per slot: the rank holds their union). */
-export function slotsOf(slots: readonly SlotDescriptor[]): Map<string, SlotDescriptor[]> {
-  const by = new Map<string, SlotDescriptor[]>();
-  for (const x of slots) {
-    const l = by.get(x.hf);
-    if (l) l.push(x);
-    else by.set(x.hf, [x]);
-  }
-  return by;
 }
 
 /**
