@@ -4,6 +4,8 @@ One training step — forward, token-mean cross-entropy, backward, AdamW — of 
 Qwen3-MoE models (examples/models/tiny-*/config.json), batch 64 x 32 tokens, fp32, ONE thread. The model is
 written plainly from the Hugging Face architecture: RMSNorm, q/k RMSNorm per head, RoPE, GQA causal attention,
 SwiGLU MLP; for MoE a softmax router with top-k (renormalised when norm_topk_prob) over SwiGLU experts.
+Qwen3.5 / Qwen3.5-MoE configs (model_type qwen3_5*; bench/tiny-qwen35.ts, passed inline) train the model of
+bench/torch_qwen35.py (Gated DeltaNet in its plain recurrent form, gated full attention, shared expert).
 
 Also: the per-op dispatch overhead of eager PyTorch (a 1-element add, issued back to back).
 
@@ -16,6 +18,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from torch_qwen35 import Qwen35Model, is_qwen35
 
 torch.set_num_threads(1)
 torch.manual_seed(0)
@@ -133,7 +137,7 @@ class Model(torch.nn.Module):
 
 
 def train_step_ms(cfg, batch, seq, steps):
-    model = Model(cfg)
+    model = Qwen35Model(cfg) if is_qwen35(cfg) else Model(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, cfg["vocab_size"], (batch, seq), generator=g)
@@ -171,8 +175,12 @@ def main():
     args = json.loads(sys.argv[1])
     rows = []
     for name, path in args["models"].items():
-        with open(path) as f:
-            cfg = json.load(f)
+        # A config file's path, or the config itself.
+        if isinstance(path, dict):
+            cfg = path
+        else:
+            with open(path) as f:
+                cfg = json.load(f)
         rows.append({"model": name, "msPerStep": train_step_ms(cfg, args["batch"], args["seq"], args["steps"])})
     print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(), "rows": rows, "opOverheadUs": op_overhead_us()}))
 

@@ -4,7 +4,8 @@
  * dim 32), vocab 64, sequence 32, batch 64; dense intermediate 384; MoE 8 experts,
  * top-2, expert intermediate 128 (examples/models/tiny-{dense,moe}). Host syncs per
  * step are counted with the device's counter while the loss is not read. Rows for tiny
- * Qwen3.5 / Qwen3.5-MoE of the same scale (bench/tiny-qwen35.ts) follow, without a PyTorch peer.
+ * Qwen3.5 / Qwen3.5-MoE of the same scale (bench/tiny-qwen35.ts) follow, with their PyTorch
+ * peer (bench/torch_qwen35.py: a plain recurrent Gated DeltaNet) and ratio too.
  */
 import { fileURLToPath } from 'node:url';
 import {
@@ -32,8 +33,9 @@ tokens/s, host syncs per step; beside it the same step in PyTorch eager on one t
 python3-torch) and the ratio Ascent / PyTorch; and the per-op dispatch overhead of both
 (Ascent: a 1-element fill enqueued back to back, enqueue to completion; PyTorch: a
 1-element add). Then the same step of tiny Qwen3.5 and Qwen3.5-MoE (bench/tiny-qwen35.ts) on
-the single-device strategy, the path they train on, which reads the loss every step; their
-PyTorch columns stay empty (torch_train_step.py builds Qwen3 models only).
+the single-device strategy, the path they train on, which reads the loss every step, beside
+the same step in PyTorch (bench/torch_qwen35.py: the Gated DeltaNet in its plain
+token-by-token recurrent form) and the ratio.
 No flags (-h, --help: this help).
 Results: bench/results/train-step-<date>.json (and train-step-latest.json).
 `;
@@ -71,7 +73,7 @@ async function opOverhead(dev: Device): Promise<{ throughputUs: number; roundTri
  * decoder only). The strategy reads the loss each step, so one host sync per step is part of
  * the timing, unlike the Qwen3 rows.
  */
-async function qwen35Row(model: keyof typeof TINY_QWEN35, steps: number) {
+async function qwen35Row(model: keyof typeof TINY_QWEN35, steps: number, torchMs: number | null) {
   const cfg = parseModelConfig(TINY_QWEN35[model]);
   const dev = Device.get(0);
   const s = SingleDeviceStrategy.create(cfg, dev, initialParams(cfg, 1));
@@ -92,15 +94,16 @@ async function qwen35Row(model: keyof typeof TINY_QWEN35, steps: number) {
     const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
     const hostSyncsPerStep = (dev.stats().hostSyncs - syncs0) / steps;
     const loss = await step(3 + steps);
+    const msPerStep = (seconds / steps) * 1e3;
     return {
       model,
-      msPerStep: round((seconds / steps) * 1e3, 2),
+      msPerStep: round(msPerStep, 2),
       tokensPerSec: Math.round((BATCH * SEQ * steps) / seconds),
       hostSyncsPerStep,
       lossAfter: round(loss, 4),
-      torchMsPerStep: null,
-      vsTorch: null,
-      note: 'no PyTorch peer (torch_train_step.py has no Gated DeltaNet model); single strategy, loss read every step',
+      torchMsPerStep: torchMs === null ? null : round(torchMs, 2),
+      vsTorch: torchMs === null ? null : round(msPerStep / torchMs, 3),
+      note: 'single strategy, loss read every step; PyTorch peer: recurrent Gated DeltaNet (bench/torch_qwen35.py)',
     };
   } finally {
     s.release();
@@ -110,7 +113,8 @@ async function qwen35Row(model: keyof typeof TINY_QWEN35, steps: number) {
 export async function runTrainStepBench(steps = 20) {
   const rows = [];
   const torch = torchPython();
-  const models = { dense: '', moe: '' };
+  // Config file paths for Qwen3, the configs themselves for Qwen3.5.
+  const models: Record<string, string | object> = { ...TINY_QWEN35 };
   for (const m of ['dense', 'moe'] as const) models[m] = fileURLToPath(new URL(`../../examples/models/tiny-${m}/config.json`, import.meta.url));
   const peer = torch
     ? runTorchScript<{ torch: string; threads: number; rows: Array<{ model: string; msPerStep: number }>; opOverheadUs: number }>(
@@ -146,7 +150,8 @@ export async function runTrainStepBench(steps = 20) {
     });
     tr.params.release();
   }
-  for (const model of ['qwen3.5', 'qwen3.5-moe'] as const) rows.push(await qwen35Row(model, steps));
+  for (const model of ['qwen3.5', 'qwen3.5-moe'] as const)
+    rows.push(await qwen35Row(model, steps, peer?.rows.find((r) => r.model === model)?.msPerStep ?? null));
   const overhead = await opOverhead(Device.get(0));
   return {
     suite: 'train-step',

@@ -5,13 +5,14 @@
 // expert), every rank of a placement gets the same kind, and misuse is refused with a hint.
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../src/runtime/errors.js';
-import { loadModelConfig, type ModelConfig } from '../src/model/config.js';
+import { loadModelConfig, parseModelConfig, type ModelConfig } from '../src/model/config.js';
 import { describeSource, type SourceDescriptor } from '../src/parallel/weight-sources.js';
 import { groupSlots } from '../src/rollout/weight-slots.js';
 import { planSync, type StepKind } from '../src/sync/plan.js';
 import { planLayout } from '../src/train/fsdp2/layout.js';
 import { fsdp2SourceDescriptors } from '../src/train/fsdp2/weight-sources.js';
 import { megatronSourceDescriptors } from '../src/train/megatron/weight-sources.js';
+import { MOE_TEXT } from './helpers/qwen35-configs.js';
 
 const cfgOf = (which: string) => loadModelConfig(new URL(`../examples/models/tiny-${which}/config.json`, import.meta.url).pathname);
 const fsdp2 = (cfg: ModelConfig, dp: number, r: number) => fsdp2SourceDescriptors(planLayout(cfg, dp), r).map(describeSource);
@@ -41,6 +42,19 @@ describe('planSync', () => {
     const k2 = colocate(cfg, fsdp2(cfg, 2, 1), 2, 1);
     expect(k2.get('model.layers.0.self_attn.q_proj.weight')).toBe('local');
     expect(k2.get('model.layers.0.input_layernorm.weight')).toBe('stream');
+  });
+
+  it('colocated fsdp2 dp2 → engine tp 2, qwen3.5-moe: a one-row tensor (second chunk empty) streams, never local; GDN head slices are local', () => {
+    const cfg = parseModelConfig(MOE_TEXT);
+    const gate = 'model.layers.0.mlp.shared_expert_gate.weight'; // [1, H]: rank 1's chunk holds no row
+    for (const rank of [0, 1]) {
+      const k = colocate(cfg, fsdp2(cfg, 2, rank), 2, rank);
+      expect(k.get(gate), `rank ${rank}`).toBe('stream');
+      // in_proj_b [Hv, H]: fsdp2's row halves are the engine's value-head halves.
+      expect(k.get('model.layers.0.linear_attn.in_proj_b.weight')).toBe('local');
+      // in_proj_qkv: three regions per engine rank, no fsdp2 chunk is one of them.
+      expect(k.get('model.layers.0.linear_attn.in_proj_qkv.weight')).toBe('stream');
+    }
   });
 
   it('colocated megatron tp 2 → engine tp 2: the packed qkv shard is local on both ranks, with the slots it lands in', () => {

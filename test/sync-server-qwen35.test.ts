@@ -1,8 +1,9 @@
 /**
  * Server-mode weight sync for Qwen3.5 and Qwen3.5-MoE on 4 real ranks
  * (test/fixtures/sync/server-qwen35.mjs under launch): fsdp2 dp2 trainer ranks 0-1 broadcast to
- * two engine replicas at tp 1 (ranks 2-3), through the same planner as Qwen3 (no per-model
- * code). A full sync after a training step is verified (fingerprints of every HF tensor on both
+ * two engine replicas at tp 1, or one engine at tp 2 whose GDN layers are split by heads (ranks
+ * 2-3), through the same planner as Qwen3 (no per-model code: the slots say where every region
+ * goes). A full sync after a training step is verified (fingerprints of every HF tensor on both
  * engine ranks + probe log-probs) and equals, checksum for checksum, an engine reloaded from the
  * trainers' gatherState('params'). With LoRA (adapters on the GDN projections, gated q_proj and
  * the MLP or shared expert / fused experts), a base-only sync is caught by verification, and an
@@ -44,40 +45,47 @@ interface RankOut {
   lora: { baseOnly: string; report: Report | null; error: unknown; processCalls: number; changed?: string[]; adapters?: number };
 }
 
-describe.each(['dense', 'moe'] as const)('server-mode sync, qwen3.5 %s: fsdp2 dp2 → 2 engine replicas at tp 1', (which) => {
-  it('full sync verified and equal to a reload; LoRA adapter-only sync verified, no post-load processing', async () => {
-    const { text, lora } = CASES[which];
-    const run = await launchFixture(4, 'test/fixtures/sync/server-qwen35.mjs', [JSON.stringify(text), JSON.stringify(lora)], {}, 150_000);
-    expect(run.code, run.stderr.slice(-3000)).toBe(0);
-    const results = run.results as unknown as RankOut[];
-    expect(results.map((r) => r.rank)).toEqual([0, 1, 2, 3]);
-    const tensors = paramSpecs(parseModelConfig(text), { expertLayout: 'fused' }).length;
-    const adapters = results[0]!.lora.adapters!;
-    expect(adapters).toBeGreaterThan(0);
-    for (const r of results) {
-      const { full, lora: l } = r;
-      expect(full.error, `rank ${r.rank}`).toBeNull();
-      expect(full.report!.mode).toBe('server');
-      expect(full.report!.kind).toBe('full');
-      expect(full.report!.verified.checksums).toBe(true);
-      // Every HF tensor was fingerprinted on both engine ranks.
-      expect(full.report!.verified.fingerprints).toBe(2 * tensors);
-      expect(full.report!.verified.maxLogprobDiff).toBeLessThan(1e-4);
-      // Without the adapters the engine disagrees with the LoRA trainer, so verification fails everywhere.
-      expect(l.baseOnly, `rank ${r.rank}`).toBe('ASCENT_WEIGHT_SYNC');
-      expect(l.error, `rank ${r.rank}`).toBeNull();
-      expect(l.report!.kind).toBe('adapter');
-      expect(l.report!.verified.checksums).toBe(true);
-      expect(l.report!.verified.fingerprints).toBeGreaterThan(0);
-      expect(l.report!.verified.maxLogprobDiff).toBeLessThan(1e-4);
-      expect(l.processCalls).toBe(0);
-      if (r.trainer) continue;
-      expect(full.sameChecksums, `engine rank ${r.rank}: checksums equal a reload from gatherState`).toBe(true);
-      expect(full.maxDiff).toBeLessThan(1e-6);
-      expect(l.changed).toContain('model.layers.0.linear_attn.in_proj_qkv.weight');
-      expect(l.changed).toContain('model.layers.2.linear_attn.out_proj.weight');
-      expect(l.changed).toContain('model.layers.3.self_attn.qkv_proj.weight');
-      expect(l.changed).not.toContain('model.embed_tokens.weight');
-    }
-  }, 160_000);
+describe.each(['dense', 'moe'] as const)('server-mode sync, qwen3.5 %s: fsdp2 dp2 → engine ranks 2-3', (which) => {
+  it.each([
+    ['2 engine replicas at tp 1', 1],
+    ['one engine at tp 2', 2],
+  ] as const)(
+    '%s: full sync verified and equal to a reload; LoRA adapter-only sync verified, no post-load processing',
+    async (_, tp) => {
+      const { text, lora } = CASES[which];
+      const run = await launchFixture(4, 'test/fixtures/sync/server-qwen35.mjs', [JSON.stringify(text), JSON.stringify(lora), String(tp)], {}, 150_000);
+      expect(run.code, run.stderr.slice(-3000)).toBe(0);
+      const results = run.results as unknown as RankOut[];
+      expect(results.map((r) => r.rank)).toEqual([0, 1, 2, 3]);
+      const tensors = paramSpecs(parseModelConfig(text), { expertLayout: 'fused' }).length;
+      const adapters = results[0]!.lora.adapters!;
+      expect(adapters).toBeGreaterThan(0);
+      for (const r of results) {
+        const { full, lora: l } = r;
+        expect(full.error, `rank ${r.rank}`).toBeNull();
+        expect(full.report!.mode).toBe('server');
+        expect(full.report!.kind).toBe('full');
+        expect(full.report!.verified.checksums).toBe(true);
+        // Every HF tensor was fingerprinted on both engine ranks.
+        expect(full.report!.verified.fingerprints).toBe(2 * tensors);
+        expect(full.report!.verified.maxLogprobDiff).toBeLessThan(1e-4);
+        // Without the adapters the engine disagrees with the LoRA trainer, so verification fails everywhere.
+        expect(l.baseOnly, `rank ${r.rank}`).toBe('ASCENT_WEIGHT_SYNC');
+        expect(l.error, `rank ${r.rank}`).toBeNull();
+        expect(l.report!.kind).toBe('adapter');
+        expect(l.report!.verified.checksums).toBe(true);
+        expect(l.report!.verified.fingerprints).toBeGreaterThan(0);
+        expect(l.report!.verified.maxLogprobDiff).toBeLessThan(1e-4);
+        expect(l.processCalls).toBe(0);
+        if (r.trainer) continue;
+        expect(full.sameChecksums, `engine rank ${r.rank}: checksums equal a reload from gatherState`).toBe(true);
+        expect(full.maxDiff).toBeLessThan(1e-6);
+        expect(l.changed).toContain('model.layers.0.linear_attn.in_proj_qkv.weight');
+        expect(l.changed).toContain('model.layers.2.linear_attn.out_proj.weight');
+        expect(l.changed).toContain('model.layers.3.self_attn.qkv_proj.weight');
+        expect(l.changed).not.toContain('model.embed_tokens.weight');
+      }
+    },
+    160_000,
+  );
 });

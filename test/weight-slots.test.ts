@@ -16,9 +16,11 @@ const tiny = (which: string) => loadModelConfig(new URL(`../examples/models/tiny
 const CONFIGS: Record<string, () => ModelConfig> = {
   dense: () => tiny('dense'),
   moe: () => tiny('moe'),
-  // Qwen3.5 runs at engine tp 1 only (GDN is not sharded).
   qwen3_5: () => parseModelConfig(TEXT),
   qwen3_5_moe: () => parseModelConfig(MOE_TEXT),
+  // The shared tiny configs have 2 GDN key heads; tp 4 needs 4.
+  qwen3_5_k4: () => parseModelConfig({ ...TEXT, linear_num_key_heads: 4 }),
+  qwen3_5_moe_k4: () => parseModelConfig({ ...MOE_TEXT, linear_num_key_heads: 4 }),
 };
 const cfgOf = (which: string) => CONFIGS[which]!();
 const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
@@ -35,8 +37,9 @@ function regionIndices(s: SlotDescriptor): number[] {
 
 const CASES = [
   ...(['dense', 'moe'] as const).flatMap((which) => [1, 2, 4].map((tp) => [which, tp] as const)),
-  ['qwen3_5', 1] as const,
-  ['qwen3_5_moe', 1] as const,
+  ...(['qwen3_5', 'qwen3_5_moe'] as const).flatMap((which) => [1, 2].map((tp) => [which, tp] as const)),
+  ['qwen3_5_k4', 4] as const,
+  ['qwen3_5_moe_k4', 4] as const,
 ];
 
 describe('weight slots', () => {
@@ -112,6 +115,37 @@ describe('weight slots', () => {
       ]);
     }
   });
+
+  it.each([
+    ['qwen3_5', 2],
+    ['qwen3_5_moe_k4', 4],
+  ] as const)(
+    '%s, engine tp %i: a GDN layer splits by heads (q, k, v channel slices; z / b / a, dt_bias, A_log; out_proj columns; norm whole)',
+    (which, tp) => {
+      const cfg = cfgOf(which);
+      const { numKeyHeads: Hk, numValueHeads: Hv, keyHeadDim: Dk, valueHeadDim: Dv } = cfg.qwen35!.linear;
+      const hk = Hk / tp,
+        hv = Hv / tp,
+        H = cfg.hiddenSize;
+      groupSlots(cfg, tp).forEach((slots, r) => {
+        const of = (leaf: string) => slots.filter((s) => s.hf === `model.layers.0.linear_attn.${leaf}`);
+        const rows = (leaf: string) => of(leaf).map((s) => [s.transform, s.parts, s.region.dim, s.region.start, s.region.len, s.dstOffset, s.replicas]);
+        const qkv = [
+          [['q'], r * hk * Dk, hk * Dk, 0],
+          [['k'], Hk * Dk + r * hk * Dk, hk * Dk, hk * Dk],
+          [['v'], 2 * Hk * Dk + r * hv * Dv, hv * Dv, 2 * hk * Dk],
+        ] as const;
+        const K = cfg.qwen35!.linear.convKernelDim;
+        expect(rows('in_proj_qkv.weight')).toEqual(qkv.map(([p, st, n, at]) => ['qkv-pack', p, 0, st, n, at * H, 1]));
+        expect(rows('conv1d.weight')).toEqual(qkv.map(([p, st, n, at]) => ['qkv-pack', p, 0, st, n, at * K, 1]));
+        expect(rows('in_proj_z.weight')).toEqual([['identity', ['all'], 0, r * hv * Dv, hv * Dv, 0, 1]]);
+        for (const leaf of ['in_proj_b.weight', 'in_proj_a.weight', 'dt_bias', 'A_log'])
+          expect(rows(leaf)).toEqual([['identity', ['all'], 0, r * hv, hv, 0, 1]]);
+        expect(rows('norm.weight')).toEqual([['identity', ['all'], 0, 0, Dv, 0, tp]]);
+        expect(rows('out_proj.weight')).toEqual([['identity', ['all'], 1, r * hv * Dv, hv * Dv, 0, 1]]);
+      });
+    },
+  );
 
   it('descriptors survive JSON, and a broken one is refused with a hint', () => {
     const slots = groupSlots(cfgOf('moe'), 2).flat();

@@ -28,11 +28,11 @@ import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device/device.js';
 import { describe } from '../runtime/device/dtype.js';
 import { isQwen35, type ModelConfig } from '../model/config.js';
-import { gdnConvDim } from '../model/params-qwen35.js';
 import * as K from '../model/kernels/index.js';
 import { forward, type ForwardContext, type ForwardInput } from './forward.js';
 import { forwardQwen35 } from './forward-qwen35.js';
 import { GdnStateCache } from './gdn-state-cache.js';
+import { gdnLocal } from './gdn-shard.js';
 import { kvLayerIndex } from './qwen35-layout.js';
 import { KvCache } from './kv-cache.js';
 import { hfLoadPlan, type HfEntry } from './loader.js';
@@ -106,16 +106,17 @@ export class RolloutEngine {
       kvHeads: this.shard.kvHeadsLocal,
       headDim: cfg.headDim,
     });
-    const lin = cfg.qwen35?.linear;
+    // Each TP rank keeps the conv and recurrent states of its own GDN heads.
+    const lin = isQwen35(cfg) ? gdnLocal(cfg, this.shard) : null;
     this.gdn = lin
       ? new GdnStateCache(device, {
           layers: kvLayers.length - this.kv.shape.layers,
           maxBatch,
-          channels: gdnConvDim(cfg),
-          kernel: lin.convKernelDim,
-          valueHeads: lin.numValueHeads,
-          keyHeadDim: lin.keyHeadDim,
-          valueHeadDim: lin.valueHeadDim,
+          channels: lin.C,
+          kernel: lin.K,
+          valueHeads: lin.Hv,
+          keyHeadDim: lin.Dk,
+          valueHeadDim: lin.Dv,
         })
       : null;
   }

@@ -1,6 +1,9 @@
 /**
  * The rollout engine's forward for Qwen3.5 (`qwen3_5`, `qwen3_5_moe`; inference only, no
- * tape, tp 1), reading the runtime parameters in their processed layout. The math is
+ * tape) on one TP rank, reading the runtime parameters in their processed layout. Above
+ * tp 1 each token mixer and MLP works on the rank's heads / columns (tp-shard.ts,
+ * gdn-shard.ts) and its row-parallel output (o_proj, out_proj, down_proj, the experts'
+ * w2 and the shared expert's down_proj) is summed over the group by an all-reduce. The math is
  * Qwen35Model's (src/model/qwen3_5.ts, qwen35-moe.ts, qwen35-ops.ts) with the same kernels:
  *   embedding → per layer [zero-centred RMSNorm → token mixer + residual → zero-centred
  *   RMSNorm → SwiGLU MLP (or routed experts + the sigmoid-gated shared expert) + residual]
@@ -24,11 +27,11 @@ import { stridedRead, viewOf } from '../runtime/device/views.js';
 import { isMoeLayer } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { PATCHES } from '../model/functional.js';
-import { gdnConvDim } from '../model/params-qwen35.js';
 import type { ForwardContext, ForwardInput } from './forward.js';
 import { forwardOps } from './forward-ops.js';
 import type { GdnStateCache } from './gdn-state-cache.js';
 import { isGdnLayer, kvLayerIndex } from './qwen35-layout.js';
+import { gdnLocal } from './gdn-shard.js';
 
 export interface Qwen35ForwardInput extends ForwardInput {
   /** prefill: each row's real length (right padding follows): the GDN padding mask and where each row's state is taken. */
@@ -45,7 +48,7 @@ export function forwardQwen35(ctx: ForwardContext, inp: Qwen35ForwardInput, scra
   const T = B * S,
     H = cfg.hiddenSize;
   const ops = forwardOps(ctx, scratch, pending);
-  const { own, o, w, linear, norm } = ops;
+  const { own, o, w, linear, norm, allReduce } = ops;
   const gdnOpts = { stream, impl: K.gdnBackendImpl() };
   const empty = (shape: readonly number[]) => own(Tensor.empty(device, [...shape], 'fp32'));
   const filled = (shape: readonly number[], value: number) => {
@@ -116,8 +119,8 @@ export function forwardQwen35(ctx: ForwardContext, inp: Qwen35ForwardInput, scra
 
   const gatedDeltaNet = (h: Tensor, i: number, l: number): Tensor => {
     const pre = `model.layers.${i}.linear_attn`;
-    const { numKeyHeads: Hk, numValueHeads: Hv, keyHeadDim: Dk, valueHeadDim: Dv, convKernelDim: Kc } = cfg.qwen35!.linear;
-    const C = gdnConvDim(cfg);
+    // This rank's heads: its conv channels are its q ‖ k ‖ v, its states its value heads'.
+    const { Hk, Hv, Dk, Dv, K: Kc, C } = gdnLocal(cfg, ctx.shard);
     const convW = w(`${pre}.conv1d.weight`).reshape([C, Kc]);
     const qkv = linear(h, w(`${pre}.in_proj_qkv.weight`));
     const cache = inp.gdn;
@@ -169,6 +172,8 @@ export function forwardQwen35(ctx: ForwardContext, inp: Qwen35ForwardInput, scra
     const pre = `model.layers.${i}.mlp`;
     const swiglu = (gateUp: string, down: string) => linear(own(K.swigluFused(linear(h, w(gateUp)), o(PATCHES.swiglu))), w(down));
     if (!isMoeLayer(cfg, i)) return swiglu(`${pre}.gate_up_proj.weight`, `${pre}.down_proj.weight`);
+    // Both halves are partial sums over tp (experts and shared expert split by columns); the
+    // shared gate is a per-token scalar, so gate · Σ partials = Σ gate · partial.
     const routed = ops.routedExperts(h, `model.layers.${i}`);
     const shared = swiglu(`${pre}.shared_expert.gate_up_proj.weight`, `${pre}.shared_expert.down_proj.weight`);
     const s = sigmoid(linear(h, w(`${pre}.shared_expert_gate.weight`)));
@@ -181,8 +186,11 @@ export function forwardQwen35(ctx: ForwardContext, inp: Qwen35ForwardInput, scra
     const pre = `model.layers.${i}`;
     const h = norm(x, centred(`${pre}.input_layernorm.weight`));
     const mixed = isGdnLayer(cfg, i) ? gatedDeltaNet(h, i, gdnLayer++) : attention(h, i);
+    allReduce(mixed);
     x = own(add(x, mixed, { stream }));
-    x = own(add(x, mlp(norm(x, centred(`${pre}.post_attention_layernorm.weight`)), i), { stream }));
+    const mlpOut = mlp(norm(x, centred(`${pre}.post_attention_layernorm.weight`)), i);
+    allReduce(mlpOut);
+    x = own(add(x, mlpOut, { stream }));
   }
   const rows = inp.outRows ? own(K.embedding(inp.outRows, x.reshape([T, H]), o(PATCHES.embedding))) : x;
   const hf = norm(rows, centred('model.norm.weight'));

@@ -2,7 +2,8 @@
  * The rollout engine's Gated DeltaNet state cache, beside the KV cache (kv-cache.ts): per
  * GDN layer a conv state [maxBatch, C, K - 1] (the last K - 1 inputs of the causal conv,
  * oldest first, the layout K.causalConv1d takes) and a recurrent state
- * [maxBatch, Hv, Dk, Dv] (the layout K.gatedDeltaRule takes), allocated once and reused by
+ * [maxBatch, Hv, Dk, Dv] (the layout K.gatedDeltaRule takes) — on a TP rank, of its own
+ * heads only (its q ‖ k ‖ v channels and value heads, gdn-shard.ts) — allocated once and reused by
  * every generate() call. Row b of a batch uses cache row b. Prefill writes each row's state
  * at its own last real token; every decode step replaces it by the step's state out. Where
  * the KV cache grows with the sequence, this state is fixed-size: it IS the past of a GDN

@@ -9,9 +9,9 @@
  * copy the (contiguous) result to element `dstOffset` of the parameter". E.g. the fused
  * gate_up_proj [E, 2I, H] seen as [E, 2, I, H] sliced on dim 2 is exactly the
  * preprocessed w13_weight [E, 2·Im_tp, H]; down_proj [E, H, I] sliced on dim 2 is w2_weight.
- * Qwen3.5 (runtime-params.ts): the wide gated q_proj fills the q rows of qkv_proj, the
- * shared expert's gate / up the rows of its gate_up_proj, every other tensor (the GDN ones
- * included) its own parameter whole.
+ * Qwen3.5 (runtime-params.ts): the wide gated q_proj fills the q rows of qkv_proj (each
+ * head's query and gate together), the shared expert's gate / up the rows of its
+ * gate_up_proj, the GDN tensors their own parameters cut to the rank's heads (gdn-shard.ts).
  */
 import { Tensor, type Stream } from '../runtime/device/device-index.js';
 import { copy } from '../runtime/device/ops.js';
@@ -21,7 +21,8 @@ import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import { fusedExpertNames, perExpertNames, type HostTensor } from '../model/params.js';
 import type { RuntimeParam, RuntimeParams } from './runtime-params.js';
 import type { TpShard } from './tp-shard.js';
-import { gdnTensors, isGdnLayer, qRowsPerHead } from './qwen35-layout.js';
+import { isGdnLayer, qRowsPerHead } from './qwen35-layout.js';
+import { gdnLocalTensors } from './gdn-shard.js';
 import { contiguousTarget, writeSliceRange, type SliceGeometry } from './slice-range.js';
 
 /** What ReloadSession.load() accepts per HF name: a device tensor, a safetensors-style host tensor, or fp32 host data. */
@@ -50,7 +51,6 @@ export function hfLoadPlan(cfg: ModelConfig, shard: TpShard): Map<string, HfEntr
   const whole = (name: string, shape: number[], param = name) =>
     plan.set(name, { shape, writes: [{ param, parts: ['all'], view: shape, dim: 0, start: 0, len: shape[0]!, dstOffset: 0 }] });
   whole('model.embed_tokens.weight', [cfg.vocabSize, H]);
-  const gdn = gdnTensors(cfg);
   const qr = qRowsPerHead(cfg);
   for (let i = 0; i < cfg.numLayers; i++) {
     const p = `model.layers.${i}`;
@@ -60,7 +60,7 @@ export function hfLoadPlan(cfg: ModelConfig, shard: TpShard): Map<string, HfEntr
     whole(`${p}.input_layernorm.weight`, [H]);
     whole(`${p}.post_attention_layernorm.weight`, [H]);
     if (isGdnLayer(cfg, i)) {
-      for (const t of gdn.get(i)!) whole(t.name, t.shape);
+      for (const t of gdnLocalTensors(cfg, shard, i)) plan.set(t.name, { shape: t.shape, writes: t.writes });
     } else {
       whole(`${p}.self_attn.q_norm.weight`, [D]);
       whole(`${p}.self_attn.k_norm.weight`, [D]);
@@ -99,11 +99,14 @@ export function hfLoadPlan(cfg: ModelConfig, shard: TpShard): Map<string, HfEntr
       plan.set(f.down, { shape: [E, H, I], writes: [{ param: w2, parts: all(['down']), view: [E, H, I], dim: 2, start: s, len: Im, dstOffset: 0 }] });
       const Is = cfg.moe!.sharedExpertIntermediateSize;
       if (Is !== undefined) {
-        // The shared expert is a dense SwiGLU MLP (tp 1: whole rows).
+        // The shared expert is a dense SwiGLU MLP, split over tp like one.
         const se = `${p}.mlp.shared_expert`;
-        rows(`${se}.gate_proj.weight`, [Is, H], `${se}.gate_up_proj.weight`, 'gate', 0, Is, 0);
-        rows(`${se}.up_proj.weight`, [Is, H], `${se}.gate_up_proj.weight`, 'up', 0, Is, Is);
-        whole(`${se}.down_proj.weight`, [H, Is]);
+        const Isl = shard.sharedInterLocal,
+          s0 = shard.sharedInterStart;
+        rows(`${se}.gate_proj.weight`, [Is, H], `${se}.gate_up_proj.weight`, 'gate', s0, Isl, 0);
+        rows(`${se}.up_proj.weight`, [Is, H], `${se}.gate_up_proj.weight`, 'up', s0, Isl, Isl);
+        const sd = `${se}.down_proj.weight`;
+        plan.set(sd, { shape: [H, Is], writes: [{ param: sd, parts: ['all'], view: [H, Is], dim: 1, start: s0, len: Isl, dstOffset: 0 }] });
         whole(`${p}.mlp.shared_expert_gate.weight`, [1, H]);
       }
     } else {

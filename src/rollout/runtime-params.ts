@@ -12,10 +12,10 @@
  *
  * Qwen3.5 (qwen35-layout.ts): a full-attention layer's qkv_proj holds q_proj twice as wide
  * (per head the query, then its output gate); a Gated DeltaNet layer has its HF tensors
- * (`linear_attn.*`) as runtime parameters of the same names and shapes; the Qwen3.5-MoE
- * shared expert packs `mlp.shared_expert.gate_up_proj.weight` [2·Is, H] like the dense MLP,
- * with `shared_expert.down_proj` and `shared_expert_gate` as they are. The tp size is 1
- * (tp-shard.ts refuses more).
+ * (`linear_attn.*`) as runtime parameters of the same names, cut to the rank's heads
+ * (gdn-shard.ts: in_proj_qkv / conv1d rows q ‖ k ‖ v of its heads); the Qwen3.5-MoE shared
+ * expert packs `mlp.shared_expert.gate_up_proj.weight` [2·Is_tp, H] like the dense MLP, with
+ * `shared_expert.down_proj` [H, Is_tp] row parallel and `shared_expert_gate` replicated.
  *
  * States: 'preprocessed' (written by the checkpoint loader, waiting for the reload
  * session's finish()), 'processed' (what the forward reads), 'offloaded' (sleep
@@ -30,7 +30,8 @@ import { stridedRead } from '../runtime/device/views.js';
 import { InvalidArgumentError, WeightLayoutError } from '../runtime/errors.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import type { TpShard } from './tp-shard.js';
-import { gdnTensors, isGdnLayer, qRowsPerHead } from './qwen35-layout.js';
+import { isGdnLayer, qRowsPerHead } from './qwen35-layout.js';
+import { gdnLocalTensors } from './gdn-shard.js';
 
 export type LayoutState = 'preprocessed' | 'processed' | 'offloaded' | 'dropped';
 export type WriteLayout = 'preprocessed' | 'processed';
@@ -54,12 +55,11 @@ export function runtimeParamSpecs(cfg: ModelConfig, shard: TpShard): RuntimePara
   const specs: RuntimeParamSpec[] = [];
   const plain = (name: string, shape: number[], parts = ['all']) => specs.push({ name, preShape: shape, procShape: shape, swapOnProcess: false, parts });
   plain('model.embed_tokens.weight', [cfg.vocabSize, H]);
-  const gdn = gdnTensors(cfg);
   for (let i = 0; i < cfg.numLayers; i++) {
     const p = `model.layers.${i}`;
     plain(`${p}.input_layernorm.weight`, [H]);
     if (isGdnLayer(cfg, i)) {
-      for (const t of gdn.get(i)!) plain(t.name, t.shape);
+      for (const t of gdnLocalTensors(cfg, shard, i)) plain(t.name, t.local, t.parts);
     } else {
       plain(`${p}.self_attn.qkv_proj.weight`, [(qRowsPerHead(cfg) * shard.headsLocal + 2 * shard.kvHeadsLocal) * D, H], ['q', 'k', 'v']);
       plain(`${p}.self_attn.o_proj.weight`, [H, shard.headsLocal * D]);
@@ -88,8 +88,9 @@ export function runtimeParamSpecs(cfg: ModelConfig, shard: TpShard): RuntimePara
       });
       const Is = cfg.moe!.sharedExpertIntermediateSize;
       if (Is !== undefined) {
-        plain(`${p}.mlp.shared_expert.gate_up_proj.weight`, [2 * Is, H], ['gate', 'up']);
-        plain(`${p}.mlp.shared_expert.down_proj.weight`, [H, Is]);
+        const Isl = shard.sharedInterLocal;
+        plain(`${p}.mlp.shared_expert.gate_up_proj.weight`, [2 * Isl, H], ['gate', 'up']);
+        plain(`${p}.mlp.shared_expert.down_proj.weight`, [H, Isl]);
         plain(`${p}.mlp.shared_expert_gate.weight`, [1, H]);
       }
     } else {

@@ -9,7 +9,13 @@
  * so every rank owns exactly one. Query head h uses kv head h / (numHeads / numKvHeads)
  * either way, so the local grouped attention is the global one restricted to the rank.
  * Embedding, norms, router and LM head are replicated.
- * Qwen3.5 (dense and MoE) runs at tp 1 only: its Gated DeltaNet layers are not sharded.
+ *
+ * Qwen3.5 (dense and MoE): a Gated DeltaNet layer splits by heads — rank r owns key heads
+ * and value heads r·Hk/tp .. and r·Hv/tp .. (value head j reads key head j / (Hv / Hk),
+ * so a rank's value heads read only its own key heads), with their conv channels and
+ * recurrent state; out_proj is row parallel. Its gated full attention splits as Qwen3's
+ * (each head's query and output gate together), and the MoE shared expert as a dense MLP.
+ * A tp that does not divide Hk, Hv or the shared expert's width is a ConfigError.
  */
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import { isQwen35, type ModelConfig } from '../model/config.js';
@@ -29,6 +35,31 @@ export interface TpShard {
   /** MoE per-expert intermediate columns per rank and the first one (0 without MoE). */
   moeInterLocal: number;
   moeInterStart: number;
+  /** Qwen3.5 GDN key / value heads per rank and the first ones (0 without GDN). */
+  gdnKeyHeadsLocal: number;
+  gdnKeyHeadStart: number;
+  gdnValueHeadsLocal: number;
+  gdnValueHeadStart: number;
+  /** Qwen3.5-MoE shared-expert intermediate columns per rank and the first one (0 without one). */
+  sharedInterLocal: number;
+  sharedInterStart: number;
+}
+
+/** Qwen3.5 sizes the tp must divide: a split that does not divide is no head- or column-aligned shard. */
+function checkQwen35(cfg: ModelConfig, tp: number): void {
+  const lin = cfg.qwen35!.linear;
+  const sizes: Array<[string, number]> = [
+    ['linear_num_key_heads', lin.numKeyHeads],
+    ['linear_num_value_heads', lin.numValueHeads],
+  ];
+  if (cfg.moe?.sharedExpertIntermediateSize !== undefined) sizes.push(['shared_expert_intermediate_size', cfg.moe.sharedExpertIntermediateSize]);
+  const bad = sizes.filter(([, n]) => n % tp !== 0);
+  if (bad.length) {
+    throw new ConfigError(
+      `The rollout engine cannot run ${cfg.modelType} at tensor parallel size ${tp}: it splits the Gated DeltaNet layers by heads (and the shared expert by columns), but tp ${tp} does not divide ${bad.map(([k, n]) => `${k} (${n})`).join(' or ')}. HINT: use a tp size that divides ${bad.map(([k]) => k).join(' and ')} (tp 1 always works).`,
+      { modelType: cfg.modelType, tpSize: tp, ...Object.fromEntries(bad) },
+    );
+  }
 }
 
 function divisible(what: string, size: number, tp: number): void {
@@ -47,12 +78,7 @@ export function tpShard(cfg: ModelConfig, tpSize: number, tpRank: number): TpSha
   if (!Number.isInteger(tpRank) || tpRank < 0 || tpRank >= tpSize) {
     throw new InvalidArgumentError(`Expected tpRank in [0, ${tpSize}) but received ${tpRank}.`, { argument: 'tpRank' });
   }
-  if (isQwen35(cfg) && tpSize > 1) {
-    throw new ConfigError(
-      `The rollout engine runs ${cfg.modelType} at tensor parallel size 1 only, but tp ${tpSize} was asked for: its Gated DeltaNet layers (heads, conv channels and recurrent state) have no tensor-parallel sharding in this build. HINT: create the engine without a tp communicator (tp = 1); for more throughput run one engine per rank.`,
-      { modelType: cfg.modelType, tpSize },
-    );
-  }
+  if (isQwen35(cfg)) checkQwen35(cfg, tpSize);
   divisible('num_attention_heads', cfg.numHeads, tpSize);
   divisible('intermediate_size', cfg.intermediateSize, tpSize);
   if (cfg.moe) divisible('moe_intermediate_size', cfg.moe.intermediateSize, tpSize);
@@ -68,6 +94,10 @@ export function tpShard(cfg: ModelConfig, tpSize: number, tpRank: number): TpSha
   const kvHeadStart = tpSize <= nKV ? tpRank * kvHeadsLocal : Math.floor(tpRank / (tpSize / nKV));
   const interLocal = cfg.intermediateSize / tpSize;
   const moeInterLocal = cfg.moe ? cfg.moe.intermediateSize / tpSize : 0;
+  const lin = cfg.qwen35?.linear;
+  const hk = lin ? lin.numKeyHeads / tpSize : 0,
+    hv = lin ? lin.numValueHeads / tpSize : 0;
+  const shared = (cfg.qwen35 && cfg.moe?.sharedExpertIntermediateSize) || 0;
   return {
     tpSize,
     tpRank,
@@ -79,5 +109,11 @@ export function tpShard(cfg: ModelConfig, tpSize: number, tpRank: number): TpSha
     interStart: tpRank * interLocal,
     moeInterLocal,
     moeInterStart: tpRank * moeInterLocal,
+    gdnKeyHeadsLocal: hk,
+    gdnKeyHeadStart: tpRank * hk,
+    gdnValueHeadsLocal: hv,
+    gdnValueHeadStart: tpRank * hv,
+    sharedInterLocal: shared / tpSize,
+    sharedInterStart: (tpRank * shared) / tpSize,
   };
 }

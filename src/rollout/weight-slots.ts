@@ -11,7 +11,9 @@
  * - where it goes: `param` at element `dstOffset` of the PREPROCESSED layout, contiguous
  *   (the loader's slice write, loader.ts SliceWrite), filling the parameter's `parts`;
  * - the transform from HF to runtime: 'identity' (the region is the whole parameter),
- *   'qkv-pack' / 'gate-up-pack' (rows of a packed q ‖ k ‖ v or gate ‖ up parameter) or
+ *   'qkv-pack' / 'gate-up-pack' (rows of a packed q ‖ k ‖ v or gate ‖ up parameter: the
+ *   attention's qkv_proj, above tp 1 a GDN in_proj_qkv / conv1d too, whose HF tensor then
+ *   has three slots on a rank, one per q / k / v region) or
  *   'expert-swap' (the fused experts, whose processed layout swaps the last two dims);
  * - `layout`: the layouts the slice write addresses — 'processed' when processing is the
  *   identity for the parameter (a direct write is the same slice), 'preprocessed' when
@@ -81,12 +83,17 @@ export function slotTensors(cfg: ModelConfig): readonly string[] {
 function transformOf(param: string, parts: readonly string[], swap: boolean): SlotTransform {
   if (swap) return 'expert-swap';
   if (param.endsWith('.qkv_proj.weight')) return 'qkv-pack';
+  // A Qwen3.5 GDN in_proj_qkv / conv1d above tp 1: the rank's q, k and v channels packed (gdn-shard.ts).
+  if (/\.linear_attn\.(in_proj_qkv|conv1d)\.weight$/.test(param) && parts.length === 1 && ['q', 'k', 'v'].includes(parts[0]!)) return 'qkv-pack';
   if (param.endsWith('.gate_up_proj.weight')) return 'gate-up-pack';
   if (parts.length === 1 && parts[0] === 'all') return 'identity';
   throw new InvalidArgumentError(`Weight slots: runtime parameter ${param} (parts ${parts.join(', ')}) has no known transform.`, { parameter: param });
 }
 
-/** The slots of one HF tensor from its loader plan entry (one per runtime parameter it writes). */
+/**
+ * The slots of one HF tensor from its loader plan entry: one per slice write (per runtime
+ * parameter; per q / k / v region for a GDN in_proj_qkv / conv1d above tp 1).
+ */
 export function slotsOfEntry(cfg: ModelConfig, shard: TpShard, hf: string, entry: HfEntry, params?: RuntimeParams): SlotDescriptor[] {
   return entry.writes.map((w) => {
     const swap = /\.mlp\.experts\.w(13|2)_weight$/.test(w.param);

@@ -6,8 +6,8 @@
  *   1. (server) the engine TP size, agreed by an all-reduce;
  *   2. trainers enqueue the fingerprint of what they own of every region (their pieces,
  *      filtered to the region), all-reduced (sum mod 2^64) to every rank;
- *   3. each engine rank fingerprints the region of every tensor it holds, from its
- *      runtime parameters in the processed layout, and compares;
+ *   3. each engine rank fingerprints the region of every tensor it holds (the sum over its
+ *      slots of the tensor), from its runtime parameters in the processed layout, and compares;
  *   4. the verdicts of all ranks are all-gathered, so every rank returns or throws the
  *      same WeightSyncError, naming each engine rank that differs, the tensor and both
  *      fingerprints.
@@ -17,7 +17,7 @@ import type { Communicator } from '../runtime/comm/comm.js';
 import { WeightSyncError } from '../runtime/errors.js';
 import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/engine.js';
-import type { SlotDescriptor } from '../rollout/weight-slots.js';
+import { slotsByHf, type SlotDescriptor } from '../rollout/weight-slots.js';
 import type { WeightSource } from '../parallel/weight-sources.js';
 import { enqueueFingerprint, hex } from './fingerprint.js';
 import { engineView, regionTable } from './regions.js';
@@ -42,11 +42,24 @@ export interface FingerprintSummary {
   seconds: number;
 }
 
-/** The engine's slot of each HF tensor (the first, when a tensor fills several parameters). */
-function slotOf(engine: RolloutEngine): (hf: string) => SlotDescriptor {
-  const by = new Map<string, SlotDescriptor>();
-  for (const s of engine.weightSlots()) if (!by.has(s.hf)) by.set(s.hf, s);
-  return (hf) => by.get(hf)!;
+/**
+ * Enqueues out[i] += the fingerprint of what the engine holds of HF tensor `hf`: the sum over
+ * its slots of it (disjoint regions; several for a GDN in_proj_qkv / conv1d above tp 1),
+ * read from `src(param)` (the parameter's tensor, or a copy of it) in the processed layout.
+ */
+function fingerprintHeld(
+  slots: readonly SlotDescriptor[],
+  engine: RolloutEngine,
+  src: (param: string) => Tensor,
+  out: Tensor,
+  i: number,
+  stream: Stream,
+): void {
+  for (const slot of slots) {
+    const { param, view } = engineView(slot, engine.params, true);
+    const t = src(param.name);
+    enqueueFingerprint(t.reshape([t.numel]), view, out, i, stream);
+  }
 }
 
 /** Per-rank verdict: [engine, tpRank, code (0 ok, 1 mismatch, 2 layout), index, engine fp, trainer fp, mismatches]. */
@@ -88,7 +101,7 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
           throw new WeightSyncError(`Weight sync verification: the trainer holds ${p.tensor}, which is not a tensor of the model config.`, {
             tensor: p.tensor,
           });
-        for (const ri of byTensor[ti]!) enqueueFingerprint(p.src, p.view, trainer, ri, stream, { filter: table.regions[ri]! });
+        for (const ri of byTensor[ti]!) for (const filter of table.regions[ri]!.filters) enqueueFingerprint(p.src, p.view, trainer, ri, stream, { filter });
       }
     }
     if (multi) await comm!.allReduce(trainer, trainer, 'sum', stream);
@@ -108,11 +121,8 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
         rec[3] = BigInt(bad);
       } else {
         const mine = make(Tensor.zeros(device, [table.tensors.length], 'int64', { stream }));
-        const slots = slotOf(engine);
-        table.tensors.forEach((t, i) => {
-          const { param, view } = engineView(slots(t.name), engine.params, true);
-          enqueueFingerprint(param.tensor!.reshape([param.tensor!.numel]), view, mine, i, stream);
-        });
+        const slots = slotsByHf(engine.weightSlots());
+        table.tensors.forEach((t, i) => fingerprintHeld(slots.get(t.name)!, engine, (n) => engine.params.get(n).tensor!, mine, i, stream));
         const [got, want] = (await Promise.all([mine.toArray(wait), trainer.toArray(wait)])) as [BigInt64Array, BigInt64Array];
         let n = 0;
         passed = got.slice();
@@ -227,12 +237,8 @@ export async function checkBaseFingerprints(
       rec[0] = 1n;
       rec[1] = BigInt(engine.shard.tpRank);
       const mine = make(Tensor.zeros(engine.device, [names.length], 'int64', { stream }));
-      const slots = slotOf(engine);
-      names.forEach((name, i) => {
-        const { param, view } = engineView(slots(name), engine.params, true);
-        const src = base?.get(param.name) ?? param.tensor!;
-        enqueueFingerprint(src.reshape([src.numel]), view, mine, i, stream);
-      });
+      const slots = slotsByHf(engine.weightSlots());
+      names.forEach((name, i) => fingerprintHeld(slots.get(name)!, engine, (n) => base?.get(n) ?? engine.params.get(n).tensor!, mine, i, stream));
       const got = (await mine.toArray({ stream, timeoutMs: x.timeoutMs })) as BigInt64Array;
       let n = 0;
       names.forEach((_, i) => {

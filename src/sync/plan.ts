@@ -75,6 +75,13 @@ const geometryOf = (s: SlotDescriptor): SliceGeometry => ({
   dstOffset: s.dstOffset,
 });
 
+/**
+ * Every HF tensor of the source has a view in `vs` (a part's views can be empty: fsdp2's
+ * dim-0 chunks of a one-row tensor leave the second rank nothing); a part that holds none
+ * of a tensor cannot be the engine rank's slice of it, however its other views match.
+ */
+const covers = (vs: readonly HfView[], hfs: ReadonlySet<string>) => [...hfs].every((hf) => vs.some((v) => v.hf === hf));
+
 /** sources × slots → one step per source, in source order (see the file header). */
 export function planSync(sources: readonly SourceDescriptor[], slots: SlotSet, mode: 'colocate' | 'server'): SyncStep[] {
   const tp = slots.tpSize;
@@ -93,7 +100,7 @@ export function planSync(sources: readonly SourceDescriptor[], slots: SlotSet, m
     const sameTp = tp === s.parts && s.map.kind !== 'experts';
     if (mode === 'colocate') {
       // The engine rank of the piece's index is this rank (colocated: the same ranks in the same order).
-      if (sameTp && slots.mine?.tpRank === s.part && views.every((vs, p) => matchViews(vs, group[p]!))) {
+      if (sameTp && slots.mine?.tpRank === s.part && views.every((vs, p) => covers(vs, hfs) && matchViews(vs, group[p]!))) {
         step.kind = 'local';
         step.local = { views: matchViews(views[s.part]!, group[s.part]!)!, params: [] };
       } else if (s.parts === 1) step.kind = 'whole';
@@ -106,7 +113,7 @@ export function planSync(sources: readonly SourceDescriptor[], slots: SlotSet, m
       step.ranges = views;
       return step;
     }
-    if (sameTp && mine) {
+    if (sameTp && mine && covers(views[slots.mine!.tpRank]!, hfs)) {
       const k = slots.mine!.tpRank;
       const params = localGeometry(views[k]!, (hf) => (mine.get(hf) ?? []).map((x) => ({ ...geometryOf(x), param: x.param })), s.localNumel);
       if (params) {

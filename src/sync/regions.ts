@@ -1,8 +1,9 @@
 /**
  * The canonical form a weight sync is verified in: every HF tensor of the model (experts
  * fused: gate_up_proj [E, 2I, H], down_proj [E, H, I]) and, per engine TP rank, the region
- * of it that rank holds — the region of the rank's weight slot (rollout/weight-slots.ts:
- * view, dim, start, len), or the whole tensor for the replicated ones. In placement terms
+ * of it that rank holds — the union of the regions of the rank's weight slots of it
+ * (rollout/weight-slots.ts: view, dim, start, len; several for a GDN in_proj_qkv / conv1d
+ * above tp 1, its q, k and v channels), or the whole tensor for the replicated ones. In placement terms
  * a region is the tensor's Shard (a dim range) or Replicate on the engine side; the slot's
  * runtime parameter plus the affine view (engineView) reads the region out of it in its
  * current layout, transposed experts included.
@@ -10,7 +11,7 @@
 import type { ModelConfig } from '../model/config.js';
 import { paramSpecs } from '../model/params.js';
 import type { RuntimeParam } from '../rollout/runtime-params.js';
-import { groupSlots, type SlotDescriptor } from '../rollout/weight-slots.js';
+import { groupSlots, slotsByHf, type SlotDescriptor } from '../rollout/weight-slots.js';
 import type { AffineView, RegionFilter } from './fingerprint.js';
 import { isLoraName } from './colocate-sources.js';
 
@@ -28,9 +29,14 @@ export function canonicalTensors(cfg: ModelConfig): CanonicalTensor[] {
     .map((s) => ({ name: s.name, shape: [...s.shape] }));
 }
 
-/** A region of one canonical tensor: canonical indices g with (g mod period) in [start, start + len) (period 0: all of it). */
-export interface Region extends RegionFilter {
+/**
+ * A region of one canonical tensor: the canonical indices that pass any of `filters`
+ * (each: g mod period in [start, start + len); period 0: all of it). The filters of one
+ * region are disjoint (distinct slots of one rank), so its fingerprint is their sum.
+ */
+export interface Region {
   tensor: number;
+  filters: RegionFilter[];
 }
 
 /**
@@ -50,17 +56,11 @@ export function regionTable(cfg: ModelConfig, engineTp: number): RegionTable {
   const seen = new Map<string, number>();
   const slot: number[][] = [];
   for (const slots of groupSlots(cfg, engineTp)) {
-    const first = new Map<string, SlotDescriptor>();
-    for (const x of slots) if (!first.has(x.hf)) first.set(x.hf, x);
+    const byHf = slotsByHf(slots);
     slot.push(
       tensors.map((t, i) => {
-        const w = first.get(t.name)!.region;
-        const inner = numel(w.view.slice(w.dim + 1));
-        const r: Region =
-          w.len === w.view[w.dim]
-            ? { tensor: i, period: 0, start: 0, len: 0 }
-            : { tensor: i, period: w.view[w.dim]! * inner, start: w.start * inner, len: w.len * inner };
-        const key = `${i}:${r.period}:${r.start}:${r.len}`;
+        const r: Region = { tensor: i, filters: byHf.get(t.name)!.map(filterOf) };
+        const key = `${i}:${r.filters.map((f) => `${f.period}:${f.start}:${f.len}`).join(',')}`;
         let at = seen.get(key);
         if (at === undefined) {
           seen.set(key, (at = regions.length));
@@ -71,6 +71,13 @@ export function regionTable(cfg: ModelConfig, engineTp: number): RegionTable {
     );
   }
   return { tensors, regions, slot };
+}
+
+/** The filter of the canonical indices one slot holds. */
+function filterOf(x: SlotDescriptor): RegionFilter {
+  const w = x.region;
+  const inner = numel(w.view.slice(w.dim + 1));
+  return w.len === w.view[w.dim] ? { period: 0, start: 0, len: 0 } : { period: w.view[w.dim]! * inner, start: w.start * inner, len: w.len * inner };
 }
 
 /**
