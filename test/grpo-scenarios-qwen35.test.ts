@@ -1,12 +1,17 @@
 /**
- * The GRPO scenario matrix for Qwen3.5 and Qwen3.5-MoE end to end under `launch`
- * (test/fixtures/grpo/scenario.mjs with the tiny configs of test/helpers/qwen35-configs.ts):
- * fsdp2 trainer → weight sync → engine at tp 1, every combination of colocate (2 ranks) / server
- * (2 trainer + 2 engine ranks), dense / MoE and full / LoRA (adapters on the GDN projections
- * in_proj_qkv / out_proj and the gated q_proj), 2 GRPO steps each with verification on: after every sync the coordinator
- * compares exact per-tensor fingerprints on every engine rank and the probe log-probs of trainer
- * and engine, and fails the run when they disagree. megatron trainers too: the MoE at tp1·ep2,
- * the dense at tp2 (GDN layers whole on every TP rank), full weights, 2 verified steps each.
+ * The seven-scenario GRPO smoke matrix on tiny Qwen3.5 / Qwen3.5-MoE end to end under `launch`
+ * (test/fixtures/grpo/scenario.mjs with the tiny configs of test/helpers/qwen35-configs.ts), one
+ * table row per scenario: placement, model, trainer → engine, full or LoRA, its purpose in its name.
+ * Every run makes 2 GRPO steps with verification on: after every sync the coordinator compares exact
+ * per-tensor fingerprints on every engine rank and the probe log-probs of trainer and engine, and fails
+ * the run when they disagree; the test checks each step's verification and that a full sync moved the
+ * whole model while a LoRA sync moved the adapters alone. megatron runs the MoE at tp1·ep2 and the
+ * dense at tp2 (every GDN layer whole on both TP ranks). The engine runs Qwen3.5 at tp 1 only
+ * (its GDN layers are not sharded), so a server run has two engine replicas on 2 ranks.
+ *
+ * Scenario 6 (Qwen3-MoE fsdp2 → engine TP 4, LoRA, 5 steps: fused expert runtime sync, processed-layout
+ * writeback) is a Qwen3 scenario: it runs in test/grpo-scenarios.test.ts as
+ * 'colocate MoE fsdp2 -> engine TP=4, LoRA, 5 steps'.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -24,104 +29,117 @@ beforeAll(() => {
 }, 120_000);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
+type Model = 'dense' | 'moe';
 const MODELS = { dense: grpoReady(TEXT), moe: grpoReady(MOE_TEXT) };
+// Adapters on the GDN projections (in_proj_qkv / out_proj), the gated q_proj, the MLP or shared expert
+// and, on the MoE, the fused experts' down_proj.
 const LORA = {
   dense: { rank: 4, alpha: 8, targetModules: ['in_proj_qkv', 'out_proj', 'q', 'o', 'up'] },
   moe: { rank: 4, alpha: 8, targetModules: ['in_proj_qkv', 'out_proj', 'q', 'v', 'shared_down'], targetParameters: ['mlp.experts.down_proj'] },
 };
+const MEGATRON = { dense: { strategy: 'megatron', tp: 2 }, moe: { strategy: 'megatron', tp: 1, ep: 2 } };
+const FSDP2 = { strategy: 'fsdp2' };
 
-// Every combination: colocate on 2 ranks, server on 2 trainer + 2 engine ranks (two replicas).
-const SCENARIOS = (['colocate', 'server'] as const).flatMap((mode) =>
-  (['dense', 'moe'] as const).flatMap((model) =>
-    [false, true].map((lora) => ({
-      name: `${mode} qwen3.5 ${model} fsdp2 -> engine tp 1${mode === 'server' ? ' (2 replicas)' : ''}, ${lora ? 'LoRA' : 'full'}`,
-      nproc: mode === 'server' ? 4 : 2,
-      mode,
-      model,
-      lora,
-    })),
-  ),
-);
+interface Scenario {
+  name: string;
+  mode: 'colocate' | 'server';
+  model: Model;
+  trainer: Record<string, unknown>;
+  lora: boolean;
+}
+
+// The seven (scenario 6 is in test/grpo-scenarios.test.ts, see above).
+const SEVEN: Scenario[] = [
+  {
+    name: '1. colocate dense megatron tp2 -> engine, full (basic dense + colocate path)',
+    mode: 'colocate',
+    model: 'dense',
+    trainer: MEGATRON.dense,
+    lora: false,
+  },
+  { name: '2. colocate dense megatron tp2 -> engine, LoRA (dense + LoRA weight sync)', mode: 'colocate', model: 'dense', trainer: MEGATRON.dense, lora: true },
+  {
+    name: '3. colocate MoE megatron ep2 -> engine, full (megatron MoE processed-layout sync)',
+    mode: 'colocate',
+    model: 'moe',
+    trainer: MEGATRON.moe,
+    lora: false,
+  },
+  { name: '4. colocate MoE megatron ep2 -> engine, LoRA (megatron MoE + LoRA path)', mode: 'colocate', model: 'moe', trainer: MEGATRON.moe, lora: true },
+  { name: '5. colocate MoE fsdp2 -> engine, full (fused expert / pre-process layout sync)', mode: 'colocate', model: 'moe', trainer: FSDP2, lora: false },
+  {
+    name: '7. server MoE megatron ep2 -> standalone engine server, full (broadcast, full-reload post-processing, MoE inference)',
+    mode: 'server',
+    model: 'moe',
+    trainer: MEGATRON.moe,
+    lora: false,
+  },
+];
+// fsdp2 paths the seven leave out: a server fed by fsdp2, and fsdp2 LoRA on Qwen3.5 (dense adapters over the
+// server broadcast, the MoE's fused-expert adapters colocated).
+const FSDP2_EXTRA: Scenario[] = [
+  {
+    name: 'server dense fsdp2 -> engine server, LoRA (fsdp2 server feed, adapter-only broadcasts)',
+    mode: 'server',
+    model: 'dense',
+    trainer: FSDP2,
+    lora: true,
+  },
+  { name: 'colocate MoE fsdp2 -> engine, LoRA (fsdp2 fused-expert adapters)', mode: 'colocate', model: 'moe', trainer: FSDP2, lora: true },
+];
+
 /** fp32 bytes of the whole model: what a full sync moves; an adapter-only sync moves far less. */
-const modelBytes = (model: 'dense' | 'moe') => paramSpecs(parseModelConfig(MODELS[model])).reduce((n, p) => n + 4 * p.shape.reduce((a, b) => a * b, 1), 0);
+const modelBytes = (model: Model) => paramSpecs(parseModelConfig(MODELS[model])).reduce((n, p) => n + 4 * p.shape.reduce((a, b) => a * b, 1), 0);
 
-function runCfg(name: string, extra: Record<string, unknown>): Record<string, unknown> {
-  return {
+interface StepLog {
+  step: number;
+  verified: { checksums: boolean; fingerprints: number; maxLogprobDiff: number } | null;
+  syncBytes: number;
+  rewardMean: number;
+}
+
+async function runScenario(s: Scenario): Promise<void> {
+  const trainer = { ...s.trainer, ...(s.lora ? { lora: LORA[s.model] } : {}) };
+  const cfg = {
+    mode: s.mode,
+    modelConfig: MODELS[s.model],
+    trainer,
+    engine: { tp: 1 },
     steps: 2,
     promptsPerStep: 4,
     numGenerations: 4,
     maxNewTokens: 8,
     seed: 3,
-    log: join(dir, `${name.replace(/\W+/g, '-')}.jsonl`),
+    log: join(dir, `${s.name.replace(/\W+/g, '-')}.jsonl`),
     progress: false,
     sync: { verify: true, tolerance: 1e-3, bucketBytes: 65536 },
-    ...extra,
   };
+  // Server: 2 trainer ranks + 2 engine ranks (two tp-1 replicas); colocate: 2 ranks sharing both roles.
+  const nproc = s.mode === 'server' ? 4 : 2;
+  const r = await launchFixture(nproc, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+  expect(r.stderr, r.stdout.slice(-3000)).toBe('');
+  expect(r.code).toBe(0);
+  const res = r.results[0] as unknown as { steps: number; log: StepLog[] };
+  expect(res.steps).toBe(2);
+  expect(res.log.map((l) => l.step)).toEqual([1, 2]);
+  for (const l of res.log) {
+    expect(l.verified, `step ${l.step}`).not.toBeNull();
+    expect(l.verified!.checksums).toBe(true);
+    expect(l.verified!.fingerprints).toBeGreaterThan(0);
+    expect(l.verified!.maxLogprobDiff).toBeLessThan(1e-3);
+    // LoRA runs sync the adapters alone (the base went over once, before step 1); full runs the whole model.
+    if (s.lora) {
+      expect(l.syncBytes).toBeGreaterThan(0);
+      expect(l.syncBytes).toBeLessThan(modelBytes(s.model) / 4);
+    } else expect(l.syncBytes).toBeGreaterThanOrEqual(modelBytes(s.model));
+    expect(Number.isFinite(l.rewardMean)).toBe(true);
+  }
 }
 
-describe('GRPO scenario matrix, Qwen3.5 (launch, verified syncs)', () => {
-  for (const s of SCENARIOS) {
-    it(
-      s.name,
-      async () => {
-        const trainer = { strategy: 'fsdp2', ...(s.lora ? { lora: LORA[s.model] } : {}) };
-        const cfg = runCfg(s.name, { mode: s.mode, modelConfig: MODELS[s.model], trainer, engine: { tp: 1 } });
-        const r = await launchFixture(s.nproc, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
-        expect(r.stderr, r.stdout.slice(-3000)).toBe('');
-        expect(r.code).toBe(0);
-        const res = r.results[0] as unknown as {
-          steps: number;
-          log: Array<{
-            step: number;
-            verified: { checksums: boolean; fingerprints: number; maxLogprobDiff: number } | null;
-            syncBytes: number;
-            rewardMean: number;
-          }>;
-        };
-        expect(res.steps).toBe(2);
-        expect(res.log.map((l) => l.step)).toEqual([1, 2]);
-        for (const l of res.log) {
-          expect(l.verified, `step ${l.step}`).not.toBeNull();
-          expect(l.verified!.checksums).toBe(true);
-          expect(l.verified!.fingerprints).toBeGreaterThan(0);
-          expect(l.verified!.maxLogprobDiff).toBeLessThan(1e-3);
-          expect(l.syncBytes).toBeGreaterThan(0);
-          // LoRA runs sync the adapters alone (the base went over once, before step 1); full runs the whole model.
-          if (s.lora) expect(l.syncBytes).toBeLessThan(modelBytes(s.model) / 4);
-          else expect(l.syncBytes).toBeGreaterThanOrEqual(modelBytes(s.model));
-          expect(Number.isFinite(l.rewardMean)).toBe(true);
-        }
-      },
-      180_000,
-    );
-  }
+describe('GRPO seven-scenario matrix, Qwen3.5 (launch, verified syncs)', () => {
+  for (const s of SEVEN) it(s.name, () => runScenario(s), 180_000);
+});
 
-  // megatron trains Qwen3.5 too: the MoE with its experts over 2 EP ranks, the dense with full attention and
-  // the MLP over 2 TP ranks (every GDN layer whole on both); the engine at tp 1, syncs verified as above.
-  it.each([
-    ['moe', { strategy: 'megatron', tp: 1, ep: 2 }],
-    ['dense', { strategy: 'megatron', tp: 2 }],
-  ] as const)(
-    'colocate qwen3.5 %s megatron %o -> engine tp 1, full',
-    async (model, trainer) => {
-      const cfg = runCfg(`megatron-${model}`, { mode: 'colocate', modelConfig: MODELS[model], trainer, engine: { tp: 1 } });
-      const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
-      expect(r.stderr, r.stdout.slice(-3000)).toBe('');
-      expect(r.code).toBe(0);
-      const res = r.results[0] as unknown as {
-        steps: number;
-        log: Array<{ step: number; verified: { checksums: boolean; fingerprints: number; maxLogprobDiff: number } | null; syncBytes: number }>;
-      };
-      expect(res.steps).toBe(2);
-      expect(res.log.map((l) => l.step)).toEqual([1, 2]);
-      for (const l of res.log) {
-        expect(l.verified, `step ${l.step}`).not.toBeNull();
-        expect(l.verified!.checksums).toBe(true);
-        expect(l.verified!.fingerprints).toBeGreaterThan(0);
-        expect(l.verified!.maxLogprobDiff).toBeLessThan(1e-3);
-        expect(l.syncBytes).toBeGreaterThanOrEqual(modelBytes(model));
-      }
-    },
-    180_000,
-  );
+describe('GRPO fsdp2 on Qwen3.5 beyond the seven (launch, verified syncs)', () => {
+  for (const s of FSDP2_EXTRA) it(s.name, () => runScenario(s), 180_000);
 });
