@@ -171,6 +171,16 @@ describe('errors say what was found and what was expected', () => {
     );
   });
 
+  it('asking for the router load-balancing loss is refused, not silently dropped (false or absent passes)', () => {
+    const e = errorOf(() => parseModelConfig({ ...raw(MOE), output_router_logits: true, router_aux_loss_coef: 0.001 }));
+    expect(e.message).toMatch(
+      /"output_router_logits" is true; the router auxiliary \(load-balancing\) loss is not implemented for qwen3_moe\. HINT: set it to false/,
+    );
+    expect(parseModelConfig({ ...raw(MOE), output_router_logits: false, router_aux_loss_coef: 0.001 }).moe?.numExperts).toBe(8);
+    // A dense config has no router: the field means nothing there.
+    expect(parseModelConfig({ ...raw(DENSE), output_router_logits: true }).moe).toBeUndefined();
+  });
+
   it('GQA needs whole groups; head_dim even', () => {
     expect(errorOf(() => parseModelConfig({ ...raw(DENSE), num_key_value_heads: 3 })).message).toMatch(/not a multiple of num_key_value_heads \(3\)/);
     expect(errorOf(() => parseModelConfig({ ...raw(DENSE), head_dim: 31 })).message).toMatch(/head_dim is 31; expected an even number/);

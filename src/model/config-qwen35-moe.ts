@@ -8,6 +8,7 @@
  * rather than trained as something the checkpoint was not.
  */
 import type { MoeConfig } from './config.js';
+import { refuseRouterAuxLoss } from './router-aux-loss.js';
 
 type Fail = (msg: string, details?: Record<string, unknown>) => never;
 
@@ -37,13 +38,7 @@ export function parseQwen35Moe(t: Record<string, unknown>, fail: Fail): MoeConfi
   refuse('norm_topk_prob', (v) => v === true, 'always renormalises the top-k router probabilities (true)');
   refuse('decoder_sparse_step', (v) => v === 1, 'has the sparse block in every layer (decoder_sparse_step 1)');
   refuse('mlp_only_layers', (v) => Array.isArray(v) && v.length === 0, 'has no dense-MLP layers (mlp_only_layers [])');
-  // The load-balancing loss is a training objective Ascent does not add; asking for it must not pass silently.
-  if (t.output_router_logits !== undefined && t.output_router_logits !== null && t.output_router_logits !== false) {
-    fail(
-      `field "output_router_logits" is ${JSON.stringify(t.output_router_logits)}; the router auxiliary (load-balancing) loss is not implemented for qwen3_5_moe. HINT: set it to false (router_aux_loss_coef is then unused).`,
-      { field: 'output_router_logits' },
-    );
-  }
+  refuseRouterAuxLoss(t, 'qwen3_5_moe', fail);
   return {
     numExperts: sizes.num_experts!,
     topK: sizes.num_experts_per_tok!,

@@ -19,6 +19,7 @@ import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/device/dtype.js';
 import { parseQwen35, qwen35Family, qwen35HFFields, qwen35TextView, type Qwen35Config, type Qwen35Raw } from './config-qwen35.js';
 import { parseQwen35Moe, qwen35MoeHFFields } from './config-qwen35-moe.js';
+import { refuseRouterAuxLoss } from './router-aux-loss.js';
 
 export const MODEL_TYPES = ['qwen3', 'qwen3_moe', 'qwen3_5', 'qwen3_5_moe'] as const;
 /** model_type values accepted in config.json (`qwen3_5_text` / `qwen3_5_moe_text` are the text configs). */
@@ -165,6 +166,7 @@ export function parseModelConfig(raw: unknown, source = 'config.json'): ModelCon
   const isMoe = modelType === 'qwen3_moe';
   const base = check(baseSchema, obj, source);
   const moeRaw = isMoe ? check(moeSchema, obj, source) : undefined;
+  if (isMoe) refuseRouterAuxLoss(obj, 'qwen3_moe', fail);
 
   const numHeads = base.num_attention_heads;
   const numKvHeads = base.num_key_value_heads ?? numHeads; // HF default: no GQA
