@@ -6,8 +6,9 @@
  * per-tensor fingerprints on every engine rank and the probe log-probs of trainer and engine, and fails
  * the run when they disagree; the test checks each step's verification and that a full sync moved the
  * whole model while a LoRA sync moved the adapters alone. megatron runs the MoE at tp1·ep2 and the
- * dense at tp2 (every GDN layer whole on both TP ranks). The engine runs Qwen3.5 at tp 1 only
- * (its GDN layers are not sharded), so a server run has two engine replicas on 2 ranks.
+ * dense at tp2 (every GDN layer whole on both TP ranks). The seven run the engine at tp 1 (a server run
+ * has two engine replicas on 2 ranks); three more rows run it at tp 2 (GDN split by heads), fed by megatron
+ * and fsdp2, colocated and as one tp-2 server replica.
  *
  * Scenario 6 (Qwen3-MoE fsdp2 → engine TP 4, LoRA, 5 steps: fused expert runtime sync, processed-layout
  * writeback) is a Qwen3 scenario: it runs in test/grpo-scenarios.test.ts as
@@ -46,6 +47,8 @@ interface Scenario {
   model: Model;
   trainer: Record<string, unknown>;
   lora: boolean;
+  /** Engine tensor parallelism (default 1). */
+  engineTp?: 1 | 2;
 }
 
 // The seven (scenario 6 is in test/grpo-scenarios.test.ts, see above).
@@ -88,6 +91,14 @@ const FSDP2_EXTRA: Scenario[] = [
   { name: 'colocate MoE fsdp2 -> engine, LoRA (fsdp2 fused-expert adapters)', mode: 'colocate', model: 'moe', trainer: FSDP2, lora: true },
 ];
 
+// The engine at tp 2: every GDN tensor and the gated attention split by heads on its 2 ranks, written by the
+// sync from megatron's TP / EP shards and from fsdp2's flat shards.
+const ENGINE_TP2: Scenario[] = [
+  { name: 'colocate dense megatron tp2 -> engine tp 2, full', mode: 'colocate', model: 'dense', trainer: MEGATRON.dense, lora: false, engineTp: 2 },
+  { name: 'colocate MoE fsdp2 -> engine tp 2, LoRA', mode: 'colocate', model: 'moe', trainer: FSDP2, lora: true, engineTp: 2 },
+  { name: 'server MoE megatron ep2 -> one engine replica at tp 2, full', mode: 'server', model: 'moe', trainer: MEGATRON.moe, lora: false, engineTp: 2 },
+];
+
 /** fp32 bytes of the whole model: what a full sync moves; an adapter-only sync moves far less. */
 const modelBytes = (model: Model) => paramSpecs(parseModelConfig(MODELS[model])).reduce((n, p) => n + 4 * p.shape.reduce((a, b) => a * b, 1), 0);
 
@@ -104,7 +115,7 @@ async function runScenario(s: Scenario): Promise<void> {
     mode: s.mode,
     modelConfig: MODELS[s.model],
     trainer,
-    engine: { tp: 1 },
+    engine: { tp: s.engineTp ?? 1 },
     steps: 2,
     promptsPerStep: 4,
     numGenerations: 4,
@@ -114,7 +125,7 @@ async function runScenario(s: Scenario): Promise<void> {
     progress: false,
     sync: { verify: true, tolerance: 1e-3, bucketBytes: 65536 },
   };
-  // Server: 2 trainer ranks + 2 engine ranks (two tp-1 replicas); colocate: 2 ranks sharing both roles.
+  // Server: 2 trainer ranks + 2 engine ranks (two tp-1 replicas or one tp-2); colocate: 2 ranks sharing both roles.
   const nproc = s.mode === 'server' ? 4 : 2;
   const r = await launchFixture(nproc, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
   expect(r.stderr, r.stdout.slice(-3000)).toBe('');
@@ -142,4 +153,8 @@ describe('GRPO seven-scenario matrix, Qwen3.5 (launch, verified syncs)', () => {
 
 describe('GRPO fsdp2 on Qwen3.5 beyond the seven (launch, verified syncs)', () => {
   for (const s of FSDP2_EXTRA) it(s.name, () => runScenario(s), 180_000);
+});
+
+describe('GRPO on Qwen3.5 with the engine at tp 2 (launch, verified syncs)', () => {
+  for (const s of ENGINE_TP2) it(s.name, () => runScenario(s), 180_000);
 });
