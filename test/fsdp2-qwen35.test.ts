@@ -13,49 +13,28 @@
  * - LoRA on the GDN projections, gated attention, MLP / shared expert and fused experts: loss,
  *   adapter gradients and adapters after a step within 1e-5, the base untouched.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureParallelBuilt, launchFixture, type LaunchRun } from './helpers/parallel-launch.js';
-import { MOE_TEXT, TEXT } from './helpers/qwen35-configs.js';
-import { writeCheckpoint } from '../src/model/checkpoint.js';
+import { HUB_MODELS, writeHubModel, type HubModel } from './helpers/qwen35-hub.js';
 import { parseModelConfig } from '../src/model/config.js';
-import { convertExpertLayout, initParams, paramSpecs, toHostTensors } from '../src/model/params.js';
+import { paramSpecs } from '../src/model/params.js';
 
 const FIXTURE = 'test/fixtures/train/fsdp2-qwen35.mjs';
 const TOL = 1e-5;
 const ENV = { HCCL_EXEC_TIMEOUT: '20' };
 const dir = mkdtempSync(join(tmpdir(), 'ascent-fsdp2-qwen35-'));
 
-const MODELS = {
-  dense: { model_type: 'qwen3_5', architectures: ['Qwen3_5ForConditionalGeneration'], tie_word_embeddings: true, text_config: TEXT },
-  moe: { model_type: 'qwen3_5_moe', architectures: ['Qwen3_5MoeForConditionalGeneration'], tie_word_embeddings: false, text_config: MOE_TEXT },
-} as const;
-type Which = keyof typeof MODELS;
+const MODELS = HUB_MODELS;
+type Which = HubModel;
 const cfgOf = (which: Which) => parseModelConfig(MODELS[which]);
-
-/** A model folder as the hub publishes it: text model under model.language_model., plus tensors to skip. */
-async function writeModel(which: Which): Promise<string> {
-  const out = join(dir, which);
-  mkdirSync(out);
-  writeFileSync(join(out, 'config.json'), JSON.stringify(MODELS[which], null, 2));
-  const cfg = cfgOf(which);
-  const host = convertExpertLayout(toHostTensors(initParams(cfg, 7)), cfg, 'per-expert');
-  const f32 = (n: number) => new Uint8Array(new Float32Array(n).fill(0.5).buffer);
-  const tensors = [
-    ...[...host].map(([n, t]) => ({ name: n.replace(/^model\./, 'model.language_model.'), dtype: 'F32' as const, shape: t.shape, data: t.data })),
-    { name: 'model.visual.patch_embed.proj.weight', dtype: 'F32' as const, shape: [3, 4], data: f32(12) },
-    { name: 'mtp.fc.weight', dtype: 'F32' as const, shape: [2, 2], data: f32(4) },
-  ];
-  await writeCheckpoint(out, tensors, { maxShardBytes: 64 * 1024 });
-  return out;
-}
 
 const dirs = {} as Record<Which, string>;
 beforeAll(async () => {
   ensureParallelBuilt();
-  for (const which of ['dense', 'moe'] as const) dirs[which] = await writeModel(which);
+  for (const which of ['dense', 'moe'] as const) dirs[which] = await writeHubModel(dir, which);
 }, 120_000);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
