@@ -20,6 +20,7 @@ interface Result {
   reduceScatterMax: number[];
   byLocal: { rank: number; size: number; sum: number[]; gather: number[]; peer: number[] };
   byNode: { rank: number; size: number; sum: number[] } | null;
+  splitAgain: { size: number; sum: number[] };
   ragged: Array<{ rank: number; size: number; broadcast: number[]; sum: number[]; gather: number[]; p2p: number[]; refused: string | null }>;
 }
 
@@ -53,6 +54,7 @@ describe.skipIf(skip !== null)('collectives across processes under mpirun (2 pro
       expect(x.reduceScatterMax).toEqual([10 * x.rank + 3, 0]);
       const local = x.rank % 2;
       expect(x.byLocal).toEqual({ rank: x.rank >> 1, size: 2, sum: [local + (local + 2)], gather: [local, local + 2], peer: [(x.rank + 2) % SIZE] });
+      expect(x.splitAgain).toEqual({ size: 2, sum: [local + 1 + (local + 3)] });
       expect(x.byNode).toEqual(x.rank === 3 ? null : { rank: x.rank % 2, size: x.rank < 2 ? 2 : 1, sum: [x.rank < 2 ? 1 : 2] });
       // Ragged fan-outs {f, 2, 3} (f = 0, 1): one rank of process 0, two of process 1.
       const fans = x.rank < 2 ? [x.rank] : [0, 1];
