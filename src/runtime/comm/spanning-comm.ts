@@ -109,6 +109,10 @@ export class SpanningCommunicator extends Communicator {
     return this.#offsets[this.layout.nnodes - 1]! + this.#counts[this.layout.nnodes - 1]!;
   }
 
+  override get spansProcesses(): boolean {
+    return this.layout.nnodes > 1;
+  }
+
   /** True when its processes hold unequal numbers of its ranks (a ragged split). */
   get ragged(): boolean {
     return this.#ragged;
