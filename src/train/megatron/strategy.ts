@@ -50,6 +50,7 @@ import { expertNames, hfToMegatron, megatronSpecs, megatronToHf, tpGather, tpLoc
 import { PendingComms } from './comm-ops.js';
 import { checkParallelSizes, layoutName, type ParallelSizes } from './layout.js';
 import { refuseQwen35OnMegatron } from './qwen35-limits.js';
+import { refuseMegatronAcrossProcesses } from './span-limits.js';
 import { MegatronModel, type ParallelLinearHook } from './model.js';
 import { GradBuckets, stackExperts, type Unit } from './units.js';
 import { MegatronLocalParams } from './local-params.js';
@@ -146,6 +147,7 @@ export class MegatronStrategy implements TrainStrategy {
   /** Collective over `comm`: builds the mesh and groups, and uploads this rank's shards. */
   static async create(o: MegatronOptions): Promise<MegatronStrategy> {
     refuseQwen35OnMegatron(o.cfg, o.tp, 'MegatronStrategy.create()'); // before any collective: every rank throws alike
+    refuseMegatronAcrossProcesses(o.comm, 'MegatronStrategy.create()'); // likewise
     const sizes = checkParallelSizes(o.cfg, o.comm.size, o);
     const given = o.params instanceof MegatronLocalParams ? o.params : null;
     // Full parameters: validates names and shapes before any collective.
