@@ -1,6 +1,7 @@
 // GRPO in server mode across processes: mpirun -np 2 x launch --nproc-per-node 2 puts the
 // trainers (ranks 0-1) on process 0 and the engines (ranks 2-3) on process 1, the
-// standalone rollout server layout. The run ends with every weight sync verified and the
+// standalone rollout server layout; -np 4 x --nproc-per-node 1 spreads the fsdp2 trainer
+// group itself over processes 0 and 1. The run ends with every weight sync verified and the
 // rewards of the same run in one process; an engine process killed mid-run makes the
 // trainer process fail at once, naming it.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -53,6 +54,16 @@ function steps(log: string): StepRecord[] {
   return records.filter((r): r is StepRecord => r.type === 'step');
 }
 
+/** What a run computes (not its timings): compared between layouts. */
+const pick = (s: StepRecord) => ({
+  step: s.step,
+  rewardMean: s.rewardMean,
+  rewardStd: s.rewardStd,
+  rewards: s.rewards,
+  loss: s.loss,
+  gradNorm: s.gradNorm,
+});
+
 describe.skipIf(skip !== null)('GRPO server mode across processes under mpirun (trainers on process 0, engines on process 1)', () => {
   it('runs to the end with every sync verified and the rewards of the single-process run, bit for bit', async () => {
     const acrossLog = join(dir, 'across.jsonl');
@@ -76,16 +87,31 @@ describe.skipIf(skip !== null)('GRPO server mode across processes under mpirun (
     // in one process either way (its gradient reductions are the same local ones), a broadcast
     // between processes moves fp32 bytes unchanged, and engine tp = 1 samples on one rank each.
     // So every sample, reward, loss and gradient norm is the same float.
-    const pick = (s: StepRecord) => ({
-      step: s.step,
-      rewardMean: s.rewardMean,
-      rewardStd: s.rewardStd,
-      rewards: s.rewards,
-      loss: s.loss,
-      gradNorm: s.gradNorm,
-    });
     expect(across.map(pick)).toEqual(within.map(pick));
     expect(within.every((s) => s.verified?.checksums === true)).toBe(true);
+  }, 600_000);
+
+  it('with the trainer group spanning processes (4 processes x 1 rank: fsdp2 on processes 0 and 1) runs to the end, verified, as in one process', async () => {
+    const spanLog = join(dir, 'span.jsonl');
+    const r = await mpirunLaunch(4, ['--nproc-per-node', '1', 'examples/grpo.ts', ...flags(2, spanLog)], {}, 240_000);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).not.toMatch(/SlotPool|Aborted/);
+    const span = steps(spanLog);
+    expect(span.map((s) => s.step)).toEqual([1, 2]);
+    for (const s of span) {
+      expect(s.verified, `step ${s.step}`).not.toBeNull();
+      expect(s.verified!.checksums).toBe(true);
+      expect(s.verified!.fingerprints).toBeGreaterThan(0);
+      expect(s.verified!.maxLogprobDiff).toBeLessThanOrEqual(1e-3);
+    }
+    expect(r.stdout).toMatch(/\(\d+\.\d s, server mode, 2 trainer \/ 2 engine ranks\)/);
+
+    const oneLog = join(dir, 'span-one.jsonl');
+    const one = await launchFixture(4, 'examples/grpo.ts', flags(2, oneLog), {}, 240_000);
+    expect(one.code, one.stderr).toBe(0);
+    // Bit-equal as above: the two trainer ranks now sum their gradients between processes, but a
+    // sum of two fp32 values is the same float in either order, and fsdp2's gathers move bytes.
+    expect(span.map(pick)).toEqual(steps(oneLog).map(pick));
   }, 600_000);
 
   it('the engine process killed mid-run makes the trainer process fail fast, naming the dead process (no hang)', async () => {
