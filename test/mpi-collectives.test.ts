@@ -20,6 +20,8 @@ interface Result {
   reduceScatterMax: number[];
   byLocal: { rank: number; size: number; sum: number[]; gather: number[]; peer: number[] };
   byNode: { rank: number; size: number; sum: number[] } | null;
+  splitAgain: { size: number; sum: number[] };
+  ragged: Array<{ rank: number; size: number; broadcast: number[]; sum: number[]; gather: number[]; p2p: number[]; refused: string | null }>;
 }
 
 function results(stdout: string): Result[] {
@@ -52,7 +54,23 @@ describe.skipIf(skip !== null)('collectives across processes under mpirun (2 pro
       expect(x.reduceScatterMax).toEqual([10 * x.rank + 3, 0]);
       const local = x.rank % 2;
       expect(x.byLocal).toEqual({ rank: x.rank >> 1, size: 2, sum: [local + (local + 2)], gather: [local, local + 2], peer: [(x.rank + 2) % SIZE] });
+      expect(x.splitAgain).toEqual({ size: 2, sum: [local + 1 + (local + 3)] });
       expect(x.byNode).toEqual(x.rank === 3 ? null : { rank: x.rank % 2, size: x.rank < 2 ? 2 : 1, sum: [x.rank < 2 ? 1 : 2] });
+      // Ragged fan-outs {f, 2, 3} (f = 0, 1): one rank of process 0, two of process 1.
+      const fans = x.rank < 2 ? [x.rank] : [0, 1];
+      expect(x.ragged).toEqual(
+        fans.map((f) => ({
+          rank: x.rank < 2 ? 0 : x.rank - 1,
+          size: 3,
+          broadcast: [7 + f, 0.5],
+          sum: [f + 5],
+          gather: [f, 2, 3],
+          p2p: [x.rank === 3 ? 100 + f : 0],
+          refused: expect.stringMatching(
+            /^InvalidStateError: reduceScatter\(\) is not supported on a ragged communicator across processes \(ranks per process \[1, 2\]\)\. HINT:/,
+          ),
+        })),
+      );
     }
     expect(rs[2]!.plain).toEqual([5, 6, 7, 8]);
   }, 120_000);

@@ -118,29 +118,25 @@ describe('split across processes: plan', () => {
     ]);
   });
 
-  it('a spanning color with unequal ranks per process, or keys out of process order, is refused with a HINT', () => {
-    expect(() =>
-      planSplit(
-        pairs([
-          [0, 0],
-          [0, 1],
-          [0, 2],
-          [1, 3],
-        ]),
-        2,
-      ),
-    ).toThrow(InvalidArgumentError);
-    expect(() =>
-      planSplit(
-        pairs([
-          [0, 0],
-          [0, 1],
-          [0, 2],
-          [1, 3],
-        ]),
-        2,
-      ),
-    ).toThrow(/color 0 has members \[0, 1, 2\].*HINT:/);
+  it('a spanning color with unequal ranks per process is ragged: its blocks per process are counted', () => {
+    const plan = planSplit(
+      pairs([
+        [0, 0],
+        [1, 1],
+        [0, 2],
+        [0, 3],
+      ]),
+      2,
+    );
+    expect([...plan.groups.entries()]).toEqual([
+      [0, [0, 2, 3]],
+      [1, [1]],
+    ]);
+    expect(plan.spanning).toEqual([0]);
+    expect([...plan.counts.entries()]).toEqual([[0, [1, 2]]]);
+  });
+
+  it('a spanning color whose keys put its ranks out of process order is refused with a HINT', () => {
     // keys put rank 2 (process 1) before rank 0 (process 0)
     expect(() =>
       planSplit(
@@ -152,6 +148,29 @@ describe('split across processes: plan', () => {
         ]),
         2,
       ),
-    ).toThrow(/color 0 has members \[2, 0\]/);
+    ).toThrow(InvalidArgumentError);
+    expect(() =>
+      planSplit(
+        pairs([
+          [0, 5],
+          [1, 1],
+          [0, 2],
+          [1, 3],
+        ]),
+        2,
+      ),
+    ).toThrow(/color 0 has members \[2, 0\].*HINT:/);
+    // process 0, then 1, then 0 again: three blocks over two processes
+    expect(() =>
+      planSplit(
+        pairs([
+          [0, 0],
+          [0, 5],
+          [0, 2],
+          [-1, 3],
+        ]),
+        2,
+      ),
+    ).toThrow(/color 0 has members \[0, 2, 1\]/);
   });
 });

@@ -28,9 +28,11 @@ NetComm* ready(const char* what, int id, NetResult& r);
 // Every process of a communicator must call the same collective with the same shape, in the
 // same order: a collective is a flow whose first request exchanges the fingerprint (sequence
 // number, kind, dtype, count, reduce op / root); a mismatch fails it on every process, naming
-// them; else `post` starts the data op (`postWhat` in reports). Returns `deferred` (or an error).
+// them; else `post` starts the data op (`postWhat` in reports). When the data op's request
+// completed, `finish` (if any) gives the op's result. Returns `deferred` (or an error).
 NetResult startCollective(int commId, const char* what, int64_t kind, int64_t dtype, int64_t count, int64_t extra, int64_t timeoutMs,
-                          std::function<NetResult(NetComm&, MPI_Request*)> post, std::string postWhat, NetDone done);
+                          std::function<NetResult(NetComm&, MPI_Request*)> post, std::string postWhat, NetDone done,
+                          std::function<NetResult()> finish = nullptr);
 
 // No error when MPI started the request; else what failed to start.
 NetResult started(int rc, const std::string& what);

@@ -78,7 +78,8 @@ static NetResult compareFingerprints(const NetComm& c, const std::vector<int64_t
 }
 
 NetResult startCollective(int commId, const char* what, int64_t kind, int64_t dtype, int64_t count, int64_t extra, int64_t timeoutMs,
-                          std::function<NetResult(NetComm&, MPI_Request*)> post, std::string postWhat, NetDone done) {
+                          std::function<NetResult(NetComm&, MPI_Request*)> post, std::string postWhat, NetDone done,
+                          std::function<NetResult()> finish) {
   NetResult r;
   if (!ready(what, commId, r)) return r;
   auto mine = std::make_shared<std::vector<int64_t>>(kFp);
@@ -113,7 +114,7 @@ NetResult startCollective(int commId, const char* what, int64_t kind, int64_t dt
       return post(*c, &fl.req);
     }
     fl.req = MPI_REQUEST_NULL;
-    return out;
+    return finish ? finish() : out;
   };
   NetThread::get().startFlow(std::move(f));
   r.deferred = true;

@@ -252,7 +252,8 @@ NetResult NetThread::init() {
   Dl_info info;
   if (dladdr(reinterpret_cast<void*>(&MPI_Init), &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
   int provided = 0;
-  int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  // MULTIPLE when MPI has it: only a split's helper thread needs it (net_split.cc); FUNNELED otherwise.
+  int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
   if (rc != MPI_SUCCESS) {
     r.err = NetErr::kMpi;
     r.message = "MPI_Init_thread failed: " + mpiErrorString(rc);
@@ -262,6 +263,7 @@ NetResult NetThread::init() {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  threadMultiple_ = provided >= MPI_THREAD_MULTIPLE;
   initialized_ = true;
   const int64_t deadline = nowMs() + 120000;
   MPI_Request reqs[2];

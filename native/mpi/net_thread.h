@@ -1,5 +1,7 @@
-// The "net" thread of one process: the only thread that calls MPI (so
-// MPI_THREAD_FUNNELED is enough whatever the MPI library provides). Rank
+// The "net" thread of one process: the thread that calls MPI (so
+// MPI_THREAD_FUNNELED is enough; the one exception is a split's MPI_Comm_split,
+// which runs on a helper thread when MPI provides MPI_THREAD_MULTIPLE, see
+// net_split.cc). Rank
 // threads queue ops here; each op runs nonblocking MPI calls and waits for them
 // with MPI_Test and a backoff that ends in short sleeps (never a busy spin), under
 // the op's deadline. A control channel (its own duplicate of MPI_COMM_WORLD)
@@ -101,6 +103,8 @@ class NetThread {
   NetResult notifyAbort(const std::string& reason, int64_t timeoutMs);
 
   bool initialized() const { return initialized_; }
+  // MPI provided MPI_THREAD_MULTIPLE: a split's blocking calls may run on a helper thread (net_split.cc).
+  bool threadMultiple() const { return threadMultiple_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   MPI_Comm coll() const { return coll_; }
@@ -142,6 +146,7 @@ class NetThread {
 
   // Net-thread state.
   bool initialized_ = false;
+  bool threadMultiple_ = false;
   bool finalized_ = false;
   int rank_ = -1, size_ = 0;
   MPI_Comm coll_ = MPI_COMM_NULL, ctrl_ = MPI_COMM_NULL;

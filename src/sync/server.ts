@@ -28,6 +28,7 @@
  */
 import { copy, Tensor, type Stream } from '../runtime/device/device-index.js';
 import type { Communicator } from '../runtime/comm/comm.js';
+import { SpanningCommunicator } from '../runtime/comm/spanning-comm.js';
 import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device/device.js';
 import { viewOf } from '../runtime/device/views.js';
@@ -239,6 +240,9 @@ export class ServerSync {
             if (!bucket) continue;
             const c = fanout[r];
             if (!c) continue; // another trainer rank's bucket
+            // A process leader of a communicator across processes moves the data between its
+            // stream ops (after the net leg): what reads or refills the buffer waits for the promise.
+            const leads = c instanceof SpanningCommunicator && c.isProcessLeader;
             const slot = rx ? slots[k++ % 2]! : null;
             const route = routes?.[r]![b];
             const pack = packs[r]![b]!;
@@ -252,18 +256,20 @@ export class ServerSync {
               }
               pending.push(c.broadcast(buf, buf, 0, stream));
               this.lastBroadcasts++;
+              if (leads) await pending[pending.length - 1];
               if (rx) bucket.segments.forEach((seg, i) => pack.at[i] != null && rx.begin(seg, viewOf(buf, [seg.bytes / 4], pack.at[i]!), false).end());
             }
-            bucket.segments.forEach((seg, i) => {
-              if (pack.at[i] != null) return; // sent packed above
+            for (const [i, seg] of bucket.segments.entries()) {
+              if (pack.at[i] != null) continue; // sent packed above
               const got = rx?.begin(seg, route!.direct[i] ?? viewOf(slot!, [seg.bytes / 4], route!.offsets[i]), !!route!.direct[i]);
               if (seg.bytes) {
                 const buf = got ? got.buf : viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4);
                 pending.push(c.broadcast(buf, buf, 0, stream));
                 this.lastBroadcasts++;
+                if (leads) await pending[pending.length - 1];
               }
               got?.end();
-            });
+            }
           }
         }
         await Promise.all(pending);

@@ -1,7 +1,7 @@
 // Runs `mpirun -np P node bin/launch.mjs ...` for the multi-process tests, and says
 // why those tests are skipped when Open MPI or Ascent's MPI addon is missing.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -31,8 +31,28 @@ export interface RunResult {
   ms: number;
 }
 
-/** mpirun -np `np` node bin/launch.mjs `args`; SIGKILLed after `guardMs` (a hang then fails the test, not the suite). */
-export function mpirunLaunch(np: number, args: string[], env: NodeJS.ProcessEnv = {}, guardMs = 90_000): Promise<RunResult> {
+/** The pids of process `process` of an mpirun job started with ASCENT_TEST_MARK=`mark` (and of any child it started), read from /proc. */
+export function mpiProcessPids(mark: string, process: number): number[] {
+  const out: number[] = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    let env: string;
+    try {
+      env = readFileSync(`/proc/${d}/environ`, 'latin1');
+    } catch {
+      continue; // gone, or not ours
+    }
+    const vars = env.split('\0');
+    if (vars.includes(`ASCENT_TEST_MARK=${mark}`) && vars.includes(`OMPI_COMM_WORLD_RANK=${process}`)) out.push(Number(d));
+  }
+  return out;
+}
+
+/**
+ * mpirun -np `np` node bin/launch.mjs `args`; SIGKILLed after `guardMs` (a hang then fails the
+ * test, not the suite). `watch` sees the stdout so far on every chunk (to act mid-run).
+ */
+export function mpirunLaunch(np: number, args: string[], env: NodeJS.ProcessEnv = {}, guardMs = 90_000, watch?: (stdout: string) => void): Promise<RunResult> {
   return new Promise((resolve) => {
     const t0 = Date.now();
     const child = spawn('mpirun', ['-np', String(np), '--oversubscribe', '--bind-to', 'none', process.execPath, join(ROOT, 'bin', 'launch.mjs'), ...args], {
@@ -42,7 +62,10 @@ export function mpirunLaunch(np: number, args: string[], env: NodeJS.ProcessEnv 
     });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
+    child.stdout.on('data', (d) => {
+      stdout += d;
+      watch?.(stdout);
+    });
     child.stderr.on('data', (d) => (stderr += d));
     const guard = setTimeout(() => {
       try {

@@ -222,6 +222,16 @@ export class Communicator {
     return this.native.rank;
   }
 
+  /**
+   * True when this communicator's ranks sit in more than one process. Then a collective's
+   * recv is complete only when its promise resolves (the leader's leg between processes
+   * runs on the host): a caller must await it before enqueuing work that reads recv.
+   * In one process recv is ready in stream order, so callers may pipeline without awaiting.
+   */
+  get spansProcesses(): boolean {
+    return false;
+  }
+
   get size(): number {
     return this.native.size;
   }

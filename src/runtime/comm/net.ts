@@ -16,7 +16,7 @@ export interface NetInfo {
   /** This process's rank in MPI_COMM_WORLD (the launch's node rank). */
   rank: number;
   size: number;
-  /** The thread level MPI provided; only the net thread calls MPI, so 'funneled' suffices. */
+  /** The thread level MPI provided: 'funneled' suffices (the net thread calls MPI); 'multiple' lets a split run on a helper thread. */
   threadLevel: 'single' | 'funneled' | 'serialized' | 'multiple';
   library: string;
 }

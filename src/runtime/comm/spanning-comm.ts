@@ -25,6 +25,18 @@
  * source and destination, so each pair keeps its order), bounded by the exec
  * timeout; split() makes a communicator among the processes of each color that
  * spans processes (spanning-plan.ts says which shapes it accepts).
+ *
+ * A split may be ragged: its processes hold unequal numbers of its ranks (a weight
+ * sync's fan-out: one trainer rank of one process with every engine rank of another).
+ * Ranks still number process by process; allReduce, broadcast, allGather (padded to the
+ * largest block between processes), barrier and send / recv serve it; reduceScatter,
+ * allToAll(V) and split refuse it with a HINT.
+ *
+ * Leaders keep one order per thread: a rank may lead several spanning communicators
+ * (a process's engine rank leads every fan-out of a sync), and their local legs share
+ * its streams, where the process's other ranks enqueued them in call order. So the
+ * leader runs every net leg of its thread in call order (as blocking collectives
+ * would), whichever communicator it belongs to.
  */
 import { COMM_DTYPES, Communicator, type ReduceOp, type SplitOptions } from './comm.js';
 import { loadNet, NET_KIND_ALLTOALLV_COUNTS, netError, type NativeNet } from './net.js';
@@ -34,7 +46,7 @@ import { checkOptions } from '../device/device.js';
 import { DTYPE_CODE, describe, dtypeSize } from '../device/dtype.js';
 import type { Stream } from '../device/stream.js';
 import { Tensor } from '../device/tensor.js';
-import { InternalError, InvalidArgumentError } from '../errors.js';
+import { InternalError, InvalidArgumentError, InvalidStateError } from '../errors.js';
 
 /** Where this process sits in the job. */
 export interface ProcessLayout {
@@ -45,6 +57,9 @@ export interface ProcessLayout {
 }
 
 const NET_DTYPES = ['fp32', 'int32', 'int64'] as const;
+
+/** The leader's legs of every spanning communicator of this thread, in call order (see the header). */
+const leaderChain = { tail: Promise.resolve() as Promise<unknown>, inFlight: 0 };
 const REDUCE_CODE: Readonly<Record<ReduceOp, number>> = { sum: 0, prod: 1, max: 2, min: 3, avg: 0 };
 
 export class SpanningCommunicator extends Communicator {
@@ -53,9 +68,10 @@ export class SpanningCommunicator extends Communicator {
   readonly #net: NativeNet | undefined;
   /** The communicator among processes the net leg runs on (0 = the world; a split's otherwise). */
   readonly #commId: number;
-  /** The leader runs one hierarchical collective at a time, so its local ops keep the order its peers enqueue them in. */
-  #tail: Promise<unknown> = Promise.resolve();
-  #inFlight = 0;
+  /** This communicator's ranks in each of its processes (all equal but in a ragged split), and where each process's start. */
+  readonly #counts: readonly number[];
+  readonly #offsets: readonly number[];
+  readonly #ragged: boolean;
   /** Splits so far: every rank counts the same, so it names the new net communicators alike. */
   #splits = 0;
   readonly #p2pAcross = new CrossProcessP2P();
@@ -63,22 +79,59 @@ export class SpanningCommunicator extends Communicator {
   /** Ranks per process in the whole run: culprit processes become world ranks with it. */
   readonly #worldRanksPerProcess: number;
 
-  /** `net` names a split's communicator among processes and the run's ranks per process (default: the world's). */
-  constructor(local: Communicator, layout: ProcessLayout, net: { commId?: number; worldRanksPerProcess?: number } = {}) {
+  /**
+   * `net` names a split's communicator among processes, the run's ranks per process (default:
+   * the world's) and, for a ragged split, this communicator's ranks in each process.
+   */
+  constructor(local: Communicator, layout: ProcessLayout, net: { commId?: number; worldRanksPerProcess?: number; counts?: readonly number[] } = {}) {
     super(local.native, local.device, local.settings);
     this.local = local;
     this.layout = Object.freeze({ ...layout });
     this.#commId = net.commId ?? 0;
     this.#worldRanksPerProcess = net.worldRanksPerProcess ?? local.size;
+    const counts = net.counts ?? Array.from({ length: layout.nnodes }, () => local.size);
+    if (counts.length !== layout.nnodes || counts[layout.nodeRank] !== local.size) {
+      throw new InternalError(
+        `SpanningCommunicator: ranks per process [${counts.join(', ')}] do not fit ${layout.nnodes} processes with ${local.size} ranks in process ${layout.nodeRank}.`,
+      );
+    }
+    this.#counts = Object.freeze([...counts]);
+    this.#offsets = Object.freeze(counts.map((_, p) => counts.slice(0, p).reduce((a, b) => a + b, 0)));
+    this.#ragged = counts.some((c) => c !== counts[0]);
     this.#net = local.rank === 0 ? loadNet() : undefined;
   }
 
   override get rank(): number {
-    return this.layout.nodeRank * this.local.size + this.local.rank;
+    return this.#offsets[this.layout.nodeRank]! + this.local.rank;
   }
 
   override get size(): number {
-    return this.layout.nnodes * this.local.size;
+    return this.#offsets[this.layout.nnodes - 1]! + this.#counts[this.layout.nnodes - 1]!;
+  }
+
+  override get spansProcesses(): boolean {
+    return this.layout.nnodes > 1;
+  }
+
+  /** True when its processes hold unequal numbers of its ranks (a ragged split). */
+  get ragged(): boolean {
+    return this.#ragged;
+  }
+
+  /** The process of rank `r` of this communicator and its index there. */
+  #locate(r: number): { process: number; local: number } {
+    let p = this.layout.nnodes - 1;
+    while (p > 0 && this.#offsets[p]! > r) p--;
+    return { process: p, local: r - this.#offsets[p]! };
+  }
+
+  /** Ops that need the same number of ranks in every process refuse a ragged communicator. */
+  #needEven(fn: string): void {
+    if (!this.#ragged) return;
+    throw new InvalidStateError(
+      `${fn} is not supported on a ragged communicator across processes (ranks per process [${this.#counts.join(', ')}]). HINT: run it on a communicator with the same number of ranks in each process (e.g. the world, or a split with color = local rank); a ragged split serves allReduce, broadcast, allGather, barrier and send / recv.`,
+      { fn, counts: [...this.#counts] },
+    );
   }
 
   /** True on each process's local rank 0, which runs the leg between processes. */
@@ -118,15 +171,15 @@ export class SpanningCommunicator extends Communicator {
 
   /**
    * Leader only: `first` enqueues the collective's local op(s) before the net leg,
-   * `rest` runs the net leg and what follows. Collectives run one after another, so
-   * the leader's local ops keep the order its peers enqueued them in; when none is in
-   * flight `first` runs now (bad arguments then throw synchronously, as everywhere).
+   * `rest` runs the net leg and what follows. Collectives run one after another (over
+   * every spanning communicator of this thread), so the leader's local ops keep the
+   * order its peers enqueued them in; when none is in flight `first` runs now (bad arguments then throw synchronously, as everywhere).
    * A failure aborts the local communicator: the process's other ranks wake at once.
    */
   #leaderRun<T>(fn: string, first: () => T, rest: (started: T) => Promise<void>): Promise<void> {
-    const started = this.#inFlight === 0 ? { value: first() } : undefined;
-    this.#inFlight++;
-    const run = this.#tail
+    const started = leaderChain.inFlight === 0 ? { value: first() } : undefined;
+    leaderChain.inFlight++;
+    const run = leaderChain.tail
       .then(() => rest(started ? started.value : first()))
       .catch((err: Error) => {
         if (!this.local.aborted) {
@@ -144,8 +197,8 @@ export class SpanningCommunicator extends Communicator {
         }
         throw err;
       })
-      .finally(() => this.#inFlight--);
-    this.#tail = run.catch(() => undefined);
+      .finally(() => leaderChain.inFlight--);
+    leaderChain.tail = run.catch(() => undefined);
     return run;
   }
 
@@ -196,8 +249,7 @@ export class SpanningCommunicator extends Communicator {
     }
     this.#netTensor(send, 'send', fn);
     const r = this.#netTensor(recv, 'recv', fn);
-    const rootProcess = Math.floor(root / this.local.size);
-    const rootLocal = root % this.local.size;
+    const { process: rootProcess, local: rootLocal } = this.#locate(root);
     const inRootProcess = rootProcess === this.layout.nodeRank;
     // The root's process first spreads it locally (so its leader holds it); the others wait for the leader.
     const spread = () => (inRootProcess ? this.local.broadcast(send, recv, rootLocal, stream) : undefined);
@@ -234,15 +286,25 @@ export class SpanningCommunicator extends Communicator {
     this.#notInPlace(s, r, fn);
     // This process's block of recv: its ranks' chunks, gathered locally.
     const blockElems = s.numel * this.local.size;
-    const block = new Tensor(r.device, r.buffer, r.dtype, [blockElems], undefined, r.byteOffset + this.layout.nodeRank * blockElems * dtypeSize(r.dtype));
+    const es = dtypeSize(r.dtype);
+    const block = new Tensor(r.device, r.buffer, r.dtype, [blockElems], undefined, r.byteOffset + this.#offsets[this.layout.nodeRank]! * s.numel * es);
     const gather = () => this.local.allGather(send, block, stream);
     if (!this.#net) return Promise.all([gather(), this.local.broadcast(recv, recv, 0, stream)]).then(() => undefined);
     return this.#leaderRun(fn, gather, async (localDone) => {
       await localDone;
       const mine = await block.toBytes(stream ? { stream } : undefined);
-      const all = new Uint8Array(r.nbytes);
-      await this.#onNet(fn, (net) => net.allGather(mine, all, this.#timeout(), this.#commId, kind));
-      this.#upload(r, all, stream);
+      // Between processes every block is as large as the largest (MPI_Allgather's equal blocks); a ragged one is padded, then packed back.
+      const slot = Math.max(...this.#counts) * s.numel * es;
+      const padded = mine.length === slot ? mine : new Uint8Array(slot);
+      if (padded !== mine) padded.set(mine);
+      const all = new Uint8Array(slot * this.layout.nnodes);
+      await this.#onNet(fn, (net) => net.allGather(padded, all, this.#timeout(), this.#commId, kind));
+      const packed = this.#ragged ? new Uint8Array(r.nbytes) : all;
+      if (this.#ragged) {
+        for (let p = 0; p < this.layout.nnodes; p++)
+          packed.set(all.subarray(p * slot, p * slot + this.#counts[p]! * s.numel * es), this.#offsets[p]! * s.numel * es);
+      }
+      this.#upload(r, packed, stream);
       await this.local.broadcast(recv, recv, 0, stream);
     });
   }
@@ -255,6 +317,7 @@ export class SpanningCommunicator extends Communicator {
    */
   override reduceScatter(send: Tensor, recv: Tensor, op: ReduceOp = 'sum', stream?: Stream): Promise<void> {
     const fn = 'reduceScatter()';
+    this.#needEven(fn);
     const s = this.#netTensor(send, 'send', fn);
     const r = this.#netTensor(recv, 'recv', fn);
     if (r.dtype !== s.dtype) throw new InvalidArgumentError(`${fn}: send is ${s.dtype} but recv is ${r.dtype}; they must match.`, { fn });
@@ -336,6 +399,7 @@ export class SpanningCommunicator extends Communicator {
   /** Chunk q (numel / size elements) of send goes to rank q; recv chunk q comes from rank q. */
   override allToAll(send: Tensor, recv: Tensor, stream?: Stream): Promise<void> {
     const fn = 'allToAll()';
+    this.#needEven(fn);
     const s = this.#moveTensor(send, 'send', fn);
     const r = this.#moveTensor(recv, 'recv', fn);
     if (r.dtype !== s.dtype) throw new InvalidArgumentError(`${fn}: send is ${s.dtype} but recv is ${r.dtype}; they must match.`, { fn });
@@ -395,6 +459,7 @@ export class SpanningCommunicator extends Communicator {
     stream?: Stream,
   ): Promise<void> {
     const fn = 'allToAllV()';
+    this.#needEven(fn);
     const s = this.#moveTensor(send, 'send', fn);
     const r = this.#moveTensor(recv, 'recv', fn);
     if (r.dtype !== s.dtype) throw new InvalidArgumentError(`${fn}: send is ${s.dtype} but recv is ${r.dtype}; they must match.`, { fn });
@@ -487,11 +552,12 @@ export class SpanningCommunicator extends Communicator {
         { fn, argument: 'peer' },
       );
     }
-    const n = this.local.size;
-    const peerProcess = Math.floor(peer / n);
-    if (peerProcess === this.layout.nodeRank) return isSend ? this.local.send(x, peer % n, stream) : this.local.recv(x, peer % n, stream);
+    const { process: peerProcess, local: peerLocal } = this.#locate(peer);
+    if (peerProcess === this.layout.nodeRank) return isSend ? this.local.send(x, peerLocal, stream) : this.local.recv(x, peerLocal, stream);
     const site = {
       local: this.local,
+      // Tags number pairs of local ranks by the largest process's count (the same on both sides).
+      pairBase: Math.max(...this.#counts),
       rank: this.rank,
       process: this.layout.nodeRank,
       processes: this.layout.nnodes,
@@ -499,7 +565,7 @@ export class SpanningCommunicator extends Communicator {
       timeoutMs: this.#timeout(),
       worldRanksPerProcess: this.#worldRanksPerProcess,
     };
-    return this.#p2pAcross.transfer(site, x, peer, peerProcess, stream, isSend);
+    return this.#p2pAcross.transfer(site, x, peer, peerProcess, peerLocal, stream, isSend);
   }
 
   /** Sends / recvs inside a group are posted at once (the net thread never blocks on them); groupEnd() awaits them all. */
@@ -532,6 +598,7 @@ export class SpanningCommunicator extends Communicator {
       throw new InvalidArgumentError(`Expected an integer in [-2147483648, 2147483647] for key but received ${describe(key)}.`, { argument: 'key' });
     }
     const fn = 'split()';
+    this.#needEven(fn);
     const n = this.local.size;
     const mine = Tensor.fromArray(this.device, new BigInt64Array([BigInt(c), BigInt(key)]), [2]);
     const all = Tensor.zeros(this.device, [2 * this.size], 'int64');
@@ -569,6 +636,7 @@ export class SpanningCommunicator extends Communicator {
       {
         commId,
         worldRanksPerProcess: this.#worldRanksPerProcess,
+        counts: plan.counts.get(c)!,
       },
     );
   }
@@ -580,7 +648,8 @@ export class SpanningCommunicator extends Communicator {
   }
 
   override toString(): string {
-    return `SpanningCommunicator(rank ${this.rank} of ${this.size}, process ${this.layout.nodeRank} of ${this.layout.nnodes}, local ${this.local.rank} of ${this.local.size})`;
+    const ragged = this.#ragged ? `, ragged [${this.#counts.join(', ')}]` : '';
+    return `SpanningCommunicator(rank ${this.rank} of ${this.size}, process ${this.layout.nodeRank} of ${this.layout.nnodes}, local ${this.local.rank} of ${this.local.size}${ragged})`;
   }
 }
 

@@ -17,6 +17,8 @@ const MAX_TAG = 32767;
 
 export interface P2PSite {
   local: Communicator;
+  /** Pairs of local ranks are tagged source x pairBase + destination (the most ranks any process of the communicator holds). */
+  pairBase: number;
   /** This rank, its process, the processes, in the communicator's numbering. */
   rank: number;
   process: number;
@@ -31,16 +33,16 @@ export class CrossProcessP2P {
   #depth = 0;
 
   /** Moves `x` to or from `peer` of process `peerProcess` (another one than this rank's). */
-  transfer(site: P2PSite, x: Tensor, peer: number, peerProcess: number, stream: Stream | undefined, isSend: boolean): Promise<void> {
+  transfer(site: P2PSite, x: Tensor, peer: number, peerProcess: number, peerLocal: number, stream: Stream | undefined, isSend: boolean): Promise<void> {
     const fn = isSend ? 'send()' : 'recv()';
-    const n = site.local.size;
+    const n = site.pairBase;
     if (n * n > MAX_TAG + 1) {
       throw new InvalidStateError(
         `${fn} between processes tags each pair of local ranks, which needs at most ${MAX_TAG + 1} pairs, but this run has ${n} ranks per process. HINT: use fewer ranks per process (more processes) for send / recv across processes.`,
         { fn },
       );
     }
-    const tag = isSend ? site.local.rank * n + (peer % n) : (peer % n) * n + site.local.rank;
+    const tag = isSend ? site.local.rank * n + peerLocal : peerLocal * n + site.local.rank;
     const net = loadNet();
     const what = `${fn} ${isSend ? 'to' : 'from'} rank ${peer} (rank ${site.rank}, process ${site.process} of ${site.processes})`;
     const run = (async () => {

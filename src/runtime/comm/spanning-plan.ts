@@ -76,12 +76,17 @@ export interface SplitPlan {
   groups: Map<number, number[]>;
   /** Colors whose members sit in more than one process, ascending. */
   spanning: number[];
+  /** For each spanning color: its members in each of its processes, process by process (unequal counts make it ragged). */
+  counts: Map<number, number[]>;
 }
 
 /**
  * Groups every rank's (color, key) (rows of 2, as gathered) and checks that each color
- * spanning processes has the shape the hierarchical collectives need: the same number
- * of members in each of its processes, ordered process by process.
+ * spanning processes has the shape the hierarchical collectives need: its members
+ * ordered process by process (a block of ranks per process, processes ascending).
+ * The blocks may differ in size (a ragged color, e.g. one trainer rank with every rank
+ * of an engine process: a weight sync's fan-out), which SpanningCommunicator serves for
+ * the collectives that do not need equal blocks.
  */
 export function planSplit(pairs: BigInt64Array, n: number): SplitPlan {
   const size = pairs.length / 2;
@@ -95,6 +100,7 @@ export function planSplit(pairs: BigInt64Array, n: number): SplitPlan {
   }
   const groups = new Map<number, number[]>();
   const spanning: number[] = [];
+  const counts = new Map<number, number[]>();
   for (const [color, list] of [...byColor.entries()].sort((a, b) => a[0] - b[0])) {
     const members = list.sort((x, y) => x.key - y.key || x.rank - y.rank).map((m) => m.rank);
     groups.set(color, members);
@@ -102,15 +108,19 @@ export function planSplit(pairs: BigInt64Array, n: number): SplitPlan {
     const distinct = [...new Set(procs)];
     if (distinct.length < 2) continue;
     spanning.push(color);
-    const per = members.length / distinct.length;
-    const ordered =
-      Number.isInteger(per) && procs.every((p, i) => p === distinct[Math.floor(i / per)]) && distinct.every((p, i) => i === 0 || p > distinct[i - 1]!);
+    // In process order: each process's members form one block, and the blocks ascend.
+    const blocks = procs.filter((p, i) => i === 0 || p !== procs[i - 1]).length;
+    const ordered = blocks === distinct.length && distinct.every((p, i) => i === 0 || p > distinct[i - 1]!);
     if (!ordered) {
       throw new InvalidArgumentError(
-        `split() across processes: color ${color} has members [${members.join(', ')}] (in key order), which is not the same number of ranks from each process, process by process. HINT: give every process the same number of ranks of a color and keys that keep ranks in process order (the default key = rank does), e.g. color = localRank or color = Math.floor(rank / n).`,
+        `split() across processes: color ${color} has members [${members.join(', ')}] (in key order), which are not ordered process by process. HINT: give keys that keep a color's ranks in process order (the default key = rank does).`,
         { argument: 'color', color, members },
       );
     }
+    counts.set(
+      color,
+      distinct.map((p) => procs.filter((q) => q === p).length),
+    );
   }
-  return { groups, spanning };
+  return { groups, spanning, counts };
 }

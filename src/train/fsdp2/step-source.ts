@@ -12,8 +12,16 @@
  * `finish()` reduce-scatters what is left (the embedding) after tape.backward.
  * Frozen units (LoRA base weights) are gathered the same way (backward needs them for
  * the input gradients) but get no gradient slot and no reduce-scatter.
+ *
+ * When the communicator spans processes, a collective's result is ready only when its
+ * promise resolves (Communicator.spansProcesses), and forward / backward run synchronously
+ * on the host, so nothing in them can await. Then `prefetch()` gathers every unit (awaited)
+ * before forward, the gathered values stay until the step ends, and the gradients wait in
+ * their slots for `finish()`, which reduce-scatters them one by one (awaited). Correct
+ * across processes at the memory of unsharded parameters and gradients; in one process
+ * the pipelined, resharding path above is unchanged.
  */
-import { InvalidArgumentError } from '../../runtime/errors.js';
+import { InternalError, InvalidArgumentError } from '../../runtime/errors.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
 import type { Stream, Tensor } from '../../runtime/device/device-index.js';
 import { Var, type Tape } from '../../model/autograd.js';
@@ -21,7 +29,7 @@ import type { ModelConfig } from '../../model/config.js';
 import type { ModelBlock, ParamSource } from '../../model/qwen3.js';
 import { blockUnits, type FlatLayout, type FlatUnit } from './layout.js';
 import type { SlotPool } from './slot-pool.js';
-import { fullView, gatherUnit, reduceScatterUnit, zeroGradSlot } from './unit-comm.js';
+import { fullView, gatherUnit, gatherUnitAwaited, reduceScatterUnit, reduceScatterUnitAwaited, zeroGradSlot } from './unit-comm.js';
 
 /** One gather of one unit for one block (a tied embedding is gathered twice: embed and head). */
 interface Gathered {
@@ -45,6 +53,11 @@ export class StepSource implements ParamSource {
   /** Gathers whose gradients are being accumulated (their block's backward is running or done). */
   private pendingGrads: Gathered[] = [];
   private readonly live: Gathered[] = [];
+  /** Across processes: each unit's values gathered by prefetch() (owned here, not by a Gathered). */
+  private readonly prefetched = new Map<FlatUnit, Tensor>();
+  /** Across processes: unsharded gradients waiting for finish(). */
+  private deferred: Array<{ unit: FlatUnit; grads: Tensor }> = [];
+  private readonly awaited: boolean;
 
   constructor(
     private readonly cfg: ModelConfig,
@@ -54,12 +67,30 @@ export class StepSource implements ParamSource {
     private readonly pool: SlotPool,
     private readonly stream: Stream,
     private readonly reshardAfterForward: boolean,
-  ) {}
+  ) {
+    this.awaited = comm.spansProcesses;
+  }
+
+  /** Across processes: gathers every unit before forward, awaiting each all-gather (see the header). No-op in one process. */
+  async prefetch(): Promise<void> {
+    if (!this.awaited) return;
+    for (const unit of this.layout.units) {
+      this.prefetched.set(unit, await gatherUnitAwaited(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream));
+    }
+  }
+
+  /** This unit's unsharded values: prefetched across processes, gathered now (stream-ordered) in one process. */
+  private valuesOf(unit: FlatUnit): Tensor {
+    if (!this.awaited) return gatherUnit(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream);
+    const v = this.prefetched.get(unit);
+    if (!v) throw new InternalError(`FSDP2: unit ${unit.key} was not prefetched; call prefetch() before forward when the communicator spans processes.`);
+    return v;
+  }
 
   blockStart(_tape: Tape, block: ModelBlock): void {
     if (this.current) throw new InvalidArgumentError(`FSDP2: block ${blockName(block)} started inside block ${blockName(this.current.block)}.`);
     const gathered = blockUnits(this.layout, this.cfg, block).map((unit) => {
-      const values = gatherUnit(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream);
+      const values = this.valuesOf(unit);
       const vars = unit.params.map((p, i) => new Var(fullView(unit, values, i, this.comm.size), unit.trainable, p.name));
       const g: Gathered = { unit, vars, values, grads: null };
       this.live.push(g);
@@ -97,9 +128,13 @@ export class StepSource implements ParamSource {
     return out;
   }
 
-  /** Reduce-scatters every gradient still pending (call after tape.backward). */
-  finish(): void {
+  /** Reduce-scatters every gradient still pending (call after tape.backward); across processes, awaits each. */
+  async finish(): Promise<void> {
     this.flushPending();
+    while (this.deferred.length > 0) {
+      const { unit, grads } = this.deferred.shift()!; // off the list first: reduceScatterUnitAwaited gives it back
+      await reduceScatterUnitAwaited(unit, grads, this.state.get(unit)!.grad!, this.comm, this.pool, this.stream);
+    }
   }
 
   /** Gives every slot still held back to the pool (after the step, or on error). */
@@ -111,9 +146,15 @@ export class StepSource implements ParamSource {
     }
     this.live.length = 0;
     this.pendingGrads = [];
+    for (const d of this.deferred) this.pool.give(d.grads);
+    this.deferred = [];
+    for (const v of this.prefetched.values()) this.pool.give(v);
+    this.prefetched.clear();
   }
 
+  /** Frees a gather's values; across processes they stay (prefetched, freed by dispose). */
   private freeValues(g: Gathered): void {
+    if (this.awaited) return;
     if (g.values) this.pool.give(g.values);
     g.values = null;
   }
@@ -121,7 +162,7 @@ export class StepSource implements ParamSource {
   private prepareBackward(g: Gathered): void {
     const dp = this.comm.size;
     if (!g.values) {
-      g.values = gatherUnit(g.unit, this.state.get(g.unit)!.param, this.comm, this.pool, this.stream);
+      g.values = this.valuesOf(g.unit);
       g.vars.forEach((v, i) => (v.value = fullView(g.unit, g.values!, i, dp)));
     }
     if (g.unit.trainable) {
@@ -135,9 +176,12 @@ export class StepSource implements ParamSource {
     for (const g of this.pendingGrads) {
       this.freeValues(g);
       if (!g.grads) continue;
-      reduceScatterUnit(g.unit, g.grads, this.state.get(g.unit)!.grad!, this.comm, this.pool, this.stream);
+      // The slot leaves the gather before the collective: it is given back by whoever takes it, once, even when that throws.
+      const grads = g.grads;
       g.grads = null;
       for (const v of g.vars) v.grad = undefined;
+      if (this.awaited) this.deferred.push({ unit: g.unit, grads });
+      else reduceScatterUnit(g.unit, grads, this.state.get(g.unit)!.grad!, this.comm, this.pool, this.stream);
     }
     this.pendingGrads = [];
   }

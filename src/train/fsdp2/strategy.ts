@@ -250,6 +250,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       this.lora.hooks.dropoutWindow = { row0: rows.row0 * rows.seqLen, total: batch.batch * batch.seqLen };
     }
     try {
+      await run.prefetch();
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
       for (const t of [b.ids, b.positions, b.mask]) if (t) tape.own(t);
       const logits = this.model.forward(tape, b);
@@ -257,7 +258,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       const { perToken, weights } = terms;
       if (backward) {
         tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
-        run.finish();
+        await run.finish();
       }
       return await stepLoss(terms, stream, (local) => this.allReduceHost(local));
     } finally {

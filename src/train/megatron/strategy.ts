@@ -52,6 +52,7 @@ import { expertNames, hfToMegatron, megatronSpecs, megatronToHf, tpGather, tpLoc
 import { PendingComms } from './comm-ops.js';
 import { checkParallelSizes, layoutName, type ParallelSizes } from './layout.js';
 import { refuseContextParallel } from './qwen35-limits.js';
+import { refuseMegatronAcrossProcesses } from './span-limits.js';
 import { MegatronModel, type ParallelLinearHook } from './model.js';
 import { GradBuckets, stackExperts, type Unit } from './units.js';
 import { MegatronLocalParams } from './local-params.js';
@@ -150,6 +151,7 @@ export class MegatronStrategy implements TrainStrategy {
   /** Collective over `comm`: builds the mesh and groups, and uploads this rank's shards. */
   static async create(o: MegatronOptions): Promise<MegatronStrategy> {
     refuseContextParallel(o.cfg, o.cp, 'MegatronStrategy.create()'); // before any collective: every rank throws alike
+    refuseMegatronAcrossProcesses(o.comm, o.tp, o.ep, 'MegatronStrategy.create()'); // likewise
     const sizes = checkParallelSizes(o.cfg, o.comm.size, o);
     const given = o.params instanceof MegatronLocalParams ? o.params : null;
     // Full parameters: validates names and shapes before any collective.
@@ -279,6 +281,7 @@ export class MegatronStrategy implements TrainStrategy {
         const step = this.grads.step.get(group);
         if (!step) continue;
         if (comm.size > 1) this.pending.track(comm.allReduce(step, step, 'sum', stream));
+        if (comm.spansProcesses) await this.pending.settle(); // step is complete only then (span-limits.ts)
         axpy(this.grads.acc.get(group)!, 1, step, { stream });
       }
       // Summed over dp only: TP ranks hold the same rows.
@@ -290,6 +293,7 @@ export class MegatronStrategy implements TrainStrategy {
           ? async (local) => {
               const t = tape.own(Tensor.fromArray(device, local, [local.length], { stream }));
               this.pending.track(dp.allReduce(t, t, 'sum', stream));
+              if (dp.spansProcesses) await this.pending.settle();
               return (await t.toArray({ stream })) as Float32Array;
             }
           : undefined,
@@ -383,6 +387,7 @@ export class MegatronStrategy implements TrainStrategy {
       const all = Tensor.empty(t.device, [comm.size * t.numel], 'fp32');
       try {
         this.pending.track(comm.allGather(t, all, stream));
+        if (comm.spansProcesses) await this.pending.settle();
         const host = await read(all);
         await this.pending.settle();
         return host;
