@@ -11,7 +11,8 @@
  * - `scale` is the loss's LossTerms.auxScale: the micro-step's weight in its optimizer step
  *   (GRPO: its rows over the step's rows), so accumulated micro-steps average their aux as
  *   their loss terms average; 1 when the call is the whole step.
- * - Only a pass with a backward (training) adds it; forward() (evaluation, log-probs) does not.
+ * - forward() (evaluation) reports the same loss as forwardBackward, aux included, as
+ *   Transformers' loss with labels does; it only has no backward.
  */
 import { Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
@@ -21,9 +22,9 @@ import { routerAuxLoss } from '../model/router-aux-loss.js';
 import { weightedSum } from './rows.js';
 import type { LocalRows, LossTerms } from './strategy.js';
 
-/** Starts keeping the routing of the forward on `tape` when it is a training pass of a config with the aux loss. */
-export function tapRouters(tape: Tape, cfg: ModelConfig, backward: boolean): void {
-  if (backward && cfg.moe?.routerAuxLossCoef !== undefined) tape.routerTaps = [];
+/** Starts keeping the routing of the forward on `tape` when the config asks for the aux loss. */
+export function tapRouters(tape: Tape, cfg: ModelConfig): void {
+  if (cfg.moe?.routerAuxLossCoef !== undefined) tape.routerTaps = [];
 }
 
 /** The name of the aux loss in StepLoss.stats (summed over ranks and micro-steps like every stat). */

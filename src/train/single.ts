@@ -93,7 +93,7 @@ export class SingleDeviceStrategy implements TrainStrategy {
     try {
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
       for (const t of [b.ids, b.positions, b.mask]) if (t) tape.own(t);
-      tapRouters(tape, this.cfg, backward);
+      tapRouters(tape, this.cfg);
       const logits = this.model.forward(tape, b);
       const { terms, roots } = await addRouterAux(tape, this.cfg, rows, await loss(tape, logits, rows, batch));
       const { perToken, weights } = terms;

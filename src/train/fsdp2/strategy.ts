@@ -254,7 +254,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       await run.prefetch();
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
       for (const t of [b.ids, b.positions, b.mask]) if (t) tape.own(t);
-      tapRouters(tape, this.cfg, backward);
+      tapRouters(tape, this.cfg);
       const logits = this.model.forward(tape, b);
       // The router aux loss's counts are summed over dp (each rank holds other rows).
       const { terms, roots } = await addRouterAux(tape, this.cfg, rows, await loss(tape, logits, rows, batch), (local) => this.allReduceHost(local));

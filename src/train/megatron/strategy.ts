@@ -278,7 +278,7 @@ export class MegatronStrategy implements TrainStrategy {
               return (await t.toArray({ stream })) as Float32Array;
             }
           : undefined;
-      tapRouters(tape, this.cfg, backward);
+      tapRouters(tape, this.cfg);
       const logits = await this.model.forward(tape, b);
       const { terms, roots } = await addRouterAux(tape, this.cfg, rows, await loss(tape, logits, rows, batch), sumDp);
       const { perToken, weights } = terms;
