@@ -107,7 +107,12 @@ describe('router aux loss on hand-made router logits', () => {
           const at = (d: number) => {
             const moved = Float64Array.from(z);
             moved[i]! += d;
-            return hfAux(host.map((x, j) => (j === l ? moved : x)), E, k, mask);
+            return hfAux(
+              host.map((x, j) => (j === l ? moved : x)),
+              E,
+              k,
+              mask,
+            );
           };
           const fd = (at(h) - at(-h)) / (2 * h);
           expect(Math.abs(grads[l]![i]! - fd), `layer ${l} logit ${i}: backward ${grads[l]![i]} vs fd ${fd}`).toBeLessThan(1e-5);
@@ -125,7 +130,11 @@ describe('router aux loss on hand-made router logits', () => {
   it('tokens split over two ranks with summed counts: the shares add up to the whole aux and its gradient', async () => {
     const dev = Device.get(0);
     const whole = { tape: new Tape({ stream: dev.defaultStream }), taps: tapsOf(dev, host, 0, T) };
-    const split = [0, 1].map((r) => ({ tape: new Tape({ stream: dev.defaultStream }), taps: tapsOf(dev, host, r * 5, r * 5 + 5), mask: MASK.subarray(r * 5, r * 5 + 5) }));
+    const split = [0, 1].map((r) => ({
+      tape: new Tape({ stream: dev.defaultStream }),
+      taps: tapsOf(dev, host, r * 5, r * 5 + 5),
+      mask: MASK.subarray(r * 5, r * 5 + 5),
+    }));
     try {
       // Each rank's local counts, summed as the strategies' all-reduce does.
       const local = await Promise.all(

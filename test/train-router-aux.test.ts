@@ -16,7 +16,11 @@ const FIXTURE = 'test/fixtures/train/router-aux-cases.mjs';
 const TOL = 1e-5;
 const COEF = 0.05;
 const CONFIGS = {
-  qwen3_moe: { ...JSON.parse(readFileSync(new URL('../examples/models/tiny-moe/config.json', import.meta.url), 'utf8')), output_router_logits: true, router_aux_loss_coef: COEF },
+  qwen3_moe: {
+    ...JSON.parse(readFileSync(new URL('../examples/models/tiny-moe/config.json', import.meta.url), 'utf8')),
+    output_router_logits: true,
+    router_aux_loss_coef: COEF,
+  },
   qwen3_5_moe: { ...MOE_TEXT, vocab_size: 64, output_router_logits: true, router_aux_loss_coef: COEF },
 };
 

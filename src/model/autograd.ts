@@ -127,7 +127,8 @@ export class Tape {
     // Gradients of non-leaf Vars live here until their node consumed them.
     const grads = new Map<Var, Tensor>([[loss, seed]]);
     for (const [root, s] of more) {
-      if (s.numel !== root.value.numel) throw new InvalidArgumentError(`backward(): a root's seed has ${s.numel} elements but the root has ${root.value.numel}.`);
+      if (s.numel !== root.value.numel)
+        throw new InvalidArgumentError(`backward(): a root's seed has ${s.numel} elements but the root has ${root.value.numel}.`);
       if (root.requiresGrad && root !== loss) grads.set(root, s);
     }
     for (let i = this.nodes.length - 1; i >= 0; i--) {
