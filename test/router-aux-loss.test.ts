@@ -8,14 +8,16 @@
  * - tiny qwen3_moe and qwen3_5_moe on the single-device strategy with the flag on: the loss is the
  *   flag-off loss + coef · aux, aux equals the transcription on the model's own router logits, and
  *   the router weight's gradient differs from the flag-off one by what finite differences of the
- *   flag-on loss say.
+ *   flag-on loss say;
+ * - GRPO micro-batches: each adds its own aux, weighted by its rows' share of the optimizer step.
  */
 import { describe, expect, it } from 'vitest';
 import { Device } from '../src/runtime/device/device.js';
 import { Tensor } from '../src/runtime/device/device-index.js';
 import { Tape, Var, type RouterTap } from '../src/model/autograd.js';
 import * as K from '../src/model/kernels/index.js';
-import { parseModelConfig, loadModelConfig } from '../src/model/config.js';
+import { parseModelConfig, loadModelConfig, toHFConfig } from '../src/model/config.js';
+import { grpoLoss } from '../src/grpo/loss.js';
 import { initialParams } from '../src/model/params.js';
 import { uploadBatch } from '../src/model/qwen3.js';
 import { routerAuxLoss, routerCounts } from '../src/model/router-aux-loss.js';
@@ -189,7 +191,7 @@ const MODELS = {
 describe.each(Object.keys(MODELS) as Array<keyof typeof MODELS>)('%s with output_router_logits true (single device)', (which) => {
   it('loss = flag-off loss + coef · aux (aux = the HF transcription on its router logits); the router gradient moves as finite differences say', async () => {
     const off = MODELS[which]();
-    const on = parseModelConfig({ ...(await import('../src/model/config.js')).toHFConfig(off), output_router_logits: true, router_aux_loss_coef: COEF });
+    const on = parseModelConfig({ ...toHFConfig(off), output_router_logits: true, router_aux_loss_coef: COEF });
     expect(on.moe!.routerAuxLossCoef).toBe(COEF);
     const dev = Device.get(0);
     const params = initialParams(off, 3);
@@ -239,6 +241,44 @@ describe.each(Object.keys(MODELS) as Array<keyof typeof MODELS>)('%s with output
         // The flag-off gradient misses the finite difference by far more than the tolerance: a
         // backward that dropped the aux term would fail the line above.
         expect(Math.abs(fd - z[idx]!), `${name}: flag on and off give the same gradient`).toBeGreaterThan(2 * tol);
+      }
+    } finally {
+      sOff.release();
+      sOn.release();
+    }
+  }, 120_000);
+});
+
+describe('router aux loss with micro-batches (GRPO on qwen3_moe)', () => {
+  it("each micro-batch adds its own aux, weighted by its rows' share of the optimizer step (auxScale)", async () => {
+    const off = MODELS.qwen3_moe();
+    const on = parseModelConfig({ ...toHFConfig(off), output_router_logits: true, router_aux_loss_coef: COEF });
+    const dev = Device.get(0);
+    const params = initialParams(off, 4);
+    const sOff = SingleDeviceStrategy.create(off, dev, params);
+    const sOn = SingleDeviceStrategy.create(on, dev, params);
+    const b = shiftedBatch(3, 4, 8, off.vocabSize);
+    const rows = (r0: number): TrainBatch => ({
+      inputIds: b.inputIds.subarray(r0 * 8, (r0 + 2) * 8),
+      targets: b.targets.subarray(r0 * 8, (r0 + 2) * 8),
+      batch: 2,
+      seqLen: 8,
+    });
+    let tokens = 0;
+    for (const t of b.targets) if (t !== -100) tokens++;
+    const o = { clipLow: 0.2, clipHigh: 0.28, beta: 0, temperature: 1, lossType: 'dapo' as const };
+    const adv = Float32Array.from([1.2, -0.4, 0.7, -1.5]);
+    try {
+      for (const r0 of [0, 2]) {
+        const data = { advantages: adv.subarray(r0, r0 + 2), norm: { rows: 4, tokens } };
+        // The micro-batch's aux on its own (the default loss: the call is the whole step).
+        const alone = (await sOn.forward(rows(r0))).stats!.aux_loss!;
+        expect(alone).toBeGreaterThan(0.5);
+        const rOn = await sOn.forwardBackward(rows(r0), grpoLoss(data, o));
+        const rOff = await sOff.forwardBackward(rows(r0), grpoLoss(data, o));
+        // Two of the step's four rows: half of its own aux.
+        expect(Math.abs(rOn.stats!.aux_loss! - 0.5 * alone)).toBeLessThan(1e-6 * alone);
+        expect(Math.abs(rOn.loss - (rOff.loss + COEF * 0.5 * alone))).toBeLessThan(1e-5 * Math.max(1, Math.abs(rOn.loss)));
       }
     } finally {
       sOff.release();
