@@ -9,7 +9,8 @@
  *   flag-off loss + coef · aux, aux equals the transcription on the model's own router logits, and
  *   the router weight's gradient differs from the flag-off one by what finite differences of the
  *   flag-on loss say;
- * - GRPO micro-batches: each adds its own aux, weighted by its rows' share of the optimizer step.
+ * - GRPO micro-batches: each adds its own aux, weighted by its rows' share of the optimizer step;
+ * - the one-device SupervisedTrainer adds it too.
  */
 import { describe, expect, it } from 'vitest';
 import { Device } from '../src/runtime/device/device.js';
@@ -18,6 +19,7 @@ import { Tape, Var, type RouterTap } from '../src/model/autograd.js';
 import * as K from '../src/model/kernels/index.js';
 import { parseModelConfig, loadModelConfig, toHFConfig } from '../src/model/config.js';
 import { grpoLoss } from '../src/grpo/loss.js';
+import { SupervisedTrainer } from '../src/grpo/sft.js';
 import { initialParams } from '../src/model/params.js';
 import { uploadBatch } from '../src/model/qwen3.js';
 import { routerAuxLoss, routerCounts } from '../src/model/router-aux-loss.js';
@@ -283,6 +285,32 @@ describe('router aux loss with micro-batches (GRPO on qwen3_moe)', () => {
     } finally {
       sOff.release();
       sOn.release();
+    }
+  }, 120_000);
+});
+
+describe('router aux loss in the one-device SupervisedTrainer (qwen3_moe)', () => {
+  it('the step loss is the flag-off loss + coef · aux, and the router weight trains differently', async () => {
+    const off = MODELS.qwen3_moe();
+    const on = parseModelConfig({ ...toHFConfig(off), output_router_logits: true, router_aux_loss_coef: COEF });
+    const hp = { lr: 1e-2, weightDecay: 0 };
+    const tOff = SupervisedTrainer.create(off, Device.get(0), 6, hp);
+    const tOn = SupervisedTrainer.create(on, Device.get(0), 6, hp);
+    try {
+      const rOff = await tOff.step(1, 0, 4, 16);
+      const rOn = await tOn.step(1, 0, 4, 16);
+      expect(rOff.auxLoss).toBeUndefined();
+      expect(rOn.auxLoss!).toBeGreaterThan(0.5);
+      expect(Math.abs(rOn.loss! - (rOff.loss! + COEF * rOn.auxLoss!))).toBeLessThan(1e-5 * rOn.loss!);
+      const name = 'model.layers.0.mlp.gate.weight';
+      const a = (await tOn.params.get(name).value.toArray()) as Float32Array;
+      const z = (await tOff.params.get(name).value.toArray()) as Float32Array;
+      let diff = 0;
+      for (let i = 0; i < a.length; i++) diff = Math.max(diff, Math.abs(a[i]! - z[i]!));
+      expect(diff, 'the aux gradient reached the router weight').toBeGreaterThan(1e-4);
+    } finally {
+      tOff.params.release();
+      tOn.params.release();
     }
   }, 120_000);
 });
