@@ -27,7 +27,10 @@ export interface RouterAuxOptions {
   topK: number;
   /** This rank's tokens' padding mask (1 = token, 0 = pad), T values; absent: every token counts. */
   mask?: Int32Array;
-  /** Sums the k·E counts and the token count over the ranks holding other tokens of the batch; absent: one rank. */
+  /**
+   * Sums the k·E counts and the token count over the ranks holding other tokens of the batch
+   * (absent: one rank). They travel as fp32, exact while a count stays below 2^24 token slots.
+   */
   sumCounts?: (local: Float32Array) => Promise<ArrayLike<number>>;
 }
 
