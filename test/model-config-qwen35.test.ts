@@ -113,6 +113,11 @@ describe('qwen3_5_moe config', () => {
     expect(parseModelConfig(hf)).toEqual(cfg);
   });
 
+  it('output_router_logits true keeps router_aux_loss_coef for training (router load-balancing loss)', () => {
+    expect(parseModelConfig({ ...MOE_TEXT, output_router_logits: true, router_aux_loss_coef: 0.01 }).moe!.routerAuxLossCoef).toBe(0.01);
+    expect(parseModelConfig({ ...MOE_TEXT, output_router_logits: false, router_aux_loss_coef: 0.01 }).moe!.routerAuxLossCoef).toBeUndefined();
+  });
+
   it('accepts the fields HF drops when they say what Qwen3.5-MoE does', () => {
     const cfg = parseModelConfig({ ...MOE_TEXT, norm_topk_prob: true, decoder_sparse_step: 1, mlp_only_layers: [], intermediate_size: 64 });
     expect(cfg.moe!.normTopkProb).toBe(true);
@@ -124,7 +129,8 @@ describe('qwen3_5_moe config', () => {
       [{ norm_topk_prob: false }, /"norm_topk_prob" is false.*always renormalises.*HINT/],
       [{ decoder_sparse_step: 2 }, /"decoder_sparse_step" is 2.*every layer.*HINT/],
       [{ mlp_only_layers: [1] }, /"mlp_only_layers" is \[1\].*no dense-MLP layers/],
-      [{ output_router_logits: true }, /"output_router_logits" is true.*auxiliary.*not implemented.*HINT/],
+      [{ output_router_logits: 1 }, /"output_router_logits" is 1; expected true or false for qwen3_5_moe.*HINT/],
+      [{ output_router_logits: true, router_aux_loss_coef: 'x' }, /"router_aux_loss_coef" is "x"; expected a finite number >= 0.*HINT/],
       [{ shared_expert_intermediate_size: undefined }, /"shared_expert_intermediate_size" is missing/],
       [{ num_experts: 0 }, /"num_experts" is 0; expected a positive integer/],
       [{ num_experts_per_tok: 5 }, /num_experts_per_tok \(5\) is greater than num_experts \(4\)/],

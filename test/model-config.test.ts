@@ -171,12 +171,21 @@ describe('errors say what was found and what was expected', () => {
     );
   });
 
-  it('asking for the router load-balancing loss is refused, not silently dropped (false or absent passes)', () => {
-    const e = errorOf(() => parseModelConfig({ ...raw(MOE), output_router_logits: true, router_aux_loss_coef: 0.001 }));
-    expect(e.message).toMatch(
-      /"output_router_logits" is true; the router auxiliary \(load-balancing\) loss is not implemented for qwen3_moe\. HINT: set it to false/,
+  it('the router load-balancing loss: output_router_logits true keeps router_aux_loss_coef (default 0.001), false or absent none; bad values named', () => {
+    const on = parseModelConfig({ ...raw(MOE), output_router_logits: true, router_aux_loss_coef: 0.02 });
+    expect(on.moe?.routerAuxLossCoef).toBe(0.02);
+    expect(parseModelConfig(toHFConfig(on)).moe?.routerAuxLossCoef).toBe(0.02);
+    expect(parseModelConfig({ ...raw(MOE), output_router_logits: true }).moe?.routerAuxLossCoef).toBe(0.001);
+    const off = parseModelConfig({ ...raw(MOE), output_router_logits: false, router_aux_loss_coef: 0.001 });
+    expect(off.moe?.numExperts).toBe(8);
+    expect(off.moe?.routerAuxLossCoef).toBeUndefined();
+    expect(toHFConfig(off).output_router_logits).toBeUndefined();
+    expect(errorOf(() => parseModelConfig({ ...raw(MOE), output_router_logits: 'yes' })).message).toMatch(
+      /"output_router_logits" is "yes"; expected true or false for qwen3_moe\. HINT/,
     );
-    expect(parseModelConfig({ ...raw(MOE), output_router_logits: false, router_aux_loss_coef: 0.001 }).moe?.numExperts).toBe(8);
+    expect(errorOf(() => parseModelConfig({ ...raw(MOE), output_router_logits: true, router_aux_loss_coef: -1 })).message).toMatch(
+      /"router_aux_loss_coef" is -1; expected a finite number >= 0 .*HINT/,
+    );
     // A dense config has no router: the field means nothing there.
     expect(parseModelConfig({ ...raw(DENSE), output_router_logits: true }).moe).toBeUndefined();
   });

@@ -521,6 +521,8 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         clipHighFraction: per('clippedHigh'),
         ratioMean: per('ratio'),
         optimizerSteps: tr.optimizerSteps,
+        // The router load-balancing loss (output_router_logits), mean over the update's optimizer steps.
+        ...(st.aux_loss !== undefined ? { auxLoss: st.aux_loss / Math.max(1, tr.optimizerSteps) } : {}),
         recomputedOld: tr.recomputedOld,
         syncPeakExtraBytes: rep!.peakExtraBytes,
         verified: rep!.verified ?? null,

@@ -153,6 +153,8 @@ export function grpoLoss(data: GrpoBatchData, opts: GrpoLossOptions): LossFn {
       weights: Float32Array.from(res.weights),
       value: res.value,
       stats: { tokens, clipped, clippedLow, clippedHigh, kl, ratio, logpSum, ...stats },
+      // The router aux loss of this micro-batch weighs as its rows in the optimizer step (router-aux-step.ts).
+      auxScale: global.batch / (data.norm?.rows ?? global.batch),
     };
   };
 }

@@ -12,11 +12,14 @@ import { ParamStore, type AdamWHyper } from '../model/param-store.js';
 import { initialParams } from '../model/params.js';
 import { Qwen3Model, uploadBatch } from '../model/qwen3.js';
 import { makeBatch } from '../data/synthetic-task.js';
+import { addRouterAux, AUX_LOSS_STAT, tapRouters } from '../train/router-aux-step.js';
 
 export interface StepResult {
-  /** Mean cross-entropy over answer tokens (only when `readLoss`). */
+  /** Mean cross-entropy over answer tokens, plus coef · aux with the router aux loss (only when `readLoss`). */
   loss?: number;
   tokens: number;
+  /** The router load-balancing loss, when the model config asks for it (output_router_logits). */
+  auxLoss?: number;
 }
 
 export class SupervisedTrainer {
@@ -50,13 +53,18 @@ export class SupervisedTrainer {
       tape.own(b.ids);
       tape.own(b.positions);
       const tgt = tape.own(Tensor.fromArray(device, targets, [targets.length], { stream }));
+      tapRouters(tape, this.cfg);
       const logits = this.model.forward(tape, b);
       const loss = F.crossEntropy(tape, logits, tgt);
       let tokens = 0;
       for (const t of targets) if (t !== -100) tokens++;
       // d(mean loss)/d(token loss) = 1/tokens on answer tokens (ignored rows get 0 in the kernel).
-      const seed = tape.own(Tensor.fromArray(device, new Float32Array(targets.length).fill(tokens ? 1 / tokens : 0), [targets.length], { stream }));
-      tape.backward(loss, seed);
+      const weights = new Float32Array(targets.length).fill(tokens ? 1 / tokens : 0);
+      const rows = { row0: 0, rows: batch, seqLen, inputIds, targets };
+      const aux = await addRouterAux(tape, this.cfg, rows, { perToken: loss, weights });
+      tape.backward(loss, tape.own(Tensor.fromArray(device, weights, [targets.length], { stream })), aux.roots);
+      const auxLoss = aux.terms.stats?.[AUX_LOSS_STAT];
+      if (auxLoss !== undefined) return { ...(readLoss ? { loss: aux.terms.value! } : {}), tokens, auxLoss };
       if (!readLoss) return { tokens };
       const perToken = (await loss.value.toArray({ stream })) as Float32Array;
       let sum = 0;

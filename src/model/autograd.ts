@@ -39,6 +39,16 @@ export class Var {
   }
 }
 
+/** One MoE block's routing, kept for the router load-balancing loss (model/router-aux-loss.ts). */
+export interface RouterTap {
+  /** Router logits [T, E] on the tape. */
+  logits: Var;
+  /** The router kernel's fp32 softmax [T, E]. */
+  probs: Tensor;
+  /** The router kernel's top-k expert ids [T, k]. */
+  indices: Tensor;
+}
+
 type Backward = (gradOutputs: ReadonlyArray<Tensor | undefined>) => ReadonlyArray<Tensor | undefined>;
 
 interface Node {
@@ -60,6 +70,11 @@ export class Tape {
   private readonly nodes: Node[] = [];
   private readonly owned = new Set<Tensor>();
   private released = false;
+  /**
+   * Set (to []) by a strategy whose model config asks for the router load-balancing loss:
+   * every MoE block of the forward then appends its routing here. Undefined: nothing is kept.
+   */
+  routerTaps: RouterTap[] | undefined;
 
   constructor(opts: TapeOptions) {
     this.stream = opts.stream;
@@ -99,10 +114,11 @@ export class Tape {
   }
 
   /**
-   * Back-propagates from `loss` seeded with `seed` (same shape as loss.value). Leaf
-   * gradients accumulate into existing `grad` tensors (call zeroGrad between steps).
+   * Back-propagates from `loss` seeded with `seed` (same shape as loss.value), plus the
+   * `more` roots with their seeds (e.g. the router aux loss; a root that needs no gradient
+   * is skipped). Leaf gradients accumulate into existing `grad` tensors (call zeroGrad between steps).
    */
-  backward(loss: Var, seed: Tensor): void {
+  backward(loss: Var, seed: Tensor, more: ReadonlyArray<readonly [Var, Tensor]> = []): void {
     this.checkLive();
     if (!loss.requiresGrad) throw new InvalidArgumentError('backward(): the loss does not depend on any Var that requires grad.');
     if (seed.numel !== loss.value.numel) {
@@ -110,6 +126,11 @@ export class Tape {
     }
     // Gradients of non-leaf Vars live here until their node consumed them.
     const grads = new Map<Var, Tensor>([[loss, seed]]);
+    for (const [root, s] of more) {
+      if (s.numel !== root.value.numel)
+        throw new InvalidArgumentError(`backward(): a root's seed has ${s.numel} elements but the root has ${root.value.numel}.`);
+      if (root.requiresGrad && root !== loss) grads.set(root, s);
+    }
     for (let i = this.nodes.length - 1; i >= 0; i--) {
       const node = this.nodes[i]!;
       const gOut = node.outputs.map((o) => grads.get(o));

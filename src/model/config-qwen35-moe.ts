@@ -8,7 +8,7 @@
  * rather than trained as something the checkpoint was not.
  */
 import type { MoeConfig } from './config.js';
-import { refuseRouterAuxLoss } from './router-aux-loss.js';
+import { parseRouterAuxLoss } from './router-aux-config.js';
 
 type Fail = (msg: string, details?: Record<string, unknown>) => never;
 
@@ -38,7 +38,7 @@ export function parseQwen35Moe(t: Record<string, unknown>, fail: Fail): MoeConfi
   refuse('norm_topk_prob', (v) => v === true, 'always renormalises the top-k router probabilities (true)');
   refuse('decoder_sparse_step', (v) => v === 1, 'has the sparse block in every layer (decoder_sparse_step 1)');
   refuse('mlp_only_layers', (v) => Array.isArray(v) && v.length === 0, 'has no dense-MLP layers (mlp_only_layers [])');
-  refuseRouterAuxLoss(t, 'qwen3_5_moe', fail);
+  const auxCoef = parseRouterAuxLoss(t, 'qwen3_5_moe', fail);
   return {
     numExperts: sizes.num_experts!,
     topK: sizes.num_experts_per_tok!,
@@ -47,6 +47,7 @@ export function parseQwen35Moe(t: Record<string, unknown>, fail: Fail): MoeConfi
     decoderSparseStep: 1,
     mlpOnlyLayers: [],
     sharedExpertIntermediateSize: sizes.shared_expert_intermediate_size!,
+    ...(auxCoef !== undefined ? { routerAuxLossCoef: auxCoef } : {}),
   };
 }
 

@@ -19,7 +19,7 @@ import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/device/dtype.js';
 import { parseQwen35, qwen35Family, qwen35HFFields, qwen35TextView, type Qwen35Config, type Qwen35Raw } from './config-qwen35.js';
 import { parseQwen35Moe, qwen35MoeHFFields } from './config-qwen35-moe.js';
-import { refuseRouterAuxLoss } from './router-aux-loss.js';
+import { parseRouterAuxLoss, routerAuxHFFields } from './router-aux-config.js';
 
 export const MODEL_TYPES = ['qwen3', 'qwen3_moe', 'qwen3_5', 'qwen3_5_moe'] as const;
 /** model_type values accepted in config.json (`qwen3_5_text` / `qwen3_5_moe_text` are the text configs). */
@@ -54,6 +54,11 @@ export interface MoeConfig {
   mlpOnlyLayers: number[];
   /** Qwen3.5-MoE: intermediate size of the shared expert every token also goes through. */
   sharedExpertIntermediateSize?: number;
+  /**
+   * Present iff `output_router_logits` is true: training adds this coefficient times the router
+   * load-balancing loss (`router_aux_loss_coef`, router-aux-config.ts / router-aux-loss.ts).
+   */
+  routerAuxLossCoef?: number;
 }
 
 export interface ModelConfig {
@@ -166,7 +171,7 @@ export function parseModelConfig(raw: unknown, source = 'config.json'): ModelCon
   const isMoe = modelType === 'qwen3_moe';
   const base = check(baseSchema, obj, source);
   const moeRaw = isMoe ? check(moeSchema, obj, source) : undefined;
-  if (isMoe) refuseRouterAuxLoss(obj, 'qwen3_moe', fail);
+  const auxCoef = isMoe ? parseRouterAuxLoss(obj, 'qwen3_moe', fail) : undefined;
 
   const numHeads = base.num_attention_heads;
   const numKvHeads = base.num_key_value_heads ?? numHeads; // HF default: no GQA
@@ -218,6 +223,7 @@ export function parseModelConfig(raw: unknown, source = 'config.json'): ModelCon
       normTopkProb: moeRaw.norm_topk_prob ?? false,
       decoderSparseStep: moeRaw.decoder_sparse_step ?? 1,
       mlpOnlyLayers: layers,
+      ...(auxCoef !== undefined ? { routerAuxLossCoef: auxCoef } : {}),
     };
   }
   return cfg;
@@ -302,6 +308,7 @@ export function toHFConfig(cfg: ModelConfig): Record<string, unknown> {
     out.decoder_sparse_step = cfg.moe.decoderSparseStep;
     out.mlp_only_layers = [...cfg.moe.mlpOnlyLayers];
   }
+  if (cfg.moe) Object.assign(out, routerAuxHFFields(cfg.moe.routerAuxLossCoef));
   return out;
 }
 

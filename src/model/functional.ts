@@ -166,6 +166,7 @@ export function moe(tape: Tape, x: Var, w: MoeWeights, topK: number, renorm: boo
   const r = K.routerTopK(logits.value, topK, renorm, ro);
   tape.own(r.probs);
   tape.own(r.indices);
+  tape.routerTaps?.push({ logits, probs: r.probs, indices: r.indices });
   const weights = tape.result(r.weights);
   tape.record('router', [logits], [weights], ([dW]) => [tape.own(K.routerBackward(dW!, r.probs, r.indices, renorm, ro))]);
 

@@ -19,6 +19,7 @@ import { LoraAdapters, loraStepSeed, type LoraHooks } from '../model/lora.js';
 import type { LoraConfigInput } from '../model/lora-config.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from './grad-norm.js';
 import { crossEntropyLoss, localRows, stepLoss } from './rows.js';
+import { addRouterAux, tapRouters } from './router-aux-step.js';
 import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from './strategy.js';
 
 /** LoRA on the single-device path: only the adapters train; base weights stay frozen. */
@@ -92,10 +93,11 @@ export class SingleDeviceStrategy implements TrainStrategy {
     try {
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
       for (const t of [b.ids, b.positions, b.mask]) if (t) tape.own(t);
+      tapRouters(tape, this.cfg);
       const logits = this.model.forward(tape, b);
-      const terms = await loss(tape, logits, rows, batch);
+      const { terms, roots } = await addRouterAux(tape, this.cfg, rows, await loss(tape, logits, rows, batch));
       const { perToken, weights } = terms;
-      if (backward) tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
+      if (backward) tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })), roots);
       return await stepLoss(terms, stream);
     } finally {
       tape.release();

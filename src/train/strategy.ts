@@ -70,6 +70,12 @@ export interface LossTerms {
   weights: Float32Array;
   value?: number;
   stats?: Record<string, number>;
+  /**
+   * The weight of this call's router load-balancing loss in its optimizer step (when the config
+   * asks for it, router-aux-step.ts): the call's share of the step's normalisation, e.g. its rows
+   * over the step's rows when micro-batches are accumulated; default 1 (the call is the step).
+   */
+  auxScale?: number;
 }
 export type LossFn = (tape: Tape, logits: Var, rows: LocalRows, global: TrainBatch) => LossTerms | Promise<LossTerms>;
 

@@ -38,6 +38,7 @@ import type { HostShard } from '../../parallel/sharded-load.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
 import { anyRank } from '../any-rank.js';
 import { crossEntropyLoss, localRows, stepLoss } from '../rows.js';
+import { addRouterAux, tapRouters } from '../router-aux-step.js';
 import type { FullState, LossFn, ShardedState, ShardGroups, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
 import type { HfLoadOptions } from '../load-hf-shards.js';
 import { loadFsdp2Groups } from './load-shards.js';
@@ -253,11 +254,13 @@ export class Fsdp2Strategy implements TrainStrategy {
       await run.prefetch();
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
       for (const t of [b.ids, b.positions, b.mask]) if (t) tape.own(t);
+      tapRouters(tape, this.cfg);
       const logits = this.model.forward(tape, b);
-      const terms = await loss(tape, logits, rows, batch);
+      // The router aux loss's counts are summed over dp (each rank holds other rows).
+      const { terms, roots } = await addRouterAux(tape, this.cfg, rows, await loss(tape, logits, rows, batch), (local) => this.allReduceHost(local));
       const { perToken, weights } = terms;
       if (backward) {
-        tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
+        tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })), roots);
         await run.finish();
       }
       return await stepLoss(terms, stream, (local) => this.allReduceHost(local));

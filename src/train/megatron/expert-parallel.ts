@@ -62,6 +62,7 @@ export async function expertParallelMoe(
   const r = K.routerTopK(logits.value, topK, renorm, { stream, impl: tape.impl(F.PATCHES.router) });
   tape.own(r.probs);
   tape.own(r.indices);
+  tape.routerTaps?.push({ logits, probs: r.probs, indices: r.indices });
   const weights = tape.result(r.weights);
   tape.record('router', [logits], [weights], ([dW]) => [
     tape.own(K.routerBackward(dW!, r.probs, r.indices, renorm, { stream, impl: tape.impl(F.PATCHES.router) })),

@@ -42,6 +42,7 @@ import type { AdamWHyper, HostParam } from '../../model/param-store.js';
 import { uploadBatch } from '../../model/qwen3.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
 import { crossEntropyLoss, localRows, stepLoss } from '../rows.js';
+import { addRouterAux, tapRouters } from '../router-aux-step.js';
 import type { FullState, LossFn, ShardedState, ShardGroups, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
 import type { HfLoadOptions } from '../load-hf-shards.js';
 import { anyRank } from '../any-rank.js';
@@ -266,10 +267,22 @@ export class MegatronStrategy implements TrainStrategy {
       if (backward) this.grads.zeroStep(stream);
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
       for (const t of [b.ids, b.positions, b.mask]) if (t) tape.own(t);
+      // Sums over dp only: TP ranks hold the same rows (the ep ranks are dp ranks).
+      const dp = this.mesh.comm('dp');
+      const sumDp =
+        dp.size > 1
+          ? async (local: Float32Array) => {
+              const t = tape.own(Tensor.fromArray(device, local, [local.length], { stream }));
+              this.pending.track(dp.allReduce(t, t, 'sum', stream));
+              if (dp.spansProcesses) await this.pending.settle();
+              return (await t.toArray({ stream })) as Float32Array;
+            }
+          : undefined;
+      tapRouters(tape, this.cfg);
       const logits = await this.model.forward(tape, b);
-      const terms = await loss(tape, logits, rows, batch);
+      const { terms, roots } = await addRouterAux(tape, this.cfg, rows, await loss(tape, logits, rows, batch), sumDp);
       const { perToken, weights } = terms;
-      if (backward) tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })));
+      if (backward) tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })), roots);
       // One all-reduce per gradient bucket, then accumulate.
       for (const [group, comm] of backward
         ? ([
@@ -284,20 +297,7 @@ export class MegatronStrategy implements TrainStrategy {
         if (comm.spansProcesses) await this.pending.settle(); // step is complete only then (span-limits.ts)
         axpy(this.grads.acc.get(group)!, 1, step, { stream });
       }
-      // Summed over dp only: TP ranks hold the same rows.
-      const dp = this.mesh.comm('dp');
-      const result = await stepLoss(
-        terms,
-        stream,
-        dp.size > 1
-          ? async (local) => {
-              const t = tape.own(Tensor.fromArray(device, local, [local.length], { stream }));
-              this.pending.track(dp.allReduce(t, t, 'sum', stream));
-              if (dp.spansProcesses) await this.pending.settle();
-              return (await t.toArray({ stream })) as Float32Array;
-            }
-          : undefined,
-      );
+      const result = await stepLoss(terms, stream, sumDp);
       await this.pending.settle();
       return result;
     } finally {
