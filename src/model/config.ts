@@ -39,6 +39,8 @@ export interface RopeConfig {
   betaSlow?: number;
   lowFreqFactor?: number;
   highFreqFactor?: number;
+  /** yarn: floor / ceil the correction range (HF default true). */
+  truncate?: boolean;
 }
 
 export interface MoeConfig {
@@ -103,6 +105,7 @@ const ropeDict = z.looseObject({
   beta_slow: posNum('beta_slow').optional(),
   low_freq_factor: posNum('low_freq_factor').optional(),
   high_freq_factor: posNum('high_freq_factor').optional(),
+  truncate: field('truncate', 'a boolean', z.boolean()).optional(),
 });
 EXPECTED.rope_parameters = 'an object such as {"rope_type": "default", "rope_theta": 1000000}';
 EXPECTED.rope_scaling = 'an object such as {"rope_type": "yarn", "factor": 4} or null';
@@ -320,6 +323,7 @@ const ROPE_FIELD_NAMES: ReadonlyArray<[Exclude<keyof RopeConfig, 'type' | 'theta
   ['betaSlow', 'beta_slow'],
   ['lowFreqFactor', 'low_freq_factor'],
   ['highFreqFactor', 'high_freq_factor'],
+  ['truncate', 'truncate'],
 ];
 
 type RopeDict = z.infer<typeof ropeDict>;
@@ -363,8 +367,8 @@ function normaliseRope(base: z.infer<typeof baseSchema>, fail: (msg: string) => 
   // HF default for Qwen3 when no rope_theta is given anywhere.
   const rope: RopeConfig = { type: type as RopeType, theta: get<number>('rope_theta') ?? 10000 };
   for (const [camel, snake] of ROPE_FIELD_NAMES) {
-    const v = get<number>(snake);
-    if (v !== undefined) rope[camel] = v;
+    const v = get<number | boolean>(snake);
+    if (v !== undefined) (rope as unknown as Record<string, unknown>)[camel] = v;
   }
   if (type !== 'default') {
     if (rope.factor === undefined) fail(`rope type "${type}" needs "factor"; expected a number >= 1 in rope_parameters.`);
@@ -374,6 +378,10 @@ function normaliseRope(base: z.infer<typeof baseSchema>, fail: (msg: string) => 
     for (const key of ['low_freq_factor', 'high_freq_factor', 'original_max_position_embeddings']) {
       if (get(key) === undefined) fail(`rope type "llama3" needs "${key}" in rope_parameters; it is missing.`);
     }
+  }
+  // dynamic scales beyond, and yarn's correction range is measured over, the original context.
+  if ((type === 'dynamic' || type === 'yarn') && rope.originalMaxPositionEmbeddings === undefined && typeof base.max_position_embeddings !== 'number') {
+    fail(`rope type "${type}" needs "original_max_position_embeddings" in rope_parameters or a top-level "max_position_embeddings"; both are missing. HINT: Qwen3's long-context recipe writes "original_max_position_embeddings": 32768.`);
   }
   return rope;
 }
