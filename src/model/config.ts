@@ -199,7 +199,7 @@ export function parseModelConfig(raw: unknown, source = 'config.json'): ModelCon
     tieWordEmbeddings: base.tie_word_embeddings ?? false,
   };
   if (base.max_position_embeddings != null) cfg.maxPositionEmbeddings = base.max_position_embeddings;
-  if (q35) cfg.qwen35 = parseQwen35(q35, cfg.numLayers, headDim, cfg.rope.type, fail);
+  if (q35) cfg.qwen35 = parseQwen35(q35, cfg.numLayers, headDim, fail);
   if (q35Moe) cfg.moe = q35Moe;
 
   if (moeRaw) {
