@@ -251,13 +251,25 @@ describe('rope', () => {
     const [y] = await parity((impl) => [K.rope(xt, pt, table, { impl })], 1e-6, 'scaled rope');
     close(y!, R.ropeBy(xs, pos, T, nH, Dh, table.invFreq, table.scale), 2e-5, 'scaled rope vs JS');
     // Not the unscaled rotation: dropping the table would fail here.
-    expect(Math.max(...R.ropeBy(xs, pos, T, nH, Dh, table.invFreq, table.scale).map((v, i) => Math.abs(v - R.rope(xs, pos, T, nH, Dh, 1e4)[i]!)))).toBeGreaterThan(0.1);
+    expect(
+      Math.max(...R.ropeBy(xs, pos, T, nH, Dh, table.invFreq, table.scale).map((v, i) => Math.abs(v - R.rope(xs, pos, T, nH, Dh, 1e4)[i]!))),
+    ).toBeGreaterThan(0.1);
     const g = R.rand(T * nH * Dh, 22);
     const [dx] = await parity((impl) => [K.ropeBackward(f32(g, [T, nH, Dh]), pt, table, { impl })], 1e-6, 'scaled ropeBackward');
-    close(dx!, R.fdGrad((xx) => R.ropeBy(xx, pos, T, nH, Dh, table.invFreq, table.scale), xs, g), 1e-4, 'scaled ropeBackward vs FD');
+    close(
+      dx!,
+      R.fdGrad((xx) => R.ropeBy(xx, pos, T, nH, Dh, table.invFreq, table.scale), xs, g),
+      1e-4,
+      'scaled ropeBackward vs FD',
+    );
     // backward(forward(x)) = scale² x
     const back = await host(K.ropeBackward(f32(y!, [T, nH, Dh]), pt, table));
-    close(back, Array.from(xs, (v) => v * table.scale * table.scale), 2e-5, 'scaled round trip');
+    close(
+      back,
+      Array.from(xs, (v) => v * table.scale * table.scale),
+      2e-5,
+      'scaled round trip',
+    );
   });
 
   it('refuses a table of the wrong length or with a bad scale, naming the fix', () => {

@@ -86,7 +86,6 @@ describe.each(CASES)('$name: trainer == engine, != default rope', ({ base, rope 
     // Ten times the parity tolerance at least (the tiny Qwen3 moves by a few 1e-3 under linear / dynamic).
     expect(maxDiff(want, plain)).toBeGreaterThan(1e-3);
   });
-
 });
 
 // Dynamic rope is left out here: beyond the original max the engine's cached keys keep the table

@@ -104,7 +104,11 @@ const CASES: Array<{ name: string; rope: HFRope; dim?: number; max?: number; seq
   { name: 'default', rope: { rope_type: 'default', rope_theta: 1e6 } },
   { name: 'linear', rope: { rope_type: 'linear', rope_theta: 1e6, factor: 4 } },
   { name: 'dynamic below the original max', rope: { rope_type: 'dynamic', rope_theta: 1e6, factor: 4, original_max_position_embeddings: 32768 }, seqLen: 100 },
-  { name: 'dynamic above the original max', rope: { rope_type: 'dynamic', rope_theta: 1e6, factor: 4, original_max_position_embeddings: 32768 }, seqLen: 65536 },
+  {
+    name: 'dynamic above the original max',
+    rope: { rope_type: 'dynamic', rope_theta: 1e6, factor: 4, original_max_position_embeddings: 32768 },
+    seqLen: 65536,
+  },
   { name: 'dynamic from max_position_embeddings', rope: { rope_type: 'dynamic', rope_theta: 1e4, factor: 2 }, max: 2048, seqLen: 5000 },
   { name: 'yarn (Qwen3 long context)', rope: { rope_type: 'yarn', rope_theta: 1e6, factor: 4, original_max_position_embeddings: 32768 } },
   {
@@ -179,7 +183,16 @@ describe('ropeTable cache and refusals', () => {
 
 describe('rope config round trip', () => {
   it.each([
-    { rope_type: 'yarn', rope_theta: 1e6, factor: 4, original_max_position_embeddings: 32768, attention_factor: 1.2, beta_fast: 16, beta_slow: 2, truncate: false },
+    {
+      rope_type: 'yarn',
+      rope_theta: 1e6,
+      factor: 4,
+      original_max_position_embeddings: 32768,
+      attention_factor: 1.2,
+      beta_fast: 16,
+      beta_slow: 2,
+      truncate: false,
+    },
     { rope_type: 'llama3', rope_theta: 5e5, factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 },
     { rope_type: 'dynamic', rope_theta: 1e4, factor: 2 },
     { rope_type: 'linear', rope_theta: 1e4, factor: 2 },

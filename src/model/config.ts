@@ -381,7 +381,9 @@ function normaliseRope(base: z.infer<typeof baseSchema>, fail: (msg: string) => 
   }
   // dynamic scales beyond, and yarn's correction range is measured over, the original context.
   if ((type === 'dynamic' || type === 'yarn') && rope.originalMaxPositionEmbeddings === undefined && typeof base.max_position_embeddings !== 'number') {
-    fail(`rope type "${type}" needs "original_max_position_embeddings" in rope_parameters or a top-level "max_position_embeddings"; both are missing. HINT: Qwen3's long-context recipe writes "original_max_position_embeddings": 32768.`);
+    fail(
+      `rope type "${type}" needs "original_max_position_embeddings" in rope_parameters or a top-level "max_position_embeddings"; both are missing. HINT: Qwen3's long-context recipe writes "original_max_position_embeddings": 32768.`,
+    );
   }
   return rope;
 }

@@ -11,8 +11,8 @@ import type { Var, Tape } from './autograd.js';
 import { isMoeLayer, type ModelConfig } from './config.js';
 import * as F from './functional.js';
 import type { ParamStore } from './param-store.js';
-import { ropeTable } from './rope-scaling.js';
 import { fusedExpertNames } from './params.js';
+import { ropeTable } from './rope-scaling.js';
 
 export interface Batch {
   /** int32 [B·S] token ids, row-major. */

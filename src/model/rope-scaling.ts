@@ -16,7 +16,8 @@
  * Qwen3.5, so the table covers only the rotated channels.
  *
  * Dynamic rope and sequences beyond orig: the trainer computes the table per forward from the
- * batch (seqLen = max position + 1), statelessly; the rollout engine computes it per forward
+ * batch it runs (seqLen = max position + 1 of its rows; on a data-parallel rank, of that rank's
+ * rows, as HF does per forward call), statelessly; the rollout engine computes it per forward
  * step, so keys already in its KV cache keep the table they were written with, as HF generate
  * does. The two therefore differ for sequences longer than orig (the trainer rotates every key
  * with the final length's table). Up to orig both use the default table.
@@ -133,9 +134,12 @@ const MAX_ENTRIES = 64;
  */
 export function ropeTable(src: RopeSource, dim: number, seqLen = 0): RopeTable {
   if (!Number.isSafeInteger(dim) || dim < 2 || dim % 2 !== 0) {
-    throw new InvalidArgumentError(`ropeTable(): the rotary dim must be an even integer >= 2 but is ${dim}. HINT: pass head_dim, or head_dim · partial_rotary_factor.`, {
-      argument: 'dim',
-    });
+    throw new InvalidArgumentError(
+      `ropeTable(): the rotary dim must be an even integer >= 2 but is ${dim}. HINT: pass head_dim, or head_dim · partial_rotary_factor.`,
+      {
+        argument: 'dim',
+      },
+    );
   }
   if (!Number.isSafeInteger(seqLen) || seqLen < 0) {
     throw new InvalidArgumentError(`ropeTable(): seqLen must be a non-negative integer (max position + 1) but is ${seqLen}.`, { argument: 'seqLen' });

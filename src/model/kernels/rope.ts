@@ -25,10 +25,13 @@ function tableArg(fn: string, table: RopeTable, D: number): void {
   }
   const scale = table.scale;
   if (typeof scale !== 'number' || !(scale > 0) || !Number.isFinite(scale)) {
-    throw new InvalidArgumentError(`${fn}() expects table.scale to be a positive finite number but received ${describe(scale)}. HINT: 1 is the unscaled rope.`, {
-      op: fn,
-      argument: 'table.scale',
-    });
+    throw new InvalidArgumentError(
+      `${fn}() expects table.scale to be a positive finite number but received ${describe(scale)}. HINT: 1 is the unscaled rope.`,
+      {
+        op: fn,
+        argument: 'table.scale',
+      },
+    );
   }
 }
 
