@@ -8,7 +8,8 @@
  * - yarn: per pair a blend of the interpolated (1/(factor·theta^(2i/dim))) and extrapolated
  *   (theta^(-2i/dim)) frequency by a linear ramp between the correction dims of beta_fast
  *   (default 32) and beta_slow (default 1), floored / ceiled unless truncate is false; scale =
- *   attention_factor, else 0.1·ln(factor) + 1 (1 for factor <= 1);
+ *   attention_factor, else 0.1·ln(factor) + 1 (1 for factor <= 1); `factor` as written (Transformers 4
+ *   replaced it by max_position_embeddings / original_max_position_embeddings when both were given);
  * - llama3: wavelengths above orig/low_freq_factor divided by factor, below orig/high_freq_factor
  *   kept, smoothly blended between.
  * `orig` is original_max_position_embeddings, else max_position_embeddings (HF fills one from
