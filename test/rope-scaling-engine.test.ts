@@ -14,6 +14,7 @@ import { rowLogprobs } from '../src/train/logprobs.js';
 import { probeBatch } from '../src/sync/verify.js';
 import { qwen35Prompts, spreadParams } from './helpers/qwen35-engine.js';
 import { TEXT } from './helpers/qwen35-configs.js';
+import { Reference } from './helpers/rollout-reference.js';
 
 const device = Device.get(0);
 const SEED = 7;
@@ -103,5 +104,40 @@ describe.each(CASES.filter((c) => c.rope.rope_type !== 'dynamic'))('$name: gener
     const tails = want.map((row, b) => row.slice(prompts[b]!.length - 1));
     expect(r.logprobs.flat().length).toBeGreaterThan(4);
     expect(maxDiff(r.logprobs, tails)).toBeLessThan(1e-4);
+  });
+});
+
+// Dynamic rope in generation: while the sequence is within the original max every table is the
+// default one, so the engine's decode log-probs equal the trainer's forward over the same prefix;
+// beyond it the engine's cached keys keep the table of the step that wrote them (as HF generate),
+// while the trainer's forward rotates every key of the prefix with the prefix length's table.
+describe('qwen3 dynamic rope: generation across the original max', () => {
+  // A large factor, so a few positions past the original max move the base far (the tiny model is insensitive).
+  const cfg = withRope(TINY_DENSE, { ...DYNAMIC, factor: 64 });
+  const host = spreadParams(cfg, SEED);
+
+  it('equals the trainer up to the original max, and keeps per-step tables beyond it', async () => {
+    const ref = new Reference(cfg, host);
+    opened.push(ref);
+    const prompt = qwen35Prompts([5], cfg.vocabSize, 9)[0]!;
+    // Seeded sampling with a stop id the draws do not hit: eight tokens, to sequence length 12.
+    const r = await engineOf(cfg, host).generate([prompt], { maxTokens: 8, temperature: 1, seed: 3, eosTokenId: 63 });
+    const tokens = r.tokens[0]!;
+    expect(tokens.length).toBe(8);
+    const within: number[] = [],
+      beyond: number[] = [];
+    for (let k = 0; k < tokens.length; k++) {
+      // Token k is predicted from the L = prompt.length + k tokens before it (max position + 1 = L).
+      const seq = [...prompt, ...tokens.slice(0, k)];
+      const V = cfg.vocabSize;
+      const row = Array.from((await ref.logits(seq)).subarray((seq.length - 1) * V, seq.length * V), Number);
+      const m = Math.max(...row);
+      const want = row[tokens[k]!]! - m - Math.log(row.reduce((a, v) => a + Math.exp(v - m), 0));
+      (seq.length <= DYNAMIC.original_max_position_embeddings ? within : beyond).push(Math.abs(r.logprobs[0]![k]! - want));
+    }
+    expect(within.length).toBe(4);
+    expect(beyond.length).toBe(4);
+    expect(Math.max(...within)).toBeLessThan(1e-4);
+    expect(Math.max(...beyond)).toBeGreaterThan(1e-3);
   });
 });
