@@ -3,6 +3,7 @@
  * and dynamic rope, the trainer's token log-probs (single strategy, src/train/logprobs.ts) equal
  * the rollout engine's (prefill scoring, and greedy generation through the KV cache), and both
  * differ from the same weights under the default rope, so dropping the scaling again fails here.
+ * Dynamic rope in generation: equal to the trainer up to the original max, per-step tables beyond.
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { Device } from '../src/runtime/device/device.js';
