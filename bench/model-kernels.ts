@@ -8,7 +8,7 @@
  * on fresh outputs dominate the memory-bound kernels (rmsNorm 256x1024: ~0.06 ms of
  * kernel in ~0.7 ms per call).
  */
-import { Device, Tensor, type KernelImpl, kernels as K } from '../src/internal.js';
+import { Device, Tensor, type KernelImpl, kernels as K, ropeTable } from '../src/internal.js';
 import { checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
 import { printTable } from './table.js';
@@ -140,7 +140,7 @@ export async function main(argv: string[]): Promise<void> {
   const cases: [string, (impl: KernelImpl) => Tensor[] | void][] = [
     [`rmsNorm [${T},${H}]`, (impl) => Object.values(K.rmsNorm(x, w, 1e-6, { impl }))],
     [`rmsNormBackward [${T},${H}]`, (impl) => Object.values(K.rmsNormBackward(dy, x, w, rstd, { impl }))],
-    [`rope [${T},8,128]`, (impl) => [K.rope(x.reshape([T, 8, 128]), pos, 1e6, { impl })]],
+    [`rope [${T},8,128]`, (impl) => [K.rope(x.reshape([T, 8, 128]), pos, ropeTable({ rope: { type: 'default', theta: 1e6 } }, 128), { impl })]],
     [`attention B1 S${S} 8/2 heads D64`, (impl) => Object.values(K.attention(q, kk, vv, { impl }))],
     [`attentionBackward B1 S${S} 8/2 heads D64`, (impl) => Object.values(K.attentionBackward(q, q, kk, vv, att.o, att.lse, { impl }))],
     [`attentionDecode B8 cache ${Smax} 8/2 heads D64`, (impl) => [K.attentionDecode(qd, kc, vc, lens, { impl })]],

@@ -178,6 +178,25 @@ std::vector<uint64_t> Reader::Counts(const char* name, long n, size_t max) {
   return out;
 }
 
+std::vector<double> Reader::Doubles(const char* name, size_t n) {
+  Napi::Value v = Value();
+  std::string want = "a Float64Array of " + std::to_string(n) + " finite numbers";
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float64_array) Expected(want.c_str(), name, v);
+  Napi::Float64Array a = v.As<Napi::Float64Array>();
+  if (a.ElementLength() != n) {
+    ThrowInvalidArgument(Say("Expected " + want + " for " + name + " but received " + std::to_string(a.ElementLength()) + " of them.") + Hint(),
+                         {Str("argument", name), Str("op", op_)});
+  }
+  std::vector<double> out(a.Data(), a.Data() + n);
+  for (size_t q = 0; q < n; ++q) {
+    if (!std::isfinite(out[q])) {
+      ThrowInvalidArgument(Say("Expected finite numbers in " + std::string(name) + " but element " + std::to_string(q) + " is not.") + Hint(),
+                           {Str("argument", name), Str("op", op_)});
+    }
+  }
+  return out;
+}
+
 Span Reader::Buffer(const char* name, uint64_t bytes, size_t align, bool optional) {
   if (optional && Arg(info_, i_).IsNull()) {
     i_ += 2;

@@ -71,6 +71,8 @@ class Reader {
   std::string String(const char* name);
   // An array of exactly `n` non-negative integers (n < 0: any length up to `max`).
   std::vector<uint64_t> Counts(const char* name, long n, size_t max = SIZE_MAX);
+  // A host Float64Array of exactly `n` finite numbers, copied (small tables such as rope's inv_freq).
+  std::vector<double> Doubles(const char* name, size_t n);
 
   // (buffer, byteOffset) covering `bytes` from the offset, offset aligned to `align`;
   // with `optional`, a null buffer means "not given" (an empty Span). Every span

@@ -6,8 +6,10 @@
 // finally enqueues one Op that keeps its blocks alive until it ran. TS
 // (src/model/kernels/) validates first with precise messages; this is the safety
 // net. Data-dependent checks (ids, offsets, lengths) happen in the kernels.
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "args.h"
@@ -88,17 +90,23 @@ U RmsNormBackward(StreamImpl& s, Reader& r) {
   return RUN("rmsNormBackward", RmsNormBackward, a);
 }
 
-// rope(T, heads, D, theta, inverse, x, positions, y); y may be exactly x.
+// rope(T, heads, D, invFreq: Float64Array[D/2], scale, inverse, x, positions, y); y may be exactly x.
 U Rope(StreamImpl& s, Reader& r) {
   U T = r.Index("T"), heads = r.Index("heads"), D = r.Positive("D");
   if (D % 2 != 0) r.Fail("head dim D must be even.");
-  double theta = r.Number("theta");
+  // The table is copied here and owned by the op, so the caller's array may change after the call.
+  auto table = std::make_shared<std::vector<double>>(r.Doubles("invFreq", static_cast<size_t>(D / 2)));
+  double scale = r.Number("scale");
+  if (!(scale > 0) || !std::isfinite(scale)) r.Fail("scale must be a positive finite number.");
   bool inverse = r.Bool("inverse");
   Span x = r.Tensor("x", Mul({T, heads, D}, "x"), F32), pos = r.Tensor("positions", T, I32);
   Span y = r.Tensor("y", Mul({T, heads, D}, "y"), F32);
   r.CheckOutputs({"y"}, {{"y", "x"}});
-  RopeArgs a{x.as<float>(), pos.as<int32_t>(), y.as<float>(), (int64_t)T, (int64_t)heads, (int64_t)D, theta, inverse};
-  return RUN(inverse ? "ropeBackward" : "rope", Rope, a);
+  RopeArgs a{x.as<float>(), pos.as<int32_t>(), y.as<float>(), table->data(), (int64_t)T, (int64_t)heads, (int64_t)D, scale, inverse};
+  const bool reference = r.Impl();
+  const uint64_t token = r.Token();
+  void (*fn)(const RopeArgs&) = reference ? ref::Rope : fast::Rope;
+  return EnqueueOp(s, r, inverse ? "ropeBackward" : "rope", token, [fn, a, table](Op&) { fn(a); });
 }
 
 void CheckHeads(Reader& r, U nH, U nKV) {

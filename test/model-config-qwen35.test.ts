@@ -56,6 +56,24 @@ describe('qwen3_5 config', () => {
     expect(parseModelConfig(toHFConfig(cfg))).toEqual(cfg);
   });
 
+  it('loads every scaled rope type (no longer refused) and round-trips it with the Qwen3.5 rope keys', () => {
+    const scaled = [
+      { rope_type: 'yarn', factor: 4, original_max_position_embeddings: 32768, beta_fast: 16, truncate: false },
+      { rope_type: 'linear', factor: 2 },
+      { rope_type: 'dynamic', factor: 2 },
+      { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 },
+    ];
+    for (const r of scaled) {
+      const cfg = parseModelConfig({ ...TEXT, rope_parameters: { ...TEXT.rope_parameters, ...r } });
+      expect(cfg.rope.type).toBe(r.rope_type);
+      expect(cfg.rope.factor).toBe(r.factor);
+      expect(cfg.qwen35!.rotaryDim).toBe(4);
+      const hf = toHFConfig(cfg);
+      expect(hf.rope_parameters).toMatchObject({ ...r, rope_theta: 10000000, partial_rotary_factor: 0.25, mrope_section: [1, 1, 0] });
+      expect(parseModelConfig(hf)).toEqual(cfg);
+    }
+  });
+
   it('names the field of every bad value', () => {
     expect(configError(() => parseModelConfig({ ...TEXT, layer_types: ['linear_attention'] })).message).toMatch(
       /layer_types.*1 entries.*num_hidden_layers is 4/,
@@ -70,9 +88,6 @@ describe('qwen3_5 config', () => {
     expect(configError(() => parseModelConfig({ ...TEXT, attn_output_gate: false })).message).toMatch(/attn_output_gate/);
     expect(configError(() => parseModelConfig({ ...TEXT, rope_parameters: { ...TEXT.rope_parameters, partial_rotary_factor: 1.5 } })).message).toMatch(
       /partial_rotary_factor.*\(0, 1\]/,
-    );
-    expect(configError(() => parseModelConfig({ ...TEXT, rope_parameters: { ...TEXT.rope_parameters, rope_type: 'yarn', factor: 2 } })).message).toMatch(
-      /rope type "yarn" is not supported for qwen3_5/,
     );
     expect(configError(() => parseModelConfig({ ...TEXT, num_experts: 8 })).message).toMatch(/"num_experts".*qwen3_5_moe/);
     expect(configError(() => parseModelConfig({ model_type: 'qwen3_5', text_config: 3 })).message).toMatch(/text_config/);

@@ -194,6 +194,9 @@ describe('rmsNorm', () => {
 });
 
 describe('rope', () => {
+  /** The unscaled table theta^(-2i/D), scale 1, written out here (not through rope-scaling.ts). */
+  const unscaled = (theta: number, D: number): K.RopeTable => ({ invFreq: Float64Array.from({ length: D / 2 }, (_, i) => theta ** ((-2 * i) / D)), scale: 1 });
+
   it('rotates a unit vector by pos * theta^(-2i/D) and the backward undoes it', async () => {
     const D = 8,
       theta = 10000;
@@ -202,7 +205,7 @@ describe('rope', () => {
     x[1] = 1;
     x[D + 1] = 1;
     for (const impl of IMPLS) {
-      const y = await host(K.rope(f32(x, [2, 1, D]), i32([0, 3], [2]), theta, { impl }));
+      const y = await host(K.rope(f32(x, [2, 1, D]), i32([0, 3], [2]), unscaled(theta, D), { impl }));
       const a = 3 * theta ** (-2 / D);
       const want = new Array(2 * D).fill(0);
       want[1] = 1;
@@ -217,13 +220,13 @@ describe('rope', () => {
       pos = [0, 1, 2, 5, 100, 4095, 31];
     const xt = f32(xs, [T, nH, Dh]),
       pt = i32(pos, [T]);
-    const [y] = await parity((impl) => [K.rope(xt, pt, 1e6, { impl })], 1e-6, 'rope');
+    const [y] = await parity((impl) => [K.rope(xt, pt, unscaled(1e6, Dh), { impl })], 1e-6, 'rope');
     close(y!, R.rope(xs, pos, T, nH, Dh, 1e6), 2e-5, 'rope vs JS');
-    const back = await host(K.ropeBackward(f32(y!, [T, nH, Dh]), pt, 1e6));
+    const back = await host(K.ropeBackward(f32(y!, [T, nH, Dh]), pt, unscaled(1e6, Dh)));
     close(back, xs, 2e-5, 'ropeBackward(rope(x)) = x');
     // ropeBackward is the adjoint: check against FD of the forward.
     const g = R.rand(T * nH * Dh, 8);
-    const [dx] = await parity((impl) => [K.ropeBackward(f32(g, [T, nH, Dh]), pt, 1e6, { impl })], 1e-6, 'ropeBackward');
+    const [dx] = await parity((impl) => [K.ropeBackward(f32(g, [T, nH, Dh]), pt, unscaled(1e6, Dh), { impl })], 1e-6, 'ropeBackward');
     close(
       dx!,
       R.fdGrad((xx) => R.rope(xx, pos, T, nH, Dh, 1e6), xs, g),
@@ -231,8 +234,51 @@ describe('rope', () => {
       'ropeBackward vs FD',
     );
     // [B, S, nH, D] with positions [B, S]
-    expect(K.rope(f32(xs.subarray(0, 6 * nH * Dh), [2, 3, nH, Dh]), i32(pos.slice(0, 6), [2, 3]), 1e6).shape).toEqual([2, 3, nH, Dh]);
-    expect(() => K.rope(f32(new Float32Array(9), [1, 1, 9]), i32([0], [1]), 1e4)).toThrow(/head dim D must be even/);
+    expect(K.rope(f32(xs.subarray(0, 6 * nH * Dh), [2, 3, nH, Dh]), i32(pos.slice(0, 6), [2, 3]), unscaled(1e6, Dh)).shape).toEqual([2, 3, nH, Dh]);
+    expect(() => K.rope(f32(new Float32Array(9), [1, 1, 9]), i32([0], [1]), unscaled(1e4, 8))).toThrow(/head dim D must be even/);
+  });
+
+  it('a scaled table: fast == reference, matches the fp64 definition, backward is scale·R^T (finite differences)', async () => {
+    const T = 6,
+      nH = 2,
+      Dh = 12;
+    // An arbitrary (yarn-like) table: not a power series of one base, scale != 1.
+    const table: K.RopeTable = { invFreq: Float64Array.from([1, 0.61, 0.3, 0.071, 0.0123, 0.00042]), scale: 1.27 };
+    const xs = R.rand(T * nH * Dh, 21),
+      pos = [0, 1, 7, 64, 1000, 40000];
+    const xt = f32(xs, [T, nH, Dh]),
+      pt = i32(pos, [T]);
+    const [y] = await parity((impl) => [K.rope(xt, pt, table, { impl })], 1e-6, 'scaled rope');
+    close(y!, R.ropeBy(xs, pos, T, nH, Dh, table.invFreq, table.scale), 2e-5, 'scaled rope vs JS');
+    // Not the unscaled rotation: dropping the table would fail here.
+    expect(
+      Math.max(...R.ropeBy(xs, pos, T, nH, Dh, table.invFreq, table.scale).map((v, i) => Math.abs(v - R.rope(xs, pos, T, nH, Dh, 1e4)[i]!))),
+    ).toBeGreaterThan(0.1);
+    const g = R.rand(T * nH * Dh, 22);
+    const [dx] = await parity((impl) => [K.ropeBackward(f32(g, [T, nH, Dh]), pt, table, { impl })], 1e-6, 'scaled ropeBackward');
+    close(
+      dx!,
+      R.fdGrad((xx) => R.ropeBy(xx, pos, T, nH, Dh, table.invFreq, table.scale), xs, g),
+      1e-4,
+      'scaled ropeBackward vs FD',
+    );
+    // backward(forward(x)) = scale² x
+    const back = await host(K.ropeBackward(f32(y!, [T, nH, Dh]), pt, table));
+    close(
+      back,
+      Array.from(xs, (v) => v * table.scale * table.scale),
+      2e-5,
+      'scaled round trip',
+    );
+  });
+
+  it('refuses a table of the wrong length or with a bad scale, naming the fix', () => {
+    const x = f32(new Float32Array(8), [1, 1, 8]),
+      p = i32([0], [1]);
+    expect(() => K.rope(x, p, { invFreq: new Float64Array(3), scale: 1 })).toThrow(/table\.invFreq to be a Float64Array of D\/2 = 4 finite numbers.*HINT/);
+    expect(() => K.rope(x, p, { invFreq: new Float64Array([1, 0.1, NaN, 0.001]), scale: 1 })).toThrow(InvalidArgumentError);
+    expect(() => K.rope(x, p, { invFreq: new Float64Array(4), scale: 0 })).toThrow(/table\.scale to be a positive finite number.*HINT/);
+    expect(() => K.rope(x, p, 1e4 as unknown as K.RopeTable)).toThrow(/Float64Array/);
   });
 });
 
@@ -949,7 +995,7 @@ describe('empty shapes', () => {
     K.crossEntropy(z([0, 10]), zi([0]));
     K.embedding(zi([0]), z([5, 3]));
     K.swigluFused(z([0, 6]));
-    K.rope(z([0, 2, 4]), zi([0]), 1e4);
+    K.rope(z([0, 2, 4]), zi([0]), { invFreq: Float64Array.from([1, 0.01]), scale: 1 });
     expect(Array.from(await g.dW!.toArray()).every((v) => v === 0)).toBe(true);
     expect(Array.from(await disp.offsets.toArray())).toEqual([0, 0, 0, 0, 0]);
     const o = K.attentionDecode(f32(R.rand(16, 1), [2, 1, 2, 4]), z([2, 0, 1, 4]), z([2, 0, 1, 4]), zi([2]));

@@ -49,6 +49,17 @@ describe('native entry points', () => {
     );
     expect(thrown(() => modelOp('rmsNorm', 2, 0)).message).toMatch(/^rmsNorm: expected a positive integer for H but received 0\./);
     expect(thrown(() => modelOp('nope')).message).toBe("modelOp: unknown kernel 'nope'.");
+    // rope's inv_freq table: a Float64Array of exactly D/2 finite numbers, and a positive scale.
+    expect(thrown(() => modelOp('rope', 1, 1, 8, [1, 0.1, 0.01, 0.001], 1)).message).toMatch(
+      /^rope: expected a Float64Array of 4 finite numbers for invFreq but received an array\./,
+    );
+    expect(thrown(() => modelOp('rope', 1, 1, 8, new Float64Array(3), 1)).message).toMatch(
+      /^rope: expected a Float64Array of 4 finite numbers for invFreq but received 3 of them\./,
+    );
+    expect(thrown(() => modelOp('rope', 1, 1, 8, Float64Array.from([1, NaN, 0, 0]), 1)).message).toMatch(
+      /^rope: expected finite numbers in invFreq but element 1 is not\./,
+    );
+    expect(thrown(() => modelOp('rope', 1, 1, 8, new Float64Array(4), -1)).message).toMatch(/^rope: scale must be a positive finite number\./);
     s.destroy();
   });
 

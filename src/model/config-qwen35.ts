@@ -8,6 +8,8 @@
  * Qwen3.5 writes its rope as multimodal rope (`mrope_section`, `mrope_interleaved`); with text-only
  * positions all three sections see the same position, so it is plain RoPE over the first
  * `rotaryDim = headDim * partial_rotary_factor` channels of each head, which is what this build runs.
+ * A scaled rope type (linear, dynamic, yarn, llama3) scales that plain rope, its table taken over
+ * the rotary dim (rope-scaling.ts), as HF computes it with dim = head_dim * partial_rotary_factor.
  */
 export const LAYER_TYPES = ['linear_attention', 'full_attention'] as const;
 export type LayerType = (typeof LAYER_TYPES)[number];
@@ -113,7 +115,7 @@ export function qwen35TextView(obj: Record<string, unknown>, fail: Fail): Qwen35
 const posInt = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
 
 /** The Qwen3.5 fields of a text config whose shared fields parsed to `numLayers` layers of `headDim`. */
-export function parseQwen35(raw: Qwen35Raw, numLayers: number, headDim: number, ropeType: string, fail: Fail): Qwen35Config {
+export function parseQwen35(raw: Qwen35Raw, numLayers: number, headDim: number, fail: Fail): Qwen35Config {
   const t = raw.text;
   // The dense Qwen3.5 has no MoE field; one means a qwen3_5_moe checkpoint under the wrong model_type.
   for (const key of t.model_type === 'qwen3_5' ? ['num_experts', 'num_experts_per_tok', 'moe_intermediate_size', 'shared_expert_intermediate_size'] : []) {
@@ -127,11 +129,6 @@ export function parseQwen35(raw: Qwen35Raw, numLayers: number, headDim: number, 
   if (t.attn_output_gate !== undefined && t.attn_output_gate !== true) {
     fail(`field "attn_output_gate" is ${JSON.stringify(t.attn_output_gate)}; expected true (Qwen3.5 full attention always gates its output).`, {
       field: 'attn_output_gate',
-    });
-  }
-  if (ropeType !== 'default') {
-    fail(`rope type "${ropeType}" is not supported for ${String(t.model_type)} yet; expected "default" (scaled multimodal rope is not implemented).`, {
-      field: 'rope_parameters.rope_type',
     });
   }
   const sizes: Record<string, number> = {};

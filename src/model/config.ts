@@ -39,6 +39,8 @@ export interface RopeConfig {
   betaSlow?: number;
   lowFreqFactor?: number;
   highFreqFactor?: number;
+  /** yarn: floor / ceil the correction range (HF default true). */
+  truncate?: boolean;
 }
 
 export interface MoeConfig {
@@ -108,6 +110,7 @@ const ropeDict = z.looseObject({
   beta_slow: posNum('beta_slow').optional(),
   low_freq_factor: posNum('low_freq_factor').optional(),
   high_freq_factor: posNum('high_freq_factor').optional(),
+  truncate: field('truncate', 'a boolean', z.boolean()).optional(),
 });
 EXPECTED.rope_parameters = 'an object such as {"rope_type": "default", "rope_theta": 1000000}';
 EXPECTED.rope_scaling = 'an object such as {"rope_type": "yarn", "factor": 4} or null';
@@ -201,7 +204,7 @@ export function parseModelConfig(raw: unknown, source = 'config.json'): ModelCon
     tieWordEmbeddings: base.tie_word_embeddings ?? false,
   };
   if (base.max_position_embeddings != null) cfg.maxPositionEmbeddings = base.max_position_embeddings;
-  if (q35) cfg.qwen35 = parseQwen35(q35, cfg.numLayers, headDim, cfg.rope.type, fail);
+  if (q35) cfg.qwen35 = parseQwen35(q35, cfg.numLayers, headDim, fail);
   if (q35Moe) cfg.moe = q35Moe;
 
   if (moeRaw) {
@@ -327,6 +330,7 @@ const ROPE_FIELD_NAMES: ReadonlyArray<[Exclude<keyof RopeConfig, 'type' | 'theta
   ['betaSlow', 'beta_slow'],
   ['lowFreqFactor', 'low_freq_factor'],
   ['highFreqFactor', 'high_freq_factor'],
+  ['truncate', 'truncate'],
 ];
 
 type RopeDict = z.infer<typeof ropeDict>;
@@ -370,8 +374,8 @@ function normaliseRope(base: z.infer<typeof baseSchema>, fail: (msg: string) => 
   // HF default for Qwen3 when no rope_theta is given anywhere.
   const rope: RopeConfig = { type: type as RopeType, theta: get<number>('rope_theta') ?? 10000 };
   for (const [camel, snake] of ROPE_FIELD_NAMES) {
-    const v = get<number>(snake);
-    if (v !== undefined) rope[camel] = v;
+    const v = get<number | boolean>(snake);
+    if (v !== undefined) (rope as unknown as Record<string, unknown>)[camel] = v;
   }
   if (type !== 'default') {
     if (rope.factor === undefined) fail(`rope type "${type}" needs "factor"; expected a number >= 1 in rope_parameters.`);
@@ -381,6 +385,12 @@ function normaliseRope(base: z.infer<typeof baseSchema>, fail: (msg: string) => 
     for (const key of ['low_freq_factor', 'high_freq_factor', 'original_max_position_embeddings']) {
       if (get(key) === undefined) fail(`rope type "llama3" needs "${key}" in rope_parameters; it is missing.`);
     }
+  }
+  // dynamic scales beyond, and yarn's correction range is measured over, the original context.
+  if ((type === 'dynamic' || type === 'yarn') && rope.originalMaxPositionEmbeddings === undefined && typeof base.max_position_embeddings !== 'number') {
+    fail(
+      `rope type "${type}" needs "original_max_position_embeddings" in rope_parameters or a top-level "max_position_embeddings"; both are missing. HINT: Qwen3's long-context recipe writes "original_max_position_embeddings": 32768.`,
+    );
   }
   return rope;
 }

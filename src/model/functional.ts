@@ -95,11 +95,11 @@ export function rmsNorm(tape: Tape, x: Var, w: Var, eps: number): Var {
   return y;
 }
 
-/** Rotary embedding of x [T, heads, D] (or [B, S, heads, D]) at `positions`. */
-export function rope(tape: Tape, x: Var, positions: Tensor, theta: number): Var {
+/** Rotary embedding of x [T, heads, D] (or [B, S, heads, D]) at `positions`, by `table` (rope-scaling.ts, over D). */
+export function rope(tape: Tape, x: Var, positions: Tensor, table: K.RopeTable): Var {
   const o = opts(tape, PATCHES.rope);
-  const y = tape.result(K.rope(x.value, positions, theta, o));
-  tape.record('rope', [x], [y], ([dy]) => [tape.own(K.ropeBackward(dy!, positions, theta, o))]);
+  const y = tape.result(K.rope(x.value, positions, table, o));
+  tape.record('rope', [x], [y], ([dy]) => [tape.own(K.ropeBackward(dy!, positions, table, o))]);
   return y;
 }
 

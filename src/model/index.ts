@@ -15,6 +15,8 @@ export {
   type MoeConfig,
   type ModelConfig,
 } from './config.js';
+export { ropeTable, computeRopeTable, originalMaxPositions, type RopeSource } from './rope-scaling.js';
+export type { RopeTable } from './kernels/rope.js';
 export {
   SAFETENSORS_DTYPES,
   DEVICE_DTYPE,

@@ -12,6 +12,7 @@ import { isMoeLayer, type ModelConfig } from './config.js';
 import * as F from './functional.js';
 import type { ParamStore } from './param-store.js';
 import { fusedExpertNames } from './params.js';
+import { ropeTable } from './rope-scaling.js';
 
 export interface Batch {
   /** int32 [B·S] token ids, row-major. */
@@ -28,7 +29,12 @@ export interface Batch {
   mask?: Tensor;
   /** Some row has a pad before one of its tokens (left padding); uploadBatch sets it with the mask. */
   leftPadded?: boolean;
+  /** max(positions) + 1, known on the host (uploadBatch sets it); dynamic rope's sequence length. */
+  positionsEnd?: number;
 }
+
+/** The sequence length dynamic rope sees for a batch: max position + 1 (seqLen bounds it when unknown). */
+export const ropeSeqLen = (batch: Batch): number => batch.positionsEnd ?? batch.seqLen;
 
 /**
  * Uploads token ids (and their positions) of a [B, S] batch, and its 2-D padding mask [B·S]
@@ -59,6 +65,7 @@ export function uploadBatch(ids: Int32Array, batch: number, seqLen: number, devi
     positions: Tensor.fromArray(device, positions, [batch * seqLen], { stream }),
     batch,
     seqLen,
+    positionsEnd: positions.reduce((m, p) => Math.max(m, p + 1), 0),
   };
   if (mask !== undefined) {
     out.mask = Tensor.fromArray(device, mask, [batch, seqLen], { stream });
@@ -146,6 +153,8 @@ export class Qwen3Model {
     const T = B * S;
     const D = cfg.headDim;
     refuseLeftPadding(batch, `${cfg.modelType} forward`);
+    // Stateless per forward: dynamic rope scales from this batch's length (rope-scaling.ts).
+    const table = ropeTable(cfg, D, ropeSeqLen(batch));
     this.tape = tape;
     this.start(tape, { kind: 'embed' });
     let x = this.end(tape, { kind: 'embed' }, F.embedding(tape, batch.ids, this.p('model.embed_tokens.weight')));
@@ -157,7 +166,7 @@ export class Qwen3Model {
       const headNormRope = (proj: Var, heads: number, norm: string): Var => {
         const perHead = F.reshape(tape, proj, [T * heads, D]);
         const normed = F.rmsNorm(tape, perHead, this.p(`${pre}.self_attn.${norm}.weight`), cfg.rmsNormEps);
-        return F.rope(tape, F.reshape(tape, normed, [T, heads, D]), batch.positions, cfg.rope.theta);
+        return F.rope(tape, F.reshape(tape, normed, [T, heads, D]), batch.positions, table);
       };
       const q = headNormRope(this.linear(tape, h, `${pre}.self_attn.q_proj.weight`), cfg.numHeads, 'q_norm');
       const k = headNormRope(this.linear(tape, h, `${pre}.self_attn.k_proj.weight`), cfg.numKvHeads, 'k_norm');

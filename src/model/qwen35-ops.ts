@@ -11,6 +11,7 @@ import { InvalidArgumentError } from '../runtime/errors.js';
 import { Var, type Tape } from './autograd.js';
 import * as F from './functional.js';
 import { gdnGating } from './gdn-functional.js';
+import type { RopeTable } from './kernels/rope.js';
 
 const zeros = (tape: Tape, like: Tensor, shape: readonly number[]): Tensor => {
   const t = tape.own(Tensor.empty(like.device, shape, like.dtype));
@@ -106,12 +107,15 @@ export function centredRmsNorm(tape: Tape, x: Var, w: Var, eps: number): Var {
   return F.rmsNorm(tape, x, scale, eps);
 }
 
-/** RoPE on the first `rotaryDim` channels of each head of x [T, heads, D]; the rest pass through. */
-export function partialRope(tape: Tape, x: Var, positions: Tensor, theta: number, rotaryDim: number): Var {
+/**
+ * RoPE on the first `rotaryDim` channels of each head of x [T, heads, D] by `table` (over
+ * rotaryDim, so its scale reaches only those channels, as in HF); the rest pass through.
+ */
+export function partialRope(tape: Tape, x: Var, positions: Tensor, table: RopeTable, rotaryDim: number): Var {
   const [T, heads, D] = x.shape as [number, number, number];
-  if (rotaryDim === D) return F.rope(tape, x, positions, theta);
+  if (rotaryDim === D) return F.rope(tape, x, positions, table);
   const [rot, pass] = splitLast(tape, F.reshape(tape, x, [T * heads, D]), [rotaryDim, D - rotaryDim]) as [Var, Var];
-  const rotated = F.rope(tape, F.reshape(tape, rot, [T, heads, rotaryDim]), positions, theta);
+  const rotated = F.rope(tape, F.reshape(tape, rot, [T, heads, rotaryDim]), positions, table);
   return F.reshape(tape, concatLast(tape, [F.reshape(tape, rotated, [T * heads, rotaryDim]), pass]), [T, heads, D]);
 }
 

@@ -21,11 +21,12 @@ import type { Var, Tape } from './autograd.js';
 import type { ModelConfig } from './config.js';
 import * as F from './functional.js';
 import { causalConv1d, gatedDeltaRule, gatedRmsNorm, gdnGating } from './gdn-functional.js';
-import { refuseLeftPadding, type Batch, type ModelBlock, type ParamSource, type ProjectionHooks } from './qwen3.js';
+import { refuseLeftPadding, ropeSeqLen, type Batch, type ModelBlock, type ParamSource, type ProjectionHooks } from './qwen3.js';
 import type { ParamStore } from './param-store.js';
 import { centredRmsNorm, mul, partialRope, sigmoid, splitLast, zeroPadRows } from './qwen35-ops.js';
 import { gdnConvDim } from './params-qwen35.js';
 import { sparseMoeBlock } from './qwen35-moe.js';
+import { ropeTable } from './rope-scaling.js';
 
 export class Qwen35Model {
   readonly source: ParamSource;
@@ -121,12 +122,13 @@ export class Qwen35Model {
       nH = cfg.numHeads,
       nKV = cfg.numKvHeads;
     const rot = cfg.qwen35!.rotaryDim;
+    const table = ropeTable(cfg, rot, ropeSeqLen(batch)); // over the rotary dim only
     // q_proj rows are per head [query (D) ‖ gate (D)].
     const qg = F.reshape(tape, this.linear(h, `${pre}.q_proj.weight`), [T * nH, 2 * D]);
     const [q0, gate] = splitLast(tape, qg, [D, D]) as [Var, Var];
     const headNormRope = (x: Var, heads: number, norm: string): Var => {
       const normed = this.norm(F.reshape(tape, x, [T * heads, D]), `${pre}.${norm}.weight`);
-      return partialRope(tape, F.reshape(tape, normed, [T, heads, D]), batch.positions, cfg.rope.theta, rot);
+      return partialRope(tape, F.reshape(tape, normed, [T, heads, D]), batch.positions, table, rot);
     };
     const q = headNormRope(q0, nH, 'q_norm');
     const k = headNormRope(this.linear(h, `${pre}.k_proj.weight`), nKV, 'k_norm');

@@ -277,6 +277,7 @@ export class RolloutEngine {
             ...batch,
             batch: B,
             seqLen: S,
+            ropeSeqLen: S,
             mode: 'prefill',
             kv: { cache: this.kv, cachePos: rows.map(() => 0) },
             outRows: up(Int32Array.from(lens, (l, b) => b * S + l - 1)),
@@ -318,6 +319,7 @@ export class RolloutEngine {
               positions: up(Int32Array.from(cur)),
               batch: B,
               seqLen: 1,
+              ropeSeqLen: Math.max(...cur) + 1,
               mode: 'decode',
               kv: { cache: this.kv, cachePos: [...cur] },
               lengths: up(Int32Array.from(cur, (c) => c + 1)),
@@ -389,7 +391,7 @@ export class RolloutEngine {
       const targets = Tensor.fromArray(this.device, tgt, [tgt.length], { stream: this.stream });
       scratch.push(targets);
       const logits = this.forward(
-        { ...batch, batch: rows.length, seqLen: S, mode: 'prefill' },
+        { ...batch, batch: rows.length, seqLen: S, ropeSeqLen: S, mode: 'prefill' },
         rows.map((r) => r.length),
         scratch,
         pending,

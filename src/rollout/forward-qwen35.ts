@@ -27,6 +27,7 @@ import { stridedRead, viewOf } from '../runtime/device/views.js';
 import { isMoeLayer } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { PATCHES } from '../model/functional.js';
+import { ropeTable } from '../model/rope-scaling.js';
 import type { ForwardContext, ForwardInput } from './forward.js';
 import { forwardOps } from './forward-ops.js';
 import type { GdnStateCache } from './gdn-state-cache.js';
@@ -84,12 +85,13 @@ export function forwardQwen35(ctx: ForwardContext, inp: Qwen35ForwardInput, scra
   const kvOf = kvLayerIndex(cfg);
   let gdnLayer = 0;
 
+  const table = ropeTable(cfg, cfg.qwen35!.rotaryDim, inp.ropeSeqLen); // over the rotary dim only
   const partialRope = (x: Tensor, heads: number): Tensor => {
     const D = cfg.headDim,
       rot = cfg.qwen35!.rotaryDim,
       N = T * heads;
-    if (rot === D) return own(K.rope(x.reshape([T, heads, D]), inp.positions, cfg.rope.theta, o(PATCHES.rope)));
-    const r = own(K.rope(cols(x, 0, rot).reshape([T, heads, rot]), inp.positions, cfg.rope.theta, o(PATCHES.rope)));
+    if (rot === D) return own(K.rope(x.reshape([T, heads, D]), inp.positions, table, o(PATCHES.rope)));
+    const r = own(K.rope(cols(x, 0, rot).reshape([T, heads, rot]), inp.positions, table, o(PATCHES.rope)));
     // Rejoin [rotated ‖ passed] per head through the transposed layout, where both are row blocks.
     const stacked = empty([D, N]);
     stridedRead(viewOf(stacked, [rot, N]), r, [rot, N], [1, rot], 0, stream);

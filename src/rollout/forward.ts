@@ -17,6 +17,7 @@ import type { Communicator } from '../runtime/comm/comm.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { PATCHES } from '../model/functional.js';
+import { ropeTable } from '../model/rope-scaling.js';
 import { forwardOps } from './forward-ops.js';
 import type { KvCache } from './kv-cache.js';
 import type { RuntimeParams } from './runtime-params.js';
@@ -38,6 +39,12 @@ export interface ForwardInput {
   positions: Tensor;
   batch: number;
   seqLen: number;
+  /**
+   * max(positions) + 1 of this step: dynamic rope's sequence length. Per step, so keys already in
+   * the KV cache keep the table they were written with (as HF generate); the trainer instead uses
+   * one table for the whole sequence (rope-scaling.ts).
+   */
+  ropeSeqLen: number;
   /** 'prefill' attends within the batch (causal); 'decode' (seqLen 1) attends to the KV cache. */
   mode: 'prefill' | 'decode';
   /** KV cache to write this step's keys / values into (at `cachePos[b]` for row b); none for a pure scoring pass. */
@@ -59,6 +66,7 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
     nKV = shard.kvHeadsLocal;
   const { own, o, w, rowsOf, linear, norm, allReduce, routedExperts, attend } = forwardOps(ctx, scratch, pending);
 
+  const table = ropeTable(cfg, D, inp.ropeSeqLen);
   let x = own(K.embedding(inp.ids, w('model.embed_tokens.weight'), o(PATCHES.embedding)));
   for (let i = 0; i < cfg.numLayers; i++) {
     const pre = `model.layers.${i}`;
@@ -67,7 +75,7 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
     const normRope = (proj: Tensor, heads: number, norm: string): Tensor => {
       const r = K.rmsNorm(proj.reshape([T * heads, D]), w(`${pre}.self_attn.${norm}.weight`), cfg.rmsNormEps, o(PATCHES.rmsNorm));
       own(r.rstd);
-      return own(K.rope(own(r.y).reshape([T, heads, D]), inp.positions, cfg.rope.theta, o(PATCHES.rope)));
+      return own(K.rope(own(r.y).reshape([T, heads, D]), inp.positions, table, o(PATCHES.rope)));
     };
     const q = normRope(linear(h, rowsOf(qkvW, 0, nH * D)), nH, 'q_norm');
     const k = normRope(linear(h, rowsOf(qkvW, nH * D, nKV * D)), nKV, 'k_norm');

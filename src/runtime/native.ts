@@ -312,7 +312,20 @@ export interface NativeModelOps {
     dw: B,
     dwOff: number,
   ];
-  rope: [T: number, heads: number, D: number, theta: number, inverse: boolean, x: B, xOff: number, positions: B, posOff: number, y: B, yOff: number];
+  rope: [
+    T: number,
+    heads: number,
+    D: number,
+    invFreq: Float64Array,
+    scale: number,
+    inverse: boolean,
+    x: B,
+    xOff: number,
+    positions: B,
+    posOff: number,
+    y: B,
+    yOff: number,
+  ];
   attention: [
     B: number,
     S: number,

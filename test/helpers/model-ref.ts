@@ -58,17 +58,34 @@ export function rmsNorm(x: ArrayLike<number>, w: ArrayLike<number>, T: number, H
 }
 
 export function rope(x: ArrayLike<number>, pos: ArrayLike<number>, T: number, nH: number, D: number, theta: number, inverse = false): Float64Array {
+  const invFreq = Array.from({ length: D / 2 }, (_, i) => theta ** ((-2 * i) / D));
+  return ropeBy(x, pos, T, nH, D, invFreq, 1, inverse);
+}
+
+/** Rope by an explicit table: angle pos·invFreq[i], cos and sin times `scale` (HF attention_scaling). */
+export function ropeBy(
+  x: ArrayLike<number>,
+  pos: ArrayLike<number>,
+  T: number,
+  nH: number,
+  D: number,
+  invFreq: ArrayLike<number>,
+  scale: number,
+  inverse = false,
+): Float64Array {
   const y = new Float64Array(T * nH * D);
   const half = D / 2;
   for (let t = 0; t < T; t++)
     for (let h = 0; h < nH; h++)
       for (let i = 0; i < half; i++) {
-        const a = pos[t]! * theta ** ((-2 * i) / D) * (inverse ? -1 : 1);
+        const a = pos[t]! * invFreq[i]! * (inverse ? -1 : 1);
+        const c = scale * Math.cos(a),
+          s = scale * Math.sin(a);
         const b = (t * nH + h) * D;
         const x1 = x[b + i]!,
           x2 = x[b + i + half]!;
-        y[b + i] = x1 * Math.cos(a) - x2 * Math.sin(a);
-        y[b + i + half] = x2 * Math.cos(a) + x1 * Math.sin(a);
+        y[b + i] = x1 * c - x2 * s;
+        y[b + i + half] = x2 * c + x1 * s;
       }
   return y;
 }

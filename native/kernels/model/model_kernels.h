@@ -61,16 +61,18 @@ struct RmsNormBackwardArgs {
 };
 
 // ---- rope.cc --------------------------------------------------------------------
-// Rotate-half RoPE (HF Llama / Qwen3): for i < D/2, with a = pos[t] * theta^(-2i/D)
-// (computed in double, cos/sin rounded to fp32):
-//   y[i] = x[i] cos a - x[i + D/2] sin a,  y[i + D/2] = x[i + D/2] cos a + x[i] sin a.
-// inverse = true rotates by -a (the backward). x and y may alias exactly.
+// Rotate-half RoPE (HF Llama / Qwen3): for i < D/2, with a = pos[t] * inv_freq[i]
+// (in double; the host computes the table for the rope type, see src/model/rope-scaling.ts)
+// and c = scale cos a, s = scale sin a (each rounded to fp32; scale is HF's attention_scaling):
+//   y[i] = x[i] c - x[i + D/2] s,  y[i + D/2] = x[i + D/2] c + x[i] s.
+// inverse = true rotates by -a with the same scale (the backward). x and y may alias exactly.
 struct RopeArgs {
   const float* x;
   const int32_t* pos;
   float* y;
+  const double* inv_freq;  // D/2 entries
   int64_t T, heads, D;
-  double theta;
+  double scale;
   bool inverse;
 };
 

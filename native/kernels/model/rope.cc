@@ -1,5 +1,7 @@
 // Rotary position embedding, rotate-half convention (HF Llama / Qwen3: pairs
-// (i, i + D/2)). The backward is the inverse rotation (inverse = true).
+// (i, i + D/2)) over a host-computed inv_freq table, cos and sin times `scale`
+// (HF's attention_scaling of yarn; 1 otherwise). The backward is the inverse
+// rotation times the same scale (inverse = true): the transpose of scale·R.
 #include <cmath>
 #include <vector>
 
@@ -8,11 +10,10 @@
 namespace ascent::model {
 namespace {
 
-inline void Angle(double pos, int64_t i, int64_t D, double theta, bool inverse, float* c, float* s) {
-  double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+inline void Angle(double pos, double inv_freq, double scale, bool inverse, float* c, float* s) {
   double ang = pos * inv_freq;
-  *c = static_cast<float>(std::cos(ang));
-  *s = static_cast<float>(inverse ? -std::sin(ang) : std::sin(ang));
+  *c = static_cast<float>(std::cos(ang) * scale);
+  *s = static_cast<float>((inverse ? -std::sin(ang) : std::sin(ang)) * scale);
 }
 
 }  // namespace
@@ -25,7 +26,7 @@ void ref::Rope(const RopeArgs& a) {
       float* y = a.y + (t * a.heads + h) * a.D;
       for (int64_t i = 0; i < half; ++i) {
         float c, s;
-        Angle(a.pos[t], i, a.D, a.theta, a.inverse, &c, &s);
+        Angle(a.pos[t], a.inv_freq[i], a.scale, a.inverse, &c, &s);
         float x1 = x[i], x2 = x[i + half];
         y[i] = x1 * c - x2 * s;
         y[i + half] = x2 * c + x1 * s;
@@ -37,16 +38,10 @@ void ref::Rope(const RopeArgs& a) {
 void fast::Rope(const RopeArgs& a) {
   // cos/sin once per position (shared by every head), then contiguous half-rows.
   const int64_t half = a.D / 2;
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = std::pow(a.theta, -2.0 * static_cast<double>(i) / static_cast<double>(a.D));
   std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
   for (int64_t t = 0; t < a.T; ++t) {
     const double pos = a.pos[t];
-    for (int64_t i = 0; i < half; ++i) {
-      double ang = pos * inv_freq[i];
-      cs[i] = static_cast<float>(std::cos(ang));
-      sn[i] = static_cast<float>(a.inverse ? -std::sin(ang) : std::sin(ang));
-    }
+    for (int64_t i = 0; i < half; ++i) Angle(pos, a.inv_freq[i], a.scale, a.inverse, &cs[i], &sn[i]);
     for (int64_t h = 0; h < a.heads; ++h) {
       const float* x = a.x + (t * a.heads + h) * a.D;
       float* y = a.y + (t * a.heads + h) * a.D;

@@ -23,7 +23,8 @@ import type { Communicator } from '../../runtime/comm/comm.js';
 import type { Tape, Var } from '../../model/autograd.js';
 import { isMoeLayer, isQwen35, type ModelConfig } from '../../model/config.js';
 import * as F from '../../model/functional.js';
-import { refuseLeftPadding, type Batch } from '../../model/qwen3.js';
+import { refuseLeftPadding, ropeSeqLen, type Batch } from '../../model/qwen3.js';
+import { ropeTable } from '../../model/rope-scaling.js';
 import { centredRmsNorm, mul, partialRope, sigmoid, splitLast } from '../../model/qwen35-ops.js';
 import { copyToTp, reduceFromTp, type PendingComms } from './comm-ops.js';
 import { expertParallelMoe } from './expert-parallel.js';
@@ -129,11 +130,12 @@ export class MegatronModel {
     let gate: Var | undefined;
     if (gated) [q0, gate] = splitLast(tape, F.reshape(tape, qkv.q, [T * nH, 2 * D]), [D, D]) as [Var, Var];
     const rotary = cfg.qwen35?.rotaryDim ?? D;
+    const table = ropeTable(cfg, rotary, ropeSeqLen(batch));
     const normRope = (proj: Var, heads: number, norm: string): Var => {
       // Shared by all heads, seen through this rank's heads only: its gradient is summed over tp.
       const w = copyToTp(tape, this.params.param(`${att}.${norm}.weight`), groups.tp, groups.pending);
       const normed = this.normBy(tape, F.reshape(tape, proj, [T * heads, D]), w);
-      return partialRope(tape, F.reshape(tape, normed, [T, heads, D]), batch.positions, cfg.rope.theta, rotary);
+      return partialRope(tape, F.reshape(tape, normed, [T, heads, D]), batch.positions, table, rotary);
     };
     const q = normRope(q0, nH, 'q_layernorm');
     const k = normRope(qkv.k, nKV, 'k_layernorm');
