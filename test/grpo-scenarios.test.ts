@@ -7,7 +7,7 @@
  * log-probs of a probe batch computed by the trainer and by the engine, and fails the
  * run when they disagree (so a finished run with verified syncs is the assertion). Also: checkpoint + resume continues the same run.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -170,6 +170,40 @@ describe('GRPO checkpoint and resume', () => {
 });
 
 describe('GRPO options and the quickstart entry', () => {
+  it('a MoE model with output_router_logits trains GRPO with the router aux loss: every step logs auxLoss; off, none is logged', async () => {
+    const moe = JSON.parse(readFileSync(new URL('../examples/models/tiny-moe/config.json', import.meta.url), 'utf8')) as Record<string, unknown>;
+    const run = async (on: boolean) => {
+      const log = join(dir, `aux-${on}.jsonl`);
+      const cfg = {
+        mode: 'colocate',
+        modelConfig: { ...moe, output_router_logits: on, router_aux_loss_coef: 0.01 },
+        trainer: { strategy: 'fsdp2' },
+        engine: { tp: 1 },
+        steps: 2,
+        promptsPerStep: 2,
+        numGenerations: 4,
+        maxNewTokens: 8,
+        seed: 3,
+        log,
+        progress: false,
+        sync: { verify: true, tolerance: 1e-3 },
+      };
+      const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+      expect(r.code, r.stderr).toBe(0);
+      return (r.results[0] as unknown as { log: Array<{ step: number; auxLoss?: number; verified: { checksums: boolean } | null }> }).log;
+    };
+    const on = await run(true);
+    expect(on.map((l) => l.step)).toEqual([1, 2]);
+    for (const l of on) {
+      // E * sum f*P over the top-2 choices: near 2 when balanced, never 0 or NaN.
+      expect(l.auxLoss, `step ${l.step}`).toBeGreaterThan(0.5);
+      expect(l.auxLoss).toBeLessThan(8 * 2);
+      expect(l.verified!.checksums).toBe(true);
+    }
+    const off = await run(false);
+    for (const l of off) expect(l.auxLoss).toBeUndefined();
+  }, 360_000);
+
   it('beta > 0: KL to the reference (the policy after the warm-up) is 0 at step 1 and positive once the policy moved', async () => {
     const log = join(dir, 'kl.jsonl');
     const cfg = {
