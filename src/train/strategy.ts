@@ -70,6 +70,8 @@ export interface LossTerms {
   weights: Float32Array;
   value?: number;
   stats?: Record<string, number>;
+  /** This rank's tokens with a non-zero weight, when perToken holds more than one term per token (default: counted from weights). */
+  tokens?: number;
 }
 export type LossFn = (tape: Tape, logits: Var, rows: LocalRows, global: TrainBatch) => LossTerms | Promise<LossTerms>;
 
