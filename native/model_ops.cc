@@ -345,6 +345,32 @@ U CrossEntropyBackward(StreamImpl& s, Reader& r) {
   return RUN("crossEntropyBackward", CrossEntropyBackward, a);
 }
 
+// tokenLogprobsEntropy(T, V, ignoreIndex, scale, logits, targets, out [2T], lse)
+U TokenLogprobsEntropy(StreamImpl& s, Reader& r) {
+  U T = r.Index("T"), V = r.Positive("V");
+  int64_t ignore = r.Int("ignoreIndex");
+  double scale = Scale(r);
+  Span z = r.Tensor("logits", Mul({T, V}, "logits"), F32), tg = r.Tensor("targets", T, I32);
+  Span out = r.Tensor("out", Mul({2, T}, "out"), F32), lse = r.Tensor("lse", T, F32);
+  r.CheckOutputs({"out", "lse"});
+  LogprobEntropyArgs a{z.as<float>(), tg.as<int32_t>(), out.as<float>(), lse.as<float>(), (int64_t)T, (int64_t)V, (int32_t)ignore, (float)scale};
+  return RUN("tokenLogprobsEntropy", TokenLogprobsEntropy, a);
+}
+
+// tokenLogprobsEntropyBackward(T, V, ignoreIndex, scale, dOut [2T], logits, targets, lse, out [2T], dLogits)
+U TokenLogprobsEntropyBackward(StreamImpl& s, Reader& r) {
+  U T = r.Index("T"), V = r.Positive("V");
+  int64_t ignore = r.Int("ignoreIndex");
+  double scale = Scale(r);
+  Span dout = r.Tensor("dOut", Mul({2, T}, "dOut"), F32), z = r.Tensor("logits", Mul({T, V}, "logits"), F32);
+  Span tg = r.Tensor("targets", T, I32), lse = r.Tensor("lse", T, F32), out = r.Tensor("out", Mul({2, T}, "out"), F32);
+  Span dz = r.Tensor("dLogits", Mul({T, V}, "dLogits"), F32);
+  r.CheckOutputs({"dLogits"});
+  LogprobEntropyBackwardArgs a{dout.as<float>(), z.as<float>(), tg.as<int32_t>(), lse.as<float>(), out.as<float>() + T,
+                               dz.as<float>(), (int64_t)T, (int64_t)V, (int32_t)ignore, (float)scale};
+  return RUN("tokenLogprobsEntropyBackward", TokenLogprobsEntropyBackward, a);
+}
+
 // adamw(n, lr, beta1, beta2, eps, weightDecay, step, param, grad, m, v)
 U AdamW(StreamImpl& s, Reader& r) {
   U n = r.Index("n");
@@ -403,6 +429,8 @@ const std::vector<OpRow>& ModelOps() {
       {"logSoftmax", LogSoftmax},
       {"crossEntropy", CrossEntropy},
       {"crossEntropyBackward", CrossEntropyBackward},
+      {"tokenLogprobsEntropy", TokenLogprobsEntropy},
+      {"tokenLogprobsEntropyBackward", TokenLogprobsEntropyBackward},
       {"adamw", AdamW},
       {"sample", Sample},
       {"gdn", Gdn},

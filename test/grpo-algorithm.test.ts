@@ -4,7 +4,8 @@
  * extra forward pass; numIterations = 2 with two mini-batches of two accumulated micro-batches
  * takes 4 optimizer steps per rollout on old log-probs computed once, so ratios leave 1 and
  * the surrogate clips; the other variants (grpo loss, batch reward scaling, GSPO, KL in the
- * reward, rollout correction, a cosine schedule with warm-up) run and log what they imply.
+ * reward, rollout correction, a cosine schedule with warm-up) run and log what they imply; the
+ * entropy bonus logs the exact entropy next to the sampled-token estimate.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -33,6 +34,8 @@ type Step = {
   isWeightMean: number;
   rewardMean: number;
   loss: number;
+  entropy: number;
+  entropyExact?: number;
 };
 
 async function run(name: string, extra: Record<string, unknown>, steps = 3): Promise<Step[]> {
@@ -68,6 +71,20 @@ describe('GRPO algorithm options (launch)', () => {
       expect(l.clipFraction).toBe(0);
       // Trainer and engine agree on the sampled tokens' log-probs (the sync is exact).
       expect(l.engineTrainerLogprobDiff).toBeLessThan(1e-4);
+      // No entropy bonus: the exact entropy is not computed.
+      expect(l.entropyExact).toBeUndefined();
+    }
+  }, 180_000);
+
+  it('the entropy bonus logs the exact entropy beside the sampled-token estimate', async () => {
+    const log = await run('entropy', { entropyCoeff: 0.01 });
+    for (const l of log) {
+      // The tiny model's vocabulary has 64 tokens: 0 < H <= log 64.
+      expect(l.entropyExact).toBeGreaterThan(0);
+      expect(l.entropyExact).toBeLessThanOrEqual(Math.log(64));
+      // One update per rollout: the trainer's policy is the sampling policy, so the sampled-token estimate
+      // (a mean of -log p over 4 x 4 x <= 8 sampled tokens) estimates the same number.
+      expect(Math.abs(l.entropy - l.entropyExact!)).toBeLessThan(0.5 * l.entropyExact! + 0.1);
     }
   }, 180_000);
 

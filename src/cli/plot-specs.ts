@@ -98,6 +98,7 @@ const RUN_METRICS: Array<{ name: string; field: string; title: string; y: string
   { name: 'kl', field: 'kl', title: 'KL to the reference per token', y: 'KL' },
   { name: 'loss', field: 'loss', title: 'GRPO loss', y: 'loss' },
   { name: 'entropy', field: 'entropy', title: 'Policy entropy per token (sampled-token estimate)', y: 'nats' },
+  { name: 'entropy-exact', field: 'entropyExact', title: 'Policy entropy per token (exact, over the vocabulary)', y: 'nats' },
   { name: 'clip', field: 'clipFraction', title: 'Clip fraction', y: 'fraction of tokens' },
   { name: 'completion-length', field: 'completionLength.mean', title: 'Mean completion length', y: 'tokens' },
 ];

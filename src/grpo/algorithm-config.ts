@@ -3,7 +3,7 @@
  * TRL's GRPOConfig names them in camelCase (the snake_case spellings are aliases):
  * updates per rollout, loss type and normalisation, reward scaling, two-sided clipping,
  * sequence-level ratios (GSPO), the KL estimator and where KL goes, reference refresh,
- * rollout-vs-trainer correction, dynamic sampling and the learning-rate schedule.
+ * rollout-vs-trainer correction, the entropy bonus, dynamic sampling and the learning-rate schedule.
  */
 import { z } from 'zod';
 import { ConfigError } from '../runtime/errors.js';
@@ -35,6 +35,11 @@ export const ALGORITHM_SHAPE = {
   /** token: one ratio per token; sequence: the length-normalised sequence ratio (GSPO). */
   importanceSamplingLevel: oneOf('importanceSamplingLevel', IS_LEVELS).default('token'),
   klEstimator: oneOf('klEstimator', KL_ESTIMATORS).default('k3'),
+  /**
+   * Entropy bonus (verl actor.entropy_coeff): loss = policy loss − entropyCoeff · the exact entropy of the
+   * trainer's softmax, aggregated as lossType aggregates the policy loss. 0: off (no entropy computed).
+   */
+  entropyCoeff: z.number({ error: 'expected entropyCoeff as a number' }).min(0, 'expected entropyCoeff >= 0 (0 turns the entropy bonus off)').default(0),
   /** KL as a penalty on the reward (β · Σ_t k1 per sample, verl use_kl_in_reward) instead of a loss term. */
   klInReward: z.boolean().default(false),
   /** Refresh the reference every refModelSyncSteps steps: ref ← α·policy + (1 − α)·ref (TRL sync_ref_model). */

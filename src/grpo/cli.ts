@@ -49,6 +49,7 @@ function program(): Command {
     .option('--lr <x>', 'learning rate', num('--lr'))
     .option('--sft-warmup <n>', 'supervised warm-up steps before GRPO', num('--sft-warmup'))
     .option('--beta <x>', 'KL coefficient to the initial policy (0 = off)', num('--beta'))
+    .option('--entropy-coeff <x>', 'entropy bonus: loss -= x * exact policy entropy, aggregated as the loss type (0 = off)', num('--entropy-coeff'))
     .option('--bucket <bytes>', 'weight-sync bucket size, e.g. 512MiB')
     .option('--verify', 'verify every weight sync (checksums + probe log-probs)')
     .option('--checkpoint-dir <dir>', 'save checkpoints here')
@@ -123,6 +124,7 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
   set('temperature', o.temperature);
   if (o.lr !== undefined) c.optimizer = { ...((c.optimizer as object) ?? {}), lr: o.lr };
   set('beta', o.beta);
+  set('entropyCoeff', o.entropyCoeff);
   sub('sftWarmup', 'steps', o.sftWarmup);
   sub('sync', 'bucketBytes', o.bucket);
   if (o.verify) sub('sync', 'verify', true);

@@ -9,16 +9,22 @@
  * (train/logprobs.ts), read once on the host, and the per-token derivative of the
  * objective with respect to each log-prob becomes the backward seed. One host read of
  * T floats per micro-batch; the gradient is exact (not an approximation).
+ *
+ * With entropyCoeff > 0 one kernel gives the log-probs and the exact entropies
+ * (train/logprobs-entropy.ts), the seed covers both ([2·T]: d/dlogp ‖ d/dH), and the
+ * bonus is aggregated with the policy loss's normalisation (entropy-bonus.ts).
  */
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { IGNORE_INDEX } from '../model/labels.js';
 import { targetTokens } from '../train/rows.js';
 import type { LossFn, TrainBatch } from '../train/strategy.js';
 import { targetLogprobs } from '../train/logprobs.js';
+import { tokenLogprobsEntropy } from '../train/logprobs-entropy.js';
 import { registerLoss } from '../train/loss-registry.js';
 import type { TokenTermOptions } from './token-terms.js';
 import { grpoObjective, type ObjectiveOptions } from './objective.js';
 import { rolloutCorrection, type CorrectionMode } from './rollout-correction.js';
+import { entropyBonus } from './entropy-bonus.js';
 
 export interface GrpoBatchData {
   /**
@@ -47,12 +53,15 @@ export interface GrpoLossOptions extends TokenTermOptions, Partial<Omit<Objectiv
   temperature: number;
   /** Rollout-vs-trainer correction with data.engineLogprobs (rollout-correction.ts); absent: off. */
   rolloutCorrection?: { mode: CorrectionMode; cap: number };
+  /** Entropy bonus: loss −= entropyCoeff · (exact entropy aggregated as the policy loss is); 0 or absent: off, and no entropy computed. */
+  entropyCoeff?: number;
 }
 
 /**
  * Stats keys the loss reports (sums over response tokens; divide by `tokens`); the
  * mismatch* keys are the rollout-vs-trainer metrics (rollout-correction.ts), present when
- * engine log-probs were given.
+ * engine log-probs were given; `entropy` (Σ of the exact per-token entropy) only when
+ * entropyCoeff > 0.
  */
 export const GRPO_STATS = [
   'tokens',
@@ -66,6 +75,7 @@ export const GRPO_STATS = [
   'mismatchK3',
   'isWeight',
   'isCorrected',
+  'entropy',
 ] as const;
 
 export function checkGrpoData(batch: TrainBatch, data: GrpoBatchData, opts: GrpoLossOptions): void {
@@ -81,6 +91,9 @@ export function checkGrpoData(batch: TrainBatch, data: GrpoBatchData, opts: Grpo
   }
   if (data.engineLogprobs && data.engineLogprobs.length !== n)
     throw new InvalidArgumentError(`GRPO: engineLogprobs has ${data.engineLogprobs.length} entries; expected batch x seqLen = ${n}.`);
+  const ec = opts.entropyCoeff ?? 0;
+  if (!(ec >= 0 && Number.isFinite(ec)))
+    throw new InvalidArgumentError(`GRPO: entropyCoeff must be a finite number >= 0 but is ${ec}. HINT: use 0 to turn the entropy bonus off.`);
   if (opts.rolloutCorrection && !data.engineLogprobs) {
     throw new InvalidArgumentError(
       "GRPO: rolloutCorrection needs the engine's log-probs (data.engineLogprobs). HINT: pass the log-probs generate() returned, aligned to the targets.",
@@ -106,10 +119,12 @@ export function grpoLoss(data: GrpoBatchData, opts: GrpoLossOptions): LossFn {
   const o = objectiveOptions(opts);
   return async (tape, logits, rows, global) => {
     checkGrpoData(global, data, opts);
-    const logp = targetLogprobs(tape, logits, rows.targets, opts.temperature);
-    const host = (await logp.value.toArray({ stream: tape.stream })) as Float32Array;
-    const base = rows.row0 * rows.seqLen,
-      n = host.length;
+    const coeff = opts.entropyCoeff ?? 0;
+    const logp = coeff > 0 ? tokenLogprobsEntropy(tape, logits, rows.targets, opts.temperature) : targetLogprobs(tape, logits, rows.targets, opts.temperature);
+    const both = (await logp.value.toArray({ stream: tape.stream })) as Float32Array;
+    const n = rows.targets.length,
+      base = rows.row0 * rows.seqLen;
+    const host = coeff > 0 ? both.subarray(0, n) : both;
     const mask = Array.from(rows.targets, (t) => t !== IGNORE_INDEX);
     const sl = (a: Float32Array) => a.subarray(base, base + n);
     const oldLogp = data.oldLogprobs ? sl(data.oldLogprobs) : host;
@@ -148,14 +163,31 @@ export function grpoLoss(data: GrpoBatchData, opts: GrpoLossOptions): LossFn {
     let logpSum = 0;
     for (let i = 0; i < n; i++) if (mask[i]) logpSum += host[i]!;
     const { tokens, clipped, clippedLow, clippedHigh, kl, ratio } = res.stats;
-    return {
-      perToken: logp,
-      weights: Float32Array.from(res.weights),
-      value: res.value,
-      stats: { tokens, clipped, clippedLow, clippedHigh, kl, ratio, logpSum, ...stats },
-      // The router aux loss of this micro-batch weighs as its rows in the optimizer step (router-aux-step.ts).
-      auxScale: global.batch / (data.norm?.rows ?? global.batch),
-    };
+    // The router aux loss of this micro-batch weighs as its rows in the optimizer step (router-aux-step.ts).
+    const terms = { perToken: logp, weights: Float32Array.from(res.weights), value: res.value, auxScale: global.batch / (data.norm?.rows ?? global.batch) };
+    if (coeff > 0) {
+      const bonus = entropyBonus(
+        {
+          rows: rows.rows,
+          seqLen: rows.seqLen,
+          mask,
+          entropy: both.subarray(n),
+          globalRows: data.norm?.rows ?? global.batch,
+          globalTokens: data.norm?.tokens ?? targetTokens(global),
+        },
+        o,
+        coeff,
+      );
+      terms.weights = new Float32Array(2 * n);
+      terms.weights.set(res.weights);
+      terms.weights.set(bonus.weights, n);
+      terms.value += bonus.value;
+      stats.entropy = bonus.sum;
+      let weighted = 0;
+      for (let i = 0; i < n; i++) if (terms.weights[i] !== 0 || terms.weights[n + i] !== 0) weighted++;
+      return { ...terms, tokens: weighted, stats: { tokens, clipped, clippedLow, clippedHigh, kl, ratio, logpSum, ...stats } };
+    }
+    return { ...terms, stats: { tokens, clipped, clippedLow, clippedHigh, kl, ratio, logpSum, ...stats } };
   };
 }
 

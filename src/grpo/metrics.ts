@@ -28,8 +28,16 @@ export interface StepMetrics {
   /** Mean k3 KL to the reference per response token (0 without a reference). */
   kl: number;
   clipFraction: number;
-  /** Mean per-token entropy of the policy on the sampled responses (nats). */
+  /**
+   * Sampled-token entropy estimate (nats): the mean of −log p(sampled token) over the response tokens,
+   * with the engine's log-probs; an unbiased estimate of the sampling policy's entropy.
+   */
   entropy: number;
+  /**
+   * Exact entropy (nats): −Σ_v p_v log p_v of the trainer's softmax over the whole vocabulary, mean
+   * over the response tokens of the step's updates. Only computed with the entropy bonus (entropyCoeff > 0).
+   */
+  entropyExact?: number;
   loss: number;
   gradNorm: number;
   responseTokens: number;
@@ -50,7 +58,7 @@ export function lengthStats(completions: readonly (readonly unknown[])[]): StepM
 /** One line per step for logs. */
 export function stepLine(m: StepMetrics, total: number): string {
   const t = PHASES.map((p) => `${p} ${fmt(m.seconds[p], 2)}s`).join(' ');
-  return `step ${m.step}/${total} reward ${fmt(m.rewardMean)}±${fmt(m.rewardStd)} kl ${fmt(m.kl, 4)} clip ${fmt(m.clipFraction)} entropy ${fmt(m.entropy)} | ${t} | sync ${(m.syncBytes / 2 ** 20).toFixed(1)} MiB @ ${fmt(m.syncGBs, 2)} GB/s`;
+  return `step ${m.step}/${total} reward ${fmt(m.rewardMean)}±${fmt(m.rewardStd)} kl ${fmt(m.kl, 4)} clip ${fmt(m.clipFraction)} entropy ${fmt(m.entropy)}${m.entropyExact === undefined ? '' : ` (exact ${fmt(m.entropyExact)})`} | ${t} | sync ${(m.syncBytes / 2 ** 20).toFixed(1)} MiB @ ${fmt(m.syncGBs, 2)} GB/s`;
 }
 
 export class Progress {

@@ -92,6 +92,27 @@ function kl(est: KlEstimator, logp: number, ref: number): { v: number; d: number
   return { v: e - diff - 1, d: 1 - e };
 }
 
+/** What the normalisation c_t of a response token depends on: its row's length, this rank's rows and tokens, the global batch. */
+export interface NormShape {
+  /** Response tokens of the token's row (|y_r|). */
+  len: number;
+  rows: number;
+  localTokens: number;
+  globalRows: number;
+  globalTokens: number;
+}
+
+/** c_t of `lossType` (the table above); the entropy bonus aggregates with the same one. */
+export function tokenNorm(o: Pick<ObjectiveOptions, 'lossType' | 'maxCompletionLength'>, n: NormShape): number {
+  return o.lossType === 'grpo'
+    ? 1 / (n.len * n.globalRows)
+    : o.lossType === 'bnpo'
+      ? n.rows / n.globalRows / n.localTokens
+      : o.lossType === 'dr_grpo'
+        ? 1 / (n.globalRows * o.maxCompletionLength)
+        : 1 / n.globalTokens;
+}
+
 export function checkObjectiveOptions(o: ObjectiveOptions): void {
   const bad = (what: string, v: unknown, want: string) => {
     throw new InvalidArgumentError(`GRPO objective: ${what} must be ${want} but is ${JSON.stringify(v)}.`, { option: what });
@@ -141,14 +162,7 @@ export function grpoObjective(inp: ObjectiveInput, o: ObjectiveOptions): Objecti
       logRatioSum += inp.logp[base + t]! - inp.oldLogp[base + t]!;
     }
     if (len === 0) continue;
-    const norm =
-      o.lossType === 'grpo'
-        ? 1 / (len * inp.globalRows)
-        : o.lossType === 'bnpo'
-          ? rows / inp.globalRows / localTokens
-          : o.lossType === 'dr_grpo'
-            ? 1 / (inp.globalRows * o.maxCompletionLength)
-            : 1 / inp.globalTokens;
+    const norm = tokenNorm(o, { len, rows, localTokens, globalRows: inp.globalRows, globalTokens: inp.globalTokens });
     const seqCoef = Math.exp(logRatioSum / len);
     // Sequence level: Σ_s c_s·w_s·(dpg_s/dcoef) flows to every token through dcoef/dlogp_t = coef/|y|.
     let seqGrad = 0;

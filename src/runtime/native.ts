@@ -522,6 +522,39 @@ export interface NativeModelOps {
     dLogits: B,
     dzOff: number,
   ];
+  /** out [2T] = log p(target) ‖ exact entropy H of softmax(scale * logits) per token (0 on ignored rows). */
+  tokenLogprobsEntropy: [
+    T: number,
+    V: number,
+    ignoreIndex: number,
+    scale: number,
+    logits: B,
+    zOff: number,
+    targets: B,
+    tOff: number,
+    out: B,
+    outOff: number,
+    lse: B,
+    lseOff: number,
+  ];
+  tokenLogprobsEntropyBackward: [
+    T: number,
+    V: number,
+    ignoreIndex: number,
+    scale: number,
+    dOut: B,
+    doOff: number,
+    logits: B,
+    zOff: number,
+    targets: B,
+    tOff: number,
+    lse: B,
+    lseOff: number,
+    out: B,
+    outOff: number,
+    dLogits: B,
+    dzOff: number,
+  ];
   adamw: [
     n: number,
     lr: number,

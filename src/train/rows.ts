@@ -92,7 +92,7 @@ export function weightedTokens(weights: Float32Array): number {
 export async function stepLoss(terms: LossTerms, stream: Stream, sum?: (local: Float32Array) => Promise<Float32Array>): Promise<StepLoss> {
   const value = terms.value ?? weightedSum((await terms.perToken.value.toArray({ stream })) as Float32Array, terms.weights);
   const keys = Object.keys(terms.stats ?? {});
-  const local = [value, weightedTokens(terms.weights), ...keys.map((k) => terms.stats![k]!)];
+  const local = [value, terms.tokens ?? weightedTokens(terms.weights), ...keys.map((k) => terms.stats![k]!)];
   const g: ArrayLike<number> = sum ? await sum(Float32Array.from(local)) : local;
   const stats = keys.length ? Object.fromEntries(keys.map((k, i) => [k, g[2 + i]!])) : undefined;
   return { loss: g[0]!, tokens: Math.round(g[1]!), ...(stats ? { stats } : {}) };

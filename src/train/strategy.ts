@@ -76,6 +76,8 @@ export interface LossTerms {
    * over the step's rows when micro-batches are accumulated; default 1 (the call is the step).
    */
   auxScale?: number;
+  /** This rank's tokens with a non-zero weight, when perToken holds more than one term per token (default: counted from weights). */
+  tokens?: number;
 }
 export type LossFn = (tape: Tape, logits: Var, rows: LocalRows, global: TrainBatch) => LossTerms | Promise<LossTerms>;
 

@@ -253,6 +253,31 @@ struct CrossEntropyBackwardArgs {
   float scale;
 };
 
+// ---- softmax_entropy.cc ---------------------------------------------------------
+// With z = scale * logits, p = softmax(z[t]): lse[t] = logsumexp(z[t]); out[t] = z[t, target] - lse
+// (the token log-prob) and out[T + t] = -sum_v p_v log p_v (the exact entropy). Ignored rows give 0.
+struct LogprobEntropyArgs {
+  const float* logits;
+  const int32_t* targets;
+  float* out;  // [2T]: log-probs, then entropies
+  float* lse;
+  int64_t T, V;
+  int32_t ignore_index;
+  float scale;
+};
+// dlogits[t, j] = scale * (dout[t] * (onehot(target)_j - p_j) - dout[T + t] * p_j * (log p_j + H_t)); 0 on ignored rows.
+struct LogprobEntropyBackwardArgs {
+  const float* dout;  // [2T]
+  const float* logits;
+  const int32_t* targets;
+  const float* lse;
+  const float* entropy;  // [T]: the forward's H
+  float* dlogits;
+  int64_t T, V;
+  int32_t ignore_index;
+  float scale;
+};
+
 // ---- adamw.cc -------------------------------------------------------------------
 // torch.optim.AdamW: p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps).
@@ -310,6 +335,8 @@ void GroupedMatmulBackward(const GroupedMatmulBackwardArgs& a);
 void LogSoftmax(const LogSoftmaxArgs& a);
 void CrossEntropy(const CrossEntropyArgs& a);
 void CrossEntropyBackward(const CrossEntropyBackwardArgs& a);
+void TokenLogprobsEntropy(const LogprobEntropyArgs& a);
+void TokenLogprobsEntropyBackward(const LogprobEntropyBackwardArgs& a);
 void AdamW(const AdamWArgs& a);
 void Sample(const SampleArgs& a);
 }  // namespace ref
@@ -337,6 +364,8 @@ void GroupedMatmulBackward(const GroupedMatmulBackwardArgs& a);
 void LogSoftmax(const LogSoftmaxArgs& a);
 void CrossEntropy(const CrossEntropyArgs& a);
 void CrossEntropyBackward(const CrossEntropyBackwardArgs& a);
+void TokenLogprobsEntropy(const LogprobEntropyArgs& a);
+void TokenLogprobsEntropyBackward(const LogprobEntropyBackwardArgs& a);
 void AdamW(const AdamWArgs& a);
 void Sample(const SampleArgs& a);
 }  // namespace fast

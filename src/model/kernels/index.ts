@@ -36,6 +36,7 @@ export {
   type CrossEntropyResult,
   type TokenLogprobsResult,
 } from './loss.js';
+export { tokenLogprobsEntropy, tokenLogprobsEntropyBackward, type LogprobsEntropyResult } from './entropy.js';
 export { adamw, type AdamWOptions } from './adamw.js';
 export { sample, philox4x32, type SampleOptions } from './sampling.js';
 export {
