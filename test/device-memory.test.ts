@@ -178,4 +178,18 @@ describe('device memory pool', () => {
     t.release();
     s.destroy();
   });
+
+  it('a throttled enqueue waits for one op, not for the queue to drain to half (no hysteresis)', async () => {
+    const d = Device.get(12);
+    const s = d.newStream();
+    s.sleep(200); // the stream is busy while 256 ops queue up behind it
+    for (let i = 0; i < 280; i++) s.sleep(5);
+    // Each of the last 24 enqueues waited until one 5 ms op had run, so about 255 are still
+    // waiting; had the host waited for the queue to drain under 128, at most 128 + 24 would be.
+    const queued = s.pending().filter((o) => o.state === 'queued').length;
+    expect(queued).toBeGreaterThan(200);
+    expect(queued).toBeLessThanOrEqual(256);
+    await s.synchronize();
+    s.destroy();
+  });
 });
