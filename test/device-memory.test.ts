@@ -164,6 +164,20 @@ describe('device memory pool', () => {
     for (const t of second) t.release();
   });
 
+  it('keeps the cache after resetPeakStats (the weight sync resets the peak every step)', async () => {
+    const d = Device.get(13);
+    const base = rssBytes();
+    const ts = Array.from({ length: 48 }, () => Tensor.empty(d, [256 * KiB], 'fp32')); // 48 x 1 MiB
+    for (const t of ts) fill(t, 1);
+    await d.defaultStream.synchronize();
+    for (const t of ts) t.release(); // cached: the device peaked at 48 MiB
+    d.resetPeakStats(); // the reported peak drops to the ~0 bytes live now
+    // The next freed block tests the cache's budget; had it followed the reported peak (now 1 MiB),
+    // 48 MiB of cached pages would exceed it and all go back to the OS.
+    Tensor.empty(d, [256 * KiB], 'fp32').release();
+    expect(rssBytes() - base).toBeGreaterThan(40 * MiB);
+  });
+
   it('bounds how far the host runs ahead of a stream: an enqueue past 256 waiting ops waits for the stream', async () => {
     const d = Device.get(11);
     const s = d.newStream();

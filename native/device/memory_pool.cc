@@ -109,6 +109,7 @@ uint64_t MemoryPool::Allocate(uint64_t bytes) {
   used_.emplace(offset, need);
   allocated_ += need;
   if (allocated_ > peak_) peak_ = allocated_;
+  if (allocated_ > cache_peak_) cache_peak_ = allocated_;
   ++total_allocs_;
   return offset;
 }
@@ -136,7 +137,7 @@ void MemoryPool::Free(uint64_t offset) {
   }
   InsertFree(start, end - start);
   if (size < kReleaseThreshold) return;
-  const uint64_t budget = std::max(kResidentFreeBudget, peak_);
+  const uint64_t budget = std::max(kResidentFreeBudget, cache_peak_);
   if (size < kLargeBlock && unreleased_bytes_ + size <= budget) {
     unreleased_.emplace(offset, size);
     unreleased_bytes_ += size;
@@ -220,6 +221,7 @@ void MemoryPool::Reconfigure(uint64_t capacity) {
   }
   munmap(old_base - skew_, old_cap + skew_);  // the skew depends on the ordinal only
   peak_ = 0;
+  cache_peak_ = 0;
 }
 
 uint64_t MemoryPool::capacity() const {

@@ -79,13 +79,18 @@ class MemoryPool {
   std::unordered_map<uint64_t, uint64_t> used_;      // offset -> size
   // Free ranges of at least kReleaseThreshold bytes whose pages may be resident (offset,
   // size), disjoint; unreleased_bytes_ is their sum. Allocate() removes what it hands out.
-  // Kept within max(kResidentFreeBudget, peak_).
+  // Kept within max(kResidentFreeBudget, cache_peak_).
   // Removes [offset, offset + size) from unreleased_ (it is being handed out).
   void ForgetResidentLocked(uint64_t offset, uint64_t size);
   std::map<uint64_t, uint64_t> unreleased_;  // offset -> size
   uint64_t unreleased_bytes_ = 0;
   uint64_t allocated_ = 0;
   uint64_t peak_ = 0;
+  // The cache's budget: the high-water mark of allocated bytes since the arena was mapped.
+  // Not peak_, which ResetPeak() lowers: the weight sync resets it every step to report
+  // its own staging, and the 16-rank quickstart's trainer devices then cached 16 MiB
+  // at most, so their kernels' outputs kept faulting fresh pages.
+  uint64_t cache_peak_ = 0;
   uint64_t host_syncs_ = 0;
   uint64_t total_allocs_ = 0;
 };
