@@ -101,9 +101,9 @@ class StreamImpl {
   // zeroing them took half of the CPU (perf: clear_page_erms under do_huge_pmd_anonymous_page)
   // and a tiny model's step ran 4x slower than when synchronized each step. CUDA bounds its
   // launch queue the same way. No hysteresis: waiting until the queue had drained to half
-  // (128) held a rank's JS thread for ~0.45 s at a time in the 16-rank quickstart, whose
-  // trainer streams reach 300-400 waiting ops and whose collectives need every rank's
-  // host to keep enqueueing; the train phase got 25% slower.
+  // (128) held a rank's JS thread ~0.45 s at a time in the 16-rank quickstart, whose trainer
+  // streams reach 300-400 waiting ops, while its collectives need every rank's host to keep
+  // enqueueing; resuming after one op keeps the single-device gain (dense step ~1x PyTorch).
   std::condition_variable space_cv_;
   static constexpr size_t kMaxQueued = 256;
   std::deque<std::unique_ptr<Op>> queue_;
