@@ -144,14 +144,66 @@ describe('device memory pool', () => {
     expect(rssBytes() - base).toBeLessThan(28 * MiB);
   });
 
-  it('keeps at most 16 MiB of freed blocks resident (so outputs reuse faulted pages)', async () => {
+  it('keeps freed blocks resident up to the high-water mark, so the next outputs reuse faulted pages', async () => {
     const d = Device.get(10);
+    const base = rssBytes();
+    const round = async () => {
+      const ts = Array.from({ length: 48 }, () => Tensor.empty(d, [256 * KiB], 'fp32')); // 48 x 1 MiB
+      for (const t of ts) fill(t, 1);
+      await d.defaultStream.synchronize();
+      return ts;
+    };
+    const first = await round();
+    expect(rssBytes() - base).toBeGreaterThan(40 * MiB);
+    for (const t of first) t.release();
+    // Cached (within the 48 MiB this device peaked at), not returned to the OS ...
+    expect(rssBytes() - base).toBeGreaterThan(40 * MiB);
+    // ... so a second round of outputs lands on those pages instead of faulting 48 MiB more.
+    const second = await round();
+    expect(rssBytes() - base).toBeLessThan(60 * MiB);
+    for (const t of second) t.release();
+  });
+
+  it('keeps the cache after resetPeakStats (the weight sync resets the peak every step)', async () => {
+    const d = Device.get(13);
     const base = rssBytes();
     const ts = Array.from({ length: 48 }, () => Tensor.empty(d, [256 * KiB], 'fp32')); // 48 x 1 MiB
     for (const t of ts) fill(t, 1);
     await d.defaultStream.synchronize();
+    for (const t of ts) t.release(); // cached: the device peaked at 48 MiB
+    d.resetPeakStats(); // the reported peak drops to the ~0 bytes live now
+    // The next freed block tests the cache's budget; had it followed the reported peak (now 1 MiB),
+    // 48 MiB of cached pages would exceed it and all go back to the OS.
+    Tensor.empty(d, [256 * KiB], 'fp32').release();
     expect(rssBytes() - base).toBeGreaterThan(40 * MiB);
-    for (const t of ts) t.release();
-    expect(rssBytes() - base).toBeLessThan(28 * MiB);
+  });
+
+  it('bounds how far the host runs ahead of a stream: an enqueue past 256 waiting ops waits for the stream', async () => {
+    const d = Device.get(11);
+    const s = d.newStream();
+    const t = Tensor.empty(d, [16], 'fp32', { stream: s });
+    s.sleep(300); // the stream is busy while 400 fills are enqueued behind it
+    for (let i = 0; i < 400; i++) fill(t, i, { stream: s });
+    // Without the bound all 401 ops would be waiting now; with it, the 257th enqueue waited until the
+    // stream had run the sleep and brought the queue under 128.
+    expect(s.pending().length).toBeLessThanOrEqual(256);
+    await s.synchronize();
+    expect(Array.from(await t.toArray({ stream: s }))[0]).toBe(399);
+    t.release();
+    s.destroy();
+  });
+
+  it('a throttled enqueue waits for one op, not for the queue to drain to half (no hysteresis)', async () => {
+    const d = Device.get(12);
+    const s = d.newStream();
+    s.sleep(200); // the stream is busy while 256 ops queue up behind it
+    for (let i = 0; i < 280; i++) s.sleep(5);
+    // Each of the last 24 enqueues waited until one 5 ms op had run, so about 255 are still
+    // waiting; had the host waited for the queue to drain under 128, at most 128 + 24 would be.
+    const queued = s.pending().filter((o) => o.state === 'queued').length;
+    expect(queued).toBeGreaterThan(200);
+    expect(queued).toBeLessThanOrEqual(256);
+    await s.synchronize();
+    s.destroy();
   });
 });

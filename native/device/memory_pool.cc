@@ -105,9 +105,11 @@ uint64_t MemoryPool::Allocate(uint64_t bytes) {
   uint64_t offset = fit->second, size = fit->first;
   EraseFree(free_by_offset_.find(offset));
   if (size > need) InsertFree(offset + need, size - need);
+  ForgetResidentLocked(offset, need);
   used_.emplace(offset, need);
   allocated_ += need;
   if (allocated_ > peak_) peak_ = allocated_;
+  if (allocated_ > cache_peak_) cache_peak_ = allocated_;
   ++total_allocs_;
   return offset;
 }
@@ -135,15 +137,45 @@ void MemoryPool::Free(uint64_t offset) {
   }
   InsertFree(start, end - start);
   if (size < kReleaseThreshold) return;
-  if (unreleased_bytes_ + size <= kResidentFreeBudget) {
-    unreleased_.emplace_back(offset, size);
+  const uint64_t budget = std::max(kResidentFreeBudget, cache_peak_);
+  if (size < kLargeBlock && unreleased_bytes_ + size <= budget) {
+    unreleased_.emplace(offset, size);
     unreleased_bytes_ += size;
     return;
   }
-  for (const auto& [o, s] : unreleased_) ReleaseFreePagesLocked(o, s);
-  unreleased_.clear();
-  unreleased_bytes_ = 0;
+  // A large block, or past the budget: this block's pages go back, and the cached ones
+  // too when it is the budget that is exceeded (the cache is then colder than the work).
+  if (size < kLargeBlock) {
+    for (const auto& [o, s] : unreleased_) ReleaseFreePagesLocked(o, s);
+    unreleased_.clear();
+    unreleased_bytes_ = 0;
+  }
   ReleaseFreePagesLocked(offset, size);
+}
+
+void MemoryPool::ForgetResidentLocked(uint64_t offset, uint64_t size) {
+  if (unreleased_.empty()) return;
+  const uint64_t end = offset + size;
+  auto it = unreleased_.upper_bound(offset);
+  if (it != unreleased_.begin()) --it;
+  while (it != unreleased_.end() && it->first < end) {
+    const uint64_t o = it->first, e = o + it->second;
+    if (e <= offset) {
+      ++it;
+      continue;
+    }
+    unreleased_bytes_ -= it->second;
+    it = unreleased_.erase(it);
+    if (o < offset) {
+      unreleased_.emplace(o, offset - o);
+      unreleased_bytes_ += offset - o;
+    }
+    if (e > end) {
+      it = unreleased_.emplace(end, e - end).first;
+      unreleased_bytes_ += e - end;
+      ++it;
+    }
+  }
 }
 
 void MemoryPool::ReleaseFreePagesLocked(uint64_t offset, uint64_t size) {
@@ -189,6 +221,7 @@ void MemoryPool::Reconfigure(uint64_t capacity) {
   }
   munmap(old_base - skew_, old_cap + skew_);  // the skew depends on the ordinal only
   peak_ = 0;
+  cache_peak_ = 0;
 }
 
 uint64_t MemoryPool::capacity() const {

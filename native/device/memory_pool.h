@@ -3,10 +3,16 @@
 // every block offset and size is a multiple of kAlignment; free blocks never touch
 // (they are merged on free); allocated + sum(free) == capacity; nothing is ever
 // handed out past capacity. Freed blocks of at least kReleaseThreshold bytes go back
-// to the OS (madvise(MADV_DONTNEED)), but lazily: up to kResidentFreeBudget bytes of
-// them stay resident so the next op's output does not page-fault on every page
-// (a fresh 1 MiB output cost ~0.5 ms of faults per op, a 512^3 matmul ~3 ms); a
-// block larger than the budget, or one that would exceed it, releases them all.
+// to the OS (madvise(MADV_DONTNEED)), but lazily, as a caching allocator keeps them:
+// freed pages stay resident while the resident free bytes stay within the device's
+// high-water mark of allocated bytes (at least kResidentFreeBudget), so a training
+// step's activations, freed in the backward, are the next step's outputs without a
+// page fault (a fresh 1 MiB output cost ~0.7 ms of faults per op, a 4 MiB one ~4 ms,
+// and with the old fixed 16 MiB budget a tiny model's step cycled through far more
+// than that and faulted on most outputs). The host memory this keeps is bounded by
+// what the device already used at its peak. Blocks of kLargeBlock or more (weights,
+// sync staging, KV caches) go back at once: they are one-off and large, and a sleep
+// or a finished sync is meant to give their memory back.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +39,7 @@ class MemoryPool {
   static constexpr uint64_t kAlignment = 64;
   static constexpr uint64_t kReleaseThreshold = 64 * 1024;
   static constexpr uint64_t kResidentFreeBudget = 16 * 1024 * 1024;
+  static constexpr uint64_t kLargeBlock = 32 * 1024 * 1024;
 
   MemoryPool(int ordinal, uint64_t capacity);
   ~MemoryPool();
@@ -70,12 +77,20 @@ class MemoryPool {
   std::map<uint64_t, uint64_t> free_by_offset_;      // offset -> size
   std::multimap<uint64_t, uint64_t> free_by_size_;   // size -> offset
   std::unordered_map<uint64_t, uint64_t> used_;      // offset -> size
-  // Blocks >= kReleaseThreshold freed but not yet released (offset, size); their sizes
-  // sum to unreleased_bytes_ <= kResidentFreeBudget. Parts may have been reallocated.
-  std::vector<std::pair<uint64_t, uint64_t>> unreleased_;
+  // Free ranges of at least kReleaseThreshold bytes whose pages may be resident (offset,
+  // size), disjoint; unreleased_bytes_ is their sum. Allocate() removes what it hands out.
+  // Kept within max(kResidentFreeBudget, cache_peak_).
+  // Removes [offset, offset + size) from unreleased_ (it is being handed out).
+  void ForgetResidentLocked(uint64_t offset, uint64_t size);
+  std::map<uint64_t, uint64_t> unreleased_;  // offset -> size
   uint64_t unreleased_bytes_ = 0;
   uint64_t allocated_ = 0;
   uint64_t peak_ = 0;
+  // The cache's budget: the high-water mark of allocated bytes since the arena was mapped.
+  // Not peak_, which ResetPeak() lowers: the weight sync resets it every step to report
+  // its own staging, and the 16-rank quickstart's trainer devices then cached 16 MiB
+  // at most, so their kernels' outputs kept faulting fresh pages.
+  uint64_t cache_peak_ = 0;
   uint64_t host_syncs_ = 0;
   uint64_t total_allocs_ = 0;
 };

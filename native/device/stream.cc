@@ -19,7 +19,11 @@ void StreamImpl::Start() { thread_ = std::thread([this] { Loop(); }); }
 uint64_t StreamImpl::Enqueue(std::unique_ptr<Op> op) {
   uint64_t seq;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (queue_.size() >= kMaxQueued && !stopping_ && !drain_exit_ && std::this_thread::get_id() != thread_.get_id()) {
+      space_cv_.wait_for(lock, std::chrono::seconds(10),
+                         [&] { return stopping_ || drain_exit_ || sticky_.has_value() || queue_.size() < kMaxQueued; });
+    }
     if (stopping_ || drain_exit_) {
       ThrowInvalidArgument("Stream " + std::to_string(id_) + " (device " + std::to_string(device_.ordinal) +
                                ") was destroyed. HINT: create a new stream with device.newStream().",
@@ -53,6 +57,7 @@ void StreamImpl::Stop() {
     waiting = waiting_on_;
   }
   cv_.notify_all();
+  space_cv_.notify_all();
   if (waiting) {
     std::lock_guard<std::mutex> lock(waiting->mu);
     waiting->cv.notify_all();
@@ -92,6 +97,7 @@ void StreamImpl::Loop() {
       if (stopping_ || queue_.empty()) break;
       op = std::move(queue_.front());
       queue_.pop_front();
+      if (queue_.size() + 1 == kMaxQueued) space_cv_.notify_all();  // just came under the bound
       running_name_ = op->name;
       running_seq_ = op->seq;
       running_since_ = std::chrono::steady_clock::now();

@@ -93,6 +93,19 @@ class StreamImpl {
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
+  // Run-ahead bound: an enqueue that finds kMaxQueued ops waiting blocks (in the kernel)
+  // until the stream thread has run one of them, for at most 10 s (then it enqueues anyway:
+  // a throttle, never a hang). Without it a host thread that never synchronizes (a training
+  // loop that does not read its loss) queued steps ahead, every queued step's activations
+  // stayed allocated until its ops ran, and each step's outputs landed on fresh pages:
+  // zeroing them took half of the CPU (perf: clear_page_erms under do_huge_pmd_anonymous_page)
+  // and a tiny model's step ran 4x slower than when synchronized each step. CUDA bounds its
+  // launch queue the same way. No hysteresis: waiting until the queue had drained to half
+  // (128) held a rank's JS thread ~0.45 s at a time in the 16-rank quickstart, whose trainer
+  // streams reach 300-400 waiting ops, while its collectives need every rank's host to keep
+  // enqueueing; resuming after one op keeps the single-device gain (dense step ~1x PyTorch).
+  std::condition_variable space_cv_;
+  static constexpr size_t kMaxQueued = 256;
   std::deque<std::unique_ptr<Op>> queue_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> exited_{false};
