@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/model/ignore_index.h"
 #include "kernels/model/model_kernels.h"
 #include "kernels/model/vec.h"
 
@@ -22,17 +23,6 @@ float LseF(const VecOps& v, const float* x, int64_t V, float scale = 1.0f) {
   return m + std::log(v.expsum(x, scale, m, nullptr, V));
 }
 
-// True when the row is ignored; fails on any other target outside [0, V).
-bool Ignored(int32_t target, int64_t t, int64_t V, int32_t ignore, const char* op) {
-  if (target == ignore) return true;
-  if (target < 0 || target >= V) {
-    KernelError(std::string(op) + ": target " + std::to_string(target) + " at position " + std::to_string(t) +
-                    " is outside the vocabulary [0, " + std::to_string(V) + ") and is not the ignore index " +
-                    std::to_string(ignore) + ".",
-                {Num("target", target), Num("position", static_cast<double>(t)), Num("vocab", static_cast<double>(V))});
-  }
-  return false;
-}
 
 const char* CeName(CeMode mode) { return mode == CeMode::kLoss ? "crossEntropy" : "tokenLogprobs"; }
 
@@ -62,7 +52,7 @@ void ref::CrossEntropy(const CrossEntropyArgs& a) {
     double lse = LseD(x, a.V, a.scale);
     a.lse[t] = static_cast<float>(lse);
     int32_t y = a.targets[t];
-    if (Ignored(y, t, a.V, a.ignore_index, CeName(a.mode))) {
+    if (IgnoredTarget(y, t, a.V, a.ignore_index, CeName(a.mode))) {
       a.loss[t] = 0.0f;
     } else {
       const double zy = static_cast<double>(a.scale) * x[y];
@@ -73,7 +63,7 @@ void ref::CrossEntropy(const CrossEntropyArgs& a) {
 
 void fast::CrossEntropy(const CrossEntropyArgs& a) {
   const VecOps& v = Vec();
-  for (int64_t t = 0; t < a.T; ++t) Ignored(a.targets[t], t, a.V, a.ignore_index, CeName(a.mode));
+  for (int64_t t = 0; t < a.T; ++t) IgnoredTarget(a.targets[t], t, a.V, a.ignore_index, CeName(a.mode));
   for (int64_t t = 0; t < a.T; ++t) {
     const float* x = a.logits + t * a.V;
     const float lse = LseF(v, x, a.V, a.scale);
@@ -89,7 +79,7 @@ void ref::CrossEntropyBackward(const CrossEntropyBackwardArgs& a) {
     const float* x = a.logits + t * a.V;
     float* d = a.dlogits + t * a.V;
     int32_t y = a.targets[t];
-    if (Ignored(y, t, a.V, a.ignore_index, "crossEntropyBackward")) {
+    if (IgnoredTarget(y, t, a.V, a.ignore_index, "crossEntropyBackward")) {
       for (int64_t i = 0; i < a.V; ++i) d[i] = 0.0f;
       continue;
     }
@@ -100,7 +90,7 @@ void ref::CrossEntropyBackward(const CrossEntropyBackwardArgs& a) {
 
 void fast::CrossEntropyBackward(const CrossEntropyBackwardArgs& a) {
   const VecOps& v = Vec();
-  for (int64_t t = 0; t < a.T; ++t) Ignored(a.targets[t], t, a.V, a.ignore_index, "crossEntropyBackward");
+  for (int64_t t = 0; t < a.T; ++t) IgnoredTarget(a.targets[t], t, a.V, a.ignore_index, "crossEntropyBackward");
   for (int64_t t = 0; t < a.T; ++t) {
     float* d = a.dlogits + t * a.V;
     const int32_t y = a.targets[t];

@@ -9,23 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "kernels/model/ignore_index.h"
 #include "kernels/model/model_kernels.h"
 #include "kernels/model/vec.h"
 
 namespace ascent::model {
 namespace {
 
-// True when the row is ignored; fails on any other target outside [0, V).
-bool Skip(int32_t target, int64_t t, int64_t V, int32_t ignore, const char* op) {
-  if (target == ignore) return true;
-  if (target < 0 || target >= V) {
-    KernelError(std::string(op) + ": target " + std::to_string(target) + " at position " + std::to_string(t) +
-                    " is outside the vocabulary [0, " + std::to_string(V) + ") and is not the ignore index " +
-                    std::to_string(ignore) + ".",
-                {Num("target", target), Num("position", static_cast<double>(t)), Num("vocab", static_cast<double>(V))});
-  }
-  return false;
-}
 
 // lse and entropy of one row in fp64 (the reference both directions use).
 void RowD(const float* x, int64_t V, double sc, double* lse, double* h) {
@@ -49,7 +39,7 @@ void ref::TokenLogprobsEntropy(const LogprobEntropyArgs& a) {
     RowD(x, a.V, a.scale, &lse, &h);
     a.lse[t] = static_cast<float>(lse);
     const int32_t y = a.targets[t];
-    const bool skip = Skip(y, t, a.V, a.ignore_index, kFwd);
+    const bool skip = IgnoredTarget(y, t, a.V, a.ignore_index, kFwd);
     a.out[t] = skip ? 0.0f : static_cast<float>(static_cast<double>(a.scale) * x[y] - lse);
     a.out[a.T + t] = skip ? 0.0f : static_cast<float>(h);
   }
@@ -57,7 +47,7 @@ void ref::TokenLogprobsEntropy(const LogprobEntropyArgs& a) {
 
 void fast::TokenLogprobsEntropy(const LogprobEntropyArgs& a) {
   const VecOps& v = Vec();
-  for (int64_t t = 0; t < a.T; ++t) Skip(a.targets[t], t, a.V, a.ignore_index, kFwd);
+  for (int64_t t = 0; t < a.T; ++t) IgnoredTarget(a.targets[t], t, a.V, a.ignore_index, kFwd);
   std::vector<float> p(static_cast<size_t>(a.V));
   for (int64_t t = 0; t < a.T; ++t) {
     const float* x = a.logits + t * a.V;
@@ -85,7 +75,7 @@ void ref::TokenLogprobsEntropyBackward(const LogprobEntropyBackwardArgs& a) {
     const float* x = a.logits + t * a.V;
     float* d = a.dlogits + t * a.V;
     const int32_t y = a.targets[t];
-    if (Skip(y, t, a.V, a.ignore_index, kBwd)) {
+    if (IgnoredTarget(y, t, a.V, a.ignore_index, kBwd)) {
       for (int64_t i = 0; i < a.V; ++i) d[i] = 0.0f;
       continue;
     }
@@ -101,7 +91,7 @@ void ref::TokenLogprobsEntropyBackward(const LogprobEntropyBackwardArgs& a) {
 
 void fast::TokenLogprobsEntropyBackward(const LogprobEntropyBackwardArgs& a) {
   const VecOps& v = Vec();
-  for (int64_t t = 0; t < a.T; ++t) Skip(a.targets[t], t, a.V, a.ignore_index, kBwd);
+  for (int64_t t = 0; t < a.T; ++t) IgnoredTarget(a.targets[t], t, a.V, a.ignore_index, kBwd);
   for (int64_t t = 0; t < a.T; ++t) {
     const float* x = a.logits + t * a.V;
     float* d = a.dlogits + t * a.V;
