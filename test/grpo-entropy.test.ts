@@ -21,6 +21,7 @@ import { tokenLogprobs } from '../src/train/logprobs.js';
 import { tokenLogprobsEntropy } from '../src/train/logprobs-entropy.js';
 import type { LossFn } from '../src/train/strategy.js';
 import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { maxRelOverTensors } from './helpers/grad-compare.js';
 
 /** c_t of each lossType for a token of a row of `len` response tokens, written out (objective.ts's table). */
 function handNorm(lossType: LossType, len: number, s: { rows: number; local: number; B: number; N: number; L: number }): number {
@@ -69,20 +70,6 @@ describe('GRPO loss with the entropy bonus on the single-device strategy', () =>
   const V = cfg.vocabSize;
 
   type Grads = Map<string, { data: Float32Array }>;
-  const maxRel = (a: Grads, c: Grads) => {
-    let worst = 0;
-    for (const [n, p] of a) {
-      const q = c.get(n)!.data;
-      let err = 0,
-        mag = 0;
-      for (let i = 0; i < q.length; i++) {
-        err = Math.max(err, Math.abs(p.data[i]! - q[i]!));
-        mag = Math.max(mag, Math.abs(q[i]!));
-      }
-      if (mag > 0) worst = Math.max(worst, err / mag);
-    }
-    return worst;
-  };
 
   /** The current log-probs and brute-force fp64 entropies of softmax(logits / temperature) per token. */
   async function probe(s: SingleDeviceStrategy): Promise<{ logp: Float32Array; H: Float64Array }> {
@@ -150,8 +137,8 @@ describe('GRPO loss with the entropy bonus on the single-device strategy', () =>
         await s.forwardBackward(b, entropyOnly);
         const gEntropy = await grads();
         const sum: Grads = new Map([...gPolicy].map(([n, g]) => [n, { data: g.data.map((x, i) => x + gEntropy.get(n)!.data[i]!) }]));
-        expect(maxRel(gBonus, sum), lossType).toBeLessThan(1e-5);
-        expect(maxRel(gBonus, gPolicy), lossType).toBeGreaterThan(1e-3);
+        expect(maxRelOverTensors(gBonus, sum), lossType).toBeLessThan(1e-5);
+        expect(maxRelOverTensors(gBonus, gPolicy), lossType).toBeGreaterThan(1e-3);
       }
     } finally {
       s.release();

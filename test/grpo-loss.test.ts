@@ -18,6 +18,7 @@ import { grpoLoss } from '../src/grpo/loss.js';
 import { tokenLogprobs } from '../src/train/logprobs.js';
 import { Tensor } from '../src/runtime/device/tensor.js';
 import type { LossFn } from '../src/train/strategy.js';
+import { maxRelOverTensors } from './helpers/grad-compare.js';
 
 describe('group advantages', () => {
   it('reward minus group mean over the unbiased group std; flat groups give 0', () => {
@@ -136,20 +137,6 @@ describe('GRPO loss on the single-device strategy', () => {
       s.zeroGrad();
       return g;
     };
-    const maxRel = (a: Map<string, { data: Float32Array }>, b: Map<string, { data: Float32Array }>) => {
-      let worst = 0;
-      for (const [n, p] of a) {
-        const q = b.get(n)!.data;
-        let err = 0,
-          mag = 0;
-        for (let i = 0; i < q.length; i++) {
-          err = Math.max(err, Math.abs(p.data[i]! - q[i]!));
-          mag = Math.max(mag, Math.abs(q[i]!));
-        }
-        if (mag > 0) worst = Math.max(worst, err / mag);
-      }
-      return worst;
-    };
     try {
       const old = await currentLogprobs(s);
       const adv = Float32Array.from([1.2, -0.4, 0.7, -1.5]);
@@ -159,7 +146,7 @@ describe('GRPO loss on the single-device strategy', () => {
       const noOld = await s.forwardBackward(b, grpoLoss({ advantages: adv }, base));
       expect(noOld.stats!.ratio).toBe(noOld.stats!.tokens);
       expect(noOld.loss).toBeCloseTo(withOld.loss, 6);
-      expect(maxRel(await grads(), gOld)).toBeLessThan(1e-5);
+      expect(maxRelOverTensors(await grads(), gOld)).toBeLessThan(1e-5);
       const half = (a: Float32Array, r0: number) => a.subarray(r0 * b.seqLen, (r0 + 2) * b.seqLen);
       const rows = (r0: number) => ({
         inputIds: b.inputIds.subarray(r0 * b.seqLen, (r0 + 2) * b.seqLen),
@@ -187,7 +174,7 @@ describe('GRPO loss on the single-device strategy', () => {
         if (lossType !== 'bnpo') {
           // bnpo is a per-micro-batch token mean by definition (TRL's local normaliser): only its parts are checked.
           expect(sum, lossType).toBeCloseTo(whole.loss, 5);
-          expect(maxRel(gAcc, gWhole), lossType).toBeLessThan(1e-4);
+          expect(maxRelOverTensors(gAcc, gWhole), lossType).toBeLessThan(1e-4);
         } else expect(Number.isFinite(sum)).toBe(true);
       }
     } finally {

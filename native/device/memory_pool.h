@@ -77,11 +77,11 @@ class MemoryPool {
   std::map<uint64_t, uint64_t> free_by_offset_;      // offset -> size
   std::multimap<uint64_t, uint64_t> free_by_size_;   // size -> offset
   std::unordered_map<uint64_t, uint64_t> used_;      // offset -> size
+  // Removes [offset, offset + size) from unreleased_ (it is being handed out).
+  void ForgetResidentLocked(uint64_t offset, uint64_t size);
   // Free ranges of at least kReleaseThreshold bytes whose pages may be resident (offset,
   // size), disjoint; unreleased_bytes_ is their sum. Allocate() removes what it hands out.
   // Kept within max(kResidentFreeBudget, cache_peak_).
-  // Removes [offset, offset + size) from unreleased_ (it is being handed out).
-  void ForgetResidentLocked(uint64_t offset, uint64_t size);
   std::map<uint64_t, uint64_t> unreleased_;  // offset -> size
   uint64_t unreleased_bytes_ = 0;
   uint64_t allocated_ = 0;

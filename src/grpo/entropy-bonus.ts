@@ -30,9 +30,14 @@ export interface EntropyBonus {
   sum: number;
 }
 
-export function entropyBonus(inp: EntropyInput, o: Pick<ObjectiveOptions, 'lossType' | 'maxCompletionLength'>, coeff: number): EntropyBonus {
+/** Throws unless `coeff` is a usable entropyCoeff (finite, >= 0). */
+export function checkEntropyCoeff(coeff: number): void {
   if (!(coeff >= 0 && Number.isFinite(coeff)))
     throw new InvalidArgumentError(`GRPO: entropyCoeff must be a finite number >= 0 but is ${coeff}. HINT: use 0 to turn the entropy bonus off.`);
+}
+
+export function entropyBonus(inp: EntropyInput, o: Pick<ObjectiveOptions, 'lossType' | 'maxCompletionLength'>, coeff: number): EntropyBonus {
+  checkEntropyCoeff(coeff);
   const { rows, seqLen } = inp;
   const n = rows * seqLen;
   if (inp.entropy.length !== n || inp.mask.length !== n)

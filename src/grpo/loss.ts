@@ -17,14 +17,14 @@
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { IGNORE_INDEX } from '../model/labels.js';
 import { targetTokens } from '../train/rows.js';
-import type { LossFn, TrainBatch } from '../train/strategy.js';
+import type { LossFn, LossTerms, TrainBatch } from '../train/strategy.js';
 import { targetLogprobs } from '../train/logprobs.js';
 import { tokenLogprobsEntropy } from '../train/logprobs-entropy.js';
 import { registerLoss } from '../train/loss-registry.js';
 import type { TokenTermOptions } from './token-terms.js';
 import { grpoObjective, type ObjectiveOptions } from './objective.js';
 import { rolloutCorrection, type CorrectionMode } from './rollout-correction.js';
-import { entropyBonus } from './entropy-bonus.js';
+import { checkEntropyCoeff, entropyBonus } from './entropy-bonus.js';
 
 export interface GrpoBatchData {
   /**
@@ -91,9 +91,7 @@ export function checkGrpoData(batch: TrainBatch, data: GrpoBatchData, opts: Grpo
   }
   if (data.engineLogprobs && data.engineLogprobs.length !== n)
     throw new InvalidArgumentError(`GRPO: engineLogprobs has ${data.engineLogprobs.length} entries; expected batch x seqLen = ${n}.`);
-  const ec = opts.entropyCoeff ?? 0;
-  if (!(ec >= 0 && Number.isFinite(ec)))
-    throw new InvalidArgumentError(`GRPO: entropyCoeff must be a finite number >= 0 but is ${ec}. HINT: use 0 to turn the entropy bonus off.`);
+  checkEntropyCoeff(opts.entropyCoeff ?? 0);
   if (opts.rolloutCorrection && !data.engineLogprobs) {
     throw new InvalidArgumentError(
       "GRPO: rolloutCorrection needs the engine's log-probs (data.engineLogprobs). HINT: pass the log-probs generate() returned, aligned to the targets.",
@@ -163,8 +161,14 @@ export function grpoLoss(data: GrpoBatchData, opts: GrpoLossOptions): LossFn {
     let logpSum = 0;
     for (let i = 0; i < n; i++) if (mask[i]) logpSum += host[i]!;
     const { tokens, clipped, clippedLow, clippedHigh, kl, ratio } = res.stats;
-    // The router aux loss of this micro-batch weighs as its rows in the optimizer step (router-aux-step.ts).
-    const terms = { perToken: logp, weights: Float32Array.from(res.weights), value: res.value, auxScale: global.batch / (data.norm?.rows ?? global.batch) };
+    const terms: LossTerms = {
+      perToken: logp,
+      weights: Float32Array.from(res.weights),
+      value: res.value,
+      stats: { tokens, clipped, clippedLow, clippedHigh, kl, ratio, logpSum, ...stats },
+      // The router aux loss of this micro-batch weighs as its rows in the optimizer step (router-aux-step.ts).
+      auxScale: global.batch / (data.norm?.rows ?? global.batch),
+    };
     if (coeff > 0) {
       const bonus = entropyBonus(
         {
@@ -178,16 +182,15 @@ export function grpoLoss(data: GrpoBatchData, opts: GrpoLossOptions): LossFn {
         o,
         coeff,
       );
-      terms.weights = new Float32Array(2 * n);
-      terms.weights.set(res.weights);
-      terms.weights.set(bonus.weights, n);
-      terms.value += bonus.value;
-      stats.entropy = bonus.sum;
+      const weights = new Float32Array(2 * n);
+      weights.set(res.weights);
+      weights.set(bonus.weights, n);
       let weighted = 0;
-      for (let i = 0; i < n; i++) if (terms.weights[i] !== 0 || terms.weights[n + i] !== 0) weighted++;
-      return { ...terms, tokens: weighted, stats: { tokens, clipped, clippedLow, clippedHigh, kl, ratio, logpSum, ...stats } };
+      for (let i = 0; i < n; i++) if (weights[i] !== 0 || weights[n + i] !== 0) weighted++;
+      Object.assign(terms, { weights, value: terms.value! + bonus.value, tokens: weighted });
+      terms.stats!.entropy = bonus.sum;
     }
-    return { ...terms, stats: { tokens, clipped, clippedLow, clippedHigh, kl, ratio, logpSum, ...stats } };
+    return terms;
   };
 }
 

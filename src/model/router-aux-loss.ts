@@ -93,8 +93,6 @@ export function routerAuxShare(
 export async function routerAuxLoss(tape: Tape, taps: readonly RouterTap[], o: RouterAuxOptions): Promise<{ aux: Var; value: number }> {
   const { numExperts: E, topK: k, mask } = o;
   const stream = tape.stream;
-  const probs: Float32Array[] = [];
-  const indices: Int32Array[] = [];
   for (const tap of taps) {
     const [T, cols] = tap.probs.shape as [number, number];
     if (cols !== E || tap.indices.shape[1] !== k || (mask && mask.length !== T)) {
@@ -102,9 +100,12 @@ export async function routerAuxLoss(tape: Tape, taps: readonly RouterTap[], o: R
         `routerAuxLoss(): a router tap has probs [${tap.probs.shape}] and indices [${tap.indices.shape}], but the config has ${E} experts, top-${k}${mask ? ` and the mask ${mask.length} tokens` : ''}. HINT: tap the routers of this model's forward only.`,
       );
     }
-    probs.push((await tap.probs.toArray({ stream })) as Float32Array);
-    indices.push((await tap.indices.toArray({ stream })) as Int32Array);
   }
+  // Every layer's reads in flight at once: one wait for the stream, not two per layer.
+  const [probs, indices] = (await Promise.all([
+    Promise.all(taps.map((t) => t.probs.toArray({ stream }))),
+    Promise.all(taps.map((t) => t.indices.toArray({ stream }))),
+  ])) as [Float32Array[], Int32Array[]];
   const local = routerCounts(indices, E, k, mask);
   const counts = o.sumCounts ? await o.sumCounts(Float32Array.from(local)) : local;
   const { value, grads } = routerAuxShare(probs, counts, E, k, mask);
