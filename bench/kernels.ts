@@ -16,6 +16,8 @@
  *  - causal GQA attention forward and backward, fast vs reference;
  *  - the MoE grouped matmul (tokens routed to experts by device-side offsets) vs the
  *    dense matmul of the same FLOPs, and vs its reference.
+ * Each square matmul row carries its target (bench/kernels-targets.ts: measured / required,
+ * >= 1 holds) and bf16 rows their speed-up over fp32 of the same n.
  * Ascent kernels are timed on one stream (one native thread) as the best of a few
  * rounds of back-to-back ops; OpenBLAS runs on one thread too.
  */
@@ -24,6 +26,7 @@ import { Device, loadNative, matmul, Tensor, type DType, type Stream, kernels as
 import { BenchUsageError, checkFlags } from './args.js';
 import { round, writeResults } from './stats.js';
 import { printTable } from './table.js';
+import { withMatmulTargets, type MatmulRow } from './kernels-targets.js';
 
 export const USAGE = `Usage: npm run bench -- kernels [--repeats R]
 
@@ -163,7 +166,7 @@ export async function runKernelsBench(repeats = 3) {
     }
     return { fast: median(fast), onStream: median(onStream), openblas: openblas.length ? median(openblas) : null, reps };
   };
-  const matmulRows: Array<Record<string, unknown>> = [];
+  const matmulRows: MatmulRow[] = [];
   for (const dtype of ['fp32', 'bf16'] as const) {
     for (const n of dtype === 'fp32' ? [64, 96, 128, 192, 256, 512, 1024] : [64, 128, 256, 512, 1024]) {
       const a = randomTensor(dev, [n, n], dtype, stream, 1);
@@ -274,7 +277,7 @@ export async function runKernelsBench(repeats = 3) {
     baselines: { openblas: blas.available ? { library: blas.library, config: blas.config, threads: 1 } : null },
     repeats,
     loadAverage: os.loadavg().map((x) => round(x, 2)),
-    rows: [...matmulRows, ...shapeRows, ...attentionRows, ...moeRows],
+    rows: [...withMatmulTargets(matmulRows), ...shapeRows, ...attentionRows, ...moeRows],
   };
 }
 

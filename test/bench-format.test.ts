@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { cG, ncclFooterLines, ncclHeaderLines, ncclRedopRoot, ncclRow, ncclTime } from '../dist/bench/nccl-format.js';
 import { saveResults, stamp } from '../dist/bench/results.js';
 import { formatTable } from '../dist/bench/table.js';
+import { withMatmulTargets } from '../dist/bench/kernels-targets.js';
 
 let dir: string;
 beforeAll(() => {
@@ -128,4 +129,30 @@ describe('bench --help', () => {
     expect(noSuite.status).toBe(2);
     expect(noSuite.stderr).toMatch(/unknown suite "nope"/);
   }, 120_000);
+});
+
+describe('kernels bench targets', () => {
+  const row = (dtype: string, n: number, fastGflops: number, fastVsOpenblas: number | null) => ({ kernel: 'matmul', dtype, n, fastGflops, fastVsOpenblas });
+  it('checks fp32 against OpenBLAS (0.8 at n = 64, 0.95 from 128) and bf16 against fp32 (1.5 from 256)', () => {
+    const rows = withMatmulTargets([
+      row('fp32', 64, 40, 0.4),
+      row('fp32', 96, 50, 0.5),
+      row('fp32', 256, 200, 1.9),
+      row('bf16', 128, 150, null),
+      row('bf16', 256, 250, null),
+      row('bf16', 512, 400, null),
+    ]);
+    expect(rows[0]).toMatchObject({ targetIs: 'fastVsOpenblas >= 0.8', target: 0.5 });
+    expect(rows[1]!.target).toBeUndefined(); // n = 96: no target names it
+    expect(rows[2]).toMatchObject({ targetIs: 'fastVsOpenblas >= 0.95', target: 2 });
+    expect(rows[3]!.target).toBeUndefined(); // bf16 below 256, and no fp32 row of n = 128
+    expect(rows[3]!.bf16VsFp32).toBeUndefined();
+    expect(rows[4]).toMatchObject({ bf16VsFp32: 1.25, targetIs: 'bf16VsFp32 >= 1.5', target: 0.833 });
+    expect(rows[5]!.target).toBeUndefined(); // no fp32 row of n = 512 to compare with
+  });
+  it('leaves fp32 rows without a target when OpenBLAS is missing', () => {
+    const [r] = withMatmulTargets([row('fp32', 128, 90, null)]);
+    expect(r!.target).toBeUndefined();
+    expect(r).toEqual(row('fp32', 128, 90, null));
+  });
 });
