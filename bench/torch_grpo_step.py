@@ -6,6 +6,11 @@ prompts x numGenerations samples of at most maxNewTokens tokens at temperature 1
 the clipped surrogate with DAPO's token mean, one AdamW step per rollout) on ONE thread. Generation is batched
 with a KV cache over left-padded prompts. Prints one JSON object: seconds per GRPO step (median and mean over the
 timed steps, and per phase), and the reward curve.
+
+Optional knobs (absent: the quickstart's defaults), so the loop can also check whether a GRPO variant learns the task
+outside Ascent: "temperature" (sampling; the training log-probs stay at temperature 1, as Ascent's default),
+"numIterations" (mu updates per rollout, the old log-probs taken once before the first) and "scaleRewards"
+("group", "batch" or "none", as Ascent's scaleRewards).
 """
 import json
 import math
@@ -68,8 +73,8 @@ def rope_at(x, pos, theta):
 
 
 @torch.no_grad()
-def generate(model, prompts, max_new, gen):
-    """Left-padded batch, KV cache, multinomial sampling at temperature 1; stops a row after EOS."""
+def generate(model, prompts, max_new, gen, temperature=1.0):
+    """Left-padded batch, KV cache, multinomial sampling at `temperature`; stops a row after EOS."""
     B, L = len(prompts), max(len(p) for p in prompts)
     ids = torch.tensor([[PAD] * (L - len(p)) + p for p in prompts])
     valid = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts], dtype=torch.bool)
@@ -88,7 +93,7 @@ def generate(model, prompts, max_new, gen):
         for layer, cache in zip(model.layers, caches):
             x = attn_step(layer, x, cache, x_pos, mask)
         logits = model.norm(x[:, -1]) @ model.embed_tokens.weight.t()
-        tok = torch.multinomial(F.softmax(logits, -1), 1, generator=gen)[:, 0]
+        tok = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=gen)[:, 0]
         for b in range(B):
             if not done[b]:
                 out[b].append(int(tok[b]))
@@ -138,23 +143,29 @@ def main():
     for step in range(a["steps"]):
         t0 = time.perf_counter()
         prompts = [p for p, _ in (problem(rng) for _ in range(P)) for _ in range(G)]
-        completions = generate(model, prompts, a["maxNewTokens"], gen)
+        completions = generate(model, prompts, a["maxNewTokens"], gen, a.get("temperature", 1.0))
         t1 = time.perf_counter()
         rewards = torch.tensor([reward(p, c) for p, c in zip(prompts, completions)])
         r = rewards.view(P, G)
-        adv = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1)
+        centred = r - r.mean(1, keepdim=True)
+        scale = a.get("scaleRewards", "group")
+        std = r.std(1, keepdim=True) if scale == "group" else r.std() if scale == "batch" else torch.tensor(1.0)
+        adv = (centred / (std + 1e-4) if scale != "none" else centred).view(-1)
         t2 = time.perf_counter()
         ids, tgt = batch_of(prompts, completions)
-        opt.zero_grad(set_to_none=True)
-        logp = -F.cross_entropy(model(ids).transpose(1, 2), tgt.clamp(min=0), reduction="none")
         mask = tgt != -100
-        ratio = torch.exp(logp - logp.detach())  # one update per rollout: old = current
         A = adv[:, None]
-        surr = -torch.min(ratio * A, ratio.clamp(1 - a["clipLow"], 1 + a["clipHigh"]) * A)
-        loss = (surr * mask).sum() / mask.sum()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        for it in range(a.get("numIterations", 1)):
+            opt.zero_grad(set_to_none=True)
+            logp = -F.cross_entropy(model(ids).transpose(1, 2), tgt.clamp(min=0), reduction="none")
+            if it == 0:
+                old = logp.detach()  # the rollout policy's log-probs, reused by every update of this rollout
+            ratio = torch.exp(logp - old)
+            surr = -torch.min(ratio * A, ratio.clamp(1 - a["clipLow"], 1 + a["clipHigh"]) * A)
+            loss = (surr * mask).sum() / mask.sum()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
         t3 = time.perf_counter()
         curve.append(float(rewards.mean()))
         if step >= a["skip"]:
