@@ -3,6 +3,7 @@
  * one op, checks the result against values that are exact in every dtype, and
  * returns its per-iteration times. Also runs the STREAM-like copy baseline.
  */
+import { resourceUsage } from 'node:process';
 import { copy, fill, Tensor, type DType, type RankContext, type ReduceOp, type Stream } from '../src/internal.js';
 
 export type BenchOp = 'allReduce' | 'allGather' | 'reduceScatter' | 'broadcast' | 'allToAll';
@@ -12,6 +13,12 @@ export interface CaseResult {
   endsMs: number[];
   /** When this rank's stream thread picked up each timed op (native clock). */
   startsMs: number[];
+  /**
+   * CPU microseconds of the whole process (every rank's JS and stream threads) while this
+   * rank's timed ops ran: on a shared machine the wall-clock time moves with the load, the
+   * CPU an op costs much less.
+   */
+  cpuUs: number;
   wrong: number;
 }
 
@@ -73,8 +80,14 @@ export class CollectivesBench {
       // nccl-tests style: enqueue every timed op back to back, then wait once. Op times come
       // from the native flight recorder (when each op ended on this rank's stream thread), so
       // the JS round trip per op is not part of the measurement.
-      const firstId = (comm.flightRecord().ranks[rank]?.lastEnqueued?.id ?? 0) + 1;
+      // The barrier lines the ranks up after their (slow) flight-record reads, so the CPU
+      // window below holds the timed ops and nothing else.
+      const firstId = (comm.flightRecord().ranks[rank]?.lastEnqueued?.id ?? 0) + 2;
+      await comm.barrier(stream);
+      const before = resourceUsage();
       await Promise.all(Array.from({ length: iters }, run));
+      const after = resourceUsage();
+      const cpuUs = after.userCPUTime + after.systemCPUTime - before.userCPUTime - before.systemCPUTime;
       const mine = comm.flightRecord().ranks[rank]!.entries.filter((e) => e.id >= firstId && e.id < firstId + iters);
       const endsMs = mine.map((e) => e.endedAtMs!);
       const startsMs = mine.map((e) => e.startedAtMs!);
@@ -83,7 +96,7 @@ export class CollectivesBench {
       await run();
       const got = await recv.toArray({ stream });
       const wrong = countWrong(op, redop, dtype, got, p, c);
-      return { endsMs, startsMs, wrong };
+      return { endsMs, startsMs, cpuUs, wrong };
     } finally {
       for (const t of owned) t.release();
     }

@@ -24,6 +24,14 @@
  * (the last rank picks up op i) - (op i-1 done), the ranks' hand-over from one op to the
  * next; moveUs = p50 of (op i done) - (the last rank picks it up), the data movement.
  *
+ * cpu(us) = CPU microseconds of the whole process per timed op (every rank's JS and stream
+ * threads, from getrusage over rank 0's timed window): on this shared 2-core machine the
+ * wall-clock rows move with the load average, the CPU an op costs far less; cpu / cores is
+ * the time the op would approach with the cores to itself.
+ *
+ * target = the speed targets of the collectives (TARGETS): measured / target as a ratio
+ * where >= 1 means the target holds, on the rows a target names.
+ *
  * Then, with --processes P (default 2; 0 skips), the same ranks as P processes under
  * mpirun (allReduce fp32 sum up to 16 MiB, each op awaited) beside Open MPI's own
  * MPI_Allreduce on as many processes, measured in the same run (bench/collectives-mpi.ts);
@@ -85,13 +93,56 @@ export interface CollRow {
   efficiency: number;
   arriveUs: number;
   moveUs: number;
+  /** CPU microseconds of the whole process per timed op (see the file comment). */
+  cpuUsPerOp: number;
+  /** The target this row is checked against, when one names it. */
+  target?: TargetCheck;
+}
+
+/** A speed target of one row: a p50 time at most `maxTimeUs`, or an efficiency of at least `minEfficiency`. */
+export interface Target {
+  op: BenchOp;
+  ranks: number;
+  bytes: number;
+  maxTimeUs?: number;
+  minEfficiency?: number;
+}
+
+export interface TargetCheck {
+  /** "p50 <= 110 us" / "efficiency >= 0.8" */
+  label: string;
+  /** Target over measured time, or measured over target efficiency: >= 1 means the target holds. */
+  ratio: number;
+  holds: boolean;
+}
+
+/** The collectives' speed targets: small allReduce latency, large allReduce against the STREAM-like copy. */
+export const TARGETS: readonly Target[] = [
+  { op: 'allReduce', ranks: 16, bytes: 4096, maxTimeUs: 110 },
+  { op: 'allReduce', ranks: 16, bytes: 64 * 1024 * 1024, minEfficiency: 0.8 },
+];
+
+export function checkTarget(
+  row: Pick<CollRow, 'op' | 'ranks' | 'bytes' | 'timeUs' | 'efficiency'>,
+  targets: readonly Target[] = TARGETS,
+): TargetCheck | undefined {
+  const t = targets.find((x) => x.op === row.op && x.ranks === row.ranks && x.bytes === row.bytes);
+  if (!t) return undefined;
+  const [label, ratio] =
+    t.maxTimeUs !== undefined
+      ? [`p50 <= ${t.maxTimeUs} us`, t.maxTimeUs / row.timeUs]
+      : [`efficiency >= ${t.minEfficiency}`, row.efficiency / t.minEfficiency!];
+  return { label, ratio: round(ratio, 3), holds: ratio >= 1 };
 }
 
 export const USAGE = `Usage: npm run bench -- collectives [flags]
 
 nccl-tests output (columns size count type redop root, then time algbw busbw #wrong out of
 place and in place) for every op on N in-process ranks, beside a STREAM-like copy measured in
-the same run. Results: bench/results/collectives-<date>.json (and collectives-latest.json).
+the same run; then a table with the efficiency, the CPU per op and, on the rows the speed
+targets name (16 ranks: allReduce 4 KiB p50 <= 110 us, 64 MiB efficiency >= 0.8), the
+measured / target ratio (>= 1 holds).
+Results: bench/results/collectives-<date>.json (and collectives-latest.json).
 
 Flags:
   --ranks <n>        ranks (default 16)
@@ -256,7 +307,8 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
             50,
           );
           const algbw = size / (timeUs * 1e3);
-          pair.push({
+          const efficiency = round(trafficBytes(op, size, p) / (timeUs * 1e3) / streamCopyGBs, 3);
+          const row: CollRow = {
             op,
             inPlace,
             dtype: opts.dtype,
@@ -270,10 +322,14 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
             algbwGBs: round(algbw, 3),
             busbwGBs: round(algbw * busFactor(op, p), 3),
             wrong: results.reduce((a, r) => a + r.wrong, 0),
-            efficiency: round(trafficBytes(op, size, p) / (timeUs * 1e3) / streamCopyGBs, 3),
+            efficiency,
             arriveUs: round(arriveUs, 1),
             moveUs: round(moveUs, 1),
-          });
+            // Rank 0's window: the ranks start together (barrier) and end within an op of each other.
+            cpuUsPerOp: round(results[0]!.cpuUs / iters, 1),
+          };
+          const target = checkTarget(row);
+          pair.push(target ? { ...row, target } : row);
         }
         rows.push(...pair);
         printed.push(...pair);
@@ -301,7 +357,8 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
 
 export async function main(argv: string[]): Promise<void> {
   const result = await runCollectivesBench(argv);
-  // Ascent's own columns, beside nccl-tests': efficiency against the STREAM-like copy and where a cycle goes.
+  // Ascent's own columns, beside nccl-tests': efficiency against the STREAM-like copy, where a
+  // cycle goes, the CPU an op costs and, on the rows a target names, whether it holds.
   console.log(
     formatTable(
       result.rows.map((r) => ({
@@ -312,8 +369,11 @@ export async function main(argv: string[]): Promise<void> {
         efficiency: r.efficiency,
         'arrive(us)': r.arriveUs,
         'move(us)': r.moveUs,
+        'cpu(us)': r.cpuUsPerOp,
+        target: r.target ? `${r.target.label}: ${r.target.ratio} ${r.target.holds ? 'holds' : 'MISSED'}` : '',
       })),
     ),
   );
+  console.log(`load average at the end (1, 5, 15 min): ${result.loadAvgEnd.join(', ')}`);
   console.log(`wrote ${writeResults('collectives', result)}`);
 }
