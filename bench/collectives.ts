@@ -29,6 +29,10 @@
  * wall-clock rows move with the load average, the CPU an op costs far less; cpu / cores is
  * the time the op would approach with the cores to itself.
  *
+ * eff(near) = the efficiency against a STREAM-like copy measured just before the row, for the
+ * memory-bound rows (traffic >= 256 MiB): the load moves within a run, and the gap between
+ * efficiency and eff(near) shows by how much (the target keeps the run's baseline).
+ *
  * target = the speed targets of the collectives (TARGETS): measured / target as a ratio
  * where >= 1 means the target holds, on the rows a target names.
  *
@@ -95,6 +99,9 @@ export interface CollRow {
   moveUs: number;
   /** CPU microseconds of the whole process per timed op (see the file comment). */
   cpuUsPerOp: number;
+  /** Memory-bound rows: the STREAM-like copy measured just before the row, and the efficiency against it. */
+  copyNearGBs?: number;
+  efficiencyNear?: number;
   /** The target this row is checked against, when one names it. */
   target?: TargetCheck;
 }
@@ -116,7 +123,7 @@ export interface TargetCheck {
   holds: boolean;
 }
 
-/** The collectives' speed targets: small allReduce latency, large allReduce against the STREAM-like copy. */
+/** The collectives' speed targets: small allReduce latency, large allReduce against the run's STREAM-like copy. */
 export const TARGETS: readonly Target[] = [
   { op: 'allReduce', ranks: 16, bytes: 4096, maxTimeUs: 110 },
   { op: 'allReduce', ranks: 16, bytes: 64 * 1024 * 1024, minEfficiency: 0.8 },
@@ -194,6 +201,8 @@ function parse(argv: string[]) {
 }
 
 const WARMUP = 10;
+/** Rows moving at least this much (traffic model above) also get the copy measured beside them. */
+const NEAR_COPY_TRAFFIC = 256 * 1024 * 1024;
 /** The mpirun rows stop here: each op is awaited, with host copies on the leg between processes. */
 const SPAN_MAX_BYTES = 16 * 1024 * 1024;
 const SPAN_ITERS = 20;
@@ -241,13 +250,15 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
     const copyBytes = 256 * 1024 * 1024;
     const copiers = Array.from({ length: cores }, (_, r) => r);
     await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyPrepare', copyBytes)));
-    let best = Infinity;
-    for (let rep = 0; rep < 5; rep++) {
-      const secs = await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyOnce')));
-      best = Math.min(best, Math.max(...secs));
-    }
-    await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyDone')));
-    const streamCopyGBs = (cores * 2 * copyBytes) / best / 1e9;
+    const measureCopy = async (reps: number) => {
+      let best = Infinity;
+      for (let rep = 0; rep < reps; rep++) {
+        const secs = await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyOnce')));
+        best = Math.min(best, Math.max(...secs));
+      }
+      return (cores * 2 * copyBytes) / best / 1e9;
+    };
+    const streamCopyGBs = await measureCopy(5);
     print(`# STREAM-like copy: ${round(streamCopyGBs)} GB/s (read+write, ${cores} threads x ${copyBytes >> 20} MiB)`);
 
     const rows: CollRow[] = [];
@@ -283,6 +294,9 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
       for (const { bytes, size, count, iters } of plan) {
         const pair: CollRow[] = [];
         for (const inPlace of [false, true]) {
+          // Memory-bound rows also get the copy measured just before them: the load of this
+          // shared machine changes within a run (informational: the target keeps the run's baseline).
+          const copyNearGBs = trafficBytes(op, size, p) >= NEAR_COPY_TRAFFIC ? round(await measureCopy(3), 3) : undefined;
           const results = await mesh.call('runCase', op, opts.dtype, bytes, iters, Math.min(WARMUP, iters), opts.redop, inPlace);
           // Op i is done when the slowest rank finished it; its time is the gap to op i-1 (the cycle time).
           const done = Array.from({ length: iters }, (_, i) => Math.max(...results.map((r) => r.endsMs[i]!)));
@@ -328,6 +342,10 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
             // Rank 0's window: the ranks start together (barrier) and end within an op of each other.
             cpuUsPerOp: round(results[0]!.cpuUs / iters, 1),
           };
+          if (copyNearGBs !== undefined) {
+            row.copyNearGBs = copyNearGBs;
+            row.efficiencyNear = round(trafficBytes(op, size, p) / (timeUs * 1e3) / copyNearGBs, 3);
+          }
           const target = checkTarget(row);
           pair.push(target ? { ...row, target } : row);
         }
@@ -337,6 +355,7 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
       }
       for (const line of ncclFooterLines(op, printed)) print(line);
     }
+    await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyDone')));
     const span = opts.processes > 0 ? await processRows(opts, sizes, print) : { rows: [], skipped: '--processes 0' };
     // Load average (1, 5, 15 min) at the end of the run: the machine is shared, and the
     // efficiency of memory-bound rows moves with what else runs.
@@ -369,6 +388,7 @@ export async function main(argv: string[]): Promise<void> {
         efficiency: r.efficiency,
         'arrive(us)': r.arriveUs,
         'move(us)': r.moveUs,
+        'eff(near)': r.efficiencyNear ?? '',
         'cpu(us)': r.cpuUsPerOp,
         target: r.target ? `${r.target.label}: ${r.target.ratio} ${r.target.holds ? 'holds' : 'MISSED'}` : '',
       })),
