@@ -38,6 +38,13 @@ export function counts(op: BenchOp, bytes: number, elem: number, p: number): { s
   }
 }
 
+/**
+ * `each`: every timed op returns its promise (a completion posted to the rank's JS thread
+ * per op); `none` (allReduce only): enqueued with no completion and one stream.synchronize()
+ * at the end, as NCCL ops are — the collective without the per-op host wake-up.
+ */
+export type Completions = 'each' | 'none';
+
 export class CollectivesBench {
   constructor(private readonly ctx: RankContext) {}
 
@@ -46,7 +53,16 @@ export class CollectivesBench {
    * allToAll with send === recv; allGather sends this rank's chunk of recv; reduceScatter
    * receives into this rank's chunk of send.
    */
-  async runCase(op: BenchOp, dtype: DType, bytes: number, iters: number, warmup: number, redop: ReduceOp, inPlace = false): Promise<CaseResult> {
+  async runCase(
+    op: BenchOp,
+    dtype: DType,
+    bytes: number,
+    iters: number,
+    warmup: number,
+    redop: ReduceOp,
+    inPlace = false,
+    completions: Completions = 'each',
+  ): Promise<CaseResult> {
     const { comm, device, rank } = this.ctx;
     const p = comm.size;
     const elem = dtype === 'int64' ? 8 : dtype === 'fp32' || dtype === 'int32' ? 4 : 2;
@@ -85,7 +101,18 @@ export class CollectivesBench {
       const firstId = (comm.flightRecord().ranks[rank]?.lastEnqueued?.id ?? 0) + 2;
       await comm.barrier(stream);
       const before = resourceUsage();
-      await Promise.all(Array.from({ length: iters }, run));
+      if (completions === 'none') {
+        // The same (already validated) allReduce enqueued with token 0: nobody awaits it, so
+        // the stream thread posts no completion and the host thread is not woken per op.
+        const codes: Record<DType, number> = { fp32: 0, bf16: 1, fp16: 2, int32: 3, int64: 4, uint8: 5 };
+        const red: Record<ReduceOp, number> = { sum: 0, prod: 1, max: 2, min: 3, avg: 4 };
+        for (let i = 0; i < iters; i++) {
+          comm.native.allReduce(send.buffer, send.byteOffset, recv.buffer, recv.byteOffset, send.numel, codes[dtype], red[redop], stream.native, 0);
+        }
+        await stream.synchronize();
+      } else {
+        await Promise.all(Array.from({ length: iters }, run));
+      }
       const after = resourceUsage();
       const cpuUs = after.userCPUTime + after.systemCPUTime - before.userCPUTime - before.systemCPUTime;
       const mine = comm.flightRecord().ranks[rank]!.entries.filter((e) => e.id >= firstId && e.id < firstId + iters);

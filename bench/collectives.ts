@@ -44,7 +44,7 @@
 import { availableParallelism, hostname, loadavg } from 'node:os';
 import { Command, Option } from 'commander';
 import { World, type DType, type ReduceOp } from '../src/internal.js';
-import { counts, type BenchOp, type CollectivesBench } from './collectives-actor.js';
+import { counts, type BenchOp, type CollectivesBench, type Completions } from './collectives-actor.js';
 import { runSpanRows, spanSkipReason, type SpanRow } from './collectives-mpi.js';
 import { BenchUsageError } from './args.js';
 import { NCCL_TYPE_NAME, ncclFooterLines, ncclHeaderLines, ncclRedopRoot, ncclRow, type NcclResult } from './nccl-format.js';
@@ -161,6 +161,10 @@ Flags:
   --step <k>         size multiplier between rows (default 4)
   --processes <p>    also run allReduce on p processes x ranks/p under mpirun, beside Open MPI's
                      MPI_Allreduce on as many processes (default 2; 0 skips)
+  --completions <c>  each (default): every timed op's promise is kept, so each op wakes its
+                     rank's JS thread; none (with --op allReduce): the timed ops are enqueued
+                     without a completion and the stream synchronized once, as NCCL ops are
+                     (the collective alone, without the per-op host wake-up)
   -h, --help         print this help and exit
 `;
 
@@ -174,6 +178,7 @@ function parse(argv: string[]) {
     .addOption(new Option('--max-bytes <b>', 'largest size').default(String(256 * 1024 * 1024)))
     .addOption(new Option('--step <k>', 'size multiplier between rows').default('4'))
     .addOption(new Option('--processes <p>', 'processes of the mpirun rows').default('2'))
+    .addOption(new Option('--completions <c>', 'host completions of the timed ops').choices(['each', 'none']).default('each'))
     .exitOverride()
     .configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
   prog.parse(argv, { from: 'user' });
@@ -191,7 +196,11 @@ function parse(argv: string[]) {
     maxBytes: int('max-bytes', o.maxBytes, 1),
     step: int('step', o.step, 2),
     processes: int('processes', o.processes, 0),
+    completions: o.completions as Completions,
   };
+  if (opts.completions === 'none' && (opts.ops.length !== 1 || opts.ops[0] !== 'allReduce')) {
+    throw new BenchUsageError('--completions none runs allReduce only; add --op allReduce.');
+  }
   if (opts.processes > 0 && opts.ranks % opts.processes !== 0) {
     throw new BenchUsageError(`--ranks ${opts.ranks} is not a multiple of --processes ${opts.processes}; give ranks that split evenly, or --processes 0.`);
   }
@@ -260,6 +269,7 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
     };
     const streamCopyGBs = await measureCopy(5);
     print(`# STREAM-like copy: ${round(streamCopyGBs)} GB/s (read+write, ${cores} threads x ${copyBytes >> 20} MiB)`);
+    if (opts.completions === 'none') print('# --completions none: timed ops enqueued without a host completion, the stream synchronized once');
 
     const rows: CollRow[] = [];
     const elem = opts.dtype === 'int64' ? 8 : opts.dtype === 'fp32' || opts.dtype === 'int32' ? 4 : 2;
@@ -297,7 +307,7 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
           // Memory-bound rows also get the copy measured just before them: the load of this
           // shared machine changes within a run (informational: the target keeps the run's baseline).
           const copyNearGBs = trafficBytes(op, size, p) >= NEAR_COPY_TRAFFIC ? round(await measureCopy(3), 3) : undefined;
-          const results = await mesh.call('runCase', op, opts.dtype, bytes, iters, Math.min(WARMUP, iters), opts.redop, inPlace);
+          const results = await mesh.call('runCase', op, opts.dtype, bytes, iters, Math.min(WARMUP, iters), opts.redop, inPlace, opts.completions);
           // Op i is done when the slowest rank finished it; its time is the gap to op i-1 (the cycle time).
           const done = Array.from({ length: iters }, (_, i) => Math.max(...results.map((r) => r.endsMs[i]!)));
           const cycleUs = done
@@ -364,6 +374,7 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
       suite: 'collectives',
       date: new Date().toISOString(),
       baselines: { streamCopyGBs: round(streamCopyGBs, 3), streamThreads: cores },
+      completions: opts.completions,
       loadAvgEnd: load,
       rows,
       processRows: span.rows,

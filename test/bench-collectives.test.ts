@@ -95,10 +95,28 @@ describe('collectives benchmark harness', () => {
     expect(TARGETS.map((t) => t.bytes)).toEqual([4096, 64 * 1024 * 1024]);
   });
 
+  it('--completions none: allReduce enqueued without host completions is still exact and timed', async () => {
+    const printed: string[] = [];
+    const r = await runCollectivesBench(
+      ['--ranks', '3', '--op', 'allReduce', '--min-bytes', '4096', '--max-bytes', '4096', '--processes', '0', '--completions', 'none'],
+      (l) => printed.push(l),
+    );
+    expect(r.completions).toBe('none');
+    expect(r.rows).toHaveLength(2);
+    for (const row of r.rows) {
+      expect(row.wrong).toBe(0);
+      expect(row.timeUs).toBeGreaterThan(0);
+      expect(row.cpuUsPerOp).toBeGreaterThan(0);
+    }
+    expect(printed).toContain('# --completions none: timed ops enqueued without a host completion, the stream synchronized once');
+  }, 120_000);
+
   it('rejects bad flags with a clear message', async () => {
     await expect(runCollectivesBench(['--ranks', 'zero'])).rejects.toThrow(/Expected an integer >= 1 for --ranks but received "zero"/);
     await expect(runCollectivesBench(['--op', 'allreduce'])).rejects.toThrow(/allreduce/);
     await expect(runCollectivesBench(['--min-bytes', '4096', '--max-bytes', '1024'])).rejects.toThrow(/--min-bytes 4096 is larger than --max-bytes 1024/);
     await expect(runCollectivesBench(['--ranks', '3', '--processes', '2'])).rejects.toThrow(/--ranks 3 is not a multiple of --processes 2/);
+    await expect(runCollectivesBench(['--completions', 'none'])).rejects.toThrow(/--completions none runs allReduce only; add --op allReduce/);
+    await expect(runCollectivesBench(['--completions', 'some'])).rejects.toThrow(/some/);
   });
 });
