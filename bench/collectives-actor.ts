@@ -3,6 +3,7 @@
  * one op, checks the result against values that are exact in every dtype, and
  * returns its per-iteration times. Also runs the STREAM-like copy baseline.
  */
+import { resourceUsage } from 'node:process';
 import { copy, fill, Tensor, type DType, type RankContext, type ReduceOp, type Stream } from '../src/internal.js';
 
 export type BenchOp = 'allReduce' | 'allGather' | 'reduceScatter' | 'broadcast' | 'allToAll';
@@ -12,6 +13,12 @@ export interface CaseResult {
   endsMs: number[];
   /** When this rank's stream thread picked up each timed op (native clock). */
   startsMs: number[];
+  /**
+   * CPU microseconds of the whole process (every rank's JS and stream threads) while this
+   * rank's timed ops ran: on a shared machine the wall-clock time moves with the load, the
+   * CPU an op costs much less.
+   */
+  cpuUs: number;
   wrong: number;
 }
 
@@ -31,6 +38,13 @@ export function counts(op: BenchOp, bytes: number, elem: number, p: number): { s
   }
 }
 
+/**
+ * `each`: every timed op returns its promise (a completion posted to the rank's JS thread
+ * per op); `none` (allReduce only): enqueued with no completion and one stream.synchronize()
+ * at the end, as NCCL ops are — the collective without the per-op host wake-up.
+ */
+export type Completions = 'each' | 'none';
+
 export class CollectivesBench {
   constructor(private readonly ctx: RankContext) {}
 
@@ -39,7 +53,16 @@ export class CollectivesBench {
    * allToAll with send === recv; allGather sends this rank's chunk of recv; reduceScatter
    * receives into this rank's chunk of send.
    */
-  async runCase(op: BenchOp, dtype: DType, bytes: number, iters: number, warmup: number, redop: ReduceOp, inPlace = false): Promise<CaseResult> {
+  async runCase(
+    op: BenchOp,
+    dtype: DType,
+    bytes: number,
+    iters: number,
+    warmup: number,
+    redop: ReduceOp,
+    inPlace = false,
+    completions: Completions = 'each',
+  ): Promise<CaseResult> {
     const { comm, device, rank } = this.ctx;
     const p = comm.size;
     const elem = dtype === 'int64' ? 8 : dtype === 'fp32' || dtype === 'int32' ? 4 : 2;
@@ -73,8 +96,25 @@ export class CollectivesBench {
       // nccl-tests style: enqueue every timed op back to back, then wait once. Op times come
       // from the native flight recorder (when each op ended on this rank's stream thread), so
       // the JS round trip per op is not part of the measurement.
-      const firstId = (comm.flightRecord().ranks[rank]?.lastEnqueued?.id ?? 0) + 1;
-      await Promise.all(Array.from({ length: iters }, run));
+      // The barrier lines the ranks up after their (slow) flight-record reads, so the CPU
+      // window below holds the timed ops and nothing else.
+      const firstId = (comm.flightRecord().ranks[rank]?.lastEnqueued?.id ?? 0) + 2;
+      await comm.barrier(stream);
+      const before = resourceUsage();
+      if (completions === 'none') {
+        // The same (already validated) allReduce enqueued with token 0: nobody awaits it, so
+        // the stream thread posts no completion and the host thread is not woken per op.
+        const codes: Record<DType, number> = { fp32: 0, bf16: 1, fp16: 2, int32: 3, int64: 4, uint8: 5 };
+        const red: Record<ReduceOp, number> = { sum: 0, prod: 1, max: 2, min: 3, avg: 4 };
+        for (let i = 0; i < iters; i++) {
+          comm.native.allReduce(send.buffer, send.byteOffset, recv.buffer, recv.byteOffset, send.numel, codes[dtype], red[redop], stream.native, 0);
+        }
+        await stream.synchronize();
+      } else {
+        await Promise.all(Array.from({ length: iters }, run));
+      }
+      const after = resourceUsage();
+      const cpuUs = after.userCPUTime + after.systemCPUTime - before.userCPUTime - before.systemCPUTime;
       const mine = comm.flightRecord().ranks[rank]!.entries.filter((e) => e.id >= firstId && e.id < firstId + iters);
       const endsMs = mine.map((e) => e.endedAtMs!);
       const startsMs = mine.map((e) => e.startedAtMs!);
@@ -83,7 +123,7 @@ export class CollectivesBench {
       await run();
       const got = await recv.toArray({ stream });
       const wrong = countWrong(op, redop, dtype, got, p, c);
-      return { endsMs, startsMs, wrong };
+      return { endsMs, startsMs, cpuUs, wrong };
     } finally {
       for (const t of owned) t.release();
     }

@@ -24,6 +24,18 @@
  * (the last rank picks up op i) - (op i-1 done), the ranks' hand-over from one op to the
  * next; moveUs = p50 of (op i done) - (the last rank picks it up), the data movement.
  *
+ * cpu(us) = CPU microseconds of the whole process per timed op (every rank's JS and stream
+ * threads, from getrusage over rank 0's timed window): on this shared 2-core machine the
+ * wall-clock rows move with the load average, the CPU an op costs far less; cpu / cores is
+ * the time the op would approach with the cores to itself.
+ *
+ * eff(near) = the efficiency against a STREAM-like copy measured just before the row, for the
+ * memory-bound rows (traffic >= 256 MiB): the load moves within a run, and the gap between
+ * efficiency and eff(near) shows by how much (the target keeps the run's baseline).
+ *
+ * target = the speed targets of the collectives (TARGETS): measured / target as a ratio
+ * where >= 1 means the target holds, on the rows a target names.
+ *
  * Then, with --processes P (default 2; 0 skips), the same ranks as P processes under
  * mpirun (allReduce fp32 sum up to 16 MiB, each op awaited) beside Open MPI's own
  * MPI_Allreduce on as many processes, measured in the same run (bench/collectives-mpi.ts);
@@ -32,7 +44,7 @@
 import { availableParallelism, hostname, loadavg } from 'node:os';
 import { Command, Option } from 'commander';
 import { World, type DType, type ReduceOp } from '../src/internal.js';
-import { counts, type BenchOp, type CollectivesBench } from './collectives-actor.js';
+import { counts, type BenchOp, type CollectivesBench, type Completions } from './collectives-actor.js';
 import { runSpanRows, spanSkipReason, type SpanRow } from './collectives-mpi.js';
 import { BenchUsageError } from './args.js';
 import { NCCL_TYPE_NAME, ncclFooterLines, ncclHeaderLines, ncclRedopRoot, ncclRow, type NcclResult } from './nccl-format.js';
@@ -85,13 +97,59 @@ export interface CollRow {
   efficiency: number;
   arriveUs: number;
   moveUs: number;
+  /** CPU microseconds of the whole process per timed op (see the file comment). */
+  cpuUsPerOp: number;
+  /** Memory-bound rows: the STREAM-like copy measured just before the row, and the efficiency against it. */
+  copyNearGBs?: number;
+  efficiencyNear?: number;
+  /** The target this row is checked against, when one names it. */
+  target?: TargetCheck;
+}
+
+/** A speed target of one row: a p50 time at most `maxTimeUs`, or an efficiency of at least `minEfficiency`. */
+export interface Target {
+  op: BenchOp;
+  ranks: number;
+  bytes: number;
+  maxTimeUs?: number;
+  minEfficiency?: number;
+}
+
+export interface TargetCheck {
+  /** "p50 <= 110 us" / "efficiency >= 0.8" */
+  label: string;
+  /** Target over measured time, or measured over target efficiency: >= 1 means the target holds. */
+  ratio: number;
+  holds: boolean;
+}
+
+/** The collectives' speed targets: small allReduce latency, large allReduce against the run's STREAM-like copy. */
+export const TARGETS: readonly Target[] = [
+  { op: 'allReduce', ranks: 16, bytes: 4096, maxTimeUs: 110 },
+  { op: 'allReduce', ranks: 16, bytes: 64 * 1024 * 1024, minEfficiency: 0.8 },
+];
+
+export function checkTarget(
+  row: Pick<CollRow, 'op' | 'ranks' | 'bytes' | 'timeUs' | 'efficiency'>,
+  targets: readonly Target[] = TARGETS,
+): TargetCheck | undefined {
+  const t = targets.find((x) => x.op === row.op && x.ranks === row.ranks && x.bytes === row.bytes);
+  if (!t) return undefined;
+  const [label, ratio] =
+    t.maxTimeUs !== undefined
+      ? [`p50 <= ${t.maxTimeUs} us`, t.maxTimeUs / row.timeUs]
+      : [`efficiency >= ${t.minEfficiency}`, row.efficiency / t.minEfficiency!];
+  return { label, ratio: round(ratio, 3), holds: ratio >= 1 };
 }
 
 export const USAGE = `Usage: npm run bench -- collectives [flags]
 
 nccl-tests output (columns size count type redop root, then time algbw busbw #wrong out of
 place and in place) for every op on N in-process ranks, beside a STREAM-like copy measured in
-the same run. Results: bench/results/collectives-<date>.json (and collectives-latest.json).
+the same run; then a table with the efficiency, the CPU per op and, on the rows the speed
+targets name (16 ranks: allReduce 4 KiB p50 <= 110 us, 64 MiB efficiency >= 0.8), the
+measured / target ratio (>= 1 holds).
+Results: bench/results/collectives-<date>.json (and collectives-latest.json).
 
 Flags:
   --ranks <n>        ranks (default 16)
@@ -103,6 +161,10 @@ Flags:
   --step <k>         size multiplier between rows (default 4)
   --processes <p>    also run allReduce on p processes x ranks/p under mpirun, beside Open MPI's
                      MPI_Allreduce on as many processes (default 2; 0 skips)
+  --completions <c>  each (default): every timed op's promise is kept, so each op wakes its
+                     rank's JS thread; none (with --op allReduce): the timed ops are enqueued
+                     without a completion and the stream synchronized once, as NCCL ops are
+                     (the collective alone, without the per-op host wake-up)
   -h, --help         print this help and exit
 `;
 
@@ -116,6 +178,7 @@ function parse(argv: string[]) {
     .addOption(new Option('--max-bytes <b>', 'largest size').default(String(256 * 1024 * 1024)))
     .addOption(new Option('--step <k>', 'size multiplier between rows').default('4'))
     .addOption(new Option('--processes <p>', 'processes of the mpirun rows').default('2'))
+    .addOption(new Option('--completions <c>', 'host completions of the timed ops').choices(['each', 'none']).default('each'))
     .exitOverride()
     .configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
   prog.parse(argv, { from: 'user' });
@@ -133,7 +196,11 @@ function parse(argv: string[]) {
     maxBytes: int('max-bytes', o.maxBytes, 1),
     step: int('step', o.step, 2),
     processes: int('processes', o.processes, 0),
+    completions: o.completions as Completions,
   };
+  if (opts.completions === 'none' && (opts.ops.length !== 1 || opts.ops[0] !== 'allReduce')) {
+    throw new BenchUsageError('--completions none runs allReduce only; add --op allReduce.');
+  }
   if (opts.processes > 0 && opts.ranks % opts.processes !== 0) {
     throw new BenchUsageError(`--ranks ${opts.ranks} is not a multiple of --processes ${opts.processes}; give ranks that split evenly, or --processes 0.`);
   }
@@ -143,6 +210,8 @@ function parse(argv: string[]) {
 }
 
 const WARMUP = 10;
+/** Rows moving at least this much (traffic model above) also get the copy measured beside them. */
+const NEAR_COPY_TRAFFIC = 256 * 1024 * 1024;
 /** The mpirun rows stop here: each op is awaited, with host copies on the leg between processes. */
 const SPAN_MAX_BYTES = 16 * 1024 * 1024;
 const SPAN_ITERS = 20;
@@ -190,14 +259,17 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
     const copyBytes = 256 * 1024 * 1024;
     const copiers = Array.from({ length: cores }, (_, r) => r);
     await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyPrepare', copyBytes)));
-    let best = Infinity;
-    for (let rep = 0; rep < 5; rep++) {
-      const secs = await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyOnce')));
-      best = Math.min(best, Math.max(...secs));
-    }
-    await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyDone')));
-    const streamCopyGBs = (cores * 2 * copyBytes) / best / 1e9;
+    const measureCopy = async (reps: number) => {
+      let best = Infinity;
+      for (let rep = 0; rep < reps; rep++) {
+        const secs = await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyOnce')));
+        best = Math.min(best, Math.max(...secs));
+      }
+      return (cores * 2 * copyBytes) / best / 1e9;
+    };
+    const streamCopyGBs = await measureCopy(5);
     print(`# STREAM-like copy: ${round(streamCopyGBs)} GB/s (read+write, ${cores} threads x ${copyBytes >> 20} MiB)`);
+    if (opts.completions === 'none') print('# --completions none: timed ops enqueued without a host completion, the stream synchronized once');
 
     const rows: CollRow[] = [];
     const elem = opts.dtype === 'int64' ? 8 : opts.dtype === 'fp32' || opts.dtype === 'int32' ? 4 : 2;
@@ -232,7 +304,10 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
       for (const { bytes, size, count, iters } of plan) {
         const pair: CollRow[] = [];
         for (const inPlace of [false, true]) {
-          const results = await mesh.call('runCase', op, opts.dtype, bytes, iters, Math.min(WARMUP, iters), opts.redop, inPlace);
+          // Memory-bound rows also get the copy measured just before them: the load of this
+          // shared machine changes within a run (informational: the target keeps the run's baseline).
+          const copyNearGBs = trafficBytes(op, size, p) >= NEAR_COPY_TRAFFIC ? round(await measureCopy(3), 3) : undefined;
+          const results = await mesh.call('runCase', op, opts.dtype, bytes, iters, Math.min(WARMUP, iters), opts.redop, inPlace, opts.completions);
           // Op i is done when the slowest rank finished it; its time is the gap to op i-1 (the cycle time).
           const done = Array.from({ length: iters }, (_, i) => Math.max(...results.map((r) => r.endsMs[i]!)));
           const cycleUs = done
@@ -256,7 +331,8 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
             50,
           );
           const algbw = size / (timeUs * 1e3);
-          pair.push({
+          const efficiency = round(trafficBytes(op, size, p) / (timeUs * 1e3) / streamCopyGBs, 3);
+          const row: CollRow = {
             op,
             inPlace,
             dtype: opts.dtype,
@@ -270,10 +346,18 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
             algbwGBs: round(algbw, 3),
             busbwGBs: round(algbw * busFactor(op, p), 3),
             wrong: results.reduce((a, r) => a + r.wrong, 0),
-            efficiency: round(trafficBytes(op, size, p) / (timeUs * 1e3) / streamCopyGBs, 3),
+            efficiency,
             arriveUs: round(arriveUs, 1),
             moveUs: round(moveUs, 1),
-          });
+            // Rank 0's window: the ranks start together (barrier) and end within an op of each other.
+            cpuUsPerOp: round(results[0]!.cpuUs / iters, 1),
+          };
+          if (copyNearGBs !== undefined) {
+            row.copyNearGBs = copyNearGBs;
+            row.efficiencyNear = round(trafficBytes(op, size, p) / (timeUs * 1e3) / copyNearGBs, 3);
+          }
+          const target = checkTarget(row);
+          pair.push(target ? { ...row, target } : row);
         }
         rows.push(...pair);
         printed.push(...pair);
@@ -281,6 +365,7 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
       }
       for (const line of ncclFooterLines(op, printed)) print(line);
     }
+    await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyDone')));
     const span = opts.processes > 0 ? await processRows(opts, sizes, print) : { rows: [], skipped: '--processes 0' };
     // Load average (1, 5, 15 min) at the end of the run: the machine is shared, and the
     // efficiency of memory-bound rows moves with what else runs.
@@ -289,6 +374,7 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
       suite: 'collectives',
       date: new Date().toISOString(),
       baselines: { streamCopyGBs: round(streamCopyGBs, 3), streamThreads: cores },
+      completions: opts.completions,
       loadAvgEnd: load,
       rows,
       processRows: span.rows,
@@ -301,7 +387,8 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
 
 export async function main(argv: string[]): Promise<void> {
   const result = await runCollectivesBench(argv);
-  // Ascent's own columns, beside nccl-tests': efficiency against the STREAM-like copy and where a cycle goes.
+  // Ascent's own columns, beside nccl-tests': efficiency against the STREAM-like copy, where a
+  // cycle goes, the CPU an op costs and, on the rows a target names, whether it holds.
   console.log(
     formatTable(
       result.rows.map((r) => ({
@@ -312,8 +399,12 @@ export async function main(argv: string[]): Promise<void> {
         efficiency: r.efficiency,
         'arrive(us)': r.arriveUs,
         'move(us)': r.moveUs,
+        'eff(near)': r.efficiencyNear ?? '',
+        'cpu(us)': r.cpuUsPerOp,
+        target: r.target ? `${r.target.label}: ${r.target.ratio} ${r.target.holds ? 'holds' : 'MISSED'}` : '',
       })),
     ),
   );
+  console.log(`load average at the end (1, 5, 15 min): ${result.loadAvgEnd.join(', ')}`);
   console.log(`wrote ${writeResults('collectives', result)}`);
 }

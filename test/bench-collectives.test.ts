@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 // The bench spawns its actor module from dist/, as `npm run bench` does.
-import { busFactor, runCollectivesBench, trafficBytes } from '../dist/bench/collectives.js';
+import { busFactor, checkTarget, runCollectivesBench, TARGETS, trafficBytes } from '../dist/bench/collectives.js';
 import { spanSkipReason } from '../dist/bench/collectives-mpi.js';
 
 const spanSkip = spanSkipReason();
@@ -20,6 +20,11 @@ describe('collectives benchmark harness', () => {
       expect(row.timeUs).toBeGreaterThan(0);
       expect(row.busbwGBs).toBeCloseTo(row.algbwGBs * busFactor(row.op, 3), 2);
       expect(row.efficiency).toBeCloseTo(trafficBytes(row.op, row.bytes, 3) / (row.timeUs * 1e3) / r.baselines.streamCopyGBs, 2);
+      expect(row.cpuUsPerOp, `${row.op} ${row.bytes}`).toBeGreaterThan(0);
+      // 3 ranks x <= 64 KiB moves far less than the rows that get a copy beside them.
+      expect(row.efficiencyNear).toBeUndefined();
+      // The targets name 16-rank rows only.
+      expect(row.target).toBeUndefined();
     }
 
     // Read the output as a tool reading nccl-tests output does: data rows are the lines not
@@ -76,10 +81,42 @@ describe('collectives benchmark harness', () => {
     300_000,
   );
 
+  it('checks the rows the speed targets name: measured / target, >= 1 holds', () => {
+    const small = { op: 'allReduce' as const, ranks: 16, bytes: 4096, efficiency: 0.01 };
+    expect(checkTarget({ ...small, timeUs: 100 })).toEqual({ label: 'p50 <= 110 us', ratio: 1.1, holds: true });
+    expect(checkTarget({ ...small, timeUs: 220 })).toEqual({ label: 'p50 <= 110 us', ratio: 0.5, holds: false });
+    const large = { op: 'allReduce' as const, ranks: 16, bytes: 64 * 1024 * 1024, timeUs: 1e5 };
+    expect(checkTarget({ ...large, efficiency: 0.4 })).toEqual({ label: 'efficiency >= 0.8', ratio: 0.5, holds: false });
+    expect(checkTarget({ ...large, efficiency: 0.8 })?.holds).toBe(true);
+    // Another size, rank count or op: no target.
+    expect(checkTarget({ ...small, bytes: 8192, timeUs: 1 })).toBeUndefined();
+    expect(checkTarget({ ...small, ranks: 8, timeUs: 1 })).toBeUndefined();
+    expect(checkTarget({ ...small, op: 'allGather', timeUs: 1 })).toBeUndefined();
+    expect(TARGETS.map((t) => t.bytes)).toEqual([4096, 64 * 1024 * 1024]);
+  });
+
+  it('--completions none: allReduce enqueued without host completions is still exact and timed', async () => {
+    const printed: string[] = [];
+    const r = await runCollectivesBench(
+      ['--ranks', '3', '--op', 'allReduce', '--min-bytes', '4096', '--max-bytes', '4096', '--processes', '0', '--completions', 'none'],
+      (l) => printed.push(l),
+    );
+    expect(r.completions).toBe('none');
+    expect(r.rows).toHaveLength(2);
+    for (const row of r.rows) {
+      expect(row.wrong).toBe(0);
+      expect(row.timeUs).toBeGreaterThan(0);
+      expect(row.cpuUsPerOp).toBeGreaterThan(0);
+    }
+    expect(printed).toContain('# --completions none: timed ops enqueued without a host completion, the stream synchronized once');
+  }, 120_000);
+
   it('rejects bad flags with a clear message', async () => {
     await expect(runCollectivesBench(['--ranks', 'zero'])).rejects.toThrow(/Expected an integer >= 1 for --ranks but received "zero"/);
     await expect(runCollectivesBench(['--op', 'allreduce'])).rejects.toThrow(/allreduce/);
     await expect(runCollectivesBench(['--min-bytes', '4096', '--max-bytes', '1024'])).rejects.toThrow(/--min-bytes 4096 is larger than --max-bytes 1024/);
     await expect(runCollectivesBench(['--ranks', '3', '--processes', '2'])).rejects.toThrow(/--ranks 3 is not a multiple of --processes 2/);
+    await expect(runCollectivesBench(['--completions', 'none'])).rejects.toThrow(/--completions none runs allReduce only; add --op allReduce/);
+    await expect(runCollectivesBench(['--completions', 'some'])).rejects.toThrow(/some/);
   });
 });
