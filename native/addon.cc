@@ -13,6 +13,7 @@
 #include "env_data.h"
 #include "errors.h"
 #include "kernels/fast.h"
+#include "kernels/model/vec.h"
 
 namespace ascent {
 namespace {
@@ -130,7 +131,8 @@ Napi::Value CpuFeatures(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// setMatmulKernel('auto' | 'portable' | 'avx2' | 'avx512') -> { fp32, bf16 }: the micro-kernels now in use (test hook).
+// setMatmulKernel('auto' | 'portable' | 'avx2' | 'avx512') -> { fp32, bf16, vec }: the micro-kernels and the model
+// kernels' vector primitives now in use (test hook).
 Napi::Value SetMatmulKernel(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&] {
     Napi::Value v = Arg(info, 0);
@@ -145,6 +147,7 @@ Napi::Value SetMatmulKernel(const Napi::CallbackInfo& info) {
     Napi::Object o = Napi::Object::New(info.Env());
     o.Set("fp32", Napi::String::New(info.Env(), fast::MatmulKernelName()));
     o.Set("bf16", Napi::String::New(info.Env(), fast::MatmulBf16KernelName()));
+    o.Set("vec", Napi::String::New(info.Env(), model::Vec().name));
     return o;
   });
 }

@@ -786,11 +786,15 @@ export interface NativeBinding extends NativeCommBinding {
   blasInfo(): { available: boolean; library: string | null; config: string | null };
   /** Seconds of one single-threaded OpenBLAS sgemm C[m,n] = op(A)·op(B) (A stored [k,m] when transA, B [n,k] when transB): best of 3 rounds of `reps` calls. */
   blasSgemmSeconds(m: number, n: number, k: number, reps: number, transA?: boolean, transB?: boolean): number;
-  /** Test hook, process-wide: force the portable matmul micro-kernel. Returns the kernel now in use. */
-  /** Test hook: force a matmul micro-kernel family (a mode the CPU lacks falls back below it); returns the kernels now used. */
+  /**
+   * Test hook, process-wide: force a matmul micro-kernel family (a mode the CPU lacks falls back below it);
+   * returns the kernels now used, and `vec`, the vector primitives of the model kernels ('portable' only when
+   * forced or when the CPU lacks AVX2+FMA).
+   */
   setMatmulKernel(mode: 'auto' | 'portable' | 'avx2' | 'avx512'): {
     fp32: 'avx512' | 'avx2-fma' | 'portable';
     bf16: 'avx512-bf16' | 'avx512' | 'avx2-fma' | 'portable';
+    vec: 'avx2-fma' | 'portable';
   };
 }
 
