@@ -253,7 +253,9 @@ describe('kernels: matmul', () => {
       { mode: 'portable' as const, fp32: 'portable', bf16: 'portable', vec: 'portable' },
       ...(f.avx2 && f.fma ? [{ mode: 'avx2' as const, fp32: 'avx2-fma', bf16: 'avx2-fma', vec: 'avx2-fma' }] : []),
       // The model kernels' vectors stay on AVX2 beside the AVX-512 matmul (they once fell to the portable loops there).
-      ...(f.avx512f ? [{ mode: 'avx512' as const, fp32: 'avx512', bf16: f.avx512bf16 ? 'avx512-bf16' : 'avx512', vec: f.avx2 && f.fma ? 'avx2-fma' : 'portable' }] : []),
+      ...(f.avx512f
+        ? [{ mode: 'avx512' as const, fp32: 'avx512', bf16: f.avx512bf16 ? 'avx512-bf16' : 'avx512', vec: f.avx2 && f.fma ? 'avx2-fma' : 'portable' }]
+        : []),
     ];
     try {
       for (const m of modes) {
