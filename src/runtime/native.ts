@@ -44,6 +44,8 @@ export interface NativePendingOp {
 export interface NativeStreamStats {
   enqueued: number;
   completed: number;
+  /** Ops that ran inline on the enqueueing thread because the stream was idle (small kernels and copies). */
+  inlined: number;
   destroyed: boolean;
   error: AscentError | null;
 }
