@@ -4,6 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { Device, Tensor, add, arange, axpy, cast, copy, fill, matmul, mul, permute, scale, type Stream } from '../src/runtime/device/device-index.js';
 import { StreamError } from '../src/runtime/errors.js';
+import { enqueueWithCompletion } from '../src/runtime/native.js';
 import * as K from '../src/model/kernels/index.js';
 
 const d = Device.get(0);
@@ -16,6 +17,11 @@ function rand(n: number, seed: number): Float32Array {
     out[i] = x / 2 ** 31 - 1;
   }
   return out;
+}
+
+/** Lets `n` microtask turns pass: a completion posted through the event loop cannot arrive meanwhile. */
+async function microtasks(n = 20): Promise<void> {
+  for (let i = 0; i < n; i++) await Promise.resolve();
 }
 
 /** A small program of base and model ops on `s`; returns every result's bytes. */
@@ -165,5 +171,35 @@ describe('inline ops', () => {
     big.release();
     small.release();
     s.destroy();
+  });
+  it('settle their completion within the enqueue call: no trip through the event loop', async () => {
+    const s = d.newStream();
+    const t = Tensor.fromArray(d, new Float32Array([1, 2, 3]), [3], { stream: s });
+    let synced = false;
+    void s.synchronize().then(() => (synced = true));
+    let read: Float32Array | undefined;
+    void t.toArray({ stream: s }).then((x) => (read = x as Float32Array));
+    await microtasks();
+    expect(synced).toBe(true);
+    expect(Array.from(read!)).toEqual([1, 2, 3]);
+    // An inline op that fails rejects its own completion the same way, with the stream's error.
+    const { promise } = enqueueWithCompletion((tok) => s.native.fail('inline boom', tok));
+    let failed: unknown;
+    void promise.catch((e: unknown) => (failed = e));
+    await microtasks();
+    expect(failed).toBeInstanceOf(StreamError);
+    expect((failed as StreamError).message).toMatch(/failed in op #\d+ 'fail': inline boom/);
+    // Queued behind a sleep, the completion comes through the event loop: not within microtasks.
+    const q = d.newStream();
+    q.sleep(30);
+    let queuedDone = false;
+    const p = q.synchronize().then(() => (queuedDone = true));
+    await microtasks();
+    expect(queuedDone).toBe(false);
+    await p;
+    expect(queuedDone).toBe(true);
+    t.release();
+    s.destroy();
+    q.destroy();
   });
 });

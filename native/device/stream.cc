@@ -168,7 +168,12 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
       c->has_bytes = true;
       c->bytes = std::move(op->result);
     }
-    env_->Post(std::move(c));
+    // An inline op ran on its env's JS thread, inside the enqueue call that now takes this.
+    if (was_inline) {
+      env_->StoreInline(std::move(c));
+    } else {
+      env_->Post(std::move(c));
+    }
   }
   op.reset();  // drops block references outside the stream lock
   if (wake) cv_.notify_all();
