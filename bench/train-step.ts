@@ -31,8 +31,9 @@ One forward+backward+AdamW step of the tiny dense and MoE models on one device: 
 tokens/s, host syncs per step; beside it the same step in PyTorch eager on one thread
 (bench/torch_train_step.py, when an interpreter with torch is installed: Debian's
 python3-torch) and the ratio Ascent / PyTorch; and the per-op dispatch overhead of both
-(Ascent: a 1-element fill enqueued back to back, enqueue to completion; PyTorch: a
-1-element add). Then the same step of tiny Qwen3.5 and Qwen3.5-MoE (bench/tiny-qwen35.ts) on
+(Ascent: a 1-element fill enqueued back to back, enqueue to completion, with the share of
+them that ran inline on the idle stream; PyTorch: a 1-element add). Each Qwen3 row also gives
+its ops per step and how many of them ran inline. Then the same step of tiny Qwen3.5 and Qwen3.5-MoE (bench/tiny-qwen35.ts) on
 the single-device strategy, the path they train on, which reads the loss every step, beside
 the same step in PyTorch (bench/torch_qwen35.py: the Gated DeltaNet in its plain
 token-by-token recurrent form) and the ratio.
@@ -43,14 +44,18 @@ Results: bench/results/train-step-<date>.json (and train-step-latest.json).
 const BATCH = 64;
 const SEQ = 32;
 
-/** µs per op of 1-element fills enqueued back to back and run to completion, and of one enqueue + synchronize round trip. */
-async function opOverhead(dev: Device): Promise<{ throughputUs: number; roundTripUs: number }> {
+/**
+ * µs per op of 1-element fills enqueued back to back and run to completion, and of one enqueue +
+ * synchronize round trip; and the share of those ops that ran inline (the stream was idle).
+ */
+async function opOverhead(dev: Device): Promise<{ throughputUs: number; roundTripUs: number; inlinedShare: number }> {
   const stream = dev.newStream();
   const t = Tensor.empty(dev, [1], 'fp32');
   try {
     const n = 20_000;
     for (let i = 0; i < 1000; i++) fill(t, 1, { stream });
     await stream.synchronize();
+    const before = stream.native.stats();
     let t0 = process.hrtime.bigint();
     for (let i = 0; i < n; i++) fill(t, i, { stream });
     await stream.synchronize();
@@ -61,7 +66,12 @@ async function opOverhead(dev: Device): Promise<{ throughputUs: number; roundTri
       fill(t, i, { stream });
       await stream.synchronize();
     }
-    return { throughputUs: round(throughputUs, 2), roundTripUs: round(Number(process.hrtime.bigint() - t0) / 1e3 / m, 2) };
+    const after = stream.native.stats();
+    return {
+      throughputUs: round(throughputUs, 2),
+      roundTripUs: round(Number(process.hrtime.bigint() - t0) / 1e3 / m, 2),
+      inlinedShare: round((after.inlined - before.inlined) / (after.enqueued - before.enqueued), 3),
+    };
   } finally {
     t.release();
     stream.destroy();
@@ -130,11 +140,13 @@ export async function runTrainStepBench(steps = 20) {
     for (let s = 0; s < 3; s++) await tr.step(1, s, BATCH, SEQ, false); // warm-up
     await tr.stream.synchronize();
     const syncs0 = dev.stats().hostSyncs;
+    const ops0 = tr.stream.native.stats();
     const t0 = process.hrtime.bigint();
     for (let s = 0; s < steps; s++) await tr.step(1, 3 + s, BATCH, SEQ, false);
     await tr.stream.synchronize();
     const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
     const hostSyncsPerStep = (dev.stats().hostSyncs - syncs0) / steps;
+    const ops1 = tr.stream.native.stats();
     const last = await tr.step(1, 3 + steps, BATCH, SEQ, true);
     const msPerStep = (seconds / steps) * 1e3;
     const torchMs = peer?.rows.find((r) => r.model === model)?.msPerStep ?? null;
@@ -143,6 +155,9 @@ export async function runTrainStepBench(steps = 20) {
       msPerStep: round(msPerStep, 2),
       tokensPerSec: Math.round((BATCH * SEQ * steps) / seconds),
       hostSyncsPerStep,
+      // Ops per step, and how many ran inline: the step keeps its stream busy, so few do.
+      opsPerStep: round((ops1.enqueued - ops0.enqueued) / steps, 1),
+      inlinedPerStep: round((ops1.inlined - ops0.inlined) / steps, 1),
       lossAfter: round(last.loss!, 4),
       torchMsPerStep: torchMs === null ? null : round(torchMs, 2),
       // The target: Ascent's step takes at most 0.6x PyTorch's.
@@ -158,7 +173,12 @@ export async function runTrainStepBench(steps = 20) {
     date: new Date().toISOString(),
     config: { hidden: 128, layers: 2, heads: 4, kvHeads: 2, vocab: 64, seq: SEQ, batch: BATCH },
     rows,
-    opOverhead: { ascentThroughputUs: overhead.throughputUs, ascentRoundTripUs: overhead.roundTripUs, torchUs: peer ? round(peer.opOverheadUs, 2) : null },
+    opOverhead: {
+      ascentThroughputUs: overhead.throughputUs,
+      ascentRoundTripUs: overhead.roundTripUs,
+      ascentInlinedShare: overhead.inlinedShare,
+      torchUs: peer ? round(peer.opOverheadUs, 2) : null,
+    },
     baselines: { torch: peer ? { version: peer.torch, threads: peer.threads, python: torch!.python } : null },
   };
 }

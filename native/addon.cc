@@ -3,6 +3,8 @@
 // and the communicator group table behind it are process-global on purpose.
 #include <napi.h>
 
+#include <cstring>
+
 #include "args.h"
 #include "bench/blas_baseline.h"
 #include "comm/communicator.h"
@@ -13,6 +15,7 @@
 #include "env_data.h"
 #include "errors.h"
 #include "kernels/fast.h"
+#include "kernels/model/vec.h"
 
 namespace ascent {
 namespace {
@@ -130,7 +133,28 @@ Napi::Value CpuFeatures(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// setMatmulKernel('auto' | 'portable' | 'avx2' | 'avx512') -> { fp32, bf16 }: the micro-kernels now in use (test hook).
+// takeInlineCompletion(token) -> undefined | { error, bytes }: the completion of an op with this
+// token that ran inline during the enqueue call just made (env_data.h), settled by the caller at once.
+Napi::Value TakeInlineCompletion(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    Napi::Env env = info.Env();
+    std::unique_ptr<Completion> c = EnvData::Get(env)->TakeInline(ArgToken(info, 0));
+    if (!c) return env.Undefined();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("error", c->ok ? env.Undefined() : MakeJsError(env, c->error));
+    if (c->has_bytes) {
+      Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, c->bytes.size());
+      if (!c->bytes.empty()) std::memcpy(ab.Data(), c->bytes.data(), c->bytes.size());
+      o.Set("bytes", ab);
+    } else {
+      o.Set("bytes", env.Undefined());
+    }
+    return o;
+  });
+}
+
+// setMatmulKernel('auto' | 'portable' | 'avx2' | 'avx512') -> { fp32, bf16, vec }: the micro-kernels and the model
+// kernels' vector primitives now in use (test hook).
 Napi::Value SetMatmulKernel(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&] {
     Napi::Value v = Arg(info, 0);
@@ -145,6 +169,7 @@ Napi::Value SetMatmulKernel(const Napi::CallbackInfo& info) {
     Napi::Object o = Napi::Object::New(info.Env());
     o.Set("fp32", Napi::String::New(info.Env(), fast::MatmulKernelName()));
     o.Set("bf16", Napi::String::New(info.Env(), fast::MatmulBf16KernelName()));
+    o.Set("vec", Napi::String::New(info.Env(), model::Vec().name));
     return o;
   });
 }
@@ -175,6 +200,7 @@ Napi::Object ModuleInit(Napi::Env env, Napi::Object exports) {
   exports.Set("cpuFeatures", Napi::Function::New<CpuFeatures>(env, "cpuFeatures"));
   InitComm(env, exports);  // after EnvData::Install: it adds its state to the env's EnvData
   exports.Set("setMatmulKernel", Napi::Function::New<SetMatmulKernel>(env, "setMatmulKernel"));
+  exports.Set("takeInlineCompletion", Napi::Function::New<TakeInlineCompletion>(env, "takeInlineCompletion"));
   InitBlasBaseline(env, exports);
   return exports;
 }

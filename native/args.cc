@@ -245,6 +245,12 @@ void Reader::CheckNoOverlap(const Span& out, const Span& in, const char* out_nam
   if (Overlaps(out, in)) Fail(std::string(out_name) + " overlaps " + in_name + "; this op cannot run in place.", {Str("argument", out_name)});
 }
 
+uint64_t Reader::SpanBytes() const {
+  uint64_t n = 0;
+  for (const Named& s : spans_) n += s.span.bytes;
+  return n;
+}
+
 std::vector<std::shared_ptr<Block>> Reader::Blocks() const {
   std::vector<std::shared_ptr<Block>> b;
   for (const Named& n : spans_) {

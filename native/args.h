@@ -90,6 +90,8 @@ class Reader {
   void CheckNoOverlap(const Span& out, const Span& in, const char* out_name, const char* in_name);
 
   std::vector<std::shared_ptr<Block>> Blocks() const;
+  // Bytes of every span read (what an op touches: decides whether it may run inline).
+  uint64_t SpanBytes() const;
 
   [[noreturn]] void Fail(const std::string& what, std::vector<Detail> details = {});
 

@@ -69,6 +69,21 @@ void EnvData::Post(std::unique_ptr<Completion> completion) {
   if (tsfn_.NonBlockingCall(completion.get()) == napi_ok) completion.release();
 }
 
+void EnvData::StoreInline(std::unique_ptr<Completion> completion) {
+  std::lock_guard<std::mutex> lock(inline_mu_);
+  inline_done_.push_back(std::move(completion));
+}
+
+std::unique_ptr<Completion> EnvData::TakeInline(uint64_t token) {
+  std::lock_guard<std::mutex> lock(inline_mu_);
+  std::unique_ptr<Completion> found;
+  for (auto& c : inline_done_) {
+    if (c->token == token) found = std::move(c);
+  }
+  inline_done_.clear();
+  return found;
+}
+
 void EnvData::AddStream(std::shared_ptr<StreamImpl> stream) {
   std::lock_guard<std::mutex> lock(streams_mu_);
   // Reap streams whose wrapper was collected and whose thread has drained and exited.

@@ -62,6 +62,13 @@ class EnvData {
   void SetRef(Napi::Env env, bool ref);
   // Any thread. Dropped silently once the env is being torn down.
   void Post(std::unique_ptr<Completion> completion);
+  // The completion of an op that ran inline (device/stream.h) on this env's own thread, kept
+  // for the enqueueing JS call to take at once (takeInlineCompletion) instead of a trip
+  // through the thread-safe function and the event loop (~20 us of a 23 us round trip).
+  void StoreInline(std::unique_ptr<Completion> completion);
+  // Removes and returns `token`'s inline completion (null if none). Drops any other kept
+  // one: the JS side takes a token's completion right after its enqueue or never.
+  std::unique_ptr<Completion> TakeInline(uint64_t token);
 
   void AddStream(std::shared_ptr<StreamImpl> stream);
   void Teardown();
@@ -83,6 +90,8 @@ class EnvData {
   bool torn_down_ = false;
   std::shared_ptr<TsfnState> tsfn_state_ = std::make_shared<TsfnState>();
   CompletionTsfn tsfn_;
+  std::mutex inline_mu_;
+  std::vector<std::unique_ptr<Completion>> inline_done_;
   std::mutex streams_mu_;
   std::vector<std::shared_ptr<StreamImpl>> streams_;
 };

@@ -34,7 +34,16 @@ uint64_t FingerprintOp(StreamImpl& s, Reader& r);  // fingerprint_op.cc
 // Buffers read by `r` from here on must be on `s`'s device.
 void BindToStream(Reader& r, const StreamImpl& s);
 
-// Enqueues one Op named `name` running `run`, keeping every block `r` read alive.
-uint64_t EnqueueOp(StreamImpl& s, const Reader& r, const std::string& name, uint64_t token, std::function<void(Op&)> run);
+// Ops whose buffers add up to at most this many bytes may run inline on the enqueueing
+// thread when their stream is idle (device/stream.h): a 64..256 matmul or a small
+// elementwise op, where waking the stream thread cost more than the kernel. Larger ones
+// stay on the stream thread so the host keeps enqueueing while they run.
+constexpr uint64_t kInlineMaxBytes = 1 << 20;
+
+// Enqueues one Op named `name` running `run`, keeping every block `r` read alive. With
+// `may_inline` (every kernel and copy; not sleep or waitEvent, which would block the
+// caller), a small op may run at once on the calling thread when the stream is idle.
+uint64_t EnqueueOp(StreamImpl& s, const Reader& r, const std::string& name, uint64_t token, std::function<void(Op&)> run,
+                   bool may_inline = true);
 
 }  // namespace ascent

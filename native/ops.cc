@@ -21,12 +21,14 @@ void BindToStream(Reader& r, const StreamImpl& s) {
   r.SetDevice(device, "stream belongs to device " + std::to_string(device), "streamDevice");
 }
 
-uint64_t EnqueueOp(StreamImpl& s, const Reader& r, const std::string& name, uint64_t token, std::function<void(Op&)> run) {
+uint64_t EnqueueOp(StreamImpl& s, const Reader& r, const std::string& name, uint64_t token, std::function<void(Op&)> run,
+                   bool may_inline) {
   auto op = std::make_unique<Op>();
   op->name = name;
   op->token = token;
   op->run = std::move(run);
   op->keep = r.Blocks();
+  op->may_inline = may_inline && r.SpanBytes() <= kInlineMaxBytes;
   return s.Enqueue(std::move(op));
 }
 
@@ -48,7 +50,7 @@ U SleepOp(StreamImpl& s, Reader& r) {
   double ms = r.Number("ms");
   if (!(ms >= 0)) r.Fail("Expected a non-negative number of milliseconds for sleep().");
   StreamImpl* sp = &s;
-  return EnqueueOp(s, r, "sleep", r.Token(), [sp, ms](Op&) { sp->Sleep(ms); });
+  return EnqueueOp(s, r, "sleep", r.Token(), [sp, ms](Op&) { sp->Sleep(ms); }, false);
 }
 
 // fail(message, token): a test hook whose op throws on the stream thread.
@@ -87,9 +89,12 @@ U WaitEventOp(StreamImpl& s, Reader& r) {
     gen = ev->recorded;
   }
   StreamImpl* sp = &s;
-  return EnqueueOp(s, r, "waitEvent", token, [sp, ev, gen](Op&) {
-    if (gen != 0) sp->WaitEvent(ev, gen);
-  });
+  return EnqueueOp(
+      s, r, "waitEvent", token,
+      [sp, ev, gen](Op&) {
+        if (gen != 0) sp->WaitEvent(ev, gen);
+      },
+      false);
 }
 
 // copyH2D(dst, dstOffset, src: TypedArray | ArrayBuffer, token)

@@ -238,6 +238,24 @@ describe('rope', () => {
     expect(() => K.rope(f32(new Float32Array(9), [1, 1, 9]), i32([0], [1]), unscaled(1e4, 8))).toThrow(/head dim D must be even/);
   });
 
+  it('fast rope equals the reference bit for bit with its per-position table (a batch repeating positions) and without it (spread positions)', async () => {
+    const nH = 2,
+      Dh = 12;
+    // [3, 5] positions 7..11 repeated: 5 distinct in 15 tokens (the table); then 0..4096 spread over 5 tokens (one row per token).
+    for (const pos of [
+      [7, 8, 9, 10, 11, 7, 8, 9, 10, 11, 7, 8, 9, 10, 11],
+      [0, 4096, 17, 3, 2048],
+    ]) {
+      const T = pos.length;
+      const xs = R.rand(T * nH * Dh, 11);
+      for (const op of [K.rope, K.ropeBackward]) {
+        const scaled = { ...unscaled(1e4, Dh), scale: 1.25 };
+        const [f, r] = (['fast', 'reference'] as const).map((impl) => op(f32(xs, [T, nH, Dh]), i32(pos, [T]), scaled, { impl }));
+        expect(await host(f!)).toEqual(await host(r!));
+      }
+    }
+  });
+
   it('a scaled table: fast == reference, matches the fp64 definition, backward is scale·R^T (finite differences)', async () => {
     const T = 6,
       nH = 2,

@@ -18,6 +18,7 @@ void StreamImpl::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 uint64_t StreamImpl::Enqueue(std::unique_ptr<Op> op) {
   uint64_t seq;
+  if (op && op->may_inline && TryRunInline(op, &seq)) return seq;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (queue_.size() >= kMaxQueued && !stopping_ && !drain_exit_ && std::this_thread::get_id() != thread_.get_id()) {
@@ -87,77 +88,118 @@ bool StreamImpl::stopped() {
   return stopped_ || drain_exit_;
 }
 
+bool StreamImpl::TryRunInline(std::unique_ptr<Op>& op, uint64_t* seq) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!queue_.empty() || busy_ || inline_running_ || stopping_ || drain_exit_ || sticky_.has_value() ||
+        std::this_thread::get_id() == thread_.get_id()) {
+      return false;
+    }
+    *seq = next_seq_++;
+    op->seq = *seq;
+    inline_running_ = true;
+    running_name_ = op->name;
+    running_seq_ = *seq;
+    running_since_ = std::chrono::steady_clock::now();
+  }
+  Outcome o = Execute(*op, false);
+  Finish(std::move(op), o, true);
+  return true;
+}
+
+StreamImpl::Outcome StreamImpl::Execute(Op& op, bool skip) {
+  Outcome o;
+  o.profiled = profiling_.load(std::memory_order_relaxed) && !skip;
+  if (o.profiled) o.start_us = SteadyNowUs();
+  if (skip) return o;
+  try {
+    op.run(op);
+  } catch (const Interrupted&) {
+    o.interrupted = true;
+  } catch (const AscentException& e) {
+    o.failure = e.info();
+  } catch (const std::exception& e) {
+    o.failure = ErrorInfo{kStreamError, e.what(), {}};
+  }
+  return o;
+}
+
+void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inline) {
+  std::optional<ErrorInfo> report;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (o.failure && !sticky_) {
+      sticky_ = ErrorInfo{
+          kStreamError,
+          "Stream " + std::to_string(id_) + " (device " + std::to_string(device_.ordinal) + ") failed in op #" +
+              std::to_string(op->seq) + " '" + op->name + "': " + o.failure->message +
+              " Later work on this stream was skipped. HINT: fix the failing op and use a new stream.",
+          {Num("stream", static_cast<double>(id_)), Num("device", device_.ordinal),
+           Num("seq", static_cast<double>(op->seq)), Str("op", op->name), Str("causeCode", o.failure->code),
+           Str("causeMessage", o.failure->message)}};
+    }
+    if (sticky_) report = sticky_;
+    if (o.profiled) {
+      if (profile_.size() < kMaxProfileRecords) {
+        profile_.push_back(ProfileRecord{op->seq, op->name, o.start_us, SteadyNowUs()});
+      } else {
+        ++profile_dropped_;
+      }
+    }
+    running_seq_ = 0;
+    ++completed_;
+    if (was_inline) {
+      inline_running_ = false;
+      ++inlined_;
+      wake = !queue_.empty() || drain_exit_;  // ops other threads enqueued meanwhile
+    }
+  }
+  if (op->token != 0) {
+    auto c = std::make_unique<Completion>();
+    c->token = op->token;
+    if (o.interrupted) {
+      c->ok = false;
+      c->error = DestroyedError(*op);
+    } else if (report) {
+      c->ok = false;
+      c->error = *report;
+    } else if (op->has_result) {
+      c->has_bytes = true;
+      c->bytes = std::move(op->result);
+    }
+    // An inline op ran on its env's JS thread, inside the enqueue call that now takes this.
+    if (was_inline) {
+      env_->StoreInline(std::move(c));
+    } else {
+      env_->Post(std::move(c));
+    }
+  }
+  op.reset();  // drops block references outside the stream lock
+  if (wake) cv_.notify_all();
+}
+
 void StreamImpl::Loop() {
   for (;;) {
     std::unique_ptr<Op> op;
     bool skip;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || drain_exit_; });
+      busy_ = false;  // the previous op's completion is posted: an enqueue may run inline now
+      cv_.wait(lock, [&] { return stopping_ || (!inline_running_ && (!queue_.empty() || drain_exit_)); });
       if (stopping_ || queue_.empty()) break;
       op = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
       if (queue_.size() + 1 == kMaxQueued) space_cv_.notify_all();  // just came under the bound
       running_name_ = op->name;
       running_seq_ = op->seq;
       running_since_ = std::chrono::steady_clock::now();
       skip = sticky_.has_value();
     }
-    bool interrupted = false;
-    std::optional<ErrorInfo> failure;
-    const bool profiling = profiling_.load(std::memory_order_relaxed) && !skip;
-    const double start_us = profiling ? SteadyNowUs() : 0;
-    if (!skip) {
-      try {
-        op->run(*op);
-      } catch (const Interrupted&) {
-        interrupted = true;
-      } catch (const AscentException& e) {
-        failure = e.info();
-      } catch (const std::exception& e) {
-        failure = ErrorInfo{kStreamError, e.what(), {}};
-      }
-    }
-    std::optional<ErrorInfo> report;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (failure && !sticky_) {
-        sticky_ = ErrorInfo{
-            kStreamError,
-            "Stream " + std::to_string(id_) + " (device " + std::to_string(device_.ordinal) + ") failed in op #" +
-                std::to_string(op->seq) + " '" + op->name + "': " + failure->message +
-                " Later work on this stream was skipped. HINT: fix the failing op and use a new stream.",
-            {Num("stream", static_cast<double>(id_)), Num("device", device_.ordinal),
-             Num("seq", static_cast<double>(op->seq)), Str("op", op->name), Str("causeCode", failure->code),
-             Str("causeMessage", failure->message)}};
-      }
-      if (sticky_) report = sticky_;
-      if (profiling) {
-        if (profile_.size() < kMaxProfileRecords) {
-          profile_.push_back(ProfileRecord{op->seq, op->name, start_us, SteadyNowUs()});
-        } else {
-          ++profile_dropped_;
-        }
-      }
-      running_seq_ = 0;
-      ++completed_;
-    }
-    if (op->token != 0) {
-      auto c = std::make_unique<Completion>();
-      c->token = op->token;
-      if (interrupted) {
-        c->ok = false;
-        c->error = DestroyedError(*op);
-      } else if (report) {
-        c->ok = false;
-        c->error = *report;
-      } else if (op->has_result) {
-        c->has_bytes = true;
-        c->bytes = std::move(op->result);
-      }
-      env_->Post(std::move(c));
-    }
-    op.reset();  // drops block references outside the stream lock
+    Outcome o = Execute(*op, skip);
+    const bool interrupted = o.interrupted;
+    Finish(std::move(op), o, false);
     if (interrupted) break;
   }
   exited_ = true;
@@ -208,6 +250,11 @@ uint64_t StreamImpl::enqueued() {
 uint64_t StreamImpl::completed() {
   std::lock_guard<std::mutex> lock(mu_);
   return completed_;
+}
+
+uint64_t StreamImpl::inlined() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return inlined_;
 }
 
 std::optional<ErrorInfo> StreamImpl::sticky_error() {
@@ -280,6 +327,7 @@ Napi::Value StreamWrap::Stats(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("enqueued", Napi::Number::New(env, static_cast<double>(impl_->enqueued())));
   o.Set("completed", Napi::Number::New(env, static_cast<double>(impl_->completed())));
+  o.Set("inlined", Napi::Number::New(env, static_cast<double>(impl_->inlined())));
   o.Set("destroyed", Napi::Boolean::New(env, impl_->stopped()));
   std::optional<ErrorInfo> sticky = impl_->sticky_error();
   o.Set("error", sticky ? MakeJsError(env, *sticky) : env.Null());

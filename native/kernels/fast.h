@@ -29,5 +29,9 @@ void SetMatmulKernelMode(MatmulKernelMode mode);
 const char* MatmulKernelName();
 // "avx512-bf16" (vdpbf16ps) or the fp32 kernel's name: what bf16 inputs use now.
 const char* MatmulBf16KernelName();
+// Whether the model kernels' vector primitives (kernels/model/vec.h) may use AVX2+FMA: the CPU
+// has them and the test hook does not force the portable path. Asked of the CPU, not of the
+// matmul kernel's name: an AVX-512 CPU has AVX2 too.
+bool VectorAvx2Allowed();
 
 }  // namespace ascent::fast

@@ -444,6 +444,10 @@ const char* MatmulKernelName() { return SelectF32().name; }
 
 const char* MatmulBf16KernelName() { return SelectBf16().name; }
 
+bool VectorAvx2Allowed() {
+  return CpuHas().avx2_fma && static_cast<MatmulKernelMode>(forced.load(std::memory_order_relaxed)) != MatmulKernelMode::kPortable;
+}
+
 void Matmul(const MatmulArgs& g) {
   if (g.m == 0 || g.n == 0) return;
   if (g.in_dtype == DType::kBF16) {

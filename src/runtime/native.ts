@@ -44,6 +44,8 @@ export interface NativePendingOp {
 export interface NativeStreamStats {
   enqueued: number;
   completed: number;
+  /** Ops that ran inline on the enqueueing thread because the stream was idle (small kernels and copies). */
+  inlined: number;
   destroyed: boolean;
   error: AscentError | null;
 }
@@ -786,11 +788,17 @@ export interface NativeBinding extends NativeCommBinding {
   blasInfo(): { available: boolean; library: string | null; config: string | null };
   /** Seconds of one single-threaded OpenBLAS sgemm C[m,n] = op(A)·op(B) (A stored [k,m] when transA, B [n,k] when transB): best of 3 rounds of `reps` calls. */
   blasSgemmSeconds(m: number, n: number, k: number, reps: number, transA?: boolean, transB?: boolean): number;
-  /** Test hook, process-wide: force the portable matmul micro-kernel. Returns the kernel now in use. */
-  /** Test hook: force a matmul micro-kernel family (a mode the CPU lacks falls back below it); returns the kernels now used. */
+  /** The completion of the op with `token` if it ran inline during the enqueue call just made (else undefined); taken once. */
+  takeInlineCompletion(token: number): { error: Error | undefined; bytes: ArrayBuffer | undefined } | undefined;
+  /**
+   * Test hook, process-wide: force a matmul micro-kernel family (a mode the CPU lacks falls back below it);
+   * returns the kernels now used, and `vec`, the vector primitives of the model kernels ('portable' only when
+   * forced or when the CPU lacks AVX2+FMA).
+   */
   setMatmulKernel(mode: 'auto' | 'portable' | 'avx2' | 'avx512'): {
     fp32: 'avx512' | 'avx2-fma' | 'portable';
     bf16: 'avx512-bf16' | 'avx512' | 'avx2-fma' | 'portable';
+    vec: 'avx2-fma' | 'portable';
   };
 }
 
@@ -878,9 +886,17 @@ const OWNER = Symbol.for('ascent.native.owner');
  * `awaited: false` registers it without keeping the event loop alive.
  */
 export function enqueueWithCompletion(enqueue: (token: number) => void, awaited = true): { token: number; promise: Promise<ArrayBuffer | undefined> } {
-  loadNative();
+  const b = loadNative();
   const token = nextToken++;
   enqueue(token);
+  // An op that found its stream idle ran inline during enqueue(): its completion is ready now,
+  // without the trip through the thread-safe function and the event loop.
+  const done = b.takeInlineCompletion(token);
+  if (done) {
+    const settled = done.error ? Promise.reject(done.error) : Promise.resolve(done.bytes);
+    settled.catch(() => undefined); // as below: an unawaited failure is not an unhandled rejection
+    return { token, promise: settled };
+  }
   let entry!: Pending;
   const promise = new Promise<ArrayBuffer | undefined>((resolve, reject) => {
     entry = { resolve, reject, awaited: false };

@@ -194,9 +194,9 @@ const VecOps kAvx2{"avx2-fma", DotAvx2, AxpyAvx2, MaxAvx2, ExpSumAvx2, ScaleAvx2
 }  // namespace
 
 const VecOps& Vec() {
-  // MatmulKernelName() is "avx2-fma" exactly when the CPU has AVX2+FMA and the test
-  // hook does not force the portable path.
-  return std::strcmp(fast::MatmulKernelName(), "avx2-fma") == 0 ? kAvx2 : kPortable;
+  // Not "the matmul kernel is avx2-fma": on an AVX-512 CPU that name is "avx512", and every
+  // model kernel (attention, swiglu, softmax ...) ran the plain loops with std::exp.
+  return fast::VectorAvx2Allowed() ? kAvx2 : kPortable;
 }
 
 void KernelError(std::string message, std::vector<Detail> details) {

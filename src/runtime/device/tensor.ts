@@ -97,9 +97,15 @@ export class Tensor {
   }
 
   get isContiguous(): boolean {
-    const c = contiguousStrides(this.shape);
-    return this.shape.every((d, i) => d <= 1 || this.strides[i] === c[i]);
+    // Shape and strides are frozen, so this is computed once: every op checks it on every
+    // input, and the strides array it built each time was a measurable part of a small op.
+    if (this.#contiguous === undefined) {
+      const c = contiguousStrides(this.shape);
+      this.#contiguous = this.shape.every((d, i) => d <= 1 || this.strides[i] === c[i]);
+    }
+    return this.#contiguous;
   }
+  #contiguous: boolean | undefined;
 
   /**
    * The same memory seen with another shape (one dim may be -1, inferred). Only for
