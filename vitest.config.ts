@@ -2,27 +2,31 @@ import { basename } from 'node:path';
 import { defineConfig } from 'vitest/config';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
-// The longest files, longest first (seconds on the 2-core machine, quiet, one worker). Two files run
-// at a time, so the suite ends when the longer queue does: starting the long ones first keeps a
-// long file from starting last beside an empty worker. Without vitest's cache of last durations (a
-// fresh checkout) the default order is by file size, which puts test/package (88 s) near the end.
-// Only the order depends on this list; a stale entry costs time, not correctness.
+// The longest files, longest first (seconds on the 2-core machine: quiet, one worker - under load,
+// two workers). Two files run at a time, so the suite ends when the longer queue does: starting the
+// long ones first keeps a long file from starting last beside an empty worker. Without vitest's cache
+// of last durations (a fresh checkout) the default order is by file size, which puts long files near
+// the end. Only the order depends on this list; a stale entry costs time, not correctness.
 const LONGEST_FIRST = [
-  'package', // 88: npm pack, then the install builds the addon
   'grpo-scenarios', // 40-80
-  'collectives', // 37-64
-  'launch', // 48-57
-  'model-training', // 53
-  'train-checkpoint', // 44-60
-  'grpo-algorithm', // 32-45
-  'sharded-init', // 33-37
-  'train-megatron', // 16-34
-  'train-fsdp2', // 29-33
-  'train-lora-sharded', // 15-33
-  'launch-collectives', // 29-31
-  'inspect', // 22-26
-  'readme', // 20-25
-  'lint', // 20
+  'collectives', // 37-140
+  'launch', // 48-125
+  'sharded-init', // 33-117
+  'model-training', // 53-104
+  'inspect', // 22-93
+  'grpo-algorithm', // 32-91
+  'train-checkpoint', // 44-66
+  'train-fsdp2', // 29-59
+  'package', // npm pack + install (the install reuses this checkout's addon build), then bins and launches
+  'mpi-grpo', // 48 (with Open MPI)
+  'grpo-scenarios-qwen35', // 45
+  'plot', // 45
+  'train-megatron', // 16-45
+  'train-lora-sharded', // 15-43
+  'lint', // 20-42
+  'megatron-qwen35', // 39
+  'readme', // 20-37
+  'launch-collectives', // 28-31
 ];
 
 class LongestFirst extends BaseSequencer {

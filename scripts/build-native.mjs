@@ -3,10 +3,11 @@
 // locally (Debian's nodejs, nvm, the official tarball) they are used directly, so
 // no header download is needed (a machine without network could not fetch them).
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { mpiFlags } from './mpi-flags.mjs';
+import { RECORD, buildRecord } from './prebuilt.mjs';
 
 const require = createRequire(import.meta.url);
 // Debian's node reports node_prefix "/" while its headers are in /usr/include/node.
@@ -39,7 +40,11 @@ const mpi = mpiFlags();
 if (mpi) console.log(`build-native: Open MPI found (${mpi.via}): building ascent_mpi.node too`);
 else console.log('build-native: Open MPI not found: building without ascent_mpi.node (multi-process launch unavailable; scripts/install-mpi.sh installs it)');
 
+// What this build is made from, taken before it starts (node-gyp rebuild empties build/) and
+// written only once it succeeded: an install of these same sources reuses it (install-native.mjs).
+const record = buildRecord(process.cwd(), mpi);
 const args = [findNodeGyp(), 'rebuild', '-j', '2'];
 if (headerPrefix) args.push(`--nodedir=${headerPrefix}`);
 const r = spawnSync(process.execPath, args, { stdio: 'inherit' });
+if (r.status === 0) writeFileSync(RECORD, `${JSON.stringify(record, null, 2)}\n`);
 process.exit(r.status ?? 1);

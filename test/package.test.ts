@@ -1,12 +1,17 @@
 // Ascent as a package: `examples/own-project.sh` packs this checkout, installs the tarball into a new
-// project outside the repository (building the addon there) and runs a 2-rank `launch` entry and a World
-// script. Then: what the tarball holds, the types, the `ascent` bin, and a CommonJS project.
+// project outside the repository and runs a 2-rank `launch` entry and a World script. The tarball
+// carries this checkout's build of the addon and the record of its sources (scripts/prebuilt.mjs), so
+// the install reuses it instead of compiling the same sources again; test/install-native.test.ts tests
+// the source build it falls back to. Then: what the tarball holds, the types, the `ascent` bin, and a
+// CommonJS project.
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mpiFlags } from '../scripts/mpi-flags.mjs';
+import { RECORD, whyBuildFromSource } from '../scripts/prebuilt.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TSC = join(ROOT, 'node_modules/typescript/bin/tsc');
@@ -21,6 +26,8 @@ function userEnv(): NodeJS.ProcessEnv {
 let scratch = '';
 let project = '';
 let setup: ReturnType<typeof spawnSync>;
+/** Why this checkout's build cannot ship as it is (null: the tarball carries it and the install reuses it). */
+let notReusable: string | null = null;
 
 function inProject(argv: string[]) {
   return spawnSync(argv[0]!, argv.slice(1), { cwd: project, encoding: 'utf8', env: userEnv(), timeout: 120_000 });
@@ -41,6 +48,8 @@ beforeAll(() => {
   scratch = mkdtempSync(join(tmpdir(), 'ascent-package-'));
   project = join(scratch, 'project');
   expect(relative(ROOT, project).startsWith('..'), 'the project must be outside the repository').toBe(true);
+  notReusable = whyBuildFromSource(ROOT, mpiFlags());
+  if (notReusable) console.warn(`[package] the install will compile the addon (${notReusable}); \`npm run build:native\` records a build it can reuse`);
   setup = spawnSync('bash', [join(ROOT, 'examples/own-project.sh'), project], { cwd: scratch, encoding: 'utf8', env: userEnv(), timeout: 540_000 });
 }, 600_000);
 
@@ -65,7 +74,7 @@ describe('examples/own-project.sh in a new project outside the repository', () =
       .split('\n')
       .map((f) => f.replace(/^package\//, ''));
     const allowed =
-      /^(LICENSE|README\.md|package\.json|binding\.gyp|scripts\/(build-native|mpi-flags)\.mjs|bin\/[\w-]+\.mjs|native\/[\w/-]+\.(cc|h|inc)|dist\/src\/[\w/-]+\.(js|d\.ts))$/;
+      /^(LICENSE|README\.md|package\.json|binding\.gyp|scripts\/(build-native|install-native|prebuilt|mpi-flags)\.mjs|bin\/[\w-]+\.mjs|native\/[\w/-]+\.(cc|h|inc)|dist\/src\/[\w/-]+\.(js|d\.ts)|build\/native-sources\.json|build\/Release\/ascent_(native|mpi)\.node)$/;
     expect(files.filter((f) => !allowed.test(f))).toEqual([]);
     for (const f of [
       'LICENSE',
@@ -79,17 +88,38 @@ describe('examples/own-project.sh in a new project outside the repository', () =
       'native/addon.cc',
       'binding.gyp',
       'scripts/build-native.mjs',
+      'scripts/install-native.mjs',
+      'scripts/prebuilt.mjs',
       'scripts/mpi-flags.mjs',
     ]) {
       expect(files).toContain(f);
+    }
+    // This checkout's build and its record ship whenever they are there.
+    if (notReusable === null) {
+      const rec = JSON.parse(readFileSync(join(ROOT, RECORD), 'utf8')) as { addons: string[] };
+      for (const f of [RECORD, ...rec.addons.map((a) => `build/Release/${a}.node`)]) expect(files).toContain(f);
     }
     const license = readFileSync(join(project, 'node_modules/ascent/LICENSE'), 'utf8');
     expect(license).toContain('Apache License');
     expect(license).toContain('Version 2.0, January 2004');
   });
 
-  it('the install built the addon and brought no TypeScript compiler', () => {
-    expect(existsSync(join(project, 'node_modules/ascent/build/Release/ascent_native.node'))).toBe(true);
+  it('the install reused the shipped build of the same sources without compiling (or built it), and brought no TypeScript compiler', () => {
+    const installed = join(project, 'node_modules/ascent');
+    const rec = JSON.parse(readFileSync(join(installed, RECORD), 'utf8')) as { addons: string[] };
+    expect(rec.addons).toContain('ascent_native');
+    expect(rec.addons.includes('ascent_mpi')).toBe(mpiFlags() !== null);
+    for (const a of rec.addons) expect(existsSync(join(installed, `build/Release/${a}.node`)), a).toBe(true);
+    // node-gyp leaves its Makefile behind: there is one only when the install compiled.
+    expect(existsSync(join(installed, 'build/Makefile'))).toBe(notReusable !== null);
+    if (notReusable === null) {
+      for (const a of rec.addons)
+        expect(readFileSync(join(installed, `build/Release/${a}.node`)).equals(readFileSync(join(ROOT, `build/Release/${a}.node`))), a).toBe(true);
+    }
+    // Either way the installed copy now holds a build of its own sources that loads here.
+    const again = inProject([process.execPath, join(installed, 'scripts/install-native.mjs')]);
+    expect(again.status, again.stderr).toBe(0);
+    expect(again.stdout).toContain(`install-native: using the build that came with these same sources (${RECORD}): nothing to compile`);
     expect(existsSync(join(project, 'node_modules/typescript'))).toBe(false);
     expect(existsSync(join(project, 'node_modules/tsx'))).toBe(true);
   });
