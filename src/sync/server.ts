@@ -47,6 +47,7 @@ import { Receiver } from './server-receiver.js';
 import { checkVerify, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerify } from './verify.js';
 import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js';
 import { syncFault } from './faults.js';
+import { settle } from './settle.js';
 import { enqueueGather, planGatherRounds } from './server-gather.js';
 import { profiler } from '../runtime/profiler.js';
 
@@ -205,7 +206,8 @@ export class ServerSync {
     // Phases as host spans in an ASCENT_PROFILE trace (nothing when not profiling): where a
     // sync's latency goes on each rank (start wait, planning, enqueueing, transfer, processing).
     let endPhase = profiler()?.begin('sync', 'weightSync.start');
-    await device.defaultStream.synchronize(WAIT);
+    // The weights' last writes (the optimizer step on the default stream) come before any read.
+    await settle(device.defaultStream, WAIT.timeoutMs);
     endPhase?.();
     endPhase = profiler()?.begin('sync', 'weightSync.plan');
     const meter = new MemoryMeter(device);
@@ -325,9 +327,11 @@ export class ServerSync {
           this.processCount++;
           fault?.after();
           markEngineBaseWeights(this.engine!);
-          await this.engine!.stream.synchronize(WAIT);
         }
-        await stream.synchronize(WAIT);
+        // Engine ranks: the post-load processing has run (its errors are this sync's; the
+        // sync's stream is the engine's, so one wait serves both). Trainer ranks: every
+        // collective resolved, so the stream has usually nothing left to wait for.
+        await settle(stream, WAIT.timeoutMs);
       } finally {
         await Promise.allSettled(pending);
         for (const s of slots) s.release();
