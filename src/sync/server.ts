@@ -230,6 +230,8 @@ export class ServerSync {
     // a failure aborts it (finally), so the engine takes the next attempt.
     const session = this.role === 'engine' ? this.engine!.beginReload() : null;
     let receiver: Receiver | null = null;
+    // Every transfer of this rank is enqueued: from here a failure leaves no peer waiting.
+    let issued = false;
     try {
       const fault = session ? syncFault(this.engine!, (name) => session.entry(name).writes[0], 'server') : null;
       const rx = (receiver = session ? new Receiver(this.engine!, session, assemblies(ranks), stream) : null);
@@ -273,6 +275,7 @@ export class ServerSync {
             if (mine) packInto(staging!, mine, g.packs[comm.rank]!);
             pending.push(enqueueGather(comm, this.trainerRanks, g, (slot ?? staging ?? scrap)!, empty!, stream));
             this.lastGathers++;
+            if (slot) fault?.received(slot);
             if (rx)
               plans.forEach((pl, r) =>
                 pl[b]?.segments.forEach((seg, i) => {
@@ -314,6 +317,7 @@ export class ServerSync {
             }
           }
         }
+        issued = true;
         endPhase?.();
         endPhase = profiler()?.begin('sync', 'weightSync.wait');
         await Promise.all(pending);
@@ -340,6 +344,13 @@ export class ServerSync {
         rx?.release();
         fault?.restore();
       }
+    } catch (e) {
+      // This rank failed before taking part in every transfer: its peers wait in a collective
+      // it will never join, until the exec deadline (30 min by default). Abort the sync's
+      // communicator so they fail now, naming this rank and why.
+      if (!issued && !comm.aborted)
+        comm.abort(`ServerSync: rank ${comm.rank} failed inside the sync before its transfers were issued: ${(e as Error).message}`);
+      throw e;
     } finally {
       if (session?.open) session.abort();
     }
