@@ -8,7 +8,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BenchUsageError, checkFlags } from './args.js';
@@ -36,7 +36,12 @@ function median(xs: number[]): number {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
-function ascentRun(nproc: number, steps: number): { secondsPerStep: number; syncShare: number; phases: Record<string, number>; rewardFirst: number } {
+function ascentRun(
+  nproc: number,
+  steps: number,
+): { secondsPerStep: number; syncShare: number; phases: Record<string, number>; rewardFirst: number; loadAvg1: number } {
+  // The machine is shared: the 1-minute load average as the run starts says how loaded it was.
+  const loadAvg1 = loadavg()[0]!;
   const dir = mkdtempSync(join(tmpdir(), 'ascent-grpo-step-'));
   try {
     const log = join(dir, 'run.jsonl');
@@ -60,7 +65,7 @@ function ascentRun(nproc: number, steps: number): { secondsPerStep: number; sync
     const phases: Record<string, number> = {};
     for (const x of timed) for (const [k, v] of Object.entries(x.seconds!)) phases[k] = (phases[k] ?? 0) + v / timed.length;
     const sync = timed.reduce((a, x) => a + x.seconds!.sync!, 0) / timed.reduce((a, x) => a + total(x), 0);
-    return { secondsPerStep: median(per), syncShare: sync, phases, rewardFirst: recs[0]!.rewardMean! };
+    return { secondsPerStep: median(per), syncShare: sync, phases, rewardFirst: recs[0]!.rewardMean!, loadAvg1 };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -101,6 +106,7 @@ export async function runGrpoStepBench(steps: number, nprocs: number[]) {
       generate: round(a.phases.generate ?? 0, 4),
       train: round(a.phases.train ?? 0, 4),
       sync: round(a.phases.sync ?? 0, 4),
+      loadAvg1: round(a.loadAvg1, 2),
     };
   });
   return {

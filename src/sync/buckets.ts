@@ -74,16 +74,17 @@ export function planBuckets(items: readonly BucketItem[], bucketBytes: number, o
 /**
  * Which segments of `bucket` travel packed in one staging buffer (one collective for all
  * of them) instead of one collective each: every non-empty segment of at most
- * `coalesceBytes`, when at least two are (packing a lone segment only adds a copy). For a
+ * `coalesceBytes`, when at least `minCount` are (by default two: packing a lone segment only
+ * adds a copy, unless the caller sends the pack whatever it holds — server-gather.ts). For a
  * small model each collective is a rendezvous of every rank that costs far more than its
  * bytes; large segments stay in place (no packing copy). A pure function of the bucket, so
  * the sender and every receiver derive the same packing with no extra message. `at[i]`:
  * the element offset of segment i in the packed buffer (16-element = 64-byte aligned), or
  * null when it is sent alone; `elems`: the packed buffer's length (0: nothing packed).
  */
-export function packSmall(bucket: Bucket, coalesceBytes: number): { at: Array<number | null>; elems: number } {
+export function packSmall(bucket: Bucket, coalesceBytes: number, minCount = 2): { at: Array<number | null>; elems: number } {
   const small = bucket.segments.map((s) => s.bytes > 0 && s.bytes <= coalesceBytes);
-  if (small.filter(Boolean).length < 2) return { at: bucket.segments.map(() => null), elems: 0 };
+  if (small.filter(Boolean).length < minCount) return { at: bucket.segments.map(() => null), elems: 0 };
   let elems = 0;
   const at = bucket.segments.map((s, i) => {
     if (!small[i]) return null;

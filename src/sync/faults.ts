@@ -11,6 +11,11 @@
  *   add           `delta` added to element `element` of `param`
  *   scale         `param` multiplied by `factor`
  *   process-twice the post-load processing (the experts' dim swap) applied a second time
+ *   corrupt-received  server, gathered round: `delta` added to element `element` of the
+ *                 slot the round was received into, before it is sliced into the parameters
+ *                 (a wrong byte in transit)
+ *   die           server: the rank fails inside the sync, after its reload session began and
+ *                 before it takes part in any transfer (its peers are left in the collective)
  */
 import { copy, permute, scale, axpy, Tensor } from '../runtime/device/device-index.js';
 import { stridedRead, viewOf } from '../runtime/device/views.js';
@@ -23,7 +28,9 @@ export type SyncFault =
   | { kind: 'stale'; tensor: string; param: string }
   | { kind: 'add'; param: string; element: number; delta: number }
   | { kind: 'scale'; param: string; factor: number }
-  | { kind: 'process-twice' };
+  | { kind: 'process-twice' }
+  | { kind: 'corrupt-received'; element: number; delta: number }
+  | { kind: 'die' };
 
 let armed: SyncFault | null = null;
 
@@ -37,6 +44,8 @@ export interface FaultHooks {
   skips(tensor: string): boolean;
   /** Applies the fault to the engine's processed parameters (after the sync's writes, on its stream). */
   after(): void;
+  /** A gathered round was received into `slot` (enqueued on the engine's stream; nothing sliced from it yet). */
+  received(slot: Tensor): void;
   /** Undoes plan changes (call in finally). */
   restore(): void;
 }
@@ -58,6 +67,7 @@ export interface FaultRegion {
 export function syncFault(engine: RolloutEngine, regionOf: (name: string) => FaultRegion | undefined, mode: 'colocate' | 'server'): FaultHooks | null {
   const f = armed;
   if (!f) return null;
+  if (f.kind === 'die') throw new Error(`injected failure: engine rank on device ${engine.device.ordinal} dies inside the sync`);
   const stream = engine.stream;
   const undo: Array<() => void> = [];
   let snapshot: Tensor | null = null;
@@ -78,8 +88,19 @@ export function syncFault(engine: RolloutEngine, regionOf: (name: string) => Fau
     const t = engine.params.get(name).tensor!;
     return t.reshape([t.numel]);
   };
+  const addAt = (t: Tensor, element: number, delta: number) => {
+    const c = Tensor.fromArray(engine.device, Float32Array.from([delta]), [1], { stream });
+    axpy(viewOf(t, [1], element), 1, c, { stream });
+    c.release();
+  };
+  let corrupted = false;
   return {
     skips: (tensor) => f.kind === 'stale' && mode === 'colocate' && tensor === f.tensor,
+    received: (slot) => {
+      if (f.kind !== 'corrupt-received' || corrupted) return;
+      corrupted = true; // the first gathered round only
+      addAt(slot, f.element, f.delta);
+    },
     after: () => {
       switch (f.kind) {
         case 'transpose': {
@@ -104,12 +125,9 @@ export function syncFault(engine: RolloutEngine, regionOf: (name: string) => Fau
           b.release();
           break;
         }
-        case 'add': {
-          const c = Tensor.fromArray(engine.device, Float32Array.from([f.delta]), [1], { stream });
-          axpy(viewOf(flat(f.param), [1], f.element), 1, c, { stream });
-          c.release();
+        case 'add':
+          addAt(flat(f.param), f.element, f.delta);
           break;
-        }
         case 'scale': {
           const y = scale(flat(f.param), f.factor, { stream });
           copy(flat(f.param), y, { stream });
@@ -130,6 +148,7 @@ export function syncFault(engine: RolloutEngine, regionOf: (name: string) => Fau
           if (snapshot) copy(flat(f.param), snapshot, { stream });
           break;
         case 'wrong-slice':
+        case 'corrupt-received':
           break;
       }
     },

@@ -12,7 +12,9 @@
  *      same packing from the plan; for a small model each broadcast is a rendezvous that
  *      costs far more than its bytes), over a communicator of r and the engine ranks only
  *      (made at the first sync; other trainer ranks never receive it). The bucket plan
- *      groups the segments; at most two buckets are in flight;
+ *      groups the segments; at most two buckets are in flight. A round whose segments are
+ *      all small on every trainer rank (a small model: every round) is instead one
+ *      allToAllV over `comm` (server-gather.ts): one rendezvous, not one per trainer rank;
  *   3. engine ranks receive on the engine's stream: a segment that is one contiguous
  *      region of a preprocessed parameter on this rank is delivered straight into it;
  *      the rest lands in two alternating slots (sized to what goes through them) and is
@@ -45,6 +47,9 @@ import { Receiver } from './server-receiver.js';
 import { checkVerify, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerify } from './verify.js';
 import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js';
 import { syncFault } from './faults.js';
+import { settle } from './settle.js';
+import { enqueueGather, planGatherRounds } from './server-gather.js';
+import { profiler } from '../runtime/profiler.js';
 
 export interface ServerSyncOptions {
   comm: Communicator;
@@ -88,6 +93,8 @@ export class ServerSync {
   processCount = 0;
   /** Broadcasts this rank took part in during its last full sync (as root or receiver). */
   lastBroadcasts = 0;
+  /** Gathered rounds (one allToAllV over every rank each; server-gather.ts) of its last full sync. */
+  lastGathers = 0;
   readonly stream: Stream;
 
   private constructor(
@@ -196,7 +203,13 @@ export class ServerSync {
     }
     const { comm, stream } = this;
     const device = comm.device;
-    await device.defaultStream.synchronize(WAIT);
+    // Phases as host spans in an ASCENT_PROFILE trace (nothing when not profiling): where a
+    // sync's latency goes on each rank (start wait, planning, enqueueing, transfer, processing).
+    let endPhase = profiler()?.begin('sync', 'weightSync.start');
+    // The weights' last writes (the optimizer step on the default stream) come before any read.
+    await settle(device.defaultStream, WAIT.timeoutMs);
+    endPhase?.();
+    endPhase = profiler()?.begin('sync', 'weightSync.plan');
     const meter = new MemoryMeter(device);
     const t0 = performance.now();
     const ranks = await this.exchangeSources();
@@ -208,37 +221,74 @@ export class ServerSync {
       ),
     );
     const sources = this.role === 'trainer' ? this.sourceTensors() : null;
-    const fanout = await this.fanoutComms();
+    // Rounds whose segments are all small go as one allToAllV over `comm` (server-gather.ts);
+    // the per-trainer-rank communicators are made only when some round is broadcast.
+    const rounds = Math.max(...plans.map((p) => p.length));
+    const gathers = comm instanceof SpanningCommunicator ? new Array<null>(rounds).fill(null) : planGatherRounds(plans, this.coalesceBytes, this.bucketBytes);
+    const fanout = gathers.every((g) => g) ? null : await this.fanoutComms();
     // Engine ranks: the whole sync is one reload session, whose finish() processes it once;
     // a failure aborts it (finally), so the engine takes the next attempt.
     const session = this.role === 'engine' ? this.engine!.beginReload() : null;
     let receiver: Receiver | null = null;
+    // Every transfer of this rank is enqueued: from here a failure leaves no peer waiting.
+    let issued = false;
     try {
       const fault = session ? syncFault(this.engine!, (name) => session.entry(name).writes[0], 'server') : null;
       const rx = (receiver = session ? new Receiver(this.engine!, session, assemblies(ranks), stream) : null);
       // Engine ranks: where each segment is received — straight into a parameter, or into a
       // slot (two slots alternate, each as large as the most any bucket puts there, at most
       // one bucket): the bucket's packed small segments first, then the other pieces that are
-      // not contiguous in a parameter. Trainer ranks: a root broadcasts each large segment in
-      // place from the parameter it owns (the broadcast never writes the root's buffer) and
-      // the small ones packed into one staging buffer (stream order lets one buffer serve every
-      // bucket: the next bucket's copies run after this bucket's broadcast read it).
-      const packs = plans.map((pl, r) => (fanout[r] ? pl.map((b) => packSmall(b, this.coalesceBytes)) : []));
-      const routes = rx ? plans.map((pl, r) => pl.map((b, i) => rx.route(b, packs[r]![i]!))) : null;
-      const slotElems = routes ? Math.max(16, ...routes.flat().map((x) => x.elems)) : 0;
+      // not contiguous in a parameter; a gathered round puts every trainer rank's pack side by
+      // side in one slot. Trainer ranks: a root broadcasts each large segment in place from the
+      // parameter it owns (the broadcast never writes the root's buffer) and the small ones
+      // packed into one staging buffer (stream order lets one buffer serve every bucket: the
+      // next bucket's copies run after this bucket's collective read it).
+      const mineOrRx = (r: number) => !!rx || r === comm.rank;
+      const packs = plans.map((pl, r) => (mineOrRx(r) ? pl.map((bk, b) => gathers[b]?.packs[r] ?? packSmall(bk, this.coalesceBytes)) : []));
+      const routes = rx ? plans.map((pl, r) => pl.map((bk, b) => (gathers[b] ? null : rx.route(bk, packs[r]![b]!)))) : null;
+      const slotElems = routes ? Math.max(16, ...routes.flat().map((x) => x?.elems ?? 0), ...gathers.map((g) => g?.elems ?? 0)) : 0;
       const slots = rx ? [0, 1].map(() => Tensor.empty(device, [slotElems], 'fp32')) : [];
       const stageElems = rx ? 0 : Math.max(0, ...packs[comm.rank]!.map((p) => p.elems));
       const staging = stageElems ? Tensor.empty(device, [stageElems], 'fp32') : null;
+      // The side of a gathered round that moves nothing passes an empty view of its own buffer
+      // (no memory beyond the slots and staging); a trainer rank that owns nothing, a scrap.
+      const scrap = gathers.some((g) => g) && !rx && !staging ? Tensor.empty(device, [16], 'fp32') : null;
+      const empty = (slots[0] ?? staging ?? scrap) && viewOf((slots[0] ?? staging ?? scrap)!, [0], 0);
       const pending: Promise<void>[] = [];
       let k = 0;
       this.lastBroadcasts = 0;
+      this.lastGathers = 0;
+      endPhase?.();
+      endPhase = profiler()?.begin('sync', 'weightSync.issue');
+      // A trainer rank's packed segments of `bucket`, copied into `buf` at their packed offsets.
+      const packInto = (buf: Tensor, bucket: Bucket, pack: { at: Array<number | null> }) =>
+        bucket.segments.forEach((seg, i) => {
+          const at = pack.at[i];
+          if (at != null) copy(viewOf(buf, [seg.bytes / 4], at), viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4), { stream });
+        });
       try {
-        const rounds = Math.max(...plans.map((p) => p.length));
         for (let b = 0; b < rounds; b++) {
+          const g = gathers[b];
+          if (g) {
+            const slot = rx ? slots[k++ % 2]! : null;
+            const mine = rx ? null : plans[comm.rank]![b];
+            if (mine) packInto(staging!, mine, g.packs[comm.rank]!);
+            pending.push(enqueueGather(comm, this.trainerRanks, g, (slot ?? staging ?? scrap)!, empty!, stream));
+            this.lastGathers++;
+            if (slot) fault?.received(slot);
+            if (rx)
+              plans.forEach((pl, r) =>
+                pl[b]?.segments.forEach((seg, i) => {
+                  const at = g.packs[r]!.at[i];
+                  rx.begin(seg, viewOf(slot!, [seg.bytes / 4], at == null ? 0 : g.offsets[r]! + at), false).end();
+                }),
+              );
+            continue;
+          }
           for (let r = 0; r < this.trainerRanks; r++) {
             const bucket: Bucket | undefined = plans[r]![b];
             if (!bucket) continue;
-            const c = fanout[r];
+            const c = fanout![r];
             if (!c) continue; // another trainer rank's bucket
             // A process leader of a communicator across processes moves the data between its
             // stream ops (after the net leg): what reads or refills the buffer waits for the promise.
@@ -248,12 +298,7 @@ export class ServerSync {
             const pack = packs[r]![b]!;
             if (pack.elems) {
               const buf = viewOf((slot ?? staging)!, [pack.elems], 0);
-              if (!rx) {
-                bucket.segments.forEach((seg, i) => {
-                  const at = pack.at[i];
-                  if (at != null) copy(viewOf(buf, [seg.bytes / 4], at), viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4), { stream });
-                });
-              }
+              if (!rx) packInto(buf, bucket, pack);
               pending.push(c.broadcast(buf, buf, 0, stream));
               this.lastBroadcasts++;
               if (leads) await pending[pending.length - 1];
@@ -272,7 +317,12 @@ export class ServerSync {
             }
           }
         }
+        issued = true;
+        endPhase?.();
+        endPhase = profiler()?.begin('sync', 'weightSync.wait');
         await Promise.all(pending);
+        endPhase?.();
+        endPhase = profiler()?.begin('sync', 'weightSync.finish');
         for (const s of slots) s.release();
         slots.length = 0;
         if (rx && session) {
@@ -281,19 +331,30 @@ export class ServerSync {
           this.processCount++;
           fault?.after();
           markEngineBaseWeights(this.engine!);
-          await this.engine!.stream.synchronize(WAIT);
         }
-        await stream.synchronize(WAIT);
+        // Engine ranks: the post-load processing has run (its errors are this sync's; the
+        // sync's stream is the engine's, so one wait serves both). Trainer ranks: every
+        // collective resolved, so the stream has usually nothing left to wait for.
+        await settle(stream, WAIT.timeoutMs);
       } finally {
         await Promise.allSettled(pending);
         for (const s of slots) s.release();
         staging?.release();
+        scrap?.release();
         rx?.release();
         fault?.restore();
       }
+    } catch (e) {
+      // This rank failed before taking part in every transfer: its peers wait in a collective
+      // it will never join, until the exec deadline (30 min by default). Abort the sync's
+      // communicator so they fail now, naming this rank and why.
+      if (!issued && !comm.aborted)
+        comm.abort(`ServerSync: rank ${comm.rank} failed inside the sync before its transfers were issued: ${(e as Error).message}`);
+      throw e;
     } finally {
       if (session?.open) session.abort();
     }
+    endPhase?.();
     const seconds = (performance.now() - t0) / 1000;
     const report = finishReport({
       mode: 'server',
