@@ -153,6 +153,11 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
       inline_running_ = false;
       ++inlined_;
       wake = !queue_.empty() || drain_exit_;  // ops other threads enqueued meanwhile
+    } else if (queue_.empty()) {
+      // Idle from here, before the completion is posted: a host that saw this op complete and
+      // enqueues at once finds the stream idle, whether or not this thread has looped back yet
+      // (otherwise the next op would queue or run inline depending on the scheduler).
+      busy_ = false;
     }
   }
   if (op->token != 0) {

@@ -142,7 +142,8 @@ class StreamImpl {
   uint64_t running_seq_ = 0;
   std::chrono::steady_clock::time_point running_since_;
   std::optional<ErrorInfo> sticky_;
-  // The stream thread holds an op (from taking it until its completion is posted).
+  // The stream thread holds an op: from taking it until it finished, cleared before its completion
+  // is posted when nothing waits behind it (so a host that saw the completion finds the stream idle).
   bool busy_ = false;
   // An op runs inline on an enqueueing thread; the stream thread leaves the queue alone.
   bool inline_running_ = false;
