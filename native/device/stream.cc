@@ -160,8 +160,9 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
       busy_ = false;
     }
   }
+  std::unique_ptr<Completion> c;
   if (op->token != 0) {
-    auto c = std::make_unique<Completion>();
+    c = std::make_unique<Completion>();
     c->token = op->token;
     if (o.interrupted) {
       c->ok = false;
@@ -173,6 +174,11 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
       c->has_bytes = true;
       c->bytes = std::move(op->result);
     }
+  }
+  // Drops the op's block references outside the stream lock, and before its completion is
+  // posted: a host that saw the op complete sees its memory released too.
+  op.reset();
+  if (c) {
     // An inline op ran on its env's JS thread, inside the enqueue call that now takes this.
     if (was_inline) {
       env_->StoreInline(std::move(c));
@@ -180,7 +186,6 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
       env_->Post(std::move(c));
     }
   }
-  op.reset();  // drops block references outside the stream lock
   if (wake) cv_.notify_all();
 }
 
