@@ -9,9 +9,8 @@
 //  - avx512:      12 x 32 fp32 tile in 24 zmm accumulators (FMA, 16 lanes); fp32 inputs go
 //                 to matmul_avx512.cc instead (A unpacked, B packed only when it must be),
 //                 bf16 inputs on a CPU without avx512-bf16 use this packed kernel;
-//  - avx512-bf16: bf16 inputs only: 12 x 32 tile, vdpbf16ps multiplies PAIRS of bf16 along
-//                 k into fp32 accumulators (32 products per instruction, twice the fp32
-//                 FMA rate); A and B are packed as bf16 pairs, k padded to even;
+//  - avx512-bf16: bf16 inputs only: matmul_bf16.cc, where vdpbf16ps multiplies PAIRS of bf16
+//                 along k into fp32 accumulators (twice the fp32 FMA rate);
 //  - avx2-fma:    6 x 16 fp32 tile in 12 ymm accumulators;
 //  - portable:    6 x 16, plain C++.
 // fp32 kernels read bf16 inputs converted to fp32 while packing.
@@ -34,6 +33,7 @@
 #include "kernels/dtype.h"
 #include "kernels/fast.h"
 #include "kernels/matmul_avx512.h"
+#include "kernels/matmul_bf16.h"
 
 namespace ascent::fast {
 namespace {
@@ -48,8 +48,7 @@ using MicroKernel = void (*)(int64_t kc, const void* a, const void* b, float* c,
 struct KernelSpec {
   const char* name;
   int64_t mr, nr;
-  bool pairs;  // packed as bf16 pairs along k (vdpbf16ps); else fp32
-  MicroKernel fn;
+  MicroKernel fn;  // null for avx512-bf16, which has its own blocking (matmul_bf16.cc)
 };
 
 void MicroKernelPortable(int64_t kc, const void* av, const void* bv, float* c, int64_t ldc, bool accumulate) {
@@ -128,43 +127,10 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const void
   }
 }
 
-// kc counts bf16 elements along k (even); a: [kc/2][MR] pairs, b: [kc/2][NR] pairs.
-__attribute__((target("avx512f,avx512bf16"))) void MicroKernelAvx512Bf16(int64_t kc, const void* av, const void* bv,
-                                                                       float* c, int64_t ldc, bool accumulate) {
-  constexpr int64_t MR = 12, NR = 32;
-  const uint32_t* a = static_cast<const uint32_t*>(av);
-  const uint16_t* b = static_cast<const uint16_t*>(bv);
-  __m512 acc[MR][2];
-#pragma GCC unroll 12
-  for (int64_t i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  const int64_t kp = kc / 2;
-#pragma GCC unroll 2
-  for (int64_t p = 0; p < kp; ++p) {
-    const __m512bh b0 = (__m512bh)_mm512_load_si512(b + p * 2 * NR);
-    const __m512bh b1 = (__m512bh)_mm512_load_si512(b + p * 2 * NR + 32);
-#pragma GCC unroll 12
-    for (int64_t i = 0; i < MR; ++i) {
-      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[p * MR + i]));
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x, b0);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x, b1);
-    }
-  }
-#pragma GCC unroll 12
-  for (int64_t i = 0; i < MR; ++i) {
-    float* ci = c + i * ldc;
-    if (accumulate) {
-      acc[i][0] = _mm512_add_ps(_mm512_loadu_ps(ci), acc[i][0]);
-      acc[i][1] = _mm512_add_ps(_mm512_loadu_ps(ci + 16), acc[i][1]);
-    }
-    _mm512_storeu_ps(ci, acc[i][0]);
-    _mm512_storeu_ps(ci + 16, acc[i][1]);
-  }
-}
-
-const KernelSpec kPortable{"portable", 6, 16, false, MicroKernelPortable};
-const KernelSpec kAvx2{"avx2-fma", 6, 16, false, MicroKernelAvx2};
-const KernelSpec kAvx512{"avx512", 12, 32, false, MicroKernelAvx512};
-const KernelSpec kAvx512Bf16{"avx512-bf16", 12, 32, true, MicroKernelAvx512Bf16};
+const KernelSpec kPortable{"portable", 6, 16, MicroKernelPortable};
+const KernelSpec kAvx2{"avx2-fma", 6, 16, MicroKernelAvx2};
+const KernelSpec kAvx512{"avx512", 12, 32, MicroKernelAvx512};
+const KernelSpec kAvx512Bf16{"avx512-bf16", 12, 32, nullptr};
 
 struct Cpu {
   bool avx2_fma, avx512, avx512_bf16;
@@ -176,7 +142,8 @@ const Cpu& CpuHas() {
     Cpu c{};
     c.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     c.avx512 = __builtin_cpu_supports("avx512f");
-    c.avx512_bf16 = c.avx512 && __builtin_cpu_supports("avx512bf16");
+    // matmul_bf16.cc packs with AVX-512 BW word permutes (every avx512bf16 CPU has BW; checked anyway).
+    c.avx512_bf16 = c.avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
     return c;
   }();
   return cpu;
@@ -238,17 +205,6 @@ thread_local Scratch a_scratch, b_scratch, c_scratch;
 inline float ToF32(float v) { return v; }
 inline float ToF32(uint16_t v) { return BF16ToF32(v); }
 
-// op(A)(r, c) is a[r * k + c], or a[c * m + r] when transposed.
-template <typename T>
-inline T AElem(const T* a, bool trans, int64_t m, int64_t k, int64_t r, int64_t c) {
-  return trans ? a[c * m + r] : a[r * k + c];
-}
-// op(B)(r, c) is b[r * n + c], or b[c * k + r] when transposed.
-template <typename T>
-inline T BElem(const T* b, bool trans, int64_t n, int64_t k, int64_t r, int64_t c) {
-  return trans ? b[c * k + r] : b[r * n + c];
-}
-
 // fp32 packing. Ap[sliver][p][mr] = op(A)(i0 + sliver * mr + i, p0 + p), zero past row mc.
 template <typename T>
 void PackA(const T* a, bool trans, int64_t m, int64_t k, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t MR, float* ap) {
@@ -306,40 +262,6 @@ void PackB(const T* b, bool trans, int64_t n, int64_t k, int64_t p0, int64_t kc,
   }
 }
 
-// bf16-pair packing (kc2 = kc rounded up to even; k past K is zero).
-// Ap[sliver][p/2][mr][2] = op(A)(row, p0 + p): one 32-bit word per (row, k pair).
-void PackAPairs(const uint16_t* a, bool trans, int64_t m, int64_t k, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t kc2,
-                int64_t MR, uint16_t* ap) {
-  for (int64_t ir = 0; ir < mc; ir += MR) {
-    const int64_t mr = std::min(MR, mc - ir);
-    for (int64_t p = 0; p < kc2; ++p) {
-      uint16_t* dst = ap + (p / 2) * MR * 2 + (p & 1);
-      for (int64_t i = 0; i < MR; ++i) dst[2 * i] = (i < mr && p < kc) ? AElem(a, trans, m, k, i0 + ir + i, p0 + p) : uint16_t{0};
-    }
-    ap += kc2 * MR;
-  }
-}
-
-// Bp[sliver][p/2][nr][2] = op(B)(p0 + p, column).
-void PackBPairs(const uint16_t* b, bool trans, int64_t n, int64_t k, int64_t p0, int64_t kc, int64_t kc2, int64_t j0, int64_t nc,
-                int64_t NR, uint16_t* bp) {
-  for (int64_t jr = 0; jr < nc; jr += NR) {
-    const int64_t nr = std::min(NR, nc - jr);
-    uint16_t* sliver = bp + jr * kc2;
-    for (int64_t p = 0; p < kc2; ++p) {
-      uint16_t* dst = sliver + (p / 2) * NR * 2 + (p & 1);
-      if (p < kc && !trans) {
-        const uint16_t* src = b + (p0 + p) * n + j0 + jr;
-        int64_t j = 0;
-        for (; j < nr; ++j) dst[2 * j] = src[j];
-        for (; j < NR; ++j) dst[2 * j] = 0;
-      } else {
-        for (int64_t j = 0; j < NR; ++j) dst[2 * j] = (p < kc && j < nr) ? BElem(b, trans, n, k, p0 + p, j0 + jr + j) : uint16_t{0};
-      }
-    }
-  }
-}
-
 // C (fp32, row stride n) = op(A) . op(B) for one batch entry.
 template <typename T>
 void MatmulF32Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_t M, int64_t N, int64_t K, bool trans_a,
@@ -349,47 +271,34 @@ void MatmulF32Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_
     return;
   }
   const int64_t MR = ks.mr, NR = ks.nr;
-  const bool pairs = ks.pairs;
-  const size_t elem = pairs ? sizeof(uint16_t) : sizeof(float);
   // Equal MC blocks (whole slivers) instead of MC_MAX blocks plus a thin remainder.
   const int64_t m_blocks = (M + MC_MAX - 1) / MC_MAX;
   const int64_t mc_step = ((M + m_blocks - 1) / m_blocks + MR - 1) / MR * MR;
-  const int64_t kc_max = std::min(KC, K) + 1;  // +1: a pair kernel pads k to even
-  void* ap = a_scratch.Get(static_cast<size_t>(mc_step * kc_max) * elem);
-  void* bp = b_scratch.Get(static_cast<size_t>((std::min(NC, N) + NR - 1) / NR * NR * kc_max) * elem);
+  const int64_t kc_max = std::min(KC, K);
+  float* ap = static_cast<float*>(a_scratch.Get(static_cast<size_t>(mc_step * kc_max) * sizeof(float)));
+  float* bp = static_cast<float*>(b_scratch.Get(static_cast<size_t>((std::min(NC, N) + NR - 1) / NR * NR * kc_max) * sizeof(float)));
   alignas(64) float tile[MAX_MR * MAX_NR];
   for (int64_t jc = 0; jc < N; jc += NC) {
     const int64_t nc = std::min(NC, N - jc);
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
-      const int64_t kc2 = pairs ? (kc + 1) / 2 * 2 : kc;
       const bool accumulate = pc > 0;
-      if constexpr (std::is_same_v<T, uint16_t>) {
-        if (pairs) PackBPairs(b, trans_b, N, K, pc, kc, kc2, jc, nc, NR, static_cast<uint16_t*>(bp));
-        else PackB(b, trans_b, N, K, pc, kc, jc, nc, NR, static_cast<float*>(bp));
-      } else {
-        PackB(b, trans_b, N, K, pc, kc, jc, nc, NR, static_cast<float*>(bp));
-      }
+      PackB(b, trans_b, N, K, pc, kc, jc, nc, NR, bp);
       for (int64_t ic = 0; ic < M; ic += mc_step) {
         const int64_t mc = std::min(mc_step, M - ic);
-        if constexpr (std::is_same_v<T, uint16_t>) {
-          if (pairs) PackAPairs(a, trans_a, M, K, ic, mc, pc, kc, kc2, MR, static_cast<uint16_t*>(ap));
-          else PackA(a, trans_a, M, K, ic, mc, pc, kc, MR, static_cast<float*>(ap));
-        } else {
-          PackA(a, trans_a, M, K, ic, mc, pc, kc, MR, static_cast<float*>(ap));
-        }
+        PackA(a, trans_a, M, K, ic, mc, pc, kc, MR, ap);
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nr = std::min(NR, nc - jr);
-          const char* bs = static_cast<const char*>(bp) + jr * kc2 * elem;
+          const float* bs = bp + jr * kc;
           for (int64_t ir = 0; ir < mc; ir += MR) {
             const int64_t mr = std::min(MR, mc - ir);
-            const char* as = static_cast<const char*>(ap) + ir * kc2 * elem;
+            const float* as = ap + ir * kc;
             float* cij = c + (ic + ir) * N + (jc + jr);
             if (mr == MR && nr == NR) {
-              ks.fn(kc2, as, bs, cij, N, accumulate);
+              ks.fn(kc, as, bs, cij, N, accumulate);
               continue;
             }
-            ks.fn(kc2, as, bs, tile, NR, false);
+            ks.fn(kc, as, bs, tile, NR, false);
             for (int64_t i = 0; i < mr; ++i) {
               float* ci = cij + i * N;
               const float* ti = tile + i * NR;
@@ -413,6 +322,8 @@ template <typename T>
 void Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b) {
   if constexpr (std::is_same_v<T, float>) {
     if (&ks == &kAvx512 && std::min({M, N, K}) < 512) return MatmulF32Avx512(a, b, c, M, N, K, trans_a, trans_b);
+  } else {
+    if (&ks == &kAvx512Bf16) return MatmulBf16Avx512(a, b, c, M, N, K, trans_a, trans_b);
   }
   MatmulF32Out(ks, a, b, c, M, N, K, trans_a, trans_b);
 }

@@ -26,6 +26,8 @@
 #include <new>
 #include <utility>
 
+#include "kernels/matmul_transpose.h"
+
 namespace ascent::fast {
 namespace {
 
@@ -79,35 +81,6 @@ const std::array<TileFn, kMaxMR + 1> kTiles[2] = {Tiles<false>(std::make_index_s
 // The mask of the first `cols` of 16 lanes (0 <= cols).
 inline __mmask16 Lanes(int64_t cols) { return cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1); }
 
-// r[q][j] <- r[j][q]: the 16 x 16 transpose in four rounds of shuffles (pairs of rows, then
-// quads within 128-bit lanes, then lanes across registers twice).
-// (GCC 12 flags the undefined pass-through vector inside its own unpack intrinsics.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f"))) inline void Transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-  for (int base = 0; base < 16; base += 8) {
-    for (int c = 0; c < 4; ++c) {
-      t[base + c] = _mm512_shuffle_f32x4(r[base + c], r[base + c + 4], 0x88);
-      t[base + c + 4] = _mm512_shuffle_f32x4(r[base + c], r[base + c + 4], 0xDD);
-    }
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
-  }
-}
-#pragma GCC diagnostic pop
 
 // bp[sliver][p][32] = op(B)(p0 + p, j0 + sliver * 32 + j), zero past column nc.
 __attribute__((target("avx512f"))) void PackB(const float* b, bool trans, int64_t n, int64_t k, int64_t p0, int64_t kc,
