@@ -69,9 +69,7 @@ bool ArgBool(const Napi::CallbackInfo& info, size_t i, const char* name) {
 // ---------------------------------------------------------------- Reader
 
 Reader::Reader(const Napi::CallbackInfo& info, std::string op, size_t first, bool prefix)
-    : info_(info), op_(std::move(op)), prefix_(prefix ? op_ + ": " : ""), i_(first) {
-  spans_.reserve(4);  // most ops read at most four buffers: one allocation, not one per growth
-}
+    : info_(info), op_(std::move(op)), prefix_(prefix ? op_ + ": " : ""), i_(first) {}
 
 void Reader::SetDevice(int device, std::string owner, const char* key) {
   device_ = device;
@@ -214,6 +212,8 @@ Span Reader::Buffer(const char* name, uint64_t bytes, size_t align, bool optiona
   }
   Span sp = ArgSpan(info_, i_, name, bytes, align, device_, owner_, owner_key_, prefix_);
   i_ += 2;
+  // Most ops read at most four buffers: one allocation, not one per growth (and none for ops without buffers).
+  if (spans_.capacity() == 0) spans_.reserve(4);
   spans_.push_back({sp, name});
   return sp;
 }
