@@ -254,7 +254,10 @@ void StreamImpl::Loop() {
     std::optional<ErrorInfo> cause;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      busy_ = false;  // the previous op's completion is posted: an enqueue may run inline now
+      // The previous op is done (its completion posted, or held back for the batchable op this
+      // thread takes below under the same lock, so no enqueue sees it idle): an enqueue may run
+      // inline once the queue is empty.
+      busy_ = false;
       cv_.wait(lock, [&] { return stopping_ || (!inline_running_ && (!queue_.empty() || drain_exit_)); });
       if (stopping_ || queue_.empty()) break;
       op = std::move(queue_.front());
