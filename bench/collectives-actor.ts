@@ -19,6 +19,12 @@ export interface CaseResult {
    * CPU an op costs much less.
    */
   cpuUs: number;
+  /**
+   * Host wall-clock microseconds on this rank from enqueuing the first timed op to the
+   * host seeing the last one complete (its awaits or its synchronize): what the caller
+   * waits, wake-ups included.
+   */
+  wallUs: number;
   wrong: number;
 }
 
@@ -39,11 +45,14 @@ export function counts(op: BenchOp, bytes: number, elem: number, p: number): { s
 }
 
 /**
- * `each`: every timed op returns its promise (a completion posted to the rank's JS thread
- * per op); `none` (allReduce only): enqueued with no completion and one stream.synchronize()
- * at the end, as NCCL ops are — the collective without the per-op host wake-up.
+ * `each`: the timed ops are enqueued back to back and every op's promise is kept and awaited
+ * together (Promise.all), as a caller pipelining its collectives writes it; the stream may post
+ * their completions in runs (native/device/stream.h, "Batched completions"). `awaited`: each op
+ * is awaited before the next is enqueued (`await comm.allReduce(...)` in a loop: one host
+ * round trip per op, nothing to batch). `none` (allReduce only): enqueued with no completion
+ * and one stream.synchronize() at the end, as NCCL ops are.
  */
-export type Completions = 'each' | 'none';
+export type Completions = 'each' | 'awaited' | 'none';
 
 export class CollectivesBench {
   constructor(private readonly ctx: RankContext) {}
@@ -101,6 +110,7 @@ export class CollectivesBench {
       const firstId = (comm.flightRecord().ranks[rank]?.lastEnqueued?.id ?? 0) + 2;
       await comm.barrier(stream);
       const before = resourceUsage();
+      const t0 = performance.now();
       if (completions === 'none') {
         // The same (already validated) allReduce enqueued with token 0: nobody awaits it, so
         // the stream thread posts no completion and the host thread is not woken per op.
@@ -110,9 +120,12 @@ export class CollectivesBench {
           comm.native.allReduce(send.buffer, send.byteOffset, recv.buffer, recv.byteOffset, send.numel, codes[dtype], red[redop], stream.native, 0);
         }
         await stream.synchronize();
+      } else if (completions === 'awaited') {
+        for (let i = 0; i < iters; i++) await run();
       } else {
         await Promise.all(Array.from({ length: iters }, run));
       }
+      const wallUs = (performance.now() - t0) * 1000;
       const after = resourceUsage();
       const cpuUs = after.userCPUTime + after.systemCPUTime - before.userCPUTime - before.systemCPUTime;
       const mine = comm.flightRecord().ranks[rank]!.entries.filter((e) => e.id >= firstId && e.id < firstId + iters);
@@ -123,7 +136,7 @@ export class CollectivesBench {
       await run();
       const got = await recv.toArray({ stream });
       const wrong = countWrong(op, redop, dtype, got, p, c);
-      return { endsMs, startsMs, cpuUs, wrong };
+      return { endsMs, startsMs, cpuUs, wallUs, wrong };
     } finally {
       for (const t of owned) t.release();
     }

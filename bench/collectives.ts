@@ -24,6 +24,10 @@
  * (the last rank picks up op i) - (op i-1 done), the ranks' hand-over from one op to the
  * next; moveUs = p50 of (op i done) - (the last rank picks it up), the data movement.
  *
+ * wall/op(us) = host wall-clock time per timed op on the slowest rank, from enqueuing the
+ * first to the host seeing the last complete (--completions says how they are waited for):
+ * the caller's view, its wake-ups included, where time is the stream's per-op cycle.
+ *
  * cpu(us) = CPU microseconds of the whole process per timed op (every rank's JS and stream
  * threads, from getrusage over rank 0's timed window): on this shared 2-core machine the
  * wall-clock rows move with the load average, the CPU an op costs far less; cpu / cores is
@@ -99,6 +103,11 @@ export interface CollRow {
   moveUs: number;
   /** CPU microseconds of the whole process per timed op (see the file comment). */
   cpuUsPerOp: number;
+  /**
+   * Host wall-clock microseconds per timed op on the slowest rank, from enqueuing the first to
+   * seeing the last complete: the caller's view, host wake-ups included (time is the stream's).
+   */
+  wallUsPerOp: number;
   /** Memory-bound rows: the STREAM-like copy measured just before the row, and the efficiency against it. */
   copyNearGBs?: number;
   efficiencyNear?: number;
@@ -161,10 +170,12 @@ Flags:
   --step <k>         size multiplier between rows (default 4)
   --processes <p>    also run allReduce on p processes x ranks/p under mpirun, beside Open MPI's
                      MPI_Allreduce on as many processes (default 2; 0 skips)
-  --completions <c>  each (default): every timed op's promise is kept, so each op wakes its
-                     rank's JS thread; none (with --op allReduce): the timed ops are enqueued
-                     without a completion and the stream synchronized once, as NCCL ops are
-                     (the collective alone, without the per-op host wake-up)
+  --completions <c>  each (default): the timed ops are enqueued back to back and every op's
+                     promise is awaited together (Promise.all); the stream posts their
+                     completions in runs, not one host wake-up per op; awaited: each op is
+                     awaited before the next is enqueued (await comm.allReduce() in a loop:
+                     a host round trip per op); none (with --op allReduce): enqueued without a
+                     completion and the stream synchronized once, as NCCL ops are
   -h, --help         print this help and exit
 `;
 
@@ -178,7 +189,7 @@ function parse(argv: string[]) {
     .addOption(new Option('--max-bytes <b>', 'largest size').default(String(256 * 1024 * 1024)))
     .addOption(new Option('--step <k>', 'size multiplier between rows').default('4'))
     .addOption(new Option('--processes <p>', 'processes of the mpirun rows').default('2'))
-    .addOption(new Option('--completions <c>', 'host completions of the timed ops').choices(['each', 'none']).default('each'))
+    .addOption(new Option('--completions <c>', 'host completions of the timed ops').choices(['each', 'awaited', 'none']).default('each'))
     .exitOverride()
     .configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
   prog.parse(argv, { from: 'user' });
@@ -208,6 +219,13 @@ function parse(argv: string[]) {
     throw new BenchUsageError(`--min-bytes ${opts.minBytes} is larger than --max-bytes ${opts.maxBytes}; give a smallest size <= the largest.`);
   return opts;
 }
+
+/** How the timed ops of a row are issued and waited for (the target column names it: a p50 holds for that usage only). */
+export const COMPLETIONS_MODE: Readonly<Record<Completions, string>> = {
+  each: 'enqueued back to back, every promise awaited together',
+  awaited: 'each op awaited before the next',
+  none: 'no completions, one synchronize',
+};
 
 const WARMUP = 10;
 /** Rows moving at least this much (traffic model above) also get the copy measured beside them. */
@@ -270,6 +288,7 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
     const streamCopyGBs = await measureCopy(5);
     print(`# STREAM-like copy: ${round(streamCopyGBs)} GB/s (read+write, ${cores} threads x ${copyBytes >> 20} MiB)`);
     if (opts.completions === 'none') print('# --completions none: timed ops enqueued without a host completion, the stream synchronized once');
+    print(`# timed ops: ${COMPLETIONS_MODE[opts.completions]} (--completions ${opts.completions}); the target column says so too`);
 
     const rows: CollRow[] = [];
     const elem = opts.dtype === 'int64' ? 8 : opts.dtype === 'fp32' || opts.dtype === 'int32' ? 4 : 2;
@@ -351,6 +370,7 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
             moveUs: round(moveUs, 1),
             // Rank 0's window: the ranks start together (barrier) and end within an op of each other.
             cpuUsPerOp: round(results[0]!.cpuUs / iters, 1),
+            wallUsPerOp: round(Math.max(...results.map((x) => x.wallUs)) / iters, 1),
           };
           if (copyNearGBs !== undefined) {
             row.copyNearGBs = copyNearGBs;
@@ -401,7 +421,8 @@ export async function main(argv: string[]): Promise<void> {
         'move(us)': r.moveUs,
         'eff(near)': r.efficiencyNear ?? '',
         'cpu(us)': r.cpuUsPerOp,
-        target: r.target ? `${r.target.label}: ${r.target.ratio} ${r.target.holds ? 'holds' : 'MISSED'}` : '',
+        'wall/op(us)': r.wallUsPerOp,
+        target: r.target ? `${r.target.label} (${result.completions}): ${r.target.ratio} ${r.target.holds ? 'holds' : 'MISSED'}` : '',
       })),
     ),
   );

@@ -111,6 +111,22 @@ describe('collectives benchmark harness', () => {
     expect(printed).toContain('# --completions none: timed ops enqueued without a host completion, the stream synchronized once');
   }, 120_000);
 
+  it('--completions awaited: each op awaited before the next is still exact, and every row carries its host wall time per op', async () => {
+    const printed: string[] = [];
+    const r = await runCollectivesBench(
+      ['--ranks', '3', '--op', 'allReduce', '--min-bytes', '4096', '--max-bytes', '4096', '--processes', '0', '--completions', 'awaited'],
+      (l) => printed.push(l),
+    );
+    expect(r.completions).toBe('awaited');
+    expect(r.rows).toHaveLength(2);
+    for (const row of r.rows) {
+      expect(row.wrong).toBe(0);
+      expect(row.timeUs).toBeGreaterThan(0);
+      expect(row.wallUsPerOp).toBeGreaterThan(0);
+    }
+    expect(printed).toContain('# timed ops: each op awaited before the next (--completions awaited); the target column says so too');
+  }, 120_000);
+
   it('rejects bad flags with a clear message', async () => {
     await expect(runCollectivesBench(['--ranks', 'zero'])).rejects.toThrow(/Expected an integer >= 1 for --ranks but received "zero"/);
     await expect(runCollectivesBench(['--op', 'allreduce'])).rejects.toThrow(/allreduce/);

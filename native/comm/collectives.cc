@@ -365,6 +365,9 @@ void RunCollective(CommGroup& g, int rank, Desc& d, Clock::time_point deadline, 
   // Step 1: prepare and post.
   std::vector<uint8_t> snapshot;  // lives until the departure barrier
   const bool small = IsSmall(d, c.P);
+  // A large collective moves data for long: the completions held back for the ops before
+  // it are posted now, not after it (device/stream.h, "Batched completions").
+  if (!small) FlushStreamCompletions();
   if (d.op == CollOp::kAllToAll || d.op == CollOp::kAllToAllV) {
     uint64_t sn = SendExtent(d, c.P);
     if (Overlap(d.send, sn, d.recv, RecvExtent(d, c.P))) {

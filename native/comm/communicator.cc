@@ -217,11 +217,25 @@ uint64_t CommWrap::Submit(Napi::Env env, StreamImpl* stream, Work w) {
   op->name = w.name;
   op->token = w.token;
   op->keep = std::move(w.keep);
+  op->batchable = w.batchable;
+  // Skipped because this rank's stream failed earlier: the peers would wait for this rank
+  // until their deadline; abort them now, naming this rank. Natively, so it holds whether
+  // or not a host awaits this op (an op enqueued without a completion reports nothing).
+  op->on_skip = [group, rank, stream_id = stream->id(), name = w.name](const ErrorInfo& sticky) {
+    if (group->aborted()) return;
+    const std::string reason = group->Who(rank) + "'s stream " + std::to_string(stream_id) + " failed before its " +
+                               name + " could run: " + sticky.message;
+    ErrorInfo e{kCommAborted, reason, {Num("abortedBy", group->WorldRank(rank)), Str("reason", reason)}};
+    group->SetCulprits(e, {rank});
+    group->Abort(std::move(e), 0, group->AnyInFlight());
+  };
   op->run = [run = std::move(run), data](Op& self) {
     try {
       run();
     } catch (const AscentException& e) {
-      // Report the original error to the awaiting promise (see communicator.h).
+      // Report the original error to the awaiting promise (see communicator.h), after the
+      // completions this stream held back for the ops before it (seq order, nothing lost).
+      FlushStreamCompletions();
       PostCompletion(data, self.token, &e.info());
       self.token = 0;
       throw;
@@ -245,6 +259,7 @@ uint64_t CommWrap::EnqueueCollective(Napi::Env env, StreamImpl& stream, Desc d, 
          [group, rank, timeout, d = std::move(d)](Clock::time_point deadline) mutable {
            RunCollective(*group, rank, d, deadline, timeout);
          }};
+  w.batchable = true;
   return Submit(env, &stream, std::move(w));
 }
 

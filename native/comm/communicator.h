@@ -112,6 +112,9 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
     std::vector<std::shared_ptr<Block>> keep;
     double timeout_ms = 0;  // the body's deadline, counted from its start
     std::function<void(Clock::time_point deadline)> body;
+    // Collectives: the stream may hold back earlier completions while this runs (device/stream.h,
+    // "Batched completions"); their waits and large data moves flush them first.
+    bool batchable = false;
   };
   // Assigns the collective's seq and fingerprint (JS thread, call order: every rank
   // stamps its collectives in the same order, so equal seqs meet).

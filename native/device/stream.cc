@@ -64,7 +64,17 @@ void StreamImpl::Stop() {
     waiting->cv.notify_all();
   }
   if (thread_.joinable()) thread_.join();
+  // Ops that finished before the stop: their held-back completions first, in seq order.
+  FlushDeferred();
   for (auto& op : dropped) {
+    // Dropped, so never run: a collective tells its peers now (see Op::on_skip).
+    if (op->on_skip) {
+      try {
+        op->on_skip(DestroyedError(*op));
+      } catch (...) {
+        // As in Loop(): the drop is reported below either way.
+      }
+    }
     if (op->token != 0) {
       auto c = std::make_unique<Completion>();
       c->token = op->token;
@@ -111,7 +121,10 @@ StreamImpl::Outcome StreamImpl::Execute(Op& op, bool skip) {
   Outcome o;
   o.profiled = profiling_.load(std::memory_order_relaxed) && !skip;
   if (o.profiled) o.start_us = SteadyNowUs();
-  if (skip) return o;
+  if (skip) {
+    o.skipped = true;
+    return o;
+  }
   try {
     op.run(op);
   } catch (const Interrupted&) {
@@ -125,8 +138,10 @@ StreamImpl::Outcome StreamImpl::Execute(Op& op, bool skip) {
 }
 
 void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inline) {
-  std::optional<ErrorInfo> report;
   bool wake = false;
+  bool defer = false;
+  std::unique_ptr<Completion> c;
+  std::vector<std::unique_ptr<Completion>> flush;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (o.failure && !sticky_) {
@@ -139,7 +154,6 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
            Num("seq", static_cast<double>(op->seq)), Str("op", op->name), Str("causeCode", o.failure->code),
            Str("causeMessage", o.failure->message)}};
     }
-    if (sticky_) report = sticky_;
     if (o.profiled) {
       if (profile_.size() < kMaxProfileRecords) {
         profile_.push_back(ProfileRecord{op->seq, op->name, o.start_us, SteadyNowUs()});
@@ -159,25 +173,49 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
       // (otherwise the next op would queue or run inline depending on the scheduler).
       busy_ = false;
     }
-  }
-  std::unique_ptr<Completion> c;
-  if (op->token != 0) {
-    c = std::make_unique<Completion>();
-    c->token = op->token;
-    if (o.interrupted) {
-      c->ok = false;
-      c->error = DestroyedError(*op);
-    } else if (report) {
-      c->ok = false;
-      c->error = *report;
-    } else if (op->has_result) {
-      c->has_bytes = true;
-      c->bytes = std::move(op->result);
+    if (op->token != 0) {
+      c = std::make_unique<Completion>();
+      c->token = op->token;
+      if (o.interrupted) {
+        c->ok = false;
+        c->error = DestroyedError(*op);
+      } else if (sticky_) {
+        c->ok = false;
+        c->error = *sticky_;
+        // Queued behind the failure and never run: said so, with the op that was skipped.
+        if (o.skipped) {
+          c->error.details.push_back(Str("skippedOp", op->name));
+          c->error.details.push_back(Num("skippedSeq", static_cast<double>(op->seq)));
+        }
+      } else if (op->has_result) {
+        c->has_bytes = true;
+        c->bytes = std::move(op->result);
+      }
+    }
+    // Batched completions (stream.h): a success is held back while a batchable op runs next;
+    // anything else posts what is held, then its own.
+    if (!was_inline) {
+      const auto now = std::chrono::steady_clock::now();
+      const bool fresh = deferred_.empty() ||
+                         std::chrono::duration<double, std::milli>(now - deferred_since_).count() < kMaxDeferMs;
+      defer = !o.interrupted && !sticky_ && !queue_.empty() && queue_.front()->batchable &&
+              deferred_.size() < kMaxDeferred && fresh;
+      if (defer && c) {
+        if (deferred_.empty()) deferred_since_ = now;
+        deferred_.push_back(std::move(c));
+      } else if (!defer) {
+        flush.swap(deferred_);
+      }
     }
   }
   // Drops the op's block references outside the stream lock, and before its completion is
   // posted: a host that saw the op complete sees its memory released too.
   op.reset();
+  if (flush.size() + (c ? 1 : 0) > 1) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++batched_posts_;
+  }
+  for (auto& f : flush) env_->Post(std::move(f));
   if (c) {
     // An inline op ran on its env's JS thread, inside the enqueue call that now takes this.
     if (was_inline) {
@@ -189,13 +227,37 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
   if (wake) cv_.notify_all();
 }
 
+void StreamImpl::FlushDeferred() {
+  std::vector<std::unique_ptr<Completion>> flush;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    flush.swap(deferred_);
+    if (flush.size() > 1) ++batched_posts_;
+  }
+  for (auto& f : flush) env_->Post(std::move(f));
+}
+
+namespace {
+// The stream whose thread this is (null on every other thread): FlushStreamCompletions() finds it here.
+thread_local StreamImpl* t_stream = nullptr;
+}  // namespace
+
+void FlushStreamCompletions() {
+  if (t_stream != nullptr) t_stream->FlushDeferred();
+}
+
 void StreamImpl::Loop() {
+  t_stream = this;
   for (;;) {
     std::unique_ptr<Op> op;
     bool skip;
+    std::optional<ErrorInfo> cause;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      busy_ = false;  // the previous op's completion is posted: an enqueue may run inline now
+      // The previous op is done (its completion posted, or held back for the batchable op this
+      // thread takes below under the same lock, so no enqueue sees it idle): an enqueue may run
+      // inline once the queue is empty.
+      busy_ = false;
       cv_.wait(lock, [&] { return stopping_ || (!inline_running_ && (!queue_.empty() || drain_exit_)); });
       if (stopping_ || queue_.empty()) break;
       op = std::move(queue_.front());
@@ -206,6 +268,14 @@ void StreamImpl::Loop() {
       running_seq_ = op->seq;
       running_since_ = std::chrono::steady_clock::now();
       skip = sticky_.has_value();
+      if (skip && op->on_skip) cause = sticky_;
+    }
+    if (cause) {
+      try {
+        op->on_skip(*cause);
+      } catch (...) {
+        // A skip hook reports what it can; the op is reported as skipped either way.
+      }
     }
     Outcome o = Execute(*op, skip);
     const bool interrupted = o.interrupted;
@@ -260,6 +330,11 @@ uint64_t StreamImpl::enqueued() {
 uint64_t StreamImpl::completed() {
   std::lock_guard<std::mutex> lock(mu_);
   return completed_;
+}
+
+uint64_t StreamImpl::batched() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return batched_posts_;
 }
 
 uint64_t StreamImpl::inlined() {
@@ -338,6 +413,7 @@ Napi::Value StreamWrap::Stats(const Napi::CallbackInfo& info) {
   o.Set("enqueued", Napi::Number::New(env, static_cast<double>(impl_->enqueued())));
   o.Set("completed", Napi::Number::New(env, static_cast<double>(impl_->completed())));
   o.Set("inlined", Napi::Number::New(env, static_cast<double>(impl_->inlined())));
+  o.Set("batched", Napi::Number::New(env, static_cast<double>(impl_->batched())));
   o.Set("destroyed", Napi::Boolean::New(env, impl_->stopped()));
   std::optional<ErrorInfo> sticky = impl_->sticky_error();
   o.Set("error", sticky ? MakeJsError(env, *sticky) : env.Null());

@@ -46,6 +46,8 @@ export interface NativeStreamStats {
   completed: number;
   /** Ops that ran inline on the enqueueing thread because the stream was idle (small kernels and copies). */
   inlined: number;
+  /** Runs of held-back completions the stream thread posted together (back-to-back collectives: one wake-up per run). */
+  batched: number;
   destroyed: boolean;
   error: AscentError | null;
 }

@@ -40,18 +40,23 @@ export interface RankResult {
   [key: string]: unknown;
 }
 
-/** `onStart(id)` runs once every worker was started (e.g. to abort the communicator from the main thread). */
+/**
+ * `onStart(id)` runs once every worker was started (e.g. to abort the communicator from the main thread).
+ * `fixture`: the worker script under test/fixtures (default comm-worker.mjs).
+ */
 export async function runRanks(
   nranks: number,
   data: Record<string, unknown>,
   timeoutMs = 50_000,
   onStart?: (id: string, workers: Worker[]) => void,
+  fixture?: string,
 ): Promise<RankResult[]> {
   const id = Communicator.uniqueId();
   const workers: Worker[] = [];
+  const script = fixture === undefined ? worker : join(root, 'test', 'fixtures', fixture);
   const all = Promise.all(
     Array.from({ length: nranks }, (_, rank) => {
-      const w = new Worker(worker, { workerData: { id, nranks, rank, ...data } });
+      const w = new Worker(script, { workerData: { id, nranks, rank, ...data } });
       workers.push(w);
       return new Promise<RankResult>((resolve) => {
         let done = false;

@@ -4,6 +4,11 @@
  * `Communicator.initRank({ uniqueId, nranks, rank, device })`. Collectives are
  * enqueued on a stream of the communicator's device and return a promise that
  * resolves once the op ran (stream order is kept whether or not it is awaited).
+ * Collectives enqueued back to back cost one host wake-up per run, not per op: the
+ * stream thread holds their completions back and posts them together (see
+ * native/device/stream.h, "Batched completions"); a failure is never held back, and a
+ * collective skipped behind a failed op aborts the communicator natively, so peers fail
+ * at once whether or not anyone awaits it.
  *
  * Counts follow NCCL: allReduce / broadcast move `numel` elements per rank;
  * allGather's recv holds size x send; reduceScatter's send holds size x recv;
@@ -327,6 +332,7 @@ export class Communicator {
       (err: Error) => {
         // Skipped because the stream already failed in a non-communicator op: peers
         // would wait for this rank until the exec timeout; abort them now instead.
+        // (The stream's skip already did natively: Op::on_skip; this stays as a backstop.)
         if (err instanceof StreamError && !this.aborted) {
           this.native.abort(`rank ${this.rank}'s stream ${stream.id} failed before its ${fn} could run: ${err.message}`);
         }
