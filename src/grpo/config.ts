@@ -13,6 +13,7 @@ import { OptimizerConfigSchema, TrainerConfigSchema } from '../train/config.js';
 import { ALGORITHM_SHAPE, checkAlgorithmConfig } from './algorithm-config.js';
 import { updatePlan } from './update-plan.js';
 import { RewardSpecSchema } from '../data/config.js';
+import { ENGINE_DTYPES } from '../rollout/weight-dtype.js';
 import { applyTrlAliases } from './aliases.js';
 
 const posInt = (what: string) =>
@@ -81,9 +82,17 @@ export const GrpoConfigSchema = z
     engine: z
       .object({
         tp: z.union([z.literal(1), z.literal(2), z.literal(4)], { error: 'expected engine.tp to be 1, 2 or 4' }).default(1),
+        /**
+         * The rollout engine's weight precision (src/rollout/weight-dtype.ts): bfloat16 holds its matmul weights in
+         * bf16 (half the device bytes and half the bytes a weight sync moves; activations and sampling stay fp32).
+         * The trainer keeps fp32 (a trainer precision would be trainer.dtype).
+         */
+        dtype: z
+          .enum(ENGINE_DTYPES, { error: "expected engine.dtype to be 'float32' or 'bfloat16' (the rollout engine's weight precision)" })
+          .default('float32'),
       })
       .strict()
-      .default({ tp: 1 }),
+      .default({ tp: 1, dtype: 'float32' }),
     /** Prompts per step (each sampled numGenerations times). */
     promptsPerStep: posInt('promptsPerStep').default(16),
     numGenerations: posInt('numGenerations').default(8),
