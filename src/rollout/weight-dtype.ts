@@ -18,6 +18,9 @@
 import type { DType } from '../runtime/device/dtype.js';
 import { describe } from '../runtime/device/dtype.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
+import type { ModelConfig } from '../model/config.js';
+import { hfLoadPlan } from './loader.js';
+import { tpShard } from './tp-shard.js';
 
 export const ENGINE_DTYPES = ['float32', 'bfloat16'] as const;
 export type EngineDtype = (typeof ENGINE_DTYPES)[number];
@@ -38,4 +41,22 @@ const BF16_WEIGHT =
 /** The device dtype of runtime parameter `name` in an engine of weight precision `dtype`. */
 export function runtimeDtypeOf(name: string, dtype: EngineDtype): DType {
   return dtype === 'bfloat16' && BF16_WEIGHT.test(name) ? 'bf16' : 'fp32';
+}
+
+const firstParams = new WeakMap<ModelConfig, Map<string, string>>();
+
+/**
+ * The device dtype the engine holds HF tensor `hf` of `cfg` in (every runtime parameter an
+ * HF tensor fills has the same): what a weight sync sends it as and what verification
+ * compares it as. Unknown names are an error.
+ */
+export function hfDtypeOf(cfg: ModelConfig, hf: string, dtype: EngineDtype): DType {
+  let m = firstParams.get(cfg);
+  if (!m) {
+    m = new Map([...hfLoadPlan(cfg, tpShard(cfg, 1, 0))].map(([n, e]) => [n, e.writes[0]!.param]));
+    firstParams.set(cfg, m);
+  }
+  const param = m.get(hf);
+  if (param === undefined) throw new InvalidArgumentError(`No HF tensor named ${JSON.stringify(hf)} in this ${cfg.modelType} config.`, { tensor: hf });
+  return runtimeDtypeOf(param, dtype);
 }
