@@ -48,6 +48,10 @@ describe('GRPO config', () => {
       dtype: 'bfloat16',
     });
     expect(parseGrpoConfig({ model: 'x', engine: { dtype: 'bfloat16' } }, 4).engine.dtype).toBe('bfloat16');
+    // A bf16 engine's probe tolerance defaults to bf16 rounding's size; a given one is kept.
+    expect(parseGrpoConfig({ model: 'x' }, 4).sync.tolerance).toBe(1e-3);
+    expect(parseGrpoConfig({ model: 'x', engine: { dtype: 'bfloat16' } }, 4).sync.tolerance).toBe(0.1);
+    expect(parseGrpoConfig({ model: 'x', engine: { dtype: 'bfloat16' }, sync: { tolerance: 1e-2 } }, 4).sync.tolerance).toBe(1e-2);
     for (const bad of ['bf16', 'float16']) {
       expect(() => parseGrpoConfig(grpoConfigFromArgs(['--model', 'x', '--rollout-dtype', bad]), 4)).toThrow(
         /engine\.dtype: expected engine\.dtype to be 'float32' or 'bfloat16'/,

@@ -51,7 +51,7 @@ describe('colocated sync into a bfloat16 engine on 2 ranks', () => {
       expect(c.maxDiff, tag).toBeLessThan(1e-4); // the same bf16 weights as the reference engine
       expect(c.report!.verified!.checksums, tag).toBe(true);
       expect(c.report!.verified!.fingerprints, tag).toBe(2 * c.hfTensors);
-      expect(c.report!.verified!.maxLogprobDiff, tag).toBeLessThan(5e-2); // fp32 trainer vs bf16 engine
+      expect(c.report!.verified!.maxLogprobDiff, tag).toBeLessThan(0.1); // fp32 trainer vs bf16 engine
       expect(c.processCalls, tag).toBe(0);
       expect(c.report!.dtype).toBe('bfloat16');
       // bf16 for the matmul weights, fp32 for the norms and router: about half of fp32.
