@@ -259,7 +259,6 @@ export class ServerSync {
       ),
     );
     const casts: Tensor[] = [];
-    const sources = this.role === 'trainer' ? this.sourceTensors(wire, casts) : null;
     // Rounds whose segments are all small go as one allToAllV over `comm` (server-gather.ts);
     // the per-trainer-rank communicators are made only when some round is broadcast.
     const rounds = Math.max(...plans.map((p) => p.length));
@@ -272,6 +271,7 @@ export class ServerSync {
     // Every transfer of this rank is enqueued: from here a failure leaves no peer waiting.
     let issued = false;
     try {
+      const sources = this.role === 'trainer' ? this.sourceTensors(wire, casts) : null;
       const fault = session ? syncFault(this.engine!, (name) => session.entry(name).writes[0], 'server') : null;
       const rx = (receiver = session ? new Receiver(this.engine!, session, assemblies(ranks, wire), stream) : null);
       // Engine ranks: where each segment is received — straight into a parameter, or into a
@@ -381,7 +381,6 @@ export class ServerSync {
         staging?.release();
         scrap?.release();
         rx?.release();
-        for (const t of casts) t.release(); // the wire casts, freed once the transfers that read them are done
         fault?.restore();
       }
     } catch (e) {
@@ -393,6 +392,7 @@ export class ServerSync {
       throw e;
     } finally {
       if (session?.open) session.abort();
+      for (const t of casts) t.release(); // the wire casts, freed once the transfers that read them are done
     }
     endPhase?.();
     const seconds = (performance.now() - t0) / 1000;
