@@ -3,7 +3,7 @@
  * fp32 engine on the tiny dense and MoE models: which parameters are bf16, that their bytes
  * are the round-to-nearest-even cast of the checkpoint whatever it is loaded from (fp32 or
  * BF16 host tensors, fp32 device tensors, a direct write), logits within bf16 tolerance,
- * greedy tokens that agree, and a clear error for a bad dtype.
+ * greedy tokens that agree, a LoRA adapter sync on bf16 weights, and a clear error for a bad dtype.
  *
  * Tolerance: bf16 keeps 8 significant bits, so each matmul input (the weight and the
  * activation cast for it) is off by at most u = 2^-9 relative, each product by 2u. The
@@ -19,7 +19,8 @@ import { Tensor } from '../src/runtime/device/tensor.js';
 import { InvalidArgumentError } from '../src/runtime/errors.js';
 import { initialParams } from '../src/model/params.js';
 import type { HostParam } from '../src/model/param-store.js';
-import { RolloutEngine, hfDirectWrites, tpShard, hfLoadPlan, type EngineDtype } from '../src/rollout/index.js';
+import { RolloutEngine, applyEngineAdapters, hfDirectWrites, hfLoadPlan, releaseEngineLora, tpShard, type EngineDtype } from '../src/rollout/index.js';
+import { cast } from '../src/runtime/device/ops.js';
 import { cfgOf, expectedRuntime, maxRelErr, prompts } from './helpers/rollout-reference.js';
 import { bf16Bytes, checksumsAs, roundedToBf16 } from './helpers/bf16.js';
 
@@ -149,6 +150,46 @@ describe.each(['dense', 'moe'] as const)('rollout engine with bf16 weights, tiny
       }
     });
     expect(checked).toBeGreaterThan(0);
+  });
+
+  it('a LoRA adapter sync on bf16 weights forms base + scaling·B·A in fp32 and rounds once (within bf16 rounding of the fp32 engine)', async () => {
+    const name = 'model.layers.1.self_attn.o_proj.weight';
+    const [e16, e32] = [make('bfloat16'), make('float32')];
+    const valuesOf = async (e: RolloutEngine) => {
+      const t = e.params.get(name).tensor!;
+      const wide = t.dtype === 'fp32' ? t : cast(t, 'fp32', { stream: e.stream });
+      try {
+        return (await wide.toArray({ stream: e.stream })) as Float32Array;
+      } finally {
+        if (wide !== t) wide.release();
+      }
+    };
+    const before = await valuesOf(e16);
+    const [out, inn] = host.get(name)!.shape as [number, number];
+    const rnd = (n: number, k: number) => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37 + k) * 0.05);
+    const a = Tensor.fromArray(device, rnd(4 * inn, 1), [4, inn]);
+    const b = Tensor.fromArray(device, rnd(out * 4, 2), [out, 4]);
+    try {
+      expect(applyEngineAdapters(e16, [{ base: name, a, b }], 2)).toEqual([name]);
+      applyEngineAdapters(e32, [{ base: name, a, b }], 2);
+    } finally {
+      a.release();
+      b.release();
+    }
+    const [got, want] = [await valuesOf(e16), await valuesOf(e32)];
+    expect(e16.params.get(name).tensor!.dtype).toBe('bf16');
+    let moved = 0;
+    for (let i = 0; i < want.length; i++) {
+      // Two roundings (the base, then the sum), each within 2^-9 relative, plus the base's own rounding carried into the sum.
+      expect(Math.abs(got[i]! - want[i]!)).toBeLessThanOrEqual(2 ** -8 * (Math.abs(want[i]!) + Math.abs(before[i]!)) + 1e-30);
+      if (got[i] !== before[i]) moved++;
+    }
+    expect(moved).toBeGreaterThan(want.length / 2); // the adapter took effect
+    const ps = prompts(4, 11);
+    const [l16, l32] = [await e16.prefillLogits(ps), await e32.prefillLogits(ps)];
+    for (let i = 0; i < ps.length; i++) expect(maxRelErr(l16[i]!, l32[i]!)).toBeLessThan(TOL);
+    releaseEngineLora(e16);
+    releaseEngineLora(e32);
   });
 
   it('sleep level 1 and wake keep the bf16 bytes', async () => {
