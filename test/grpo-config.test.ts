@@ -41,6 +41,24 @@ describe('GRPO config', () => {
     expect(() => parseGrpoConfig({ model: 'x', resume: true }, 4)).toThrow(/--resume needs --checkpoint-dir/);
   });
 
+  it('--rollout-dtype sets engine.dtype (default float32); another value names the field and the two accepted', () => {
+    expect(parseGrpoConfig({ model: 'x' }, 4).engine).toEqual({ tp: 1, dtype: 'float32' });
+    expect(parseGrpoConfig(grpoConfigFromArgs(['--model', 'x', '--rollout-dtype', 'bfloat16', '--engine-tp', '2']), 4).engine).toEqual({
+      tp: 2,
+      dtype: 'bfloat16',
+    });
+    expect(parseGrpoConfig({ model: 'x', engine: { dtype: 'bfloat16' } }, 4).engine.dtype).toBe('bfloat16');
+    // A bf16 engine's probe tolerance defaults to bf16 rounding's size; a given one is kept.
+    expect(parseGrpoConfig({ model: 'x' }, 4).sync.tolerance).toBe(1e-3);
+    expect(parseGrpoConfig({ model: 'x', engine: { dtype: 'bfloat16' } }, 4).sync.tolerance).toBe(0.1);
+    expect(parseGrpoConfig({ model: 'x', engine: { dtype: 'bfloat16' }, sync: { tolerance: 1e-2 } }, 4).sync.tolerance).toBe(1e-2);
+    for (const bad of ['bf16', 'float16']) {
+      expect(() => parseGrpoConfig(grpoConfigFromArgs(['--model', 'x', '--rollout-dtype', bad]), 4)).toThrow(
+        /engine\.dtype: expected engine\.dtype to be 'float32' or 'bfloat16'/,
+      );
+    }
+  });
+
   it('--resume needs a checkpoint to resume from, but not --checkpoint-every', async () => {
     const c = parseGrpoConfig(grpoConfigFromArgs(['--model', 'x', '--resume', '--checkpoint-dir', '/nowhere/at/all']), 4);
     expect(c.checkpoint).toEqual({ dir: '/nowhere/at/all' });

@@ -210,7 +210,10 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     const reload = e.beginReload();
     expect(caught(() => reload.load([['model.layers.9.mlp.up_proj.weight', host.get('model.norm.weight')!]])).message).toContain('unknown checkpoint tensor');
     expect(caught(() => reload.load([['model.norm.weight', host.get('model.embed_tokens.weight')!]])).message).toContain('needs [128]');
-    expect(caught(() => reload.load([['model.norm.weight', { dtype: 'BF16', shape: [128], data: new Uint8Array(256) }]])).message).toContain('fp32');
+    // BF16 / F16 checkpoints load (widened or kept per parameter, rollout-bf16.test.ts); integer tensors are refused.
+    expect(caught(() => reload.load([['model.norm.weight', { dtype: 'I32', shape: [128], data: new Uint8Array(512) }]])).message).toMatch(
+      /model\.norm\.weight is I32; the rollout engine loads F32, BF16 or F16 weights\. HINT: /,
+    );
     reload.load(host); // refused loads leave the session usable
     reload.finish();
     const p = prompts(2);

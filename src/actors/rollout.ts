@@ -8,13 +8,15 @@ import type { Communicator } from '../runtime/comm/comm.js';
 import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/actor-system/rank-context.js';
 import type { ModelConfig } from '../model/config.js';
-import { RolloutEngine, type GenerateResult, type SamplingParams } from '../rollout/index.js';
+import { RolloutEngine, type EngineDtype, type GenerateResult, type SamplingParams } from '../rollout/index.js';
 
 export interface RolloutActorOptions {
   /** KV-cache rows (largest generate batch). */
   maxBatch: number;
   /** KV-cache positions (prompt + generated tokens). */
   maxSeqLen: number;
+  /** Engine weight precision (default float32; see src/rollout/weight-dtype.ts). */
+  dtype?: EngineDtype;
 }
 
 export class RolloutActor {
@@ -28,7 +30,13 @@ export class RolloutActor {
   /** Local setup with the replica's tensor-parallel communicator (null for tp = 1). */
   setupOn(cfg: ModelConfig, tp: Communicator | null, replica: number, opts: RolloutActorOptions): RolloutEngine {
     if (this.#engine) throw new InvalidArgumentError(`RolloutActor on rank ${this.ctx.rank} is already set up.`);
-    this.#engine = RolloutEngine.create(cfg, { device: this.ctx.device, ...(tp ? { tp } : {}), maxBatch: opts.maxBatch, maxSeqLen: opts.maxSeqLen });
+    this.#engine = RolloutEngine.create(cfg, {
+      device: this.ctx.device,
+      ...(tp ? { tp } : {}),
+      maxBatch: opts.maxBatch,
+      maxSeqLen: opts.maxSeqLen,
+      ...(opts.dtype ? { dtype: opts.dtype } : {}),
+    });
     this.replica = replica;
     this.tpRank = tp?.rank ?? 0;
     return this.#engine;

@@ -13,6 +13,7 @@ import { OptimizerConfigSchema, TrainerConfigSchema } from '../train/config.js';
 import { ALGORITHM_SHAPE, checkAlgorithmConfig } from './algorithm-config.js';
 import { updatePlan } from './update-plan.js';
 import { RewardSpecSchema } from '../data/config.js';
+import { ENGINE_DTYPES } from '../rollout/weight-dtype.js';
 import { applyTrlAliases } from './aliases.js';
 
 const posInt = (what: string) =>
@@ -81,9 +82,17 @@ export const GrpoConfigSchema = z
     engine: z
       .object({
         tp: z.union([z.literal(1), z.literal(2), z.literal(4)], { error: 'expected engine.tp to be 1, 2 or 4' }).default(1),
+        /**
+         * The rollout engine's weight precision (src/rollout/weight-dtype.ts): bfloat16 holds its matmul weights in
+         * bf16 (half the device bytes and half the bytes a weight sync moves; activations and sampling stay fp32).
+         * The trainer keeps fp32 (a trainer precision would be trainer.dtype).
+         */
+        dtype: z
+          .enum(ENGINE_DTYPES, { error: "expected engine.dtype to be 'float32' or 'bfloat16' (the rollout engine's weight precision)" })
+          .default('float32'),
       })
       .strict()
-      .default({ tp: 1 }),
+      .default({ tp: 1, dtype: 'float32' }),
     /** Prompts per step (each sampled numGenerations times). */
     promptsPerStep: posInt('promptsPerStep').default(16),
     numGenerations: posInt('numGenerations').default(8),
@@ -115,7 +124,7 @@ export const GrpoConfigSchema = z
         bucketBytes: byteSize.default(512 * 2 ** 20),
         /** Per-tensor checksums + probe-batch log-prob parity after every sync. */
         verify: z.boolean().default(false),
-        /** Max |Δ log-prob| between trainer and engine on the probe batch. */
+        /** Max |Δ log-prob| between trainer and engine on the probe batch (default 1e-3; with engine.dtype bfloat16, BF16_PROBE_TOLERANCE). */
         tolerance: z.number().positive().default(1e-3),
       })
       .strict()
@@ -165,9 +174,21 @@ export const GrpoConfigSchema = z
 export type GrpoConfig = z.output<typeof GrpoConfigSchema>;
 export type GrpoConfigInput = z.input<typeof GrpoConfigSchema>;
 
+/**
+ * The probe tolerance of a verified sync into a bfloat16 engine when none is given: the
+ * engine's bf16 weights (and the activations rounded for their matmuls) move the fp32
+ * trainer's log-probs by ~1e-3 on average on the quickstart (engineTrainerLogprobDiff in the
+ * run log); per token, up to 4e-3 on tiny-dense and 7e-2 on tiny-moe, where a near-tied
+ * router choice can flip. The sync's fingerprints stay exact whatever the tolerance.
+ */
+export const BF16_PROBE_TOLERANCE = 0.1;
+
 /** Parses a config and checks it against the world size. */
 export function parseGrpoConfig(value: unknown, worldSize: number): GrpoConfig {
-  const c = parseConfig(GrpoConfigSchema, applyTrlAliases(value), 'GRPO config');
+  const input = applyTrlAliases(value);
+  const c = parseConfig(GrpoConfigSchema, input, 'GRPO config');
+  const given = (input as { sync?: { tolerance?: unknown } } | null)?.sync?.tolerance;
+  if (c.engine.dtype === 'bfloat16' && given === undefined) c.sync.tolerance = BF16_PROBE_TOLERANCE;
   const trainerRanks = c.mode === 'colocate' ? worldSize : (c.trainer.ranks ?? Math.floor(worldSize / 2));
   const engineRanks = c.mode === 'colocate' ? worldSize : worldSize - trainerRanks;
   if (trainerRanks < 1 || engineRanks < 1) {

@@ -194,7 +194,11 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   if (trainer) await trainer.setupOn(trainerComm!);
   const rollout = roles.isEngine ? new RolloutActor(ctx) : null;
   // KV cache positions from the data: the longest prompt plus the completion budget.
-  rollout?.setupOn(model, tpComm, roles.replica, { maxBatch: perReplica, maxSeqLen: source.maxPromptTokens + cfg.maxNewTokens + 1 });
+  rollout?.setupOn(model, tpComm, roles.replica, {
+    maxBatch: perReplica,
+    maxSeqLen: source.maxPromptTokens + cfg.maxNewTokens + 1,
+    dtype: cfg.engine.dtype,
+  });
 
   // Resume (trainer ranks, collective over the trainer group) before the first sync.
   let startStep = 0;

@@ -41,10 +41,11 @@ export interface DirectWrite {
 const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 const PER_EXPERT = /^model\.layers\.\d+\.mlp\.experts\.\d+\./;
 
-function checkSrc(name: string, src: Tensor, shape: readonly number[]): void {
-  if (src.dtype !== 'fp32' || src.shape.length !== shape.length || src.shape.some((d, i) => d !== shape[i])) {
+/** The source must have the full HF shape and the dtype of the parameter it is read into (a strided read does not convert). */
+function checkSrc(name: string, src: Tensor, shape: readonly number[], dst: Tensor): void {
+  if (src.dtype !== dst.dtype || src.shape.length !== shape.length || src.shape.some((d, i) => d !== shape[i])) {
     throw new InvalidArgumentError(
-      `Direct write of ${name}: expected an fp32 [${shape.join(', ')}] tensor but received ${src.dtype} [${src.shape.join(', ')}].`,
+      `Direct write of ${name}: expected a ${dst.dtype} [${shape.join(', ')}] tensor but received ${src.dtype} [${src.shape.join(', ')}].${src.dtype !== dst.dtype ? ` HINT: the engine holds this parameter in ${dst.dtype} (its weight dtype); cast() the source first.` : ''}`,
       { tensor: name },
     );
   }
@@ -65,7 +66,7 @@ export function slotWrite(slot: SlotDescriptor): DirectWrite {
       return {
         param: slot.param,
         write: (dst, src, stream) => {
-          checkSrc(name, src, shape);
+          checkSrc(name, src, shape, dst);
           stridedRead(dst.reshape([dst.numel]), src, [E, H, 2, r.len], [2 * I * H, 1, I * H, H], r.start * H, stream);
         },
       };
@@ -81,7 +82,7 @@ export function slotWrite(slot: SlotDescriptor): DirectWrite {
     return {
       param: slot.param,
       write: (dst, src, stream) => {
-        checkSrc(name, src, shape);
+        checkSrc(name, src, shape, dst);
         stridedRead(dst.reshape([dst.numel]), src, [E, r.len, H], [H * I, 1, I], r.start, stream);
       },
     };
@@ -94,7 +95,7 @@ export function slotWrite(slot: SlotDescriptor): DirectWrite {
     param: slot.param,
     range,
     write: (dst, src, stream) => {
-      checkSrc(name, src, shape);
+      checkSrc(name, src, shape, dst);
       const n = outer * r.len * inner;
       stridedRead(
         viewOf(dst.reshape([dst.numel]), [n], slot.dstOffset),
@@ -126,7 +127,7 @@ export function expertSlotWrite(slot: SlotDescriptor, e: number): DirectWrite {
     return {
       param: slot.param,
       write: (dst, src, stream) => {
-        checkSrc(`expert ${e} linear_fc1`, src, [2 * I, H]);
+        checkSrc(`expert ${e} linear_fc1`, src, [2 * I, H], dst);
         stridedRead(viewOf(dst.reshape([dst.numel]), [H * 2 * Im], e * H * 2 * Im), src, [H, 2, Im], [1, I * H, H], s * H, stream);
       },
     };
@@ -135,7 +136,7 @@ export function expertSlotWrite(slot: SlotDescriptor, e: number): DirectWrite {
   return {
     param: slot.param,
     write: (dst, src, stream) => {
-      checkSrc(`expert ${e} linear_fc2`, src, [H, I]);
+      checkSrc(`expert ${e} linear_fc2`, src, [H, I], dst);
       stridedRead(viewOf(dst.reshape([dst.numel]), [Im * H], e * Im * H), src, [Im, H], [1, I], s, stream);
     },
   };

@@ -41,6 +41,7 @@ import { checkSequences, logprobTemperature, resolveSampling, type SamplingParam
 import { sleepParams, wakeParams, type SleepLevel } from './sleep.js';
 import { tpShard, type TpShard } from './tp-shard.js';
 import { weightSlots, type SlotDescriptor } from './weight-slots.js';
+import { checkEngineDtype, type EngineDtype } from './weight-dtype.js';
 import { DirectSession, ReloadSession, type SessionHost, type WeightSession } from './weight-session.js';
 
 export interface RolloutEngineOptions {
@@ -55,6 +56,11 @@ export interface RolloutEngineOptions {
   maxSeqLen?: number;
   /** Deadline of every device wait of the engine (host reads, sleep), in ms. Default 300000. */
   waitTimeoutMs?: number;
+  /**
+   * Weight precision (weight-dtype.ts): 'float32' (default) or 'bfloat16' (matmul weights
+   * in bf16, half the bytes; norms, router, activations, sampling stay fp32).
+   */
+  dtype?: EngineDtype;
 }
 
 export interface GenerateResult {
@@ -69,6 +75,8 @@ export class RolloutEngine {
   readonly shard: TpShard;
   readonly params: RuntimeParams;
   readonly stream: Stream;
+  /** Weight precision (weight-dtype.ts); each runtime parameter's dtype is in its spec. */
+  readonly dtype: EngineDtype;
   private readonly plan: Map<string, HfEntry>;
   private readonly kv: KvCache;
   /** Qwen3.5: the Gated DeltaNet layers' conv and recurrent states (null for Qwen3). */
@@ -88,7 +96,8 @@ export class RolloutEngine {
     this.comm = opts.tp ?? null;
     this.shard = tpShard(cfg, this.comm?.size ?? 1, this.comm?.rank ?? 0);
     this.stream = opts.stream ?? device.defaultStream;
-    this.params = new RuntimeParams(device, runtimeParamSpecs(cfg, this.shard));
+    this.dtype = checkEngineDtype(opts.dtype, 'RolloutEngine.create() dtype');
+    this.params = new RuntimeParams(device, runtimeParamSpecs(cfg, this.shard, this.dtype));
     this.plan = hfLoadPlan(cfg, this.shard);
     const posInt = (v: unknown, name: string, dflt: number) => {
       const x = v ?? dflt;
@@ -122,7 +131,7 @@ export class RolloutEngine {
   }
 
   static create(cfg: ModelConfig, opts: RolloutEngineOptions): RolloutEngine {
-    checkOptions(opts, ['device', 'stream', 'tp', 'maxBatch', 'maxSeqLen', 'waitTimeoutMs'], 'RolloutEngine.create()');
+    checkOptions(opts, ['device', 'stream', 'tp', 'maxBatch', 'maxSeqLen', 'waitTimeoutMs', 'dtype'], 'RolloutEngine.create()');
     if (!opts?.device) throw new InvalidArgumentError('RolloutEngine.create() requires { device }.', { argument: 'device' });
     return new RolloutEngine(cfg, opts.device, opts);
   }

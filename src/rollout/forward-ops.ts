@@ -3,10 +3,13 @@
  * forward-qwen35.ts for Qwen3.5) share: every temporary goes to `scratch` (released after
  * the step), kernels run with the model patches' implementation (the trainer's), weights are
  * read in the processed layout, and the routed-experts block runs on w13 / w2 in the
- * grouped-matmul layout.
+ * grouped-matmul layout. A 'bfloat16' engine's matmul weights are bf16 (weight-dtype.ts):
+ * linear(), head() and the experts cast the activations to bf16 for the matmul only; every
+ * matmul accumulates and returns fp32.
  */
 import { Tensor } from '../runtime/device/device-index.js';
-import { matmul } from '../runtime/device/ops.js';
+import { cast, matmul } from '../runtime/device/ops.js';
+import { viewOf } from '../runtime/device/views.js';
 import { patchImpl } from '../runtime/patches.js';
 import * as K from '../model/kernels/index.js';
 import { PATCHES, registerModelPatches } from '../model/functional.js';
@@ -21,8 +24,12 @@ export interface ForwardOps {
   w(name: string): Tensor;
   /** Rows [start, start + count) of a 2-D tensor (a view). */
   rowsOf(t: Tensor, start: number, count: number): Tensor;
-  /** x · weightᵀ. */
+  /** x · weightᵀ (fp32 out; x is cast to a bf16 weight's dtype first, see weight-dtype.ts). */
   linear(x: Tensor, weight: Tensor): Tensor;
+  /** The LM head: x · weightᵀ like linear(), but the logits are the caller's (not released with the step). */
+  head(x: Tensor, weight: Tensor): Tensor;
+  /** The token embedding of ids, fp32 whatever the table's dtype. */
+  embed(ids: Tensor): Tensor;
   /** RMSNorm of t by runtime parameter `weight` (or a tensor). */
   norm(t: Tensor, weight: string | Tensor): Tensor;
   /** Sums t over the tp group in place (nothing at tp = 1). */
@@ -42,9 +49,15 @@ export function forwardOps(ctx: ForwardContext, scratch: Tensor[], pending: Prom
   const own = <X extends Tensor>(t: X): X => (scratch.push(t), t);
   const o = (patch: string) => ({ stream, impl: patchImpl(patch) });
   const w = (name: string) => params.get(name).view('processed');
-  const rowsOf = (t: Tensor, start: number, count: number): Tensor =>
-    new Tensor(t.device, t.buffer, 'fp32', [count, t.shape[1]!], undefined, t.byteOffset + start * t.shape[1]! * 4);
-  const linear = (x: Tensor, weight: Tensor) => own(matmul(x, weight, { transB: true, ...o(PATCHES.linear) }));
+  const rowsOf = (t: Tensor, start: number, count: number): Tensor => viewOf(t, [count, t.shape[1]!], start * t.shape[1]!);
+  // The matmul kernels take one input dtype: activations meet a bf16 weight as bf16 (fp32 accumulation and output).
+  const like = (x: Tensor, weight: Tensor) => (x.dtype === weight.dtype ? x : own(cast(x, weight.dtype, { stream })));
+  const head = (x: Tensor, weight: Tensor) => matmul(like(x, weight), weight, { transB: true, ...o(PATCHES.linear) });
+  const linear = (x: Tensor, weight: Tensor) => own(head(x, weight));
+  const embed = (ids: Tensor) => {
+    const e = own(K.embedding(ids, w('model.embed_tokens.weight'), o(PATCHES.embedding)));
+    return e.dtype === 'fp32' ? e : own(cast(e, 'fp32', { stream }));
+  };
   const norm = (t: Tensor, weight: string | Tensor) => {
     const r = K.rmsNorm(t, typeof weight === 'string' ? w(weight) : weight, cfg.rmsNormEps, o(PATCHES.rmsNorm));
     own(r.rstd);
@@ -65,9 +78,11 @@ export function forwardOps(ctx: ForwardContext, scratch: Tensor[], pending: Prom
     own(d.offsets);
     own(d.order);
     const xs = own(K.moeGather(h, d.order, cfg.moe!.topK, eo));
-    const gu = own(K.groupedMatmul(xs, w(`${pre}.mlp.experts.w13_weight`), d.offsets, { transB: false, ...eo }));
+    const w13 = w(`${pre}.mlp.experts.w13_weight`),
+      w2 = w(`${pre}.mlp.experts.w2_weight`);
+    const gu = own(K.groupedMatmul(like(xs, w13), w13, d.offsets, { transB: false, ...eo }));
     const act = own(K.swigluFused(gu, o(PATCHES.swiglu)));
-    const ys = own(K.groupedMatmul(act, w(`${pre}.mlp.experts.w2_weight`), d.offsets, { transB: false, ...eo }));
+    const ys = own(K.groupedMatmul(like(act, w2), w2, d.offsets, { transB: false, ...eo }));
     return own(K.moeCombine(ys, d.order, r.weights, eo));
   };
   const attend = (inp: ForwardInput, cacheLayer: number, q: Tensor, k: Tensor, v: Tensor, nH: number, nKV: number): Tensor => {
@@ -82,5 +97,5 @@ export function forwardOps(ctx: ForwardContext, scratch: Tensor[], pending: Prom
     const c = inp.kv!.cache.views(cacheLayer, B);
     return own(K.attentionDecode(q.reshape([B, 1, nH, D]), c.k, c.v, inp.lengths!, { stream }));
   };
-  return { own, o, w, rowsOf, linear, norm, allReduce, routedExperts, attend };
+  return { own, o, w, rowsOf, linear, head, embed, norm, allReduce, routedExperts, attend };
 }

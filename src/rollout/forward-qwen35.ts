@@ -22,7 +22,7 @@
  *   layers have KV-cache layers (qwen35-layout.ts kvLayerIndex).
  */
 import { Tensor } from '../runtime/device/device-index.js';
-import { add, fill, matmul, mul } from '../runtime/device/ops.js';
+import { add, fill, mul } from '../runtime/device/ops.js';
 import { stridedRead, viewOf } from '../runtime/device/views.js';
 import { isMoeLayer } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
@@ -183,7 +183,7 @@ export function forwardQwen35(ctx: ForwardContext, inp: Qwen35ForwardInput, scra
     return own(add(routed, own(mul(gateRows, shared, { stream })), { stream }));
   };
 
-  let x = own(K.embedding(inp.ids, w('model.embed_tokens.weight'), o(PATCHES.embedding)));
+  let x = ops.embed(inp.ids);
   for (let i = 0; i < cfg.numLayers; i++) {
     const pre = `model.layers.${i}`;
     const h = norm(x, centred(`${pre}.input_layernorm.weight`));
@@ -196,6 +196,6 @@ export function forwardQwen35(ctx: ForwardContext, inp: Qwen35ForwardInput, scra
   }
   const rows = inp.outRows ? own(K.embedding(inp.outRows, x.reshape([T, H]), o(PATCHES.embedding))) : x;
   const hf = norm(rows, centred('model.norm.weight'));
-  const head = cfg.tieWordEmbeddings ? w('model.embed_tokens.weight') : w('lm_head.weight');
-  return matmul(hf, head, { transB: true, ...o(PATCHES.linear) });
+  const lmHead = cfg.tieWordEmbeddings ? w('model.embed_tokens.weight') : w('lm_head.weight');
+  return ops.head(hf, lmHead);
 }

@@ -12,7 +12,7 @@
  * completion promises are collected in `pending` for the caller to await.
  */
 import { Tensor, type Stream } from '../runtime/device/device-index.js';
-import { add, matmul } from '../runtime/device/ops.js';
+import { add } from '../runtime/device/ops.js';
 import type { Communicator } from '../runtime/comm/comm.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
@@ -64,10 +64,10 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
     H = cfg.hiddenSize;
   const nH = shard.headsLocal,
     nKV = shard.kvHeadsLocal;
-  const { own, o, w, rowsOf, linear, norm, allReduce, routedExperts, attend } = forwardOps(ctx, scratch, pending);
+  const { own, o, w, rowsOf, linear, head: headOf, embed, norm, allReduce, routedExperts, attend } = forwardOps(ctx, scratch, pending);
 
   const table = ropeTable(cfg, D, inp.ropeSeqLen);
-  let x = own(K.embedding(inp.ids, w('model.embed_tokens.weight'), o(PATCHES.embedding)));
+  let x = embed(inp.ids);
   for (let i = 0; i < cfg.numLayers; i++) {
     const pre = `model.layers.${i}`;
     const h = norm(x, `${pre}.input_layernorm.weight`);
@@ -98,6 +98,6 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
   }
   const rows = inp.outRows ? own(K.embedding(inp.outRows, x.reshape([T, H]), o(PATCHES.embedding))) : x;
   const hf = norm(rows, 'model.norm.weight');
-  const head = cfg.tieWordEmbeddings ? w('model.embed_tokens.weight') : w('lm_head.weight');
-  return matmul(hf, head, { transB: true, ...o(PATCHES.linear) });
+  const lmHead = cfg.tieWordEmbeddings ? w('model.embed_tokens.weight') : w('lm_head.weight');
+  return headOf(hf, lmHead);
 }

@@ -7,6 +7,7 @@ export { RolloutEngine, type RolloutEngineOptions, type GenerateResult } from '.
 export type { ReloadSession, DirectSession } from './weight-session.js';
 export { runtimeParamSpecs, runtimeChecksum, type RuntimeParamSpec, type LayoutState, type WriteLayout } from './runtime-params.js';
 export { hfLoadPlan, type WeightSource } from './loader.js';
+export { checkEngineDtype, runtimeDtypeOf, hfDtypeOf, ENGINE_DTYPES, type EngineDtype } from './weight-dtype.js';
 export { tpShard, type TpShard } from './tp-shard.js';
 export { logprobTemperature, type SamplingParams } from './sampling-params.js';
 export type { SleepLevel } from './sleep.js';

@@ -14,18 +14,24 @@
  * gate_up_proj, the GDN tensors their own parameters cut to the rank's heads (gdn-shard.ts).
  */
 import { Tensor, type Stream } from '../runtime/device/device-index.js';
-import { copy } from '../runtime/device/ops.js';
+import { cast, copy } from '../runtime/device/ops.js';
+import { viewOf } from '../runtime/device/views.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/device/dtype.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import { fusedExpertNames, perExpertNames, type HostTensor } from '../model/params.js';
+import { toFloat32 } from '../model/host-float.js';
 import type { RuntimeParam, RuntimeParams } from './runtime-params.js';
 import type { TpShard } from './tp-shard.js';
 import { isGdnLayer, qRowsPerHead } from './qwen35-layout.js';
 import { gdnLocalTensors } from './gdn-shard.js';
 import { contiguousTarget, writeSliceRange, type SliceGeometry } from './slice-range.js';
 
-/** What ReloadSession.load() accepts per HF name: a device tensor, a safetensors-style host tensor, or fp32 host data. */
+/**
+ * What ReloadSession.load() accepts per HF name: a device tensor (fp32 or bf16), a
+ * safetensors-style host tensor (F32, BF16, F16), or fp32 host data. Each is cast to the
+ * dtype of the parameter it fills (weight-dtype.ts).
+ */
 export type WeightSource = Tensor | HostTensor | { shape: readonly number[]; data: Float32Array };
 
 export interface SliceWrite {
@@ -134,7 +140,10 @@ export function hfNameOfPart(plan: ReadonlyMap<string, HfEntry>, p: RuntimeParam
 
 const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 
-/** fp32 host data of a HostTensor / HostParam, or null for a device tensor. Other dtypes are errors. */
+/**
+ * fp32 host data of a HostTensor / HostParam (BF16 and F16 widened exactly, so a bf16
+ * checkpoint loads into either engine precision), or null for a device tensor.
+ */
 function hostFloats(name: string, src: WeightSource): Float32Array | null {
   if (src instanceof Tensor) return null;
   if (src === null || typeof src !== 'object' || !('data' in src) || !('shape' in src)) {
@@ -144,15 +153,38 @@ function hostFloats(name: string, src: WeightSource): Float32Array | null {
     );
   }
   if (src.data instanceof Float32Array) return src.data;
-  if ('dtype' in src && src.dtype === 'F32' && src.data instanceof Uint8Array) {
+  if ('dtype' in src && src.data instanceof Uint8Array && (src.dtype === 'F32' || src.dtype === 'BF16' || src.dtype === 'F16')) {
     const d = src.data;
-    return d.byteOffset % 4 === 0 ? new Float32Array(d.buffer, d.byteOffset, d.byteLength / 4) : new Float32Array(d.slice().buffer);
+    if (src.dtype === 'F32' && d.byteOffset % 4 === 0) return new Float32Array(d.buffer, d.byteOffset, d.byteLength / 4);
+    return toFloat32(d, src.dtype, { file: 'ReloadSession.load()', tensor: name });
   }
   throw new InvalidArgumentError(
-    `ReloadSession.load(): ${name} is ${'dtype' in src ? String(src.dtype) : describe(src.data)}; the rollout engine holds fp32 weights. HINT: convert to F32 before loading.`,
+    `ReloadSession.load(): ${name} is ${'dtype' in src ? String(src.dtype) : describe(src.data)}; the rollout engine loads F32, BF16 or F16 weights. HINT: convert it to F32 or BF16 before loading.`,
     { tensor: name },
   );
 }
+
+/**
+ * `src` in the dtype of the parameter it is written to: itself when they match, else a
+ * cast (fp32 → bf16 rounds to nearest even; bf16 → fp32 is exact) that the caller releases
+ * once the writes from it are enqueued.
+ */
+function inDtypeOf(p: RuntimeParam, src: Tensor, stream: Stream): { t: Tensor; temp: boolean } {
+  if (src.dtype === p.spec.dtype) return { t: src, temp: false };
+  return { t: cast(src, p.spec.dtype, { stream }), temp: true };
+}
+
+/** Runs `body` with `src` in `p`'s dtype (see inDtypeOf). */
+function withDtypeOf(p: RuntimeParam, src: Tensor, stream: Stream, body: (t: Tensor) => void): void {
+  const { t, temp } = inDtypeOf(p, src, stream);
+  try {
+    body(t);
+  } finally {
+    if (temp) t.release(); // freed once the enqueued writes from it have run
+  }
+}
+
+const FLOAT_DEVICE = ['fp32', 'bf16'];
 
 function sliceHost(data: Float32Array, view: number[], dim: number, start: number, len: number): Float32Array {
   const outer = numel(view.slice(0, dim));
@@ -177,8 +209,8 @@ export function loadOne(params: RuntimeParams, name: string, entry: HfEntry, src
   }
   if (src instanceof Tensor) {
     src.checkLive(name);
-    if (src.dtype !== 'fp32')
-      throw new InvalidArgumentError(`ReloadSession.load(): ${name} is ${src.dtype}; the rollout engine holds fp32 weights. HINT: cast() it first.`, {
+    if (!FLOAT_DEVICE.includes(src.dtype))
+      throw new InvalidArgumentError(`ReloadSession.load(): ${name} is ${src.dtype}; the rollout engine loads fp32 or bf16 weights. HINT: cast() it first.`, {
         tensor: name,
       });
     if (src.device.ordinal !== params.device.ordinal) {
@@ -196,14 +228,14 @@ export function loadOne(params: RuntimeParams, name: string, entry: HfEntry, src
     const p = params.get(w.param);
     const dstTensor = params.ensureAllocated(p);
     const n = (numel(w.view) / w.view[w.dim]!) * w.len;
-    const dst = new Tensor(dstTensor.device, dstTensor.buffer, 'fp32', [n], undefined, dstTensor.byteOffset + w.dstOffset * 4);
     if (host) {
       const tmp = Tensor.fromArray(params.device, sliceHost(host, w.view, w.dim, w.start, w.len), [n], { stream });
-      copy(dst, tmp, { stream });
+      withDtypeOf(p, tmp, stream, (t) => copy(viewOf(dstTensor.reshape([dstTensor.numel]), [n], w.dstOffset), t, { stream }));
       tmp.release();
     } else {
-      // Straight from the device source into the parameter: one strided read, no temporaries.
-      writeSliceRange(dstTensor, src as Tensor, 0, w, stream);
+      // Straight from the device source into the parameter: one strided read, no temporaries
+      // (but the cast when the source's dtype is not the parameter's).
+      withDtypeOf(p, src as Tensor, stream, (t) => writeSliceRange(dstTensor, t, 0, w, stream));
     }
     startReload(p);
     for (const k of w.parts) p.filled.add(k);
@@ -227,9 +259,9 @@ function startReload(p: RuntimeParam): void {
 export function loadRange(params: RuntimeParams, name: string, entry: HfEntry, piece: Tensor, from: number, stream: Stream): void {
   piece.checkLive(name);
   const total = numel(entry.shape);
-  if (piece.dtype !== 'fp32' || piece.device.ordinal !== params.device.ordinal) {
+  if (!FLOAT_DEVICE.includes(piece.dtype) || piece.device.ordinal !== params.device.ordinal) {
     throw new InvalidArgumentError(
-      `ReloadSession.loadRange(): a piece of ${name} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`,
+      `ReloadSession.loadRange(): a piece of ${name} must be an fp32 or bf16 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`,
       { tensor: name },
     );
   }
@@ -241,7 +273,7 @@ export function loadRange(params: RuntimeParams, name: string, entry: HfEntry, p
   }
   for (const w of entry.writes) {
     const p = params.get(w.param);
-    writeSliceRange(params.ensureAllocated(p), piece, from, w, stream);
+    withDtypeOf(p, piece, stream, (t) => writeSliceRange(params.ensureAllocated(p), t, from, w, stream));
     startReload(p);
   }
 }
@@ -259,9 +291,9 @@ export function markLoaded(params: RuntimeParams, entry: HfEntry): void {
 export function loadLocal(params: RuntimeParams, param: string, piece: Tensor, from: number, geometry: readonly SliceGeometry[], stream: Stream): void {
   const p = params.get(param);
   piece.checkLive(param);
-  if (piece.dtype !== 'fp32' || piece.device.ordinal !== params.device.ordinal) {
+  if (!FLOAT_DEVICE.includes(piece.dtype) || piece.device.ordinal !== params.device.ordinal) {
     throw new InvalidArgumentError(
-      `ReloadSession.loadLocalRange(): a piece for ${param} must be an fp32 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`,
+      `ReloadSession.loadLocalRange(): a piece for ${param} must be an fp32 or bf16 tensor on device ${params.device.ordinal} but is ${piece.dtype} on device ${piece.device.ordinal}.`,
       { parameter: param },
     );
   }
@@ -273,7 +305,7 @@ export function loadLocal(params: RuntimeParams, param: string, piece: Tensor, f
         { parameter: param },
       );
     }
-    writeSliceRange(dst, piece, from, g, stream);
+    withDtypeOf(p, piece, stream, (t) => writeSliceRange(dst, t, from, g, stream));
   }
   startReload(p);
 }
@@ -289,7 +321,8 @@ export function markLocalLoaded(params: RuntimeParams, param: string): void {
  * Streaming reload, zero copy: the view of the preprocessed parameter that elements
  * [from, from + count) of the source go to on this rank, when they form one contiguous
  * region of one parameter (`writes`: the source's slice writes, each with its parameter);
- * else null. The caller fills the view itself (e.g. as a broadcast's receive buffer) and
+ * else null. The view has the parameter's dtype (bf16 for a matmul weight of a 'bfloat16'
+ * engine): the caller fills it with that dtype's bytes (e.g. as a broadcast's receive buffer) and
  * later calls markLoaded / markLocalLoaded as for loadRange.
  */
 export function rangeTarget(params: RuntimeParams, writes: ReadonlyArray<SliceGeometry & { param: string }>, from: number, count: number): Tensor | null {
@@ -301,5 +334,5 @@ export function rangeTarget(params: RuntimeParams, writes: ReadonlyArray<SliceGe
   const dst = params.ensureAllocated(p);
   if (at + count > dst.numel) return null;
   startReload(p);
-  return new Tensor(dst.device, dst.buffer, 'fp32', [count], undefined, dst.byteOffset + at * 4);
+  return viewOf(dst.reshape([dst.numel]), [count], at);
 }

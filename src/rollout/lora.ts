@@ -9,7 +9,7 @@
  * base. The writes are one DirectSession, so no post-load processing can run; nothing else
  * changes.
  */
-import { axpy, copy, fill, matmul, Tensor } from '../runtime/device/device-index.js';
+import { axpy, cast, copy, fill, matmul, Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { slotWrite, type DirectWrite } from './direct-write.js';
 import type { RolloutEngine } from './engine.js';
@@ -81,7 +81,7 @@ export function applyEngineAdapters(engine: RolloutEngine, adapters: readonly En
             `Adapter sync: runtime parameter ${name} is '${p.state}'; the engine needs its base weights first. HINT: run a full sync before the first adapter sync.`,
             { parameter: name },
           );
-        const t = Tensor.empty(engine.device, p.tensor.shape, 'fp32');
+        const t = Tensor.empty(engine.device, p.tensor.shape, p.tensor.dtype);
         copy(t, p.tensor, { stream });
         s.base.set(name, t);
       }
@@ -102,8 +102,18 @@ export function applyEngineAdapters(engine: RolloutEngine, adapters: readonly En
       }
       session.writeInPlace(param, (dst, st) => {
         const flat = dst.reshape([dst.numel]);
-        copy(flat, base.reshape([base.numel]), { stream: st });
-        axpy(flat, scaling, delta.reshape([delta.numel]), { stream: st });
+        if (dst.dtype === 'fp32') {
+          copy(flat, base.reshape([base.numel]), { stream: st });
+          axpy(flat, scaling, delta.reshape([delta.numel]), { stream: st });
+          return;
+        }
+        // A bf16 weight (weight-dtype.ts): the sum is formed in fp32, then rounded once.
+        const sum = cast(base.reshape([base.numel]), 'fp32', { stream: st });
+        axpy(sum, scaling, delta.reshape([delta.numel]), { stream: st });
+        const low = cast(sum, dst.dtype, { stream: st });
+        copy(flat, low, { stream: st });
+        sum.release();
+        low.release();
       });
       delta.release();
     }

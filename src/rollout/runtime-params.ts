@@ -17,6 +17,10 @@
  * expert packs `mlp.shared_expert.gate_up_proj.weight` [2·Is_tp, H] like the dense MLP, with
  * `shared_expert.down_proj` [H, Is_tp] row parallel and `shared_expert_gate` replicated.
  *
+ * Dtype: fp32, except the matmul weights of a 'bfloat16' engine, which are bf16
+ * (weight-dtype.ts); every write casts to the parameter's dtype, and checksums hash the
+ * bytes held, so a bf16 parameter's checksum is that of the bf16 cast of its fp32 values.
+ *
  * States: 'preprocessed' (written by the checkpoint loader, waiting for the reload
  * session's finish()), 'processed' (what the forward reads), 'offloaded' (sleep
  * level 1: bytes on the host), 'dropped' (sleep level 2: no bytes anywhere). Processing is
@@ -27,11 +31,13 @@
 import { createHash } from 'node:crypto';
 import { Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
 import { stridedRead } from '../runtime/device/views.js';
+import { dtypeSize, type DType } from '../runtime/device/dtype.js';
 import { InvalidArgumentError, WeightLayoutError } from '../runtime/errors.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import type { TpShard } from './tp-shard.js';
 import { isGdnLayer, qRowsPerHead } from './qwen35-layout.js';
 import { gdnLocalTensors } from './gdn-shard.js';
+import { runtimeDtypeOf, type EngineDtype } from './weight-dtype.js';
 
 export type LayoutState = 'preprocessed' | 'processed' | 'offloaded' | 'dropped';
 export type WriteLayout = 'preprocessed' | 'processed';
@@ -44,15 +50,17 @@ export interface RuntimeParamSpec {
   swapOnProcess: boolean;
   /** Part keys a full reload must fill before processing (e.g. 'q', 'k', 'v' or 'gate.3'). */
   parts: string[];
+  /** Device dtype of the parameter (weight-dtype.ts: bf16 for the matmul weights of a 'bfloat16' engine, else fp32). */
+  dtype: DType;
 }
 
 const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 const fmt = (s: readonly number[]) => `[${s.join(', ')}]`;
 
-/** Every runtime parameter of `cfg` on the TP rank `shard`, in model order. */
-export function runtimeParamSpecs(cfg: ModelConfig, shard: TpShard): RuntimeParamSpec[] {
+/** Every runtime parameter of `cfg` on the TP rank `shard`, in model order, for an engine of weight precision `dtype`. */
+export function runtimeParamSpecs(cfg: ModelConfig, shard: TpShard, dtype: EngineDtype = 'float32'): RuntimeParamSpec[] {
   const { hiddenSize: H, headDim: D } = cfg;
-  const specs: RuntimeParamSpec[] = [];
+  const specs: Array<Omit<RuntimeParamSpec, 'dtype'>> = [];
   const plain = (name: string, shape: number[], parts = ['all']) => specs.push({ name, preShape: shape, procShape: shape, swapOnProcess: false, parts });
   plain('model.embed_tokens.weight', [cfg.vocabSize, H]);
   for (let i = 0; i < cfg.numLayers; i++) {
@@ -100,7 +108,7 @@ export function runtimeParamSpecs(cfg: ModelConfig, shard: TpShard): RuntimePara
   }
   plain('model.norm.weight', [H]);
   if (!cfg.tieWordEmbeddings) plain('lm_head.weight', [cfg.vocabSize, H]);
-  return specs;
+  return specs.map((s) => ({ ...s, dtype: runtimeDtypeOf(s.name, dtype) }));
 }
 
 /** One runtime parameter: its device tensor (when on the device), host copy (when offloaded) and state. */
@@ -123,7 +131,7 @@ export class RuntimeParam {
   }
 
   get nbytes(): number {
-    return numel(this.spec.preShape) * 4;
+    return numel(this.spec.preShape) * dtypeSize(this.spec.dtype);
   }
 
   /** The device tensor viewed in `layout`'s shape (same bytes). */
@@ -172,7 +180,7 @@ export class RuntimeParams {
 
   /** Allocates the device tensor of `p` when it has none (its bytes are undefined until written). */
   ensureAllocated(p: RuntimeParam): Tensor {
-    if (!p.tensor) p.tensor = Tensor.empty(this.device, p.spec.preShape, 'fp32');
+    if (!p.tensor) p.tensor = Tensor.empty(this.device, p.spec.preShape, p.spec.dtype);
     return p.tensor;
   }
 
@@ -222,16 +230,17 @@ export class RuntimeParams {
     // parameters (a swapped parameter's old buffer becomes the spare the next one of its
     // size is written into, in stream order), so processing needs one extra buffer per
     // size (one layer's w13 and w2) instead of a second copy of every expert weight.
-    const spare = new Map<number, Tensor>();
+    const spare = new Map<string, Tensor>();
     try {
       for (const p of this.params.values()) {
         if (p.spec.swapOnProcess) {
           const [E, A, B] = p.spec.preShape as [number, number, number];
           const n = E * A * B;
-          const out = spare.get(n) ?? Tensor.empty(this.device, p.spec.preShape, 'fp32');
-          spare.delete(n);
+          const key = `${p.spec.dtype}:${n}`;
+          const out = spare.get(key) ?? Tensor.empty(this.device, p.spec.preShape, p.spec.dtype);
+          spare.delete(key);
           stridedRead(out.reshape([n]), p.tensor!.reshape([n]), [E, B, A], [A * B, 1, B], 0, stream);
-          spare.set(n, p.tensor!);
+          spare.set(key, p.tensor!);
           p.tensor = out.reshape(p.spec.preShape);
         }
         p.state = 'processed';

@@ -20,7 +20,7 @@
  * and finish again, or abort().
  */
 import { Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
-import { copy } from '../runtime/device/ops.js';
+import { cast, copy } from '../runtime/device/ops.js';
 import { InvalidArgumentError, InvalidStateError, WeightLayoutError } from '../runtime/errors.js';
 import { describe } from '../runtime/device/dtype.js';
 import { isQwen35, type ModelConfig } from '../model/config.js';
@@ -94,7 +94,7 @@ export class ReloadSession extends WeightSession {
   }
 
   /**
-   * HF-named tensors (per-expert or fused experts; host or device, fp32, full unsharded
+   * HF-named tensors (per-expert or fused experts; host or device, fp32 or bf16 (cast to each parameter's dtype), full unsharded
    * shapes), each sliced for this TP rank into the preprocessed layout. Returns how many
    * tensors were loaded.
    */
@@ -116,7 +116,7 @@ export class ReloadSession extends WeightSession {
   }
 
   /**
-   * Elements [from, from + piece.numel) of the full HF tensor `name` (a contiguous fp32
+   * Elements [from, from + piece.numel) of the full HF tensor `name` (a contiguous fp32 or bf16
    * device piece, e.g. a segment of a received bucket), sliced for this TP rank straight
    * into the preprocessed layout, with no temporaries. Call loadDone(name) once every
    * element of the tensor was passed.
@@ -221,26 +221,28 @@ export class DirectSession extends WeightSession {
     checkWriteShape(p, shape, 'processed');
     if (src instanceof Tensor) {
       src.checkLive('src');
-      if (src.dtype !== 'fp32')
-        throw new InvalidArgumentError(`DirectSession.write(${name}): expected fp32 but received ${src.dtype}. HINT: cast() first.`, { parameter: name });
+      if (src.dtype !== 'fp32' && src.dtype !== 'bf16')
+        throw new InvalidArgumentError(`DirectSession.write(${name}): expected fp32 or bf16 but received ${src.dtype}. HINT: cast() first.`, {
+          parameter: name,
+        });
     } else if (!(src.data instanceof Float32Array)) {
       throw new InvalidArgumentError(`DirectSession.write(${name}): host data must be a Float32Array but received ${describe(src.data)}.`, { parameter: name });
     }
     this.writeInPlace(name, (dst) => {
       const flat = dst.reshape([dst.numel]);
-      if (src instanceof Tensor) copy(flat, src.reshape([src.numel]), { stream });
-      else {
-        const tmp = Tensor.fromArray(device, src.data as Float32Array, [src.data.length], { stream });
-        copy(flat, tmp, { stream });
-        tmp.release();
-      }
+      const from = src instanceof Tensor ? src.reshape([src.numel]) : Tensor.fromArray(device, src.data as Float32Array, [src.data.length], { stream });
+      // The parameter's dtype (weight-dtype.ts): a cast when the source's differs.
+      const t = from.dtype === flat.dtype ? from : cast(from, flat.dtype, { stream });
+      copy(flat, t, { stream });
+      if (t !== from) t.release();
+      if (!(src instanceof Tensor)) from.release();
     });
   }
 
   /**
    * Writes one runtime parameter in place: `write(dst, stream)` enqueues on the engine's
    * stream writes covering the whole processed-layout tensor `dst` (possibly in several
-   * parts, from different sources). Allowed on a 'processed' or 'dropped' parameter; the
+   * parts, from different sources), in `dst`'s dtype (the parameter's, weight-dtype.ts). Allowed on a 'processed' or 'dropped' parameter; the
    * parameter is 'processed' afterwards.
    */
   writeInPlace(name: string, write: (dst: Tensor, stream: Stream) => void): void {

@@ -23,6 +23,8 @@
  *   piece by piece; a transposing write (fused experts) needs the padded full tensor,
  *   assembled in the staging (or, larger than a bucket, in a buffer of its own size).
  * - otherwise: all parts all-gathered into the staging and re-cut into HF tensors (assembleHf).
+ * Every step runs in the source's wire dtype (wire.ts): for a bf16 engine's matmul weights
+ * the local piece is cast to bf16 first and the staging of those sources is bf16.
  */
 import { copy, Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
@@ -36,6 +38,8 @@ import { groupSlots, slotGeometry, type SlotDescriptor } from '../rollout/weight
 import { writeSliceRange } from '../rollout/slice-range.js';
 import { planSync, type SyncStep } from './plan.js';
 import { sameRuns } from './slice-match.js';
+import { onWire, wireDtype } from './wire.js';
+import type { DType } from '../runtime/device/dtype.js';
 
 export interface ColocateOut {
   engine: RolloutEngine;
@@ -89,37 +93,54 @@ function planOf(sources: readonly WeightSource[], out: ColocateOut): SyncStep[] 
 export function syncSources(sources: readonly WeightSource[], out: ColocateOut): number {
   const { engine } = out;
   const steps = planOf(sources, out);
-  // One staging (the most any source gathers at once) and one scratch (the largest re-cut), made on first use.
-  const stagingNumel = Math.max(16, ...sources.map((s, i) => stagingNeed(s, steps[i]!, out.bucketBytes)));
-  const scratchMax = Math.max(16, ...sources.map((s, i) => (steps[i]!.kind === 'whole' || steps[i]!.kind === 'gather' ? scratchNumel(s) : 0)));
-  let staging: Tensor | null = null,
-    scratch: Tensor | null = null;
-  const stage = (n: number) => viewOf((staging ??= Tensor.empty(engine.device, [stagingNumel], 'fp32')), [n]);
-  const scratchOf = () => (scratch ??= Tensor.empty(engine.device, [scratchMax], 'fp32'));
+  // Each source moves in the dtype the engine holds it in (wire.ts): a bf16 engine's matmul
+  // weights are cast on this rank before the all-gathers, which then move half the bytes.
+  const wires = sources.map((s) => wireDtype(engine.cfg, s, engine.dtype));
+  // Per wire dtype, one staging (the most any source gathers at once) and one scratch (the largest re-cut), made on first use.
+  const buffers = new Map<DType, { staging: Tensor | null; scratch: Tensor | null; stagingNumel: number; scratchMax: number }>();
+  sources.forEach((s, i) => {
+    const w = wires[i]!;
+    let b = buffers.get(w);
+    if (!b) buffers.set(w, (b = { staging: null, scratch: null, stagingNumel: 16, scratchMax: 16 }));
+    b.stagingNumel = Math.max(b.stagingNumel, stagingNeed(s, steps[i]!, out.bucketBytes));
+    if (steps[i]!.kind === 'whole' || steps[i]!.kind === 'gather') b.scratchMax = Math.max(b.scratchMax, scratchNumel(s));
+  });
   try {
-    sources.forEach((s, i) => {
+    sources.forEach((s0, i) => {
       const step = steps[i]!;
-      switch (step.kind) {
-        case 'local':
-          return writeLocal(s, step, out);
-        case 'whole':
-          return writeAll(s, step, s.local, scratchNumel(s) ? scratchOf() : null, out);
-        case 'experts':
-          return gatherExperts(s, step, out, stage);
-        case 'stream':
-          return streamShard0(s, step, out, stage);
-        case 'gather': {
-          const all = stage(s.parts * s.localNumel);
-          out.pending.push(s.comm!.allGather(s.local, all, out.stream));
-          return writeAll(s, step, all, scratchNumel(s) ? scratchOf() : null, out);
+      const wire = wires[i]!;
+      const b = buffers.get(wire)!;
+      const stage = (n: number) => viewOf((b.staging ??= Tensor.empty(engine.device, [b.stagingNumel], wire)), [n]);
+      const scratchOf = () => (b.scratch ??= Tensor.empty(engine.device, [b.scratchMax], wire));
+      const local = onWire(s0.local, wire, out.stream);
+      const s: WeightSource = local === s0.local ? s0 : { ...s0, local };
+      try {
+        switch (step.kind) {
+          case 'local':
+            return writeLocal(s, step, out);
+          case 'whole':
+            return writeAll(s, step, s.local, scratchNumel(s) ? scratchOf() : null, out);
+          case 'experts':
+            return gatherExperts(s, step, out, stage);
+          case 'stream':
+            return streamShard0(s, step, out, stage);
+          case 'gather': {
+            const all = stage(s.parts * s.localNumel);
+            out.pending.push(s.comm!.allGather(s.local, all, out.stream));
+            return writeAll(s, step, all, scratchNumel(s) ? scratchOf() : null, out);
+          }
+          default:
+            throw new InvalidArgumentError(`Colocated sync: the planner gave source ${s.key} a '${step.kind}' step, which is server-only.`, { source: s.key });
         }
-        default:
-          throw new InvalidArgumentError(`Colocated sync: the planner gave source ${s.key} a '${step.kind}' step, which is server-only.`, { source: s.key });
+      } finally {
+        if (local !== s0.local) local.release(); // freed once the enqueued transfers and writes that read it are done
       }
     });
   } finally {
-    (staging as Tensor | null)?.release();
-    (scratch as Tensor | null)?.release();
+    for (const b of buffers.values()) {
+      b.staging?.release();
+      b.scratch?.release();
+    }
   }
   return sources.length;
 }
@@ -244,7 +265,7 @@ function streamShard0(s: WeightSource, step: SyncStep, out: ColocateOut, stage: 
     full = stage(pad);
     out.pending.push(comm.allGather(s.local, full, stream));
   } else {
-    full = asm = Tensor.empty(engine.device, [pad], 'fp32');
+    full = asm = Tensor.empty(engine.device, [pad], s.local.dtype);
     for (let off = 0; off < chunk; off += per) {
       const n = Math.min(per, chunk - off);
       const buf = stage(dp * n);

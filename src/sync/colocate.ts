@@ -7,6 +7,8 @@
  * trainer's stream (event). A failed sync aborts the session (the engine stays usable).
  * An adapter sync sends only the adapters, read from the strategy's adapter sources
  * (parallel/adapter-sources.ts) and applied by rollout/lora.ts.
+ * A 'bfloat16' engine gets its matmul weights cast to bf16 before the all-gathers (wire.ts):
+ * the report's bytes are what moved, half the fp32 size for those weights.
  * The extra device memory of a sync is measured (device peak minus what was allocated
  * before) and reported; verification is optional (verify.ts): exact fingerprints after a
  * full sync (fingerprint-check.ts), the probe's log-prob parity when a probe is given.
@@ -19,7 +21,8 @@ import type { SlotDescriptor } from '../rollout/weight-slots.js';
 import { applyEngineAdapters, engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { syncSources, type ColocateOut } from './colocate-sources.js';
-import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport, type Verified } from './report.js';
+import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, type SyncOptions, type SyncReport, type Verified } from './report.js';
+import { wireBytes } from './wire.js';
 import { checkVerify, logprobError, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerify } from './verify.js';
 import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js';
 import { syncFault } from './faults.js';
@@ -114,12 +117,12 @@ export class ColocateSync {
         if (session.open) session.abort();
       }
       markEngineBaseWeights(engine);
-      bytes = paramBytes(engine.cfg);
+      bytes = wireBytes(engine.cfg, engine.dtype);
     }
     await stream.synchronize({ timeoutMs: 300_000 });
     const seconds = (performance.now() - t0) / 1000;
     const peakExtraBytes = meter.peakExtra();
-    const report = finishReport({ mode: 'colocate', kind, bytes, seconds, peakExtraBytes, tensors });
+    const report = finishReport({ mode: 'colocate', kind, bytes, seconds, peakExtraBytes, tensors, dtype: engine.dtype });
     if (verify) report.verified = await this.verify(verify, kind === 'adapter');
     return report;
   }
@@ -139,6 +142,7 @@ export class ColocateSync {
           sources: strategy.weightSources(),
           engine,
           engineTp: engine.shard.tpSize,
+          engineDtype: engine.dtype,
           timeoutMs: 300_000,
         });
     if (f) Object.assign(out, { checksums: true, fingerprints: f.compared, fingerprintSeconds: f.seconds });

@@ -81,7 +81,7 @@ export function syncFault(engine: RolloutEngine, regionOf: (name: string) => Fau
   }
   if (f.kind === 'stale' && mode === 'server') {
     const p = engine.params.get(f.param);
-    snapshot = Tensor.empty(engine.device, [p.tensor!.numel], 'fp32');
+    snapshot = Tensor.empty(engine.device, [p.tensor!.numel], p.tensor!.dtype);
     copy(snapshot, p.tensor!.reshape([p.tensor!.numel]), { stream });
   }
   const flat = (name: string) => {
@@ -89,7 +89,7 @@ export function syncFault(engine: RolloutEngine, regionOf: (name: string) => Fau
     return t.reshape([t.numel]);
   };
   const addAt = (t: Tensor, element: number, delta: number) => {
-    const c = Tensor.fromArray(engine.device, Float32Array.from([delta]), [1], { stream });
+    const c = Tensor.fromArray(engine.device, Float32Array.from([delta]), [1], { dtype: t.dtype, stream });
     axpy(viewOf(t, [1], element), 1, c, { stream });
     c.release();
   };
@@ -117,7 +117,7 @@ export function syncFault(engine: RolloutEngine, regionOf: (name: string) => Fau
           // Dense gate_up [2·Il, H]: halves of the rows; experts w13 [E, H, 2·Im]: halves of the last dim.
           const [outer, inner] = s.length === 3 ? [s[0]! * s[1]!, s[2]! / 2] : [1, (s[0]! / 2) * s[1]!];
           const a = permute(flat(f.param).reshape([outer, 2, inner]), [1, 0, 2], { stream }).reshape([2 * outer * inner]);
-          const b = Tensor.empty(engine.device, [2 * outer * inner], 'fp32');
+          const b = Tensor.empty(engine.device, [2 * outer * inner], p.tensor!.dtype);
           copy(viewOf(b, [outer * inner], 0), viewOf(a, [outer * inner], outer * inner), { stream });
           copy(viewOf(b, [outer * inner], outer * inner), viewOf(a, [outer * inner], 0), { stream });
           stridedRead(flat(f.param), b, [outer, 2, inner], [inner, outer * inner, 1], 0, stream);
@@ -138,7 +138,7 @@ export function syncFault(engine: RolloutEngine, regionOf: (name: string) => Fau
           for (const p of engine.params.params.values()) {
             if (!p.spec.swapOnProcess) continue;
             const [E, A, B] = p.spec.preShape as [number, number, number];
-            const out = Tensor.empty(engine.device, [E * A * B], 'fp32');
+            const out = Tensor.empty(engine.device, [E * A * B], p.spec.dtype);
             stridedRead(out, flat(p.name), [E, B, A], [A * B, 1, B], 0, stream);
             copy(flat(p.name), out, { stream });
             out.release();

@@ -11,13 +11,21 @@
  *   4. the verdicts of all ranks are all-gathered, so every rank returns or throws the
  *      same WeightSyncError, naming each engine rank that differs, the tensor and both
  *      fingerprints.
+ * A 'bfloat16' engine (rollout/weight-dtype.ts) holds its matmul weights in bf16, and what
+ * it should hold is the bf16 cast of the trainer's fp32 weight: the trainers fingerprint
+ * their pieces of those tensors rounded to bf16 (and widened back, exactly, since the
+ * kernel reads fp32), the engine its bf16 parameters widened. The comparison stays exact:
+ * a wrong layout or one changed bf16 value still changes the fingerprint. (Server mode: the
+ * engine precision is agreed with the TP size.)
  */
-import { Tensor, type Stream } from '../runtime/device/device-index.js';
+import { cast, Tensor, type Stream } from '../runtime/device/device-index.js';
+import type { DType } from '../runtime/device/dtype.js';
 import type { Communicator } from '../runtime/comm/comm.js';
 import { WeightSyncError } from '../runtime/errors.js';
 import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { slotsByHf, type SlotDescriptor } from '../rollout/weight-slots.js';
+import { ENGINE_DTYPES, hfDtypeOf, type EngineDtype } from '../rollout/weight-dtype.js';
 import type { WeightSource } from '../parallel/weight-sources.js';
 import { enqueueFingerprint, hex } from './fingerprint.js';
 import { engineView, regionTable } from './regions.js';
@@ -33,6 +41,8 @@ export interface FingerprintCheck {
   engine?: RolloutEngine;
   /** The engine TP size when every rank knows it (colocated); else agreed over comm. */
   engineTp?: number;
+  /** The engine's weight precision when every rank knows it (colocated; with engineTp); else agreed over comm with the TP size. */
+  engineDtype?: EngineDtype;
   timeoutMs: number;
 }
 
@@ -58,7 +68,21 @@ function fingerprintHeld(
   for (const slot of slots) {
     const { param, view } = engineView(slot, engine.params, true);
     const t = src(param.name);
-    enqueueFingerprint(t.reshape([t.numel]), view, out, i, stream);
+    // A bf16 parameter is read widened to fp32 (exact; the fingerprint kernel reads fp32 bits).
+    const wide = t.dtype === 'fp32' ? t : cast(t, 'fp32', { stream });
+    enqueueFingerprint(wide.reshape([wide.numel]), view, out, i, stream);
+    if (wide !== t) wide.release(); // freed once the fingerprint that reads it has run
+  }
+}
+
+/** `src` as the engine should hold it, widened to fp32: itself, or its bf16 rounding (a temporary the caller releases). */
+function asHeld(src: Tensor, dtype: DType, stream: Stream): Tensor {
+  if (dtype === 'fp32') return src;
+  const low = cast(src, dtype, { stream });
+  try {
+    return cast(low, 'fp32', { stream });
+  } finally {
+    low.release(); // freed once the cast that reads it has run
   }
 }
 
@@ -78,16 +102,25 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
   const make = (t: Tensor) => (owned.push(t), t);
   try {
     let tp = x.engineTp ?? engine?.shard.tpSize ?? 0;
+    let dtype: EngineDtype = x.engineDtype ?? engine?.dtype ?? 'float32';
     if (x.engineTp === undefined && multi) {
-      const t = make(Tensor.fromArray(device, Int32Array.from(engine ? [tp, -tp] : [0, -(2 ** 30)]), [2], { stream }));
+      // [tp, -tp, precision, -precision] maxed over the ranks (trainer-only ranks send the identity): max and min of each over the engines.
+      const code = ENGINE_DTYPES.indexOf(dtype);
+      const t = make(Tensor.fromArray(device, Int32Array.from(engine ? [tp, -tp, code, -code] : [0, -(2 ** 30), 0, -(2 ** 30)]), [4], { stream }));
       await comm!.allReduce(t, t, 'max', stream);
-      const [hi, lo] = (await t.toArray(wait)) as Int32Array;
+      const [hi, lo, dhi, dlo] = (await t.toArray(wait)) as Int32Array;
       if (hi !== -lo!)
         throw new WeightSyncError(
           `Weight sync verification: the engine ranks run different TP sizes (${-lo!} to ${hi}); every replica must use the same. HINT: start every engine replica with the same tp.`,
           { minTp: -lo!, maxTp: hi },
         );
+      if (dhi !== -dlo!)
+        throw new WeightSyncError(
+          'Weight sync verification: the engine ranks hold weights in different precisions (float32 and bfloat16). HINT: start every engine replica with the same dtype.',
+          {},
+        );
       tp = hi!;
+      dtype = ENGINE_DTYPES[dhi!]!;
     }
     const table = regionTable(cfg, tp);
     const byTensor = table.tensors.map(() => [] as number[]);
@@ -95,13 +128,28 @@ export async function checkFingerprints(x: FingerprintCheck): Promise<Fingerprin
     const index = new Map(table.tensors.map((t, i) => [t.name, i]));
     const trainer = make(Tensor.zeros(device, [Math.max(1, table.regions.length)], 'int64', { stream }));
     if (sources) {
-      for (const p of trainerPieces(sources)) {
-        const ti = index.get(p.tensor);
-        if (ti === undefined)
-          throw new WeightSyncError(`Weight sync verification: the trainer holds ${p.tensor}, which is not a tensor of the model config.`, {
-            tensor: p.tensor,
-          });
-        for (const ri of byTensor[ti]!) for (const filter of table.regions[ri]!.filters) enqueueFingerprint(p.src, p.view, trainer, ri, stream, { filter });
+      // A source's pieces (q / k / v of one Megatron qkv, gate / up) share its tensor: one rounding each, freed once read.
+      let src: Tensor | null = null,
+        held: Tensor | null = null;
+      const drop = () => {
+        if (held && held !== src) held.release(); // freed once the fingerprints that read it have run
+      };
+      try {
+        for (const p of trainerPieces(sources)) {
+          const ti = index.get(p.tensor);
+          if (ti === undefined)
+            throw new WeightSyncError(`Weight sync verification: the trainer holds ${p.tensor}, which is not a tensor of the model config.`, {
+              tensor: p.tensor,
+            });
+          if (src !== p.src) {
+            drop();
+            src = p.src;
+            held = asHeld(p.src, hfDtypeOf(cfg, p.tensor, dtype), stream);
+          }
+          for (const ri of byTensor[ti]!) for (const filter of table.regions[ri]!.filters) enqueueFingerprint(held!, p.view, trainer, ri, stream, { filter });
+        }
+      } finally {
+        drop();
       }
     }
     if (multi) await comm!.allReduce(trainer, trainer, 'sum', stream);

@@ -8,11 +8,15 @@ import { InvalidArgumentError } from '../runtime/errors.js';
 import type { ModelConfig } from '../model/config.js';
 import { paramSpecs } from '../model/params.js';
 import type { VerifyOptions } from './verify.js';
+import type { EngineDtype } from '../rollout/weight-dtype.js';
 
 export interface SyncReport {
   mode: 'colocate' | 'server';
   kind: 'full' | 'adapter';
+  /** Weight bytes moved: fp32, or for a 'bfloat16' engine its matmul weights as bf16 (sync/wire.ts). */
   bytes: number;
+  /** The engine's weight precision, when the rank knows it (a full sync): what `bytes` counts the weights in. */
+  dtype?: EngineDtype;
   seconds: number;
   GBs: number;
   peakExtraBytes: number;

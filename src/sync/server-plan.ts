@@ -9,6 +9,7 @@
  * ones after.
  */
 import { InvalidArgumentError } from '../runtime/errors.js';
+import type { DType } from '../runtime/device/dtype.js';
 import { checkDescriptor, type RankSources, type SourceDescriptor } from '../parallel/weight-sources.js';
 
 export interface Piece {
@@ -24,19 +25,23 @@ export interface Assembly {
   name: string;
   parts: number;
   partNumel: number;
+  /** The dtype it travels as (sync/wire.ts; set by the sync once the engine precision is known). */
+  wire: DType;
   /** The source (its `part` is that of whichever rank described it; readers pass the part). */
   source: SourceDescriptor;
 }
 
-export function piecesOf(sources: readonly SourceDescriptor[]): Piece[] {
+/** `size`: bytes per element a source travels as (4 for fp32; 2 for a bf16 engine's matmul weights, sync/wire.ts). */
+export function piecesOf(sources: readonly SourceDescriptor[], size: (s: SourceDescriptor) => number = () => 4): Piece[] {
   const mine = sources.filter((s) => s.owner);
-  return [...mine.filter((s) => s.parts > 1), ...mine.filter((s) => s.parts === 1)].map((s) => ({ name: s.key, part: s.part, bytes: s.localNumel * 4 }));
+  return [...mine.filter((s) => s.parts > 1), ...mine.filter((s) => s.parts === 1)].map((s) => ({ name: s.key, part: s.part, bytes: s.localNumel * size(s) }));
 }
 
-/** Every source the engine side assembles, by key. */
-export function assemblies(ranks: readonly RankSources[]): Map<string, Assembly> {
+/** Every source the engine side assembles, by key (`wire`: the dtype each travels as, fp32 by default). */
+export function assemblies(ranks: readonly RankSources[], wire: (s: SourceDescriptor) => DType = () => 'fp32'): Map<string, Assembly> {
   const out = new Map<string, Assembly>();
-  for (const r of ranks) for (const s of r.sources) if (!out.has(s.key)) out.set(s.key, { name: s.key, parts: s.parts, partNumel: s.localNumel, source: s });
+  for (const r of ranks)
+    for (const s of r.sources) if (!out.has(s.key)) out.set(s.key, { name: s.key, parts: s.parts, partNumel: s.localNumel, wire: wire(s), source: s });
   return out;
 }
 

@@ -6,6 +6,7 @@
 import { copy, Tensor, type Stream } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { viewOf } from '../runtime/device/views.js';
+import { dtypeSize, type DType } from '../runtime/device/dtype.js';
 import { assembleHf, scratchNumel } from '../parallel/weight-mapping.js';
 import type { HfView } from '../parallel/weight-sources.js';
 import type { RolloutEngine } from '../rollout/engine.js';
@@ -43,7 +44,7 @@ export class Receiver {
   /** Trainer tp != engine tp: TP-split tensors being assembled, or received whole in one slot piece. */
   private readonly open = new Map<string, Tensor>();
   private readonly whole = new Map<string, Tensor>();
-  private scratch: Tensor | null = null;
+  private readonly scratch = new Map<DType, Tensor>();
   private readonly done = new Set<string>();
   private readonly ways = new Map<string, Way>();
   loaded = 0;
@@ -88,13 +89,19 @@ export class Receiver {
         return;
       }
       const { a, part } = this.parse(s);
-      const n = s.bytes / 4;
-      const d = n ? this.target(a, part, s.tensorOffset / 4, n) : null;
+      const size = dtypeSize(a.wire);
+      const n = s.bytes / size;
+      const d = n ? this.target(a, part, s.tensorOffset / size, n) : null;
       direct.push(d);
       offsets.push(at);
-      if (n && !d) at += Math.ceil(n / 16) * 16;
+      if (n && !d) at += Math.ceil(s.bytes / 64) * 16; // slot offsets count fp32 words, 64-byte aligned
     });
     return { direct, offsets, elems: at };
+  }
+
+  /** The dtype the source of segment `s` travels as (sync/wire.ts). */
+  wireOf(s: Segment): DType {
+    return this.parse(s).a.wire;
   }
 
   private parse(s: Segment): { a: Assembly; part: number } {
@@ -112,10 +119,10 @@ export class Receiver {
     return {
       buf,
       end: () => {
-        if (s.bytes && !direct) this.write(a, part, buf, s.tensorOffset / 4);
+        if (s.bytes && !direct) this.write(a, part, buf, s.tensorOffset / dtypeSize(a.wire));
         const got = (this.got.get(a.name) ?? 0) + s.bytes;
         this.got.set(a.name, got);
-        if (got === a.parts * a.partNumel * 4) this.finish(a);
+        if (got === a.parts * a.partNumel * dtypeSize(a.wire)) this.finish(a);
       },
     };
   }
@@ -123,12 +130,13 @@ export class Receiver {
   /** The engine-parameter region elements [off, off + n) of part `part` of `a` go to, when contiguous (else null). */
   private target(a: Assembly, part: number, off: number, n: number): Tensor | null {
     const way = this.ways.get(a.name)!;
+    let t: Tensor | null = null;
     if (way.flat) {
       const v = way.flat[part]!.find((x) => off >= x.view.localOffset && off + n <= x.view.localOffset + x.view.shape[0]!);
-      return v ? this.session.target(v.hf, v.view.globalOffset + off - v.view.localOffset, n) : null; // padding is not delivered into the engine
-    }
-    if (way.local && part === this.engine.shard.tpRank && way.local.length === 1) return this.session.target(a.name, off, n, way.local[0]);
-    return null;
+      t = v ? this.session.target(v.hf, v.view.globalOffset + off - v.view.localOffset, n) : null; // padding is not delivered into the engine
+    } else if (way.local && part === this.engine.shard.tpRank && way.local.length === 1) t = this.session.target(a.name, off, n, way.local[0]);
+    // Bytes land in the parameter as they travel: only when it holds the wire dtype (else through a slot, cast by the loader).
+    return t && t.dtype === a.wire ? t : null;
   }
 
   /** Elements [off, off + piece.numel) of part `part` of `a`. */
@@ -156,7 +164,7 @@ export class Receiver {
       return;
     }
     let t = this.open.get(a.name);
-    if (!t) this.open.set(a.name, (t = Tensor.empty(engine.device, [a.parts * a.partNumel], 'fp32')));
+    if (!t) this.open.set(a.name, (t = Tensor.empty(engine.device, [a.parts * a.partNumel], a.wire)));
     copy(viewOf(t, [piece.numel], part * a.partNumel + off), piece, { stream: this.stream });
   }
 
@@ -171,9 +179,13 @@ export class Receiver {
       const t = this.whole.get(a.name) ?? this.open.get(a.name)!;
       const owned = !this.whole.delete(a.name);
       this.open.delete(a.name);
-      // One scratch (the largest re-cut) for every re-cut, reused in stream order.
-      this.scratch ??= Tensor.empty(engine.device, [Math.max(16, ...[...this.plan.values()].map((x) => scratchNumel(x.source)))], 'fp32');
-      session.load(assembleHf(a.source, t, this.scratch, this.stream));
+      // One scratch per wire dtype (the largest re-cut of that dtype) for every re-cut, reused in stream order.
+      let scratch = this.scratch.get(a.wire);
+      if (!scratch) {
+        const most = Math.max(16, ...[...this.plan.values()].filter((x) => x.wire === a.wire).map((x) => scratchNumel(x.source)));
+        this.scratch.set(a.wire, (scratch = Tensor.empty(engine.device, [most], a.wire)));
+      }
+      session.load(assembleHf(a.source, t, scratch, this.stream));
       if (owned) t.release();
     }
     this.loaded++;
@@ -191,7 +203,7 @@ export class Receiver {
     for (const t of this.open.values()) t.release();
     this.open.clear();
     this.whole.clear();
-    this.scratch?.release();
-    this.scratch = null;
+    for (const t of this.scratch.values()) t.release();
+    this.scratch.clear();
   }
 }

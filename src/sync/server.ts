@@ -22,6 +22,10 @@
  *      trainer tp != engine tp. The whole sync is one reload session of the engine: after
  *      the last round the slots are freed and its finish() runs the post-load processing
  *      once (a failed sync aborts the session, so the engine takes the next attempt).
+ * A 'bfloat16' engine (its precision is exchanged with the sources) gets its matmul weights
+ * as bf16: the trainers cast their pieces of those sources before the first transfer
+ * (wire.ts), so every collective moves half their bytes, and slots and staging hold the
+ * bf16 segments at their usual 64-byte aligned offsets.
  * Verification (optional): after a full sync, exact fingerprints of every tensor region
  * on every engine rank against the trainers' (fingerprint-check.ts); with a probe, the
  * trainers all-reduce their probe log-probs to every rank and each engine rank compares
@@ -39,9 +43,12 @@ import type { RolloutEngine } from '../rollout/engine.js';
 import { serverAdapterSync } from './server-lora.js';
 import { engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
 import type { TrainStrategy } from '../train/strategy.js';
-import { describeSource, type RankSources } from '../parallel/weight-sources.js';
-import { packSmall, planBuckets, type Bucket } from './buckets.js';
-import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, paramBytes, type SyncOptions, type SyncReport, type Verified } from './report.js';
+import { describeSource, type RankSources, type SourceDescriptor } from '../parallel/weight-sources.js';
+import { packSmall, planBuckets, type Bucket, type Segment } from './buckets.js';
+import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, type SyncOptions, type SyncReport, type Verified } from './report.js';
+import { onWire, wireBytes, wireDtype } from './wire.js';
+import { dtypeSize, type DType } from '../runtime/device/dtype.js';
+import { checkEngineDtype, type EngineDtype } from '../rollout/weight-dtype.js';
 import { assemblies, checkRankSources, piecesOf } from './server-plan.js';
 import { Receiver } from './server-receiver.js';
 import { checkVerify, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerify } from './verify.js';
@@ -87,6 +94,33 @@ function checkCoalesceBytes(v: unknown): number {
   return v;
 }
 const key = (name: string, part: number) => `${name}#${part}`;
+
+/** A segment's part of a (wire-dtype) source piece. */
+const piece = (src: Tensor, seg: Segment) => viewOf(src, [seg.bytes / dtypeSize(src.dtype)], seg.tensorOffset / dtypeSize(src.dtype));
+
+/** Segment `seg` in a slot or staging buffer (fp32 words, 64-byte aligned offsets), seen in its wire dtype. */
+function inWords(buf: Tensor, wordOffset: number, seg: Segment, wire: DType): Tensor {
+  return new Tensor(buf.device, buf.buffer, wire, [seg.bytes / dtypeSize(wire)], undefined, buf.byteOffset + wordOffset * 4);
+}
+
+/** The engine precision every engine rank sent (JSON { engineDtype }); they must agree. */
+function agreedEngineDtype(sent: string[]): EngineDtype {
+  const got = new Set(
+    sent.map((j) => {
+      try {
+        return checkEngineDtype((JSON.parse(j) as { engineDtype?: unknown }).engineDtype, 'engineDtype');
+      } catch {
+        return 'float32';
+      }
+    }),
+  );
+  if (got.size !== 1)
+    throw new WeightSyncError(
+      `ServerSync: the engine ranks hold weights in different precisions (${[...got].join(', ')}). HINT: start every engine replica with the same dtype.`,
+      {},
+    );
+  return [...got][0]!;
+}
 
 export class ServerSync {
   /** Times this side finished a reload session, i.e. ran the post-load processing (engine ranks: once per full sync). */
@@ -213,14 +247,18 @@ export class ServerSync {
     const meter = new MemoryMeter(device);
     const t0 = performance.now();
     const ranks = await this.exchangeSources();
+    // Each source travels in the dtype the engine holds it in (wire.ts): bf16 for a bf16 engine's matmul weights.
+    const wire = (d: SourceDescriptor) => wireDtype(this.cfg, d, this.engineDtype);
+    const wires = new Map(ranks.flatMap((rs) => rs.sources.map((d) => [d.key, wire(d)] as const)));
+    const wireOf = (seg: Segment) => wires.get(seg.name.slice(0, seg.name.lastIndexOf('#')))!;
     const plans = ranks.map((rs) =>
       planBuckets(
-        piecesOf(rs.sources).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })),
+        piecesOf(rs.sources, (d) => dtypeSize(wire(d))).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })),
         this.bucketBytes,
         { keepWhole: true },
       ),
     );
-    const sources = this.role === 'trainer' ? this.sourceTensors() : null;
+    const casts: Tensor[] = [];
     // Rounds whose segments are all small go as one allToAllV over `comm` (server-gather.ts);
     // the per-trainer-rank communicators are made only when some round is broadcast.
     const rounds = Math.max(...plans.map((p) => p.length));
@@ -233,8 +271,9 @@ export class ServerSync {
     // Every transfer of this rank is enqueued: from here a failure leaves no peer waiting.
     let issued = false;
     try {
+      const sources = this.role === 'trainer' ? this.sourceTensors(wire, casts) : null;
       const fault = session ? syncFault(this.engine!, (name) => session.entry(name).writes[0], 'server') : null;
-      const rx = (receiver = session ? new Receiver(this.engine!, session, assemblies(ranks), stream) : null);
+      const rx = (receiver = session ? new Receiver(this.engine!, session, assemblies(ranks, wire), stream) : null);
       // Engine ranks: where each segment is received — straight into a parameter, or into a
       // slot (two slots alternate, each as large as the most any bucket puts there, at most
       // one bucket): the bucket's packed small segments first, then the other pieces that are
@@ -264,7 +303,7 @@ export class ServerSync {
       const packInto = (buf: Tensor, bucket: Bucket, pack: { at: Array<number | null> }) =>
         bucket.segments.forEach((seg, i) => {
           const at = pack.at[i];
-          if (at != null) copy(viewOf(buf, [seg.bytes / 4], at), viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4), { stream });
+          if (at != null) copy(inWords(buf, at, seg, wireOf(seg)), piece(sources!.get(seg.name)!, seg), { stream });
         });
       try {
         for (let b = 0; b < rounds; b++) {
@@ -280,7 +319,7 @@ export class ServerSync {
               plans.forEach((pl, r) =>
                 pl[b]?.segments.forEach((seg, i) => {
                   const at = g.packs[r]!.at[i];
-                  rx.begin(seg, viewOf(slot!, [seg.bytes / 4], at == null ? 0 : g.offsets[r]! + at), false).end();
+                  rx.begin(seg, inWords(slot!, at == null ? 0 : g.offsets[r]! + at, seg, wireOf(seg)), false).end();
                 }),
               );
             continue;
@@ -302,13 +341,13 @@ export class ServerSync {
               pending.push(c.broadcast(buf, buf, 0, stream));
               this.lastBroadcasts++;
               if (leads) await pending[pending.length - 1];
-              if (rx) bucket.segments.forEach((seg, i) => pack.at[i] != null && rx.begin(seg, viewOf(buf, [seg.bytes / 4], pack.at[i]!), false).end());
+              if (rx) bucket.segments.forEach((seg, i) => pack.at[i] != null && rx.begin(seg, inWords(buf, pack.at[i]!, seg, wireOf(seg)), false).end());
             }
             for (const [i, seg] of bucket.segments.entries()) {
               if (pack.at[i] != null) continue; // sent packed above
-              const got = rx?.begin(seg, route!.direct[i] ?? viewOf(slot!, [seg.bytes / 4], route!.offsets[i]), !!route!.direct[i]);
+              const got = rx?.begin(seg, route!.direct[i] ?? inWords(slot!, route!.offsets[i]!, seg, wireOf(seg)), !!route!.direct[i]);
               if (seg.bytes) {
-                const buf = got ? got.buf : viewOf(sources!.get(seg.name)!, [seg.bytes / 4], seg.tensorOffset / 4);
+                const buf = got ? got.buf : piece(sources!.get(seg.name)!, seg);
                 pending.push(c.broadcast(buf, buf, 0, stream));
                 this.lastBroadcasts++;
                 if (leads) await pending[pending.length - 1];
@@ -353,13 +392,15 @@ export class ServerSync {
       throw e;
     } finally {
       if (session?.open) session.abort();
+      for (const t of casts) t.release(); // the wire casts, freed once the transfers that read them are done
     }
     endPhase?.();
     const seconds = (performance.now() - t0) / 1000;
     const report = finishReport({
       mode: 'server',
       kind: 'full',
-      bytes: paramBytes(this.cfg),
+      bytes: wireBytes(this.cfg, this.engineDtype),
+      dtype: this.engineDtype,
       seconds,
       peakExtraBytes: meter.peakExtra(),
       tensors: receiver ? receiver.loaded : plans[comm.rank]!.reduce((a, bk) => a + bk.segments.filter((s) => s.last).length, 0),
@@ -382,7 +423,8 @@ export class ServerSync {
     const { comm, stream } = this;
     const s = this.strategy;
     const mine: RankSources | null = s ? { layout: s.layout, sources: s.weightSources().map(describeSource) } : null;
-    const bytes = new TextEncoder().encode(mine ? JSON.stringify(mine) : '');
+    // Engine ranks send their weight precision: what the trainers cast the weights to before sending (wire.ts).
+    const bytes = new TextEncoder().encode(JSON.stringify(mine ?? { engineDtype: this.engine!.dtype }));
     const words = new Int32Array(Math.ceil(bytes.length / 4));
     new Uint8Array(words.buffer).set(bytes);
     const owned: Tensor[] = [];
@@ -416,18 +458,32 @@ export class ServerSync {
           return null;
         }
       });
+      this.engineDtype = agreedEngineDtype(
+        got.slice(this.trainerRanks).map((g, q) => new TextDecoder().decode(new Uint8Array(g.buffer, 0, all[this.trainerRanks + q]!))),
+      );
       return (this.ranks = checkRankSources(json, this.trainerRanks));
     } finally {
       for (const t of owned) t.release();
     }
   }
 
-  /** This trainer rank's piece tensors by key (the local views of the sources it owns). */
-  private sourceTensors(): Map<string, Tensor> {
+  /** The engine ranks' weight precision (exchanged with the sources at the first full sync). */
+  private engineDtype: EngineDtype = 'float32';
+
+  /**
+   * This trainer rank's piece tensors by key, in the dtype each travels as: the local views
+   * of the sources it owns, or their casts to bf16 (made here, pushed to `casts`, released
+   * when the sync ends: half the owned fp32 bytes of extra memory while it runs).
+   */
+  private sourceTensors(wire: (d: SourceDescriptor) => DType, casts: Tensor[]): Map<string, Tensor> {
     return new Map(
       this.strategy!.weightSources()
         .filter((x) => x.owner)
-        .map((x) => [key(x.key, x.part), x.local]),
+        .map((x) => {
+          const t = onWire(x.local, wire(x), this.stream);
+          if (t !== x.local) casts.push(t);
+          return [key(x.key, x.part), t];
+        }),
     );
   }
 
