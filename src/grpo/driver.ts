@@ -39,6 +39,7 @@ import { lengthStats, Progress, summaryTable, type StepMetrics } from './metrics
 import { checkRunLogTarget, RunLog, runLogMode } from './run-log.js';
 import { alignToTargets, assembleRows, buildTrainBatch } from './rollout-batch.js';
 import { policyUpdate } from './update.js';
+import { StepSync } from './step-sync.js';
 import { totalOptimizerSteps, warmupSteps } from './algorithm-config.js';
 import type { LrSchedule } from '../train/lr-schedule.js';
 import type { TrainBatch } from '../train/strategy.js';
@@ -239,7 +240,8 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
     return null;
   }
   try {
-    return await controller(ctx, cfg, roles, startStep, source);
+    // A controller failing while engine ranks wait in a step's sync aborts the sync communicator (step-sync.ts).
+    return await controller(ctx, cfg, roles, startStep, source, (reason) => syncComm?.abort(reason));
   } catch (e) {
     const controls = await ctx.actors.mesh<GrpoControl>('grpo-control', undefined, { timeoutMs: CALL_MS });
     for (const r of controls.ranks)
@@ -256,12 +258,20 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   }
 }
 
-async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, startStep: number, source: PromptSource): Promise<GrpoSummary> {
+async function controller(
+  ctx: RankContext,
+  cfg: GrpoConfig,
+  roles: Roles,
+  startStep: number,
+  source: PromptSource,
+  abortSync: (reason: string) => void,
+): Promise<GrpoSummary> {
   const opts = { timeoutMs: CALL_MS };
   const trainers = await ctx.actors.mesh<TrainerActor>('trainer', roles.trainerRanks, opts);
   const rollouts = await ctx.actors.mesh<RolloutActor>('rollout', roles.engineRanks, opts);
   const syncs = await ctx.actors.mesh<SyncActor>('sync', undefined, opts);
   const controls = await ctx.actors.mesh<GrpoControl>('grpo-control', undefined, opts);
+  const stepSync = new StepSync(syncs, roles.trainerRanks, abortSync, CALL_MS);
   const pool = new TaskPool({ maxThreads: 1 });
   const rewardFns = new RewardRunner(pool, { rewards: cfg.rewards ?? [{ builtin: 'reverse_digits' }], timeoutMs: cfg.rewardTimeoutMs });
   const log = cfg.log ? RunLog.open(cfg.log, { mode: runLogMode(cfg), config: cfg, startStep }) : null;
@@ -411,6 +421,13 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       }
       if (sleepLevel) await rollouts.call('sleep', sleepLevel as 1 | 2);
       lap('generate'); // the engine's sleep
+      // Server mode: the engine ranks enter this step's weight sync now and wait for the
+      // trainers there (step-sync.ts); the probe rows (one per trainer data-parallel rank, the
+      // strategies split batches evenly) are known once the samples are.
+      const probeRows = roles.trainerRanks.length / cfg.trainer.tp;
+      const probe = cfg.sync.verify ? { ids: prompts.slice(0, probeRows).map((p, i) => [...p, ...completions[i]!]), temperature: cfg.temperature } : undefined;
+      const syncOpts = { verify: probe ? { probe, tolerance: cfg.sync.tolerance } : (false as const), adapterOnly };
+      stepSync.begin(syncOpts);
       // 3. Reference (and, for a KL penalty in the reward, old-policy) log-probs from the trainer.
       const batch = buildTrainBatch({ prompts, completions });
       // TRL's mask_truncated_completions: a completion cut by maxNewTokens takes no loss (it still shaped the advantages).
@@ -469,10 +486,7 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       lap('train');
       // 5. Weight sync (wakes a sleeping colocated engine first).
       if (sleepLevel) await rollouts.call('wake');
-      // Probe rows: one per trainer data-parallel rank (the strategies split batches evenly).
-      const probeRows = roles.trainerRanks.length / cfg.trainer.tp;
-      const probe = cfg.sync.verify ? { ids: prompts.slice(0, probeRows).map((p, i) => [...p, ...completions[i]!]), temperature: cfg.temperature } : undefined;
-      const [rep] = await syncs.call('sync', { verify: probe ? { probe, tolerance: cfg.sync.tolerance } : false, adapterOnly });
+      const rep = await stepSync.finish(syncOpts);
       lap('sync');
       // Metrics (the loss's stats are sums over every optimizer step of the update).
       const st = tr.stats;
@@ -502,8 +516,8 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         gradNorm: tr.gradNorm,
         responseTokens: sampled,
         seconds,
-        syncBytes: rep!.bytes,
-        syncGBs: rep!.GBs,
+        syncBytes: rep.bytes,
+        syncGBs: rep.GBs,
       };
       metrics.push(m);
       log?.step({
@@ -526,8 +540,8 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         // The router load-balancing loss (output_router_logits), mean over the update's optimizer steps.
         ...(st.aux_loss !== undefined ? { auxLoss: st.aux_loss / Math.max(1, tr.optimizerSteps) } : {}),
         recomputedOld: tr.recomputedOld,
-        syncPeakExtraBytes: rep!.peakExtraBytes,
-        verified: rep!.verified ?? null,
+        syncPeakExtraBytes: rep.peakExtraBytes,
+        verified: rep.verified ?? null,
         time: new Date().toISOString(),
       });
       progress.update(m, (line) => ctx.log.info(line));
@@ -561,6 +575,9 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         await trainers.call('save', cfg.checkpoint.dir, step, { rewardMean: mean });
       }
     }
+  } catch (e) {
+    stepSync.cancel(`ServerSync: the GRPO controller (rank 0) failed before the trainer ranks joined the step's weight sync: ${(e as Error).message}`);
+    throw e;
   } finally {
     progress.stop();
     await pool.close();
