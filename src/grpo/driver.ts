@@ -40,6 +40,8 @@ import { checkRunLogTarget, RunLog, runLogMode } from './run-log.js';
 import { alignToTargets, assembleRows, buildTrainBatch } from './rollout-batch.js';
 import { policyUpdate } from './update.js';
 import { StepSync } from './step-sync.js';
+import { UpdateSyncActor } from './update-sync.js';
+import type { SyncReport } from '../sync/index.js';
 import { totalOptimizerSteps, warmupSteps } from './algorithm-config.js';
 import type { LrSchedule } from '../train/lr-schedule.js';
 import type { TrainBatch } from '../train/strategy.js';
@@ -217,6 +219,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   // that would hold rank 0 back until every rank wrote its weights).
   const control = new GrpoControl();
   if (trainer) ctx.actors.expose('trainer', trainer);
+  if (trainer) ctx.actors.expose('grpo-update', new UpdateSyncActor(trainer, sync));
   if (rollout) ctx.actors.expose('rollout', rollout);
   ctx.actors.expose('sync', sync);
   ctx.actors.expose('grpo-control', control);
@@ -272,6 +275,7 @@ async function controller(
   const syncs = await ctx.actors.mesh<SyncActor>('sync', undefined, opts);
   const controls = await ctx.actors.mesh<GrpoControl>('grpo-control', undefined, opts);
   const stepSync = new StepSync(syncs, roles.trainerRanks, abortSync, CALL_MS);
+  const updaters = await ctx.actors.mesh<UpdateSyncActor>('grpo-update', roles.trainerRanks, opts);
   const pool = new TaskPool({ maxThreads: 1 });
   const rewardFns = new RewardRunner(pool, { rewards: cfg.rewards ?? [{ builtin: 'reverse_digits' }], timeoutMs: cfg.rewardTimeoutMs });
   const log = cfg.log ? RunLog.open(cfg.log, { mode: runLogMode(cfg), config: cfg, startStep }) : null;
@@ -448,6 +452,19 @@ async function controller(
       lap('logprob');
       // 4. The policy update: numIterations passes of stepsPerGeneration optimizer steps (update.ts).
       const optimizerStepsPerRollout = cfg.numIterations * cfg.stepsPerGeneration;
+      const refresh = cfg.syncRefModel && step % cfg.refModelSyncSteps === 0;
+      // Server mode: the update's last call syncs too (update-sync.ts), unless the reference
+      // is refreshed between the update and the sync this step.
+      let joined: Promise<SyncReport> | undefined;
+      const last =
+        cfg.mode === 'server' && !refresh
+          ? (micro: Parameters<TrainerActor['lossSteps']>[1], o: Record<string, unknown>) => {
+              const calls = updaters.call('lossStepsThenSync', 'grpo', micro, o, syncOpts);
+              joined = calls.then((rs) => rs[0]!.sync);
+              joined.catch(() => undefined); // reported by stepSync.finish() or by the update itself
+              return calls.then((rs) => rs[0]!.step);
+            }
+          : undefined;
       const tr = await policyUpdate(
         trainers,
         {
@@ -481,13 +498,20 @@ async function controller(
           firstStep: (step - 1) * optimizerStepsPerRollout,
           temperature: cfg.temperature,
         },
+        last,
       );
-      if (cfg.syncRefModel && step % cfg.refModelSyncSteps === 0) await trainers.call('refreshReference', cfg.refModelMixupAlpha);
+      if (refresh) await trainers.call('refreshReference', cfg.refModelMixupAlpha);
       lap('train');
       // 5. Weight sync (wakes a sleeping colocated engine first).
       if (sleepLevel) await rollouts.call('wake');
-      const rep = await stepSync.finish(syncOpts);
+      const rep = await stepSync.finish(syncOpts, joined);
       lap('sync');
+      if (joined) {
+        // Rank 0's side of the sync ran inside the update's last call: book it as sync time.
+        const moved = Math.min(rep.seconds, seconds.train);
+        seconds.train -= moved;
+        seconds.sync += moved;
+      }
       // Metrics (the loss's stats are sums over every optimizer step of the update).
       const st = tr.stats;
       const tokens = st.tokens ?? 0;

@@ -64,15 +64,24 @@ export class StepSync {
    * The trainer ranks join (with the options begin() got, when it ran); resolves to rank
    * 0's report once every rank finished. An engine rank that already failed fails the sync
    * without calling the trainers (the engine side aborted the communicator: they would
-   * fail on it too, with a less direct message).
+   * fail on it too, with a less direct message). `joined`: the trainer ranks are already
+   * in the sync (update-sync.ts: their last optimizer step's call syncs too), resolving to
+   * rank 0's report; nothing more is called.
    */
-  async finish(opts: SyncCallOptions): Promise<SyncReport> {
+  async finish(opts: SyncCallOptions, joined?: Promise<SyncReport>): Promise<SyncReport> {
     const p = this.#pending;
     this.#pending = null;
-    if (p?.failure) throw p.failure;
-    const late = Promise.all(this.late.map((r) => this.syncs.ref(r).invoke('sync', [p?.opts ?? opts], { timeoutMs: this.timeoutMs })));
-    const [reports] = await Promise.all([late, p?.calls]);
-    return reports[this.late.indexOf(0)]!;
+    if (p?.failure && !joined) throw p.failure;
+    const late =
+      joined ??
+      Promise.all(this.late.map((r) => this.syncs.ref(r).invoke('sync', [p?.opts ?? opts], { timeoutMs: this.timeoutMs }))).then(
+        (reports) => reports[this.late.indexOf(0)]!,
+      );
+    // An engine failure is the cause when both fail (the trainers then fail on the aborted communicator).
+    const [report] = await Promise.all([late, p?.calls]).catch((e: Error) => {
+      throw p?.failure ?? e;
+    });
+    return report;
   }
 
   /** The step failed before finish(): engines waiting in the sync fail now, with `reason`. */
