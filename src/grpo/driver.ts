@@ -425,13 +425,11 @@ async function controller(
       }
       if (sleepLevel) await rollouts.call('sleep', sleepLevel as 1 | 2);
       lap('generate'); // the engine's sleep
-      // Server mode: the engine ranks enter this step's weight sync now and wait for the
-      // trainers there (step-sync.ts); the probe rows (one per trainer data-parallel rank, the
+      // This step's weight sync: the probe rows (one per trainer data-parallel rank, the
       // strategies split batches evenly) are known once the samples are.
       const probeRows = roles.trainerRanks.length / cfg.trainer.tp;
       const probe = cfg.sync.verify ? { ids: prompts.slice(0, probeRows).map((p, i) => [...p, ...completions[i]!]), temperature: cfg.temperature } : undefined;
       const syncOpts = { verify: probe ? { probe, tolerance: cfg.sync.tolerance } : (false as const), adapterOnly };
-      stepSync.begin(syncOpts);
       // 3. Reference (and, for a KL penalty in the reward, old-policy) log-probs from the trainer.
       const batch = buildTrainBatch({ prompts, completions });
       // TRL's mask_truncated_completions: a completion cut by maxNewTokens takes no loss (it still shaped the advantages).
@@ -465,7 +463,7 @@ async function controller(
               return calls.then((rs) => rs[0]!.step);
             }
           : undefined;
-      const tr = await policyUpdate(
+      const update = policyUpdate(
         trainers,
         {
           batch,
@@ -500,6 +498,11 @@ async function controller(
         },
         last,
       );
+      // Server mode: the engine ranks enter the sync now and wait for the trainers there
+      // (step-sync.ts); called after the update's first calls went out, so rank 0's
+      // messages to the engines do not hold the update back.
+      stepSync.begin(syncOpts);
+      const tr = await update;
       if (refresh) await trainers.call('refreshReference', cfg.refModelMixupAlpha);
       lap('train');
       // 5. Weight sync (wakes a sleeping colocated engine first).
