@@ -4,10 +4,14 @@
  * --nproc 2, beside a plain single-process PyTorch loop doing the same step on one thread
  * (bench/torch_grpo_step.py, when an interpreter with torch is installed). Step time is the
  * median over the timed steps of the run log's per-phase seconds (generate, reward,
- * log-prob, train, sync); the weight sync's share of the step is reported too.
+ * log-prob, train, sync); the weight sync's share of the step is reported too, and the
+ * CPU time the launch process (every rank's threads) spent per timed step, with the cores
+ * it kept busy on average: the machine is shared, so wall time moves with the load while
+ * the CPU per step says how much work a step is; cores near the machine's count say the
+ * step is CPU-bound (cut work or threads), well below it latency-bound (cut round trips).
  */
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -22,7 +26,8 @@ The quickstart's GRPO step under launch (server mode, tiny dense model, 16 promp
 samples, the 30-step SFT warm-up first) at each --nproc (default 16,2), against a plain
 single-process PyTorch GRPO loop on one thread doing the same step (bench/torch_grpo_step.py;
 needs python3-torch). Reports seconds per step (median after 2 warm steps), the ratio
-Ascent / PyTorch (target <= 0.5) and the weight sync's share of the step (target <= 5%).
+Ascent / PyTorch (target <= 0.5), the weight sync's share of the step (target <= 5%),
+the CPU seconds per step of the whole launch process and the cores it kept busy.
   --steps N     GRPO steps per run (default 12)
   --nproc LIST  comma-separated rank counts (default 16,2)
 Results: bench/results/grpo-step-<date>.json (and grpo-step-latest.json).
@@ -36,28 +41,84 @@ function median(xs: number[]): number {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
-function ascentRun(
-  nproc: number,
-  steps: number,
-): { secondsPerStep: number; syncShare: number; phases: Record<string, number>; rewardFirst: number; loadAvg1: number } {
+/** Clock ticks per second of /proc/<pid>/stat's CPU times. */
+function clockTicks(): number {
+  const r = spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' });
+  const n = Number(r.stdout?.trim());
+  return Number.isFinite(n) && n > 0 ? n : 100;
+}
+
+/** User + system CPU seconds of process `pid` so far (every thread), or null once it is gone. */
+function cpuSeconds(pid: number, ticks: number): number | null {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = f.slice(f.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / ticks; // utime, stime (fields 14, 15)
+  } catch {
+    return null;
+  }
+}
+
+/** Runs `args` with `timeoutMs`, sampling its CPU time every 50 ms; rejects on a non-zero exit. */
+function runSampled(args: string[], timeoutMs: number, what: string): Promise<Array<{ at: number; cpu: number }>> {
+  const ticks = clockTicks();
+  const samples: Array<{ at: number; cpu: number }> = [];
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr = (stderr + d).slice(-20_000)));
+    const timer = setInterval(() => {
+      const cpu = cpuSeconds(child.pid!, ticks);
+      if (cpu !== null) samples.push({ at: Date.now(), cpu });
+    }, 50);
+    const deadline = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('error', (e) => {
+      clearInterval(timer);
+      clearTimeout(deadline);
+      reject(e);
+    });
+    child.on('exit', (code, signal) => {
+      clearInterval(timer);
+      clearTimeout(deadline);
+      if (code === 0) resolve(samples);
+      else reject(new Error(`bench grpo-step: ${what} failed (${code ?? signal}): ${stderr.trim().split('\n').slice(-5).join(' | ')}`));
+    });
+  });
+}
+
+/** CPU seconds at wall time `at` (ms): the last sample at or before it (the first when none is). */
+function cpuAt(samples: ReadonlyArray<{ at: number; cpu: number }>, at: number): number {
+  let v = samples[0]?.cpu ?? 0;
+  for (const s of samples) if (s.at <= at) v = s.cpu;
+  return v;
+}
+
+interface AscentRun {
+  secondsPerStep: number;
+  syncShare: number;
+  phases: Record<string, number>;
+  rewardFirst: number;
+  loadAvg1: number;
+  cpuPerStep: number;
+  cores: number;
+}
+
+async function ascentRun(nproc: number, steps: number): Promise<AscentRun> {
   // The machine is shared: the 1-minute load average as the run starts says how loaded it was.
   const loadAvg1 = loadavg()[0]!;
   const dir = mkdtempSync(join(tmpdir(), 'ascent-grpo-step-'));
   try {
     const log = join(dir, 'run.jsonl');
-    const r = spawnSync(
-      process.execPath,
+    const samples = await runSampled(
       [join(ROOT, 'bin', 'launch.mjs'), '--nproc', String(nproc), join(ROOT, 'examples', 'grpo.ts'), '--steps', String(steps), '--log', log, '--no-progress'],
-      { cwd: ROOT, encoding: 'utf8', timeout: 1_800_000 },
+      1_800_000,
+      `the quickstart at --nproc ${nproc}`,
     );
-    if (r.status !== 0)
-      throw new Error(
-        `bench grpo-step: the quickstart at --nproc ${nproc} failed (${r.status ?? r.signal}): ${r.stderr.trim().split('\n').slice(-5).join(' | ')}`,
-      );
+    if (!existsSync(log)) throw new Error(`bench grpo-step: the quickstart at --nproc ${nproc} wrote no run log (${log}).`);
     const recs = readFileSync(log, 'utf8')
       .trim()
       .split('\n')
-      .map((l) => JSON.parse(l) as { type?: string; seconds?: Record<string, number>; rewardMean?: number })
+      .map((l) => JSON.parse(l) as { type?: string; seconds?: Record<string, number>; rewardMean?: number; time?: string })
       .filter((x) => x.type === 'step');
     const timed = recs.slice(SKIP);
     const total = (x: (typeof recs)[number]) => Object.values(x.seconds!).reduce((a, b) => a + b, 0);
@@ -65,7 +126,19 @@ function ascentRun(
     const phases: Record<string, number> = {};
     for (const x of timed) for (const [k, v] of Object.entries(x.seconds!)) phases[k] = (phases[k] ?? 0) + v / timed.length;
     const sync = timed.reduce((a, x) => a + x.seconds!.sync!, 0) / timed.reduce((a, x) => a + total(x), 0);
-    return { secondsPerStep: median(per), syncShare: sync, phases, rewardFirst: recs[0]!.rewardMean!, loadAvg1 };
+    // CPU over the timed steps: from the end of the last untimed step to the end of the last step.
+    const from = Date.parse(recs[SKIP - 1]!.time!),
+      to = Date.parse(recs.at(-1)!.time!);
+    const cpu = cpuAt(samples, to) - cpuAt(samples, from);
+    return {
+      secondsPerStep: median(per),
+      syncShare: sync,
+      phases,
+      rewardFirst: recs[0]!.rewardMean!,
+      loadAvg1,
+      cpuPerStep: cpu / timed.length,
+      cores: to > from ? cpu / ((to - from) / 1000) : 0,
+    };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -94,9 +167,10 @@ export async function runGrpoStepBench(steps: number, nprocs: number[]) {
         },
       )
     : null;
-  const rows = nprocs.map((n) => {
-    const a = ascentRun(n, steps);
-    return {
+  const rows = [];
+  for (const n of nprocs) {
+    const a = await ascentRun(n, steps);
+    rows.push({
       nproc: n,
       secondsPerStep: round(a.secondsPerStep, 4),
       torchSecondsPerStep: peer ? round(peer.secondsPerStep, 4) : null,
@@ -106,9 +180,12 @@ export async function runGrpoStepBench(steps: number, nprocs: number[]) {
       generate: round(a.phases.generate ?? 0, 4),
       train: round(a.phases.train ?? 0, 4),
       sync: round(a.phases.sync ?? 0, 4),
+      // CPU seconds per timed step (every thread of the launch process) and the cores that kept busy.
+      cpuPerStep: round(a.cpuPerStep, 4),
+      cores: round(a.cores, 2),
       loadAvg1: round(a.loadAvg1, 2),
-    };
-  });
+    });
+  }
   return {
     suite: 'grpo-step',
     date: new Date().toISOString(),

@@ -39,6 +39,9 @@ import { lengthStats, Progress, summaryTable, type StepMetrics } from './metrics
 import { checkRunLogTarget, RunLog, runLogMode } from './run-log.js';
 import { alignToTargets, assembleRows, buildTrainBatch } from './rollout-batch.js';
 import { policyUpdate } from './update.js';
+import { StepSync } from './step-sync.js';
+import { UpdateSyncActor } from './update-sync.js';
+import type { SyncReport } from '../sync/index.js';
 import { totalOptimizerSteps, warmupSteps } from './algorithm-config.js';
 import type { LrSchedule } from '../train/lr-schedule.js';
 import type { TrainBatch } from '../train/strategy.js';
@@ -220,6 +223,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   // that would hold rank 0 back until every rank wrote its weights).
   const control = new GrpoControl();
   if (trainer) ctx.actors.expose('trainer', trainer);
+  if (trainer) ctx.actors.expose('grpo-update', new UpdateSyncActor(trainer, sync));
   if (rollout) ctx.actors.expose('rollout', rollout);
   ctx.actors.expose('sync', sync);
   ctx.actors.expose('grpo-control', control);
@@ -243,7 +247,8 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
     return null;
   }
   try {
-    return await controller(ctx, cfg, roles, startStep, source);
+    // A controller failing while engine ranks wait in a step's sync aborts the sync communicator (step-sync.ts).
+    return await controller(ctx, cfg, roles, startStep, source, (reason) => syncComm?.abort(reason));
   } catch (e) {
     const controls = await ctx.actors.mesh<GrpoControl>('grpo-control', undefined, { timeoutMs: CALL_MS });
     for (const r of controls.ranks)
@@ -260,12 +265,21 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   }
 }
 
-async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, startStep: number, source: PromptSource): Promise<GrpoSummary> {
+async function controller(
+  ctx: RankContext,
+  cfg: GrpoConfig,
+  roles: Roles,
+  startStep: number,
+  source: PromptSource,
+  abortSync: (reason: string) => void,
+): Promise<GrpoSummary> {
   const opts = { timeoutMs: CALL_MS };
   const trainers = await ctx.actors.mesh<TrainerActor>('trainer', roles.trainerRanks, opts);
   const rollouts = await ctx.actors.mesh<RolloutActor>('rollout', roles.engineRanks, opts);
   const syncs = await ctx.actors.mesh<SyncActor>('sync', undefined, opts);
   const controls = await ctx.actors.mesh<GrpoControl>('grpo-control', undefined, opts);
+  const stepSync = new StepSync(syncs, roles.trainerRanks, abortSync, CALL_MS);
+  const updaters = await ctx.actors.mesh<UpdateSyncActor>('grpo-update', roles.trainerRanks, opts);
   const pool = new TaskPool({ maxThreads: 1 });
   const rewardFns = new RewardRunner(pool, { rewards: cfg.rewards ?? [{ builtin: 'reverse_digits' }], timeoutMs: cfg.rewardTimeoutMs });
   const log = cfg.log ? RunLog.open(cfg.log, { mode: runLogMode(cfg), config: cfg, startStep }) : null;
@@ -415,6 +429,11 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       }
       if (sleepLevel) await rollouts.call('sleep', sleepLevel as 1 | 2);
       lap('generate'); // the engine's sleep
+      // This step's weight sync: the probe rows (one per trainer data-parallel rank, the
+      // strategies split batches evenly) are known once the samples are.
+      const probeRows = roles.trainerRanks.length / cfg.trainer.tp;
+      const probe = cfg.sync.verify ? { ids: prompts.slice(0, probeRows).map((p, i) => [...p, ...completions[i]!]), temperature: cfg.temperature } : undefined;
+      const syncOpts = { verify: probe ? { probe, tolerance: cfg.sync.tolerance } : (false as const), adapterOnly };
       // 3. Reference (and, for a KL penalty in the reward, old-policy) log-probs from the trainer.
       const batch = buildTrainBatch({ prompts, completions });
       // TRL's mask_truncated_completions: a completion cut by maxNewTokens takes no loss (it still shaped the advantages).
@@ -435,7 +454,20 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
       lap('logprob');
       // 4. The policy update: numIterations passes of stepsPerGeneration optimizer steps (update.ts).
       const optimizerStepsPerRollout = cfg.numIterations * cfg.stepsPerGeneration;
-      const tr = await policyUpdate(
+      const refresh = cfg.syncRefModel && step % cfg.refModelSyncSteps === 0;
+      // Server mode: the update's last call syncs too (update-sync.ts), unless the reference
+      // is refreshed between the update and the sync this step.
+      let joined: Promise<SyncReport> | undefined;
+      const last =
+        cfg.mode === 'server' && !refresh
+          ? (micro: Parameters<TrainerActor['lossSteps']>[1], o: Record<string, unknown>) => {
+              const calls = updaters.call('lossStepsThenSync', 'grpo', micro, o, syncOpts);
+              joined = calls.then((rs) => rs[0]!.sync);
+              joined.catch(() => undefined); // reported by stepSync.finish() or by the update itself
+              return calls.then((rs) => rs[0]!.step);
+            }
+          : undefined;
+      const update = policyUpdate(
         trainers,
         {
           batch,
@@ -468,16 +500,25 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
           firstStep: (step - 1) * optimizerStepsPerRollout,
           temperature: cfg.temperature,
         },
+        last,
       );
-      if (cfg.syncRefModel && step % cfg.refModelSyncSteps === 0) await trainers.call('refreshReference', cfg.refModelMixupAlpha);
+      // Server mode: the engine ranks enter the sync now and wait for the trainers there
+      // (step-sync.ts); called after the update's first calls went out, so rank 0's
+      // messages to the engines do not hold the update back.
+      stepSync.begin(syncOpts);
+      const tr = await update;
+      if (refresh) await trainers.call('refreshReference', cfg.refModelMixupAlpha);
       lap('train');
       // 5. Weight sync (wakes a sleeping colocated engine first).
       if (sleepLevel) await rollouts.call('wake');
-      // Probe rows: one per trainer data-parallel rank (the strategies split batches evenly).
-      const probeRows = roles.trainerRanks.length / cfg.trainer.tp;
-      const probe = cfg.sync.verify ? { ids: prompts.slice(0, probeRows).map((p, i) => [...p, ...completions[i]!]), temperature: cfg.temperature } : undefined;
-      const [rep] = await syncs.call('sync', { verify: probe ? { probe, tolerance: cfg.sync.tolerance } : false, adapterOnly });
+      const rep = await stepSync.finish(syncOpts, joined);
       lap('sync');
+      if (joined) {
+        // Rank 0's side of the sync ran inside the update's last call: book it as sync time.
+        const moved = Math.min(rep.seconds, seconds.train);
+        seconds.train -= moved;
+        seconds.sync += moved;
+      }
       // Metrics (the loss's stats are sums over every optimizer step of the update).
       const st = tr.stats;
       const tokens = st.tokens ?? 0;
@@ -506,8 +547,8 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         gradNorm: tr.gradNorm,
         responseTokens: sampled,
         seconds,
-        syncBytes: rep!.bytes,
-        syncGBs: rep!.GBs,
+        syncBytes: rep.bytes,
+        syncGBs: rep.GBs,
       };
       metrics.push(m);
       log?.step({
@@ -530,8 +571,8 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         // The router load-balancing loss (output_router_logits), mean over the update's optimizer steps.
         ...(st.aux_loss !== undefined ? { auxLoss: st.aux_loss / Math.max(1, tr.optimizerSteps) } : {}),
         recomputedOld: tr.recomputedOld,
-        syncPeakExtraBytes: rep!.peakExtraBytes,
-        verified: rep!.verified ?? null,
+        syncPeakExtraBytes: rep.peakExtraBytes,
+        verified: rep.verified ?? null,
         time: new Date().toISOString(),
       });
       progress.update(m, (line) => ctx.log.info(line));
@@ -565,6 +606,9 @@ async function controller(ctx: RankContext, cfg: GrpoConfig, roles: Roles, start
         await trainers.call('save', cfg.checkpoint.dir, step, { rewardMean: mean });
       }
     }
+  } catch (e) {
+    stepSync.cancel(`ServerSync: the GRPO controller (rank 0) failed before the trainer ranks joined the step's weight sync: ${(e as Error).message}`);
+    throw e;
   } finally {
     progress.stop();
     await pool.close();

@@ -45,7 +45,11 @@ export interface UpdateOptions {
   temperature: number;
 }
 
-export async function policyUpdate(trainers: ActorMesh<TrainerActor>, r: RolloutBatch, o: UpdateOptions): Promise<UpdateResult> {
+/** Rank 0's result of `lossSteps('grpo', micro, opts)` on every trainer rank, made some other way (the driver: with the weight sync). */
+export type LossStepsCall = (micro: Array<{ batch: TrainBatch; data: GrpoBatchData }>, opts: Record<string, unknown>) => Promise<TrainStepResult>;
+
+/** `last`: how the update's last optimizer step is called (default: lossSteps on every trainer rank, like the others). */
+export async function policyUpdate(trainers: ActorMesh<TrainerActor>, r: RolloutBatch, o: UpdateOptions, last?: LossStepsCall): Promise<UpdateResult> {
   const { batch } = r;
   const plan = updatePlan({ ...o.shape, rows: batch.batch });
   const recompute = r.oldLogprobs === undefined && needsOldLogprobs(o.shape);
@@ -53,7 +57,8 @@ export async function policyUpdate(trainers: ActorMesh<TrainerActor>, r: Rollout
   const S = batch.seqLen;
   const results: TrainStepResult[] = [];
   let k = o.firstStep;
-  for (const mb of plan) {
+  const each: LossStepsCall = async (micro, opts) => (await trainers.call('lossSteps', 'grpo', micro, opts))[0]!;
+  for (const [i, mb] of plan.entries()) {
     const norm = { rows: mb.rows[1] - mb.rows[0], tokens: responseTokens(sliceRows(batch, mb.rows[0], mb.rows[1])) };
     const micro = mb.micro.map(([a, b]) => {
       const data: GrpoBatchData = {
@@ -65,8 +70,8 @@ export async function policyUpdate(trainers: ActorMesh<TrainerActor>, r: Rollout
       };
       return { batch: sliceRows(batch, a, b), data };
     });
-    const [tr] = await trainers.call('lossSteps', 'grpo', micro, { ...o.loss, lr: lrAt(o.schedule, k++) });
-    results.push(tr!);
+    const call = last && i === plan.length - 1 ? last : each;
+    results.push(await call(micro, { ...o.loss, lr: lrAt(o.schedule, k++) }));
   }
   const stats: Record<string, number> = {};
   for (const tr of results) for (const [key, v] of Object.entries(tr.stats ?? {})) stats[key] = (stats[key] ?? 0) + v;

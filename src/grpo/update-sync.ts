@@ -1,0 +1,36 @@
+/**
+ * The last optimizer step of a GRPO update and the trainer rank's side of the step's weight
+ * sync in one actor call (server mode). Two calls per trainer rank (lossSteps, then sync)
+ * put a controller turn between them: every trainer rank's reply reaches rank 0, which
+ * then sends every trainer rank the sync call; on 2 cores shared by 16 ranks each hop is a
+ * thread wake-up on the step's critical path. Here each trainer rank starts its side of the
+ * sync as soon as its own update finished, and the controller makes one call per rank.
+ * The order on the rank is the same as with two calls (the optimizer step, then the sync,
+ * which waits for the optimizer's writes before reading the weights).
+ */
+import type { TrainerActor, TrainStepResult } from '../actors/trainer.js';
+import type { SyncActor, SyncCallOptions } from '../actors/sync.js';
+import type { SyncReport } from '../sync/index.js';
+
+export interface UpdateSyncResult {
+  step: TrainStepResult;
+  sync: SyncReport;
+}
+
+export class UpdateSyncActor {
+  constructor(
+    private readonly trainer: TrainerActor,
+    private readonly syncer: SyncActor,
+  ) {}
+
+  /** trainer.lossSteps(name, micro, opts), then (when it succeeded) sync.sync(syncOpts) on this rank. */
+  async lossStepsThenSync(
+    name: string,
+    micro: Parameters<TrainerActor['lossSteps']>[1],
+    opts: Parameters<TrainerActor['lossSteps']>[2],
+    syncOpts: SyncCallOptions,
+  ): Promise<UpdateSyncResult> {
+    const step = await this.trainer.lossSteps(name, micro, opts);
+    return { step, sync: await this.syncer.sync(syncOpts) };
+  }
+}
