@@ -1,5 +1,5 @@
 /**
- * The rollout engine's weight precision (`dtype` engine option, `rollout.dtype` in a GRPO
+ * The rollout engine's weight precision (`dtype` engine option, `engine.dtype` in a GRPO
  * config): 'float32' (default) holds every runtime parameter in fp32; 'bfloat16' holds the
  * matmul weights in bf16 — half the device bytes and half the bytes a weight sync moves —
  * and keeps the rest fp32. The bf16 weights are the round-to-nearest-even cast of the
