@@ -1,7 +1,8 @@
 /**
  * One rank of the weight-sync benchmark (run under `launch` by bench/sync.ts):
  *   launch --nproc 2 dist/bench/sync-rank.js colocate <fsdp2|megatron> <bucketBytes>
- *   launch --nproc 4 dist/bench/sync-rank.js server megatron <bucketBytes>
+ *   launch --nproc 4 dist/bench/sync-rank.js server megatron <bucketBytes> [bfloat16]
+ * (a last argument bfloat16 makes the engines bf16: the sync casts and moves half the bytes)
  * Builds the synthetic ~514 MB (fp32) dense model below, the strategy and the engine(s),
  * measures a STREAM-like device copy on every rank at once (the same run; best of 6,
  * before and again after the syncs, the higher counts), times full syncs (one warm-up,
@@ -66,8 +67,40 @@ async function streamCopyGBs(ctx: RankContext, comm: { barrier(s?: unknown): Pro
   return (2 * bytes) / best / 1e9;
 }
 
+export const UPDATE_SHAPE = { rows: 16, seqLen: 24, microBatches: 1 };
+
+/**
+ * Runs one warm-up forwardBackward (first-touch allocations) and returns the timed update:
+ * UPDATE_SHAPE's batch as its micro-batches, clipping and one AdamW step, in seconds.
+ */
+async function prepareUpdate(strategy: TrainStrategy): Promise<() => Promise<number>> {
+  const { rows, seqLen, microBatches } = UPDATE_SHAPE;
+  const per = rows / microBatches;
+  const vocab = BENCH_CONFIG.vocab_size;
+  const micro = (m: number) => {
+    const inputIds = new Int32Array(per * seqLen),
+      targets = new Int32Array(per * seqLen);
+    for (let i = 0; i < inputIds.length; i++) inputIds[i] = (i * 7919 + m * 104729) % vocab;
+    for (let i = 0; i < targets.length; i++) targets[i] = (i + 1) % seqLen === 0 ? -100 : inputIds[i + 1]!;
+    return { inputIds, targets, batch: per, seqLen };
+  };
+  const batches = Array.from({ length: microBatches }, (_, m) => micro(m));
+  strategy.zeroGrad();
+  await strategy.forwardBackward(batches[0]!);
+  strategy.zeroGrad();
+  return async () => {
+    const t0 = performance.now();
+    for (const b of batches) await strategy.forwardBackward(b);
+    await strategy.clipGradNorm(1);
+    strategy.optimizerStep({ lr: 1e-6 });
+    await strategy.clipGradNorm(null); // a collective read: the AdamW step has run on every rank
+    return (performance.now() - t0) / 1000;
+  };
+}
+
 export async function main(ctx: RankContext): Promise<void> {
-  const [mode, kind, bucketArg] = ctx.args as [string, string, string];
+  const [mode, kind, bucketArg, dtypeArg] = ctx.args as [string, string, string, string | undefined];
+  const dtype = dtypeArg === 'bfloat16' ? 'bfloat16' : 'float32';
   const bucketBytes = Number(bucketArg);
   const cfg = parseModelConfig(BENCH_CONFIG, 'bench');
   const params = new Map<string, HostParam>();
@@ -82,6 +115,7 @@ export async function main(ctx: RankContext): Promise<void> {
     engineTp = 0;
   const cleanup: Array<() => void> = [];
   let engineOf: RolloutEngine | undefined;
+  let trainerOf: TrainStrategy | undefined;
   if (mode === 'colocate') {
     const strategy: TrainStrategy =
       kind === 'fsdp2'
@@ -89,9 +123,10 @@ export async function main(ctx: RankContext): Promise<void> {
         : await MegatronStrategy.create({ comm: ctx.comm, cfg, params, tp: ctx.worldSize });
     engineTp = kind === 'fsdp2' ? 1 : ctx.worldSize;
     const tp = engineTp > 1 ? (await ctx.comm.split(0, ctx.rank))! : undefined;
-    const engine = RolloutEngine.create(cfg, { device: ctx.device, tp, maxBatch: 1, maxSeqLen: 8 });
+    const engine = RolloutEngine.create(cfg, { device: ctx.device, tp, maxBatch: 1, maxSeqLen: 8, dtype });
     trainer = `${kind} ${strategy.layout}`;
     engineOf = engine;
+    trainerOf = strategy;
     const sync = new ColocateSync({ strategy, engine, bucketBytes });
     run = (verify) => sync.sync(verify ? { verify: true } : {});
     cleanup.push(
@@ -107,13 +142,14 @@ export async function main(ctx: RankContext): Promise<void> {
     let strategy: TrainStrategy | undefined, engine: RolloutEngine | undefined;
     if (isTrainer) strategy = await MegatronStrategy.create({ comm: group, cfg, params, tp: trainerRanks });
     else {
-      engine = RolloutEngine.create(cfg, { device: ctx.device, tp: group, maxBatch: 1, maxSeqLen: 8 });
+      engine = RolloutEngine.create(cfg, { device: ctx.device, tp: group, maxBatch: 1, maxSeqLen: 8, dtype });
       const reload = engine.beginReload();
       reload.load(params);
       reload.finish();
     }
     trainer = `megatron tp${trainerRanks}`;
     engineOf = engine;
+    trainerOf = strategy;
     const sync = ServerSync.create({ comm: syncComm, role: isTrainer ? 'trainer' : 'engine', trainerRanks, cfg, strategy, engine, bucketBytes });
     run = (verify) => sync.sync(verify ? { verify: true } : {});
     cleanup.push(
@@ -137,6 +173,14 @@ export async function main(ctx: RankContext): Promise<void> {
     const v = { syncSeconds: r.seconds, verifySeconds: r.verified!.seconds, fingerprints: r.verified!.fingerprints };
     if (!verified || v.syncSeconds + v.verifySeconds < verified.syncSeconds + verified.verifySeconds) verified = v;
   }
+  // One GRPO-shaped update on the trainer ranks (no sync, no engine work), to put the sync in
+  // proportion: an eighth of the quickstart's batch (the quickstart updates on 16 prompts x 8
+  // samples = 128 rows; here one micro-batch of 16 rows of 24 tokens), gradient clipping and one
+  // AdamW step. A GRPO step also generates, computes log-probs and updates on the whole
+  // batch, so sync / (sync + this update) is an upper bound on the sync's share of it.
+  const update = trainerOf ? await prepareUpdate(trainerOf) : undefined;
+  await ctx.comm.barrier(); // every rank, engines too: the trainers start together
+  const updateSeconds = update ? await update() : 0;
   // Bytes of runtime parameters this rank's engine holds (what a sync must write here).
   const engineBytes = engineOf?.params.deviceBytes() ?? 0;
   // The copy bandwidth again after the syncs; the better of the two counts (conservative:
@@ -148,6 +192,7 @@ export async function main(ctx: RankContext): Promise<void> {
       JSON.stringify({
         rank: ctx.rank,
         mode,
+        dtype,
         trainer,
         engineTp,
         engineBytes,
@@ -155,6 +200,7 @@ export async function main(ctx: RankContext): Promise<void> {
         streamBefore: rankStream,
         streamAfter,
         ...best,
+        updateSeconds,
         verify: verified,
       }),
   );

@@ -2,10 +2,12 @@
  * Weight-sync benchmark: `npm run bench -- sync [--bucket-bytes N] [--repeat R]` writes
  * bench/results/sync.json with rows { mode, trainer, engineTp, model, paramBytes,
  * engineBytes, trafficBytes, seconds, GBs, efficiency, peakExtraBytes, ... } for the synthetic ~514 MB
- * dense model of bench/sync-rank.ts (fp32), in three setups run under `launch` on real
+ * dense model of bench/sync-rank.ts (fp32), in five setups run under `launch` on real
  * ranks: colocate fsdp2 dp2 → engine tp 1 (so 2 engine replicas, one per rank), colocate
  * megatron tp2 → engine tp 2 (1 replica), server megatron tp2 → 2 engine ranks (tp 2, 1
- * replica). With --repeat R every setup runs R times (each a fresh launch); every run is a
+ * replica), and the first and last again with bf16 engines (engine dtype bfloat16: the sync
+ * casts and moves half the bytes; their engineBytes are the bf16 bytes the engines hold).
+ * With --repeat R every setup runs R times (each a fresh launch); every run is a
  * row (with the 1-minute load average when it started) and a summary per setup gives the
  * min / median / max efficiency — the machine is shared, so one number is not enough.
  *
@@ -23,9 +25,10 @@
  *                               tp2 engine it is the model once plus what the engine keeps
  *                               whole on every TP rank (embedding, lm_head, norms) — those
  *                               bytes must be written on each rank whatever the sync does;
- * + paramBytes · engineRanks    server only: the broadcast delivers every bucket to every
+ * + wireBytes · engineRanks     server only: the broadcast delivers every bucket to every
  *                               engine rank (the mode's protocol: buckets over a sync
- *                               communicator to a standalone server group).
+ *                               communicator to a standalone server group); wireBytes is
+ *                               paramBytes, half of it with bf16 engines.
  * Collective overheads, staging copies and discarded bytes (a TP shard broadcast to the
  * engine rank that does not keep it) are not counted: they are what an implementation
  * should avoid. Each row also reports efficiency2P, the same run under the earlier model
@@ -34,6 +37,11 @@
  *
  * peakExtraBytes: the largest over the ranks of device peak minus what was allocated when
  * the sync started.
+ *
+ * stepShareMax: an upper bound on the sync's share of a GRPO step of this model, sync / (sync +
+ * update), where update is the trainers' time for one update of an eighth of the quickstart's
+ * batch (16 rows of 24 tokens, clipping, AdamW; bench/sync-rank.ts UPDATE_SHAPE). A real step updates on the whole batch and also generates and computes
+ * log-probs, so its share is lower. Target: <= 0.05.
  *
  * verifyRatio: the cost of verification (verify: true — exact fingerprints of every tensor
  * region on every engine rank, compared with the trainers') as a ratio to the sync time,
@@ -104,18 +112,22 @@ export async function main(argv: string[]): Promise<void> {
     [2, ['colocate', 'fsdp2']],
     [2, ['colocate', 'megatron']],
     [4, ['server', 'megatron']],
+    [2, ['colocate', 'fsdp2', 'bfloat16']],
+    [4, ['server', 'megatron', 'bfloat16']],
   ] as const) {
     const effs: number[] = [],
       ratios: number[] = [];
     for (let rep = 0; rep < repeat; rep++) {
       const load1 = round(loadavg()[0]!, 2);
-      const res = await launchRanks(nproc, [...args, String(bucket)]);
+      const res = await launchRanks(nproc, [args[0], args[1], String(bucket), ...args.slice(2)]);
       const seconds = Math.max(...res.map((r) => r.seconds));
       const streamGBs = Math.min(...res.map((r) => r.streamGBs)) * res.length;
       const engineRanks = args[0] === 'server' ? nproc / 2 : nproc;
       const replicas = engineRanks / res[0]!.engineTp;
       const engineBytes = res.reduce((a, r) => a + r.engineBytes, 0);
-      const broadcastBytes = args[0] === 'server' ? bytes * engineRanks : 0;
+      // A bf16 engine's sync moves its matmul weights in bf16: half the bytes (the fp32 norms are < 0.01% of them).
+      const wireBytes = res[0]!.dtype === 'bfloat16' ? bytes / 2 : bytes;
+      const broadcastBytes = args[0] === 'server' ? wireBytes * engineRanks : 0;
       const trafficBytes = 2 * engineBytes + broadcastBytes;
       const GBs = bytes / seconds / 1e9;
       const efficiency = round(trafficBytes / seconds / 1e9 / streamGBs, 3);
@@ -131,8 +143,12 @@ export async function main(argv: string[]): Promise<void> {
         fingerprints: res[0]!.verify.fingerprints,
       };
       ratios.push(verify.verifyRatio);
+      // Upper bound on the sync's share of a GRPO step of this model: the update alone stands for the step.
+      const updateSeconds = Math.max(...res.map((r) => r.updateSeconds));
+      const stepShareMax = round(seconds / (seconds + updateSeconds), 4);
       const row = {
         mode: res[0]!.mode,
+        engineDtype: res[0]!.dtype,
         trainer: res[0]!.trainer,
         engineTp: res[0]!.engineTp,
         engineRanks,
@@ -150,15 +166,19 @@ export async function main(argv: string[]): Promise<void> {
         streamCopyGBs: round(streamGBs, 2),
         loadAvg1: load1,
         ...verify,
+        updateSeconds: round(updateSeconds, 3),
+        stepShareMax,
+        target: `stepShareMax <= 0.05: ${round(0.05 / stepShareMax, 3)} ${stepShareMax <= 0.05 ? 'holds' : 'fails'}`,
       };
       process.stderr.write(
-        `${row.mode} ${row.trainer} -> engine tp${row.engineTp}: ${row.seconds} s, efficiency ${row.efficiency}, verify ratio ${row.verifyRatio}\n`,
+        `${row.mode} ${row.trainer} -> ${row.engineDtype} engine tp${row.engineTp}: ${row.seconds} s, efficiency ${row.efficiency}, verify ratio ${row.verifyRatio}, update ${row.updateSeconds} s, step share <= ${row.stepShareMax}\n`,
       );
       rows.push(row);
     }
     const sorted = [...effs].sort((x, y) => x - y);
     const sum = {
       mode: args[0],
+      engine: rows[rows.length - 1]!.engineDtype,
       trainer: rows[rows.length - 1]!.trainer,
       runs: repeat,
       efficiencyMin: sorted[0],
@@ -172,6 +192,7 @@ export async function main(argv: string[]): Promise<void> {
   printTable(
     rows.map((r) => ({
       mode: r.mode,
+      engine: r.engineDtype,
       trainer: r.trainer,
       engineTp: r.engineTp,
       replicas: r.replicas,
@@ -181,6 +202,9 @@ export async function main(argv: string[]): Promise<void> {
       efficiency2P: r.efficiency2P,
       peakExtraBytes: r.peakExtraBytes,
       verifyRatio: r.verifyRatio,
+      updateSeconds: r.updateSeconds,
+      stepShareMax: r.stepShareMax,
+      target: r.target,
       streamCopyGBs: r.streamCopyGBs,
       loadAvg1: r.loadAvg1,
     })),
