@@ -85,17 +85,19 @@ export class Tensor {
 
   /** @internal Use Tensor.empty / zeros / fromArray / fromHandle. */
   constructor(device: Device, buffer: DeviceBuffer, dtype: DType, shape: readonly number[], strides?: readonly number[], byteOffset = 0) {
-    // Read first and cleared at once (nothing above can throw), so only Tensor.own's call adopts.
+    // Read first and cleared at once (nothing before it can throw), so only Tensor.own's call adopts.
     const adopt = adoptShape;
     adoptShape = false;
     this.device = device;
     this.buffer = buffer;
     this.dtype = dtype;
     this.shape = Object.freeze(adopt ? (shape as number[]) : [...shape]);
+    // Strides and numel read the frozen shape, not the caller's array: every tensor's shape then has
+    // the same (frozen) element kind, so these loads stay monomorphic, whatever arrays callers pass.
     // Computed strides are a fresh array already: frozen as they are, not copied again.
-    this.strides = Object.freeze(strides === undefined ? contiguousStrides(shape) : [...strides]);
+    this.strides = Object.freeze(strides === undefined ? contiguousStrides(this.shape) : [...strides]);
     this.byteOffset = byteOffset;
-    this.numel = numelOf(shape);
+    this.numel = numelOf(this.shape);
     if (strides === undefined) this.#contiguous = true;
   }
 
