@@ -19,7 +19,8 @@
  * Each square matmul row carries its target (bench/kernels-targets.ts: measured / required,
  * >= 1 holds) and bf16 rows their speed-up over fp32 of the same n.
  * Ascent kernels are timed on one stream (one native thread) as the best of a few
- * rounds of back-to-back ops; OpenBLAS runs on one thread too.
+ * rounds of back-to-back ops, after a warm-up that lets V8 optimise the JS path first
+ * (warmUpMatmulPath); OpenBLAS runs on one thread too.
  */
 import os from 'node:os';
 import { Device, loadNative, matmul, Tensor, type DType, type Stream, kernels as K } from '../src/internal.js';
@@ -110,6 +111,27 @@ function randomTensor(dev: Device, shape: number[], dtype: DType, stream: Stream
   return Tensor.fromArray(dev, a, shape, { dtype, stream });
 }
 
+/**
+ * Runs the path every matmul row times (the wrapper, the native call, the output tensor) until V8
+ * has optimised it, before the first row. Cold, the first ~1500 calls of that path run in V8's
+ * interpreter and baseline code while its optimising compiler takes the other core of a 2-core
+ * machine, and the first row is n = 64 fp32 at 381 ops a round: its rounds measured that warm-up
+ * (16-39 us per op in a fresh process against ~7 us once optimised, in a scratch replica of the
+ * row), not the op a training loop runs thousands of times. Bounded by count and by time.
+ */
+async function warmUpMatmulPath(dev: Device, stream: Stream): Promise<void> {
+  const ops = 4000;
+  const deadline = performance.now() + 3000;
+  for (const dtype of ['fp32', 'bf16'] as const) {
+    const a = randomTensor(dev, [64, 64], dtype, stream, 1);
+    const b = randomTensor(dev, [64, 64], dtype, stream, 2);
+    for (let i = 0; i < ops && performance.now() < deadline; i++) matmul(a, b, { stream, transA: false, transB: false }).release();
+    await stream.synchronize({ timeoutMs: 60_000 });
+    a.release();
+    b.release();
+  }
+}
+
 function median(xs: number[]): number {
   const s = [...xs].sort((x, y) => x - y);
   return s[s.length >> 1]!;
@@ -166,6 +188,7 @@ export async function runKernelsBench(repeats = 3) {
     }
     return { fast: median(fast), onStream: median(onStream), openblas: openblas.length ? median(openblas) : null, reps };
   };
+  await warmUpMatmulPath(dev, stream);
   const matmulRows: MatmulRow[] = [];
   for (const dtype of ['fp32', 'bf16'] as const) {
     for (const n of dtype === 'fp32' ? [64, 96, 128, 192, 256, 512, 1024] : [64, 128, 256, 512, 1024]) {

@@ -11,6 +11,7 @@
 #include "device/span.h"
 #include "device/stream.h"
 #include "env_data.h"
+#include "type_tags.h"
 
 namespace ascent {
 namespace comm {
@@ -159,8 +160,7 @@ void CommWrap::CheckUsable(const char* what) {
 
 StreamImpl& CommWrap::ReadStream(Reader& r, Napi::Object* js) {
   Napi::Value v = r.Value();
-  EnvData* data = EnvData::Get(r.Env());
-  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(data->stream_ctor.Value())) {
+  if (!HasTypeTag(v, kStreamTag)) {
     r.Fail("Expected a Stream for the stream argument but received " + Describe(v) + ".", {Str("argument", "stream")});
   }
   StreamImpl& s = StreamWrap::Unwrap(v.As<Napi::Object>())->impl();

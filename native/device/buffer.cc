@@ -4,6 +4,7 @@
 
 #include "env_data.h"
 #include "errors.h"
+#include "type_tags.h"
 
 namespace ascent {
 
@@ -40,8 +41,7 @@ Napi::Object BufferWrap::NewInstance(Napi::Env env, std::shared_ptr<Block> block
 }
 
 std::shared_ptr<Block> BufferWrap::FromValue(Napi::Value value, const char* what) {
-  Napi::Env env = value.Env();
-  if (!value.IsObject() || !value.As<Napi::Object>().InstanceOf(EnvData::Get(env)->buffer_ctor.Value())) {
+  if (!HasTypeTag(value, kBufferTag)) {
     ThrowInvalidArgument(std::string("Expected a device Buffer for ") + what + ".", {Str("argument", what)});
   }
   BufferWrap* wrap = Napi::ObjectWrap<BufferWrap>::Unwrap(value.As<Napi::Object>());
@@ -53,8 +53,11 @@ std::shared_ptr<Block> BufferWrap::FromValue(Napi::Value value, const char* what
   return wrap->block_;
 }
 
-// Only NewInstance creates usable buffers; `new Buffer()` from JS gives a released one.
-BufferWrap::BufferWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<BufferWrap>(info) {}
+// Only NewInstance creates usable buffers; `new Buffer()` from JS gives a released one (tagged
+// too, so passing it reads as "already released", as before).
+BufferWrap::BufferWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<BufferWrap>(info) {
+  info.This().As<Napi::Object>().TypeTag(&kBufferTag);
+}
 
 Napi::Value BufferWrap::Release(const Napi::CallbackInfo& info) {
   block_.reset();

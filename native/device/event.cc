@@ -3,8 +3,8 @@
 #include <string>
 
 #include "device/registry.h"
-#include "env_data.h"
 #include "errors.h"
+#include "type_tags.h"
 
 namespace ascent {
 
@@ -27,14 +27,14 @@ Napi::Function EventWrap::Define(Napi::Env env) {
 }
 
 std::shared_ptr<EventState> EventWrap::FromValue(Napi::Value value, const char* what) {
-  Napi::Env env = value.Env();
-  if (!value.IsObject() || !value.As<Napi::Object>().InstanceOf(EnvData::Get(env)->event_ctor.Value())) {
+  if (!HasTypeTag(value, kEventTag)) {
     ThrowInvalidArgument(std::string("Expected a device Event for ") + what + ".", {Str("argument", what)});
   }
   return Napi::ObjectWrap<EventWrap>::Unwrap(value.As<Napi::Object>())->state_;
 }
 
 EventWrap::EventWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EventWrap>(info) {
+  info.This().As<Napi::Object>().TypeTag(&kEventTag);
   Guard(info.Env(), [&] {
     if (info.Length() < 1 || !info[0].IsNumber()) ThrowInvalidArgument("Expected a device ordinal for new Event().");
     int device = info[0].As<Napi::Number>().Int32Value();

@@ -2,6 +2,7 @@
 
 #include "env_data.h"
 #include "op_table.h"
+#include "type_tags.h"
 
 namespace ascent {
 
@@ -368,6 +369,7 @@ Napi::Function StreamWrap::Define(Napi::Env env) {
 }
 
 StreamWrap::StreamWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<StreamWrap>(info) {
+  info.This().As<Napi::Object>().TypeTag(&kStreamTag);
   Guard(info.Env(), [&] {
     EnvData* data = EnvData::Get(info.Env());
     if (!data->initialized()) ThrowInvalidArgument("The native addon was not initialised. HINT: load it through loadNative().");

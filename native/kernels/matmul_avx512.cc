@@ -26,6 +26,7 @@
 #include <new>
 #include <utility>
 
+#include "kernels/matmul_tile.h"
 #include "kernels/matmul_transpose.h"
 
 namespace ascent::fast {
@@ -58,16 +59,7 @@ __attribute__((target("avx512f"))) void Tile(int64_t kc, const float* a, int64_t
       acc1[i] = _mm512_fmadd_ps(x, b1, acc1[i]);
     }
   }
-#pragma GCC unroll 12
-  for (int i = 0; i < MR; ++i) {
-    float* ci = c + i * ldc;
-    if (accumulate) {
-      acc0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), acc0[i]);
-      acc1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), acc1[i]);
-    }
-    _mm512_mask_storeu_ps(ci, m0, acc0[i]);
-    _mm512_mask_storeu_ps(ci + 16, m1, acc1[i]);
-  }
+  StoreTile<MR>(acc0, acc1, c, ldc, accumulate, m0, m1);
 }
 
 template <bool kTransA, size_t... I>
@@ -78,10 +70,6 @@ constexpr auto Tiles(std::index_sequence<I...>) {
 const std::array<TileFn, kMaxMR + 1> kTiles[2] = {Tiles<false>(std::make_index_sequence<kMaxMR + 1>{}),
                                                   Tiles<true>(std::make_index_sequence<kMaxMR + 1>{})};
 
-// The mask of the first `cols` of 16 lanes (0 <= cols).
-inline __mmask16 Lanes(int64_t cols) { return cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1); }
-
-
 // bp[sliver][p][32] = op(B)(p0 + p, j0 + sliver * 32 + j), zero past column nc.
 __attribute__((target("avx512f"))) void PackB(const float* b, bool trans, int64_t n, int64_t k, int64_t p0, int64_t kc,
                                               int64_t j0, int64_t nc, float* bp) {
@@ -91,8 +79,8 @@ __attribute__((target("avx512f"))) void PackB(const float* b, bool trans, int64_
       for (int64_t jr = 0; jr < nc; jr += kNR) {
         float* dst = bp + jr * kc + p * kNR;
         const int64_t nr = nc - jr;
-        _mm512_store_ps(dst, _mm512_maskz_loadu_ps(Lanes(nr), src + jr));
-        _mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(Lanes(nr - 16 < 0 ? 0 : nr - 16), src + jr + 16));
+        _mm512_store_ps(dst, _mm512_maskz_loadu_ps(Lanes16(nr), src + jr));
+        _mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(Lanes16(nr - 16), src + jr + 16));
       }
     }
     return;
@@ -165,7 +153,7 @@ void MatmulF32Avx512(const float* a, const float* b, float* c, int64_t m, int64_
         const int64_t n_tiles = (mc + kMaxMR - 1) / kMaxMR, base = mc / n_tiles, extra = mc % n_tiles;
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const int64_t nr = nc - jr;
-          const __mmask16 m0 = Lanes(nr), m1 = Lanes(nr > 16 ? nr - 16 : 0);
+          const __mmask16 m0 = Lanes16(nr), m1 = Lanes16(nr - 16);
           const float* bs = pack ? bp + jr * kc : b + pc * n + jc + jr;
           const int64_t ldb = pack ? kNR : n;
           int64_t row = ic;

@@ -29,6 +29,7 @@
 #include <new>
 #include <utility>
 
+#include "kernels/matmul_tile.h"
 #include "kernels/matmul_transpose.h"
 
 #define ASCENT_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
@@ -86,16 +87,7 @@ ASCENT_BF16_TARGET void Tile(int64_t kc, const uint16_t* a, int64_t lda, const u
       acc1[i] = _mm512_dpbf16_ps(acc1[i], x, b1);
     }
   }
-#pragma GCC unroll 12
-  for (int i = 0; i < MR; ++i) {
-    float* ci = c + i * ldc;
-    if (accumulate) {
-      acc0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), acc0[i]);
-      acc1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), acc1[i]);
-    }
-    _mm512_mask_storeu_ps(ci, m0, acc0[i]);
-    _mm512_mask_storeu_ps(ci + 16, m1, acc1[i]);
-  }
+  StoreTile<MR>(acc0, acc1, c, ldc, accumulate, m0, m1);
 }
 
 template <bool kPacked, size_t... I>
@@ -105,9 +97,6 @@ constexpr auto Tiles(std::index_sequence<I...>) {
 // kTiles[packed][mr], mr in 1..kMaxMR.
 const std::array<TileFn, kMaxMR + 1> kTiles[2] = {Tiles<false>(std::make_index_sequence<kMaxMR + 1>{}),
                                                   Tiles<true>(std::make_index_sequence<kMaxMR + 1>{})};
-
-inline __mmask16 Lanes16(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1); }
-inline __mmask32 Lanes32(int64_t n) { return n >= 32 ? __mmask32(0xFFFFFFFFu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1); }
 
 // Interleaves 32 bf16 of `lo` (k even) and `hi` (k odd) into 32 words: out0 the first 16, out1 the rest.
 ASCENT_BF16_TARGET inline void Interleave(__m512i lo, __m512i hi, __m512i& out0, __m512i& out1) {

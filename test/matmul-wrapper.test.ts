@@ -1,0 +1,80 @@
+/**
+ * The matmul wrapper's own fast paths keep its contract: its options check accepts exactly what
+ * checkOptions accepts (own keys of a plain object; inherited ones are not checked) and refuses the
+ * rest with the same message; its output owns a frozen shape array nobody else holds, with
+ * contiguous strides, and is built again for every call.
+ */
+import { describe, expect, it } from 'vitest';
+import { Device, Tensor, matmul } from '../src/runtime/device/device-index.js';
+import { InvalidArgumentError } from '../src/runtime/errors.js';
+
+const d0 = Device.get(0);
+
+describe('matmul wrapper', () => {
+  it('options: unknown keys, non-objects and arrays are refused with checkOptions words; inherited keys are not checked', async () => {
+    const a = Tensor.fromArray(d0, [1, 2, 3, 4, 5, 6], [2, 3]);
+    const b = Tensor.fromArray(d0, [1, 0, 0, 1, 1, 1], [3, 2]);
+    const refused: Array<[unknown, RegExp]> = [
+      [{ transb: true }, /^Unknown option 'transb' for matmul\(\)\. Did you mean 'trans[AB]'\? Expected one of: stream, impl, transA, transB, outDtype\.$/],
+      [{ transA: false, strem: 1 }, /^Unknown option 'strem' for matmul\(\)\. Did you mean 'stream'\?/],
+      [7, /^Expected an options object for matmul\(\) but received /],
+      [null, /^Expected an options object for matmul\(\) but received /],
+      [[], /^Expected an options object for matmul\(\)/],
+    ];
+    const before = d0.stats().numAllocs;
+    for (const [options, message] of refused) {
+      let caught: unknown;
+      try {
+        matmul(a, b, options as never);
+      } catch (e) {
+        caught = e;
+      }
+      expect(caught, JSON.stringify(options)).toBeInstanceOf(InvalidArgumentError);
+      expect((caught as Error).message).toMatch(message);
+    }
+    // Nothing was allocated by a refused call.
+    expect(d0.stats().numAllocs).toBe(before);
+    // An inherited enumerable key is not checked as an option (as with Object.keys).
+    const inherited = Object.create({ bogus: 1 }) as { transA: boolean };
+    inherited.transA = false;
+    const c = matmul(a, b, inherited);
+    expect(Array.from(await c.toArray())).toEqual([4, 5, 10, 11]);
+    for (const t of [a, b, c]) t.release();
+  });
+
+  it('the output: shape [m, n] or [batch, m, n], frozen, contiguous, its own array on every call', async () => {
+    const a = Tensor.fromArray(d0, [1, 2, 3, 4, 5, 6], [2, 3]);
+    const b = Tensor.fromArray(d0, [1, 0, 0, 1, 1, 1], [3, 2]);
+    const c1 = matmul(a, b);
+    const c2 = matmul(a, b, { transA: false });
+    expect(c1.shape).toEqual([2, 2]);
+    expect(c1.strides).toEqual([2, 1]);
+    expect(c1.numel).toBe(4);
+    expect(c1.isContiguous).toBe(true);
+    expect(Object.isFrozen(c1.shape)).toBe(true);
+    expect(Object.isFrozen(c1.strides)).toBe(true);
+    expect(c1.shape).not.toBe(c2.shape);
+    expect(() => (c1.shape as number[]).push(1)).toThrow(TypeError);
+    expect(Array.from(await c2.toArray())).toEqual([4, 5, 10, 11]);
+    const ab = Tensor.fromArray(d0, new Float32Array(2 * 2 * 3).fill(1), [2, 2, 3]);
+    const bb = Tensor.fromArray(d0, new Float32Array(2 * 3 * 4).fill(2), [2, 3, 4]);
+    const cb = matmul(ab, bb);
+    expect(cb.shape).toEqual([2, 2, 4]);
+    expect(cb.strides).toEqual([8, 4, 1]);
+    expect(Object.isFrozen(cb.shape)).toBe(true);
+    expect(Array.from(await cb.toArray())).toEqual(new Array(16).fill(6));
+    for (const t of [a, b, c1, c2, ab, bb, cb]) t.release();
+  });
+
+  it('tensors made by the constructor still copy the caller’s shape and strides', () => {
+    const shape = [2, 3];
+    const t = Tensor.empty(d0, shape);
+    shape[0] = 5;
+    expect(t.shape).toEqual([2, 3]);
+    expect(t.shape).not.toBe(shape);
+    const v = t.reshape([3, 2]);
+    expect(v.shape).toEqual([3, 2]);
+    expect(v.isContiguous).toBe(true);
+    t.release();
+  });
+});

@@ -1,0 +1,80 @@
+/**
+ * The native entry points recognise their own wrapped objects (device Buffer, Event, Stream) by
+ * type tag: anything else in a buffer or event slot, including an object that only borrows the
+ * class's prototype or an object of another wrapped class, fails with the argument's usual
+ * InvalidArgumentError and nothing is enqueued; a Buffer made with `new` from JS reads as released.
+ */
+import { describe, expect, it } from 'vitest';
+import { Device, loadNative } from '../src/runtime/device/device-index.js';
+import { InvalidArgumentError } from '../src/runtime/errors.js';
+
+const d0 = Device.get(0);
+
+function thrown(fn: () => unknown): InvalidArgumentError {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(InvalidArgumentError);
+    return e as InvalidArgumentError;
+  }
+  throw new Error('expected the call to throw');
+}
+
+describe('type-tagged native arguments', () => {
+  it('a buffer slot takes only a device Buffer: forged, foreign and primitive values are refused by name', () => {
+    const native = loadNative();
+    const s = d0.newStream();
+    const ev = d0.newEvent();
+    const buf = d0.alloc(64);
+    const before = s.stats().enqueued;
+    const notBuffers: Array<[string, unknown]> = [
+      ['a forged Buffer (its prototype only)', Object.create(native.Buffer.prototype as object)],
+      ['a Stream', s.native],
+      ['an Event', ev.native],
+      ['a plain object', { id: buf.id, size: 64 }],
+      ['a number', 7],
+      ['null', null],
+    ];
+    for (const [what, v] of notBuffers) {
+      const e = thrown(() => s.native.copyD2D(v as never, 0, buf, 0, 16, 0));
+      expect(e.message, what).toBe('Expected a device Buffer for dst.');
+      expect(e.details, what).toMatchObject({ argument: 'dst' });
+      // The second buffer slot names its own argument.
+      expect(thrown(() => s.native.copyD2D(buf, 0, v as never, 0, 16, 0)).message, what).toBe('Expected a device Buffer for src.');
+    }
+    expect(s.stats().enqueued).toBe(before);
+    buf.release();
+    s.destroy();
+  });
+
+  it('a released Buffer, and one constructed from JS (tagged, never given memory), read as released', () => {
+    const native = loadNative();
+    const s = d0.newStream();
+    const buf = d0.alloc(64);
+    const id = buf.id;
+    buf.release();
+    const e = thrown(() => s.native.fill(buf, 0, 4, 0, 1, 0, 0));
+    expect(e.message).toBe(`Buffer ${id} passed as dst was already released. HINT: do not use a tensor after release().`);
+    expect(e.details).toMatchObject({ argument: 'dst', buffer: id });
+    const fromJs = new (native.Buffer as unknown as new () => never)();
+    expect(thrown(() => s.native.fill(fromJs, 0, 4, 0, 1, 0, 0)).message).toBe(
+      'Buffer 0 passed as dst was already released. HINT: do not use a tensor after release().',
+    );
+    s.destroy();
+  });
+
+  it('an event slot takes only a device Event', () => {
+    const native = loadNative();
+    const s = d0.newStream();
+    const buf = d0.alloc(64);
+    for (const v of [Object.create(native.Event.prototype as object), buf, s.native, {}]) {
+      const e = thrown(() => s.native.recordEvent(v as never, 0));
+      expect(e.message).toBe('Expected a device Event for event.');
+      expect(thrown(() => s.native.waitEvent(v as never, 0)).message).toBe('Expected a device Event for event.');
+    }
+    // A real Event passes the same slot.
+    expect(() => s.native.recordEvent(d0.newEvent().native, 0)).not.toThrow();
+    buf.release();
+    s.destroy();
+  });
+});
