@@ -288,7 +288,7 @@ export class RolloutEngine {
             seqLen: S,
             ropeSeqLen: S,
             mode: 'prefill',
-            kv: { cache: this.kv, cachePos: rows.map(() => 0) },
+            kv: { cache: this.kv, cachePos: up(new Int32Array(B)) },
             outRows: up(Int32Array.from(lens, (l, b) => b * S + l - 1)),
           },
           lens,
@@ -322,15 +322,17 @@ export class RolloutEngine {
           const prev = scratch;
           scratch = [tokens];
           for (const t of prev) if (t !== tokens) t.release();
+          // Row b's one new position is also where its key / value go in the cache.
+          const positions = up(Int32Array.from(cur));
           logits = this.forward(
             {
               ids: tokens,
-              positions: up(Int32Array.from(cur)),
+              positions,
               batch: B,
               seqLen: 1,
               ropeSeqLen: Math.max(...cur) + 1,
               mode: 'decode',
-              kv: { cache: this.kv, cachePos: [...cur] },
+              kv: { cache: this.kv, cachePos: positions },
               lengths: up(Int32Array.from(cur, (c) => c + 1)),
             },
             cur,
