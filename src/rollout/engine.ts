@@ -282,6 +282,12 @@ export class RolloutEngine {
         scratch.push(t);
         return t;
       };
+      // Several small int32 arrays in one upload (one stream op, not one each): views of it.
+      const upAll = (...parts: Int32Array[]): Tensor[] => {
+        const all = up(Int32Array.from(parts.flatMap((a) => Array.from(a))));
+        let at = 0;
+        return parts.map((a) => viewOf(all, [a.length], (at += a.length) - a.length));
+      };
       // Step t's log-probs go to row t on the device and are read once at the end: the host
       // reads only the tokens per step (EOS), one round trip per token instead of two.
       let lpAll: Tensor | null = null;
@@ -289,6 +295,10 @@ export class RolloutEngine {
         lpAll = Tensor.empty(this.device, [sp.maxTokens, B]);
         let steps = 0;
         const batch = this.upload(rows, S, scratch);
+        const [cachePos, outRows] = upAll(
+          new Int32Array(B),
+          Int32Array.from(lens, (l, b) => b * S + l - 1),
+        );
         let logits = this.forward(
           {
             ...batch,
@@ -296,8 +306,8 @@ export class RolloutEngine {
             seqLen: S,
             ropeSeqLen: S,
             mode: 'prefill',
-            kv: { cache: this.kv, cachePos: up(new Int32Array(B)) },
-            outRows: up(Int32Array.from(lens, (l, b) => b * S + l - 1)),
+            kv: { cache: this.kv, cachePos: cachePos! },
+            outRows,
           },
           lens,
           scratch,
@@ -327,17 +337,20 @@ export class RolloutEngine {
           scratch = [tokens];
           for (const t of prev) if (t !== tokens) t.release();
           // Row b's one new position is also where its key / value go in the cache.
-          const positions = up(Int32Array.from(cur));
+          const [positions, lengths] = upAll(
+            Int32Array.from(cur),
+            Int32Array.from(cur, (c) => c + 1),
+          );
           logits = this.forward(
             {
               ids: tokens,
-              positions,
+              positions: positions!,
               batch: B,
               seqLen: 1,
               ropeSeqLen: Math.max(...cur) + 1,
               mode: 'decode',
-              kv: { cache: this.kv, cachePos: positions },
-              lengths: up(Int32Array.from(cur, (c) => c + 1)),
+              kv: { cache: this.kv, cachePos: positions! },
+              lengths,
             },
             cur,
             scratch,
