@@ -154,6 +154,31 @@ U AttentionDecode(StreamImpl& s, Reader& r) {
   return RUN("attentionDecode", AttentionDecode, a);
 }
 
+// kvCacheWrite(B, count, Smax, row, k, v, positions, kCache, vCache): kCache / vCache are
+// the first B rows [B, Smax, row] of a layer's cache, written in place at positions[b].
+U KvCacheWrite(StreamImpl& s, Reader& r) {
+  U B = r.Index("B"), count = r.Index("count"), Smax = r.Index("Smax"), row = r.Index("row");
+  if (count > Smax) r.Fail("count (" + std::to_string(count) + ") exceeds the cache's Smax (" + std::to_string(Smax) + ").");
+  U n = Mul({B, count, row}, "k"), nc = Mul({B, Smax, row}, "kCache");
+  Span k = r.Tensor("k", n, F32), v = r.Tensor("v", n, F32), pos = r.Tensor("positions", B, I32);
+  Span kc = r.Tensor("kCache", nc, F32), vc = r.Tensor("vCache", nc, F32);
+  r.CheckOutputs({"kCache", "vCache"});
+  KvWriteArgs a{k.as<float>(), v.as<float>(), pos.as<int32_t>(), kc.as<float>(), vc.as<float>(),
+                (int64_t)B, (int64_t)count, (int64_t)Smax, (int64_t)row};
+  const bool reference = r.Impl();
+  auto op = std::make_unique<Op>();
+  op->name = "kvCacheWrite";
+  op->token = r.Token();
+  void (*fn)(const KvWriteArgs&) = reference ? ref::KvWrite : fast::KvWrite;
+  op->run = [fn, a](Op&) { fn(a); };
+  op->keep = r.Blocks();
+  // Whether it may run inline is decided by the bytes it moves (k and v in, as many out),
+  // not by the whole cache spans it is given: a decode step's write is as small as the
+  // per-row copies it replaces, which ran inline.
+  op->may_inline = Mul({n, 4 * sizeof(float)}, "k") + B * sizeof(int32_t) <= kInlineMaxBytes;
+  return s.Enqueue(std::move(op));
+}
+
 // Elements spanned by N rows of width I at a row stride.
 U Strided(Reader& r, U N, U I, U stride, const char* name) {
   if (stride < I) r.Fail(std::string("row stride of ") + name + " is smaller than the row width.");
@@ -415,6 +440,7 @@ const std::vector<OpRow>& ModelOps() {
       {"attention", Attention},
       {"attentionBackward", AttentionBackward},
       {"attentionDecode", AttentionDecode},
+      {"kvCacheWrite", KvCacheWrite},
       {"swiglu", Swiglu},
       {"swigluBackward", SwigluBackward},
       {"router", Router},

@@ -19,7 +19,8 @@
  * K.sample (Philox, seed / step / row), so the same seed gives the same tokens on any tp
  * size. Tokens and log-probs are broadcast from tp rank 0 so every rank returns the same.
  * A row stops after its EOS or at maxTokens; the batch stops when every row has. One host
- * read per decode step (the sampled tokens, to check EOS) — the scheduler's only sync.
+ * read per decode step (the sampled tokens, to check EOS) — the scheduler's only sync; each
+ * step's log-probs are collected on the device and read (and broadcast) once at the end.
  * Log-probs follow the convention in sampling-params.ts.
  */
 import { Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
@@ -27,6 +28,8 @@ import type { Communicator } from '../runtime/comm/comm.js';
 import { InvalidArgumentError, InvalidStateError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device/device.js';
 import { describe } from '../runtime/device/dtype.js';
+import { copy } from '../runtime/device/ops.js';
+import { viewOf } from '../runtime/device/views.js';
 import { isQwen35, type ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { forward, type ForwardContext, type ForwardInput } from './forward.js';
@@ -279,8 +282,23 @@ export class RolloutEngine {
         scratch.push(t);
         return t;
       };
+      // Several small int32 arrays in one upload (one stream op, not one each): views of it.
+      const upAll = (...parts: Int32Array[]): Tensor[] => {
+        const all = up(Int32Array.from(parts.flatMap((a) => Array.from(a))));
+        let at = 0;
+        return parts.map((a) => viewOf(all, [a.length], (at += a.length) - a.length));
+      };
+      // Step t's log-probs go to row t on the device and are read once at the end: the host
+      // reads only the tokens per step (EOS), one round trip per token instead of two.
+      let lpAll: Tensor | null = null;
       try {
+        lpAll = Tensor.empty(this.device, [sp.maxTokens, B]);
+        let steps = 0;
         const batch = this.upload(rows, S, scratch);
+        const [cachePos, outRows] = upAll(
+          new Int32Array(B),
+          Int32Array.from(lens, (l, b) => b * S + l - 1),
+        );
         let logits = this.forward(
           {
             ...batch,
@@ -288,8 +306,8 @@ export class RolloutEngine {
             seqLen: S,
             ropeSeqLen: S,
             mode: 'prefill',
-            kv: { cache: this.kv, cachePos: rows.map(() => 0) },
-            outRows: up(Int32Array.from(lens, (l, b) => b * S + l - 1)),
+            kv: { cache: this.kv, cachePos: cachePos! },
+            outRows,
           },
           lens,
           scratch,
@@ -301,17 +319,13 @@ export class RolloutEngine {
           const tokens = K.sample(logits, { stream, temperature: sp.temperature, topK: sp.topK, topP: sp.topP, seed: sp.seed, offset: step });
           const lp = K.tokenLogprobs(logits, tokens, { stream, temperature: logprobTemperature(sp.temperature) });
           scratch.push(tokens, lp);
+          copy(viewOf(lpAll, [B], step * B), lp, { stream });
+          steps = step + 1;
           this.fromLeader(tokens, pending);
-          this.fromLeader(lp, pending);
-          const [tok, lps] = await Promise.all([
-            tokens.toArray({ stream, timeoutMs: this.timeoutMs }),
-            lp.toArray({ stream, timeoutMs: this.timeoutMs }),
-            ...pending.splice(0),
-          ]);
+          const [tok] = await Promise.all([tokens.toArray({ stream, timeoutMs: this.timeoutMs }), ...pending.splice(0)]);
           for (let b = 0; b < B; b++) {
             if (done[b]) continue;
             out.tokens[b]!.push(tok![b] as number);
-            out.logprobs[b]!.push(lps![b] as number);
             if (tok![b] === sp.eosTokenId || sp.stopTokenIds.has(tok![b] as number)) {
               done[b] = true;
               out.finishReasons[b] = 'eos';
@@ -322,16 +336,21 @@ export class RolloutEngine {
           const prev = scratch;
           scratch = [tokens];
           for (const t of prev) if (t !== tokens) t.release();
+          // Row b's one new position is also where its key / value go in the cache.
+          const [positions, lengths] = upAll(
+            Int32Array.from(cur),
+            Int32Array.from(cur, (c) => c + 1),
+          );
           logits = this.forward(
             {
               ids: tokens,
-              positions: up(Int32Array.from(cur)),
+              positions: positions!,
               batch: B,
               seqLen: 1,
               ropeSeqLen: Math.max(...cur) + 1,
               mode: 'decode',
-              kv: { cache: this.kv, cachePos: [...cur] },
-              lengths: up(Int32Array.from(cur, (c) => c + 1)),
+              kv: { cache: this.kv, cachePos: positions! },
+              lengths,
             },
             cur,
             scratch,
@@ -339,10 +358,16 @@ export class RolloutEngine {
           );
           for (let b = 0; b < B; b++) cur[b]!++;
         }
+        // Row b generated its tokens at steps 0 .. tokens[b].length - 1.
+        const lpSteps = viewOf(lpAll, [steps, B]);
+        this.fromLeader(lpSteps, pending);
+        const [lps] = await Promise.all([lpSteps.toArray({ stream, timeoutMs: this.timeoutMs }), ...pending.splice(0)]);
+        for (let b = 0; b < B; b++) for (let t = 0; t < out.tokens[b]!.length; t++) out.logprobs[b]!.push(lps![t * B + b] as number);
         return out;
       } finally {
         await Promise.allSettled(pending);
         for (const t of scratch) t.release();
+        lpAll?.release();
       }
     });
   }

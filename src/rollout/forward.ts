@@ -47,8 +47,11 @@ export interface ForwardInput {
   ropeSeqLen: number;
   /** 'prefill' attends within the batch (causal); 'decode' (seqLen 1) attends to the KV cache. */
   mode: 'prefill' | 'decode';
-  /** KV cache to write this step's keys / values into (at `cachePos[b]` for row b); none for a pure scoring pass. */
-  kv?: { cache: KvCache; cachePos: number[] };
+  /**
+   * KV cache to write this step's keys / values into (row b from position cachePos[b]: an int32
+   * device tensor [B], so one kernel per layer writes every row); none for a pure scoring pass.
+   */
+  kv?: { cache: KvCache; cachePos: Tensor };
   /** decode: int32 [B] valid cache length per row after this step's write. */
   lengths?: Tensor;
   /** int32 [R]: the rows of [B·S] to compute logits for (default all). */

@@ -2,13 +2,15 @@
  * The rollout engine's KV cache on one TP rank: per layer a key and a value tensor
  * [maxBatch, maxSeqLen, nKV_tp, D] (the layout K.attentionDecode reads), allocated once
  * and reused by every generate() call. Row b of a batch uses cache row b; its valid
- * length is tracked on the host (positions are known without reading the device), so
- * writes are plain device copies at host-computed offsets. Sleep offloads it to the
+ * length is tracked on the host (positions are known without reading the device); a step's
+ * keys and values of every row go in with one kernel per layer at positions the engine
+ * uploaded for the step (K.kvCacheWrite). Sleep offloads it to the
  * host (level 1) or drops it (level 2); wake allocates it again.
  */
 import { Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
 import { copy } from '../runtime/device/ops.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
+import * as K from '../model/kernels/index.js';
 
 export interface KvCacheShape {
   layers: number;
@@ -81,22 +83,17 @@ export class KvCache {
   }
 
   /**
-   * Writes positions [pos[b], pos[b] + count) of row b from k / v [batch, count, nKV, D]
-   * (for each row b < batch).
+   * Writes positions [pos[b], pos[b] + count) of row b from k / v [batch·count, nKV·D] (or any
+   * shape of that size) for each row b < batch = pos.numel: one kvCacheWrite op for both (not one
+   * copy per row). pos is an int32 device tensor [batch], checked when the op runs: a position
+   * that leaves no room for `count` fails the stream and writes nothing.
    */
-  write(l: number, k: Tensor, v: Tensor, pos: readonly number[], count: number, stream: Stream): void {
+  write(l: number, k: Tensor, v: Tensor, pos: Tensor, count: number, stream: Stream): void {
     const s = this.shape;
-    const row = s.kvHeads * s.headDim; // floats per position
-    for (const [src, dst] of [
-      [k, this.k[l]!],
-      [v, this.v[l]!],
-    ] as const) {
-      for (let b = 0; b < pos.length; b++) {
-        const from = new Tensor(src.device, src.buffer, 'fp32', [count * row], undefined, src.byteOffset + b * count * row * 4);
-        const to = new Tensor(dst.device, dst.buffer, 'fp32', [count * row], undefined, dst.byteOffset + (b * s.maxSeqLen + pos[b]!) * row * 4);
-        copy(to, from, { stream });
-      }
-    }
+    const B = pos.numel;
+    const c = this.views(l, B);
+    const shape = [B, count, s.kvHeads, s.headDim];
+    K.kvCacheWrite(c.k, c.v, k.reshape(shape), v.reshape(shape), pos, { stream });
   }
 
   /** Level 1: contents to the host, device memory freed. Level 2: dropped. */

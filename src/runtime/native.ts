@@ -389,6 +389,22 @@ export interface NativeModelOps {
     o: B,
     oOff: number,
   ];
+  kvCacheWrite: [
+    B: number,
+    count: number,
+    Smax: number,
+    row: number,
+    k: B,
+    kOff: number,
+    v: B,
+    vOff: number,
+    positions: B,
+    posOff: number,
+    kCache: B,
+    kCacheOff: number,
+    vCache: B,
+    vCacheOff: number,
+  ];
   swiglu: [N: number, I: number, gStride: number, uStride: number, g: B, gOff: number, u: B, uOff: number, h: B, hOff: number];
   swigluBackward: [
     N: number,

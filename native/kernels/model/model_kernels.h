@@ -110,6 +110,20 @@ struct AttentionDecodeArgs {
   int64_t B, Smax, nH, nKV, D;
 };
 
+// ---- kv_write.cc ----------------------------------------------------------------
+// The rollout KV cache's write of k and v [B, count, row] (row = nKV * D) into k_cache /
+// v_cache [B, Smax, row]: for b < B and t < count,
+//   k_cache[b, pos[b] + t, :] = k[b, t, :] and v_cache[b, pos[b] + t, :] = v[b, t, :].
+// Every pos[b] must lie in [0, Smax - count]; all are checked before anything is written.
+struct KvWriteArgs {
+  const float* k;
+  const float* v;
+  const int32_t* pos;
+  float* k_cache;
+  float* v_cache;
+  int64_t B, count, Smax, row;
+};
+
 // ---- swiglu.cc ------------------------------------------------------------------
 // h[n, i] = silu(g[n, i]) * u[n, i] over N rows of width I. Row strides (elements)
 // let gate and up be halves of one fused gate_up row ([N, 2I]: g = row, u = row + I).
@@ -321,6 +335,7 @@ void Rope(const RopeArgs& a);
 void Attention(const AttentionArgs& a);
 void AttentionBackward(const AttentionBackwardArgs& a);
 void AttentionDecode(const AttentionDecodeArgs& a);
+void KvWrite(const KvWriteArgs& a);
 void Swiglu(const SwigluArgs& a);
 void SwigluBackward(const SwigluBackwardArgs& a);
 void Router(const RouterArgs& a);
@@ -350,6 +365,7 @@ void Rope(const RopeArgs& a);
 void Attention(const AttentionArgs& a);
 void AttentionBackward(const AttentionBackwardArgs& a);
 void AttentionDecode(const AttentionDecodeArgs& a);
+void KvWrite(const KvWriteArgs& a);
 void Swiglu(const SwigluArgs& a);
 void SwigluBackward(const SwigluBackwardArgs& a);
 void Router(const RouterArgs& a);

@@ -8,6 +8,7 @@ export { embedding, embeddingBackward } from './embedding.js';
 export { rmsNorm, rmsNormBackward, type RmsNormResult, type RmsNormGrads } from './rmsnorm.js';
 export { rope, ropeBackward, type RopeTable } from './rope.js';
 export { attention, attentionBackward, attentionDecode, type AttentionResult, type AttentionGrads } from './attention.js';
+export { kvCacheWrite } from './kv-write.js';
 export { swiglu, swigluBackward, swigluFused, swigluFusedBackward, type SwigluGrads } from './swiglu.js';
 export { routerTopK, routerBackward, type RouterResult } from './router.js';
 export {
