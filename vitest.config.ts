@@ -2,31 +2,37 @@ import { basename } from 'node:path';
 import { defineConfig } from 'vitest/config';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
-// The longest files, longest first (seconds on the 2-core machine: quiet, one worker - under load,
-// two workers). Two files run at a time, so the suite ends when the longer queue does: starting the
-// long ones first keeps a long file from starting last beside an empty worker. Without vitest's cache
-// of last durations (a fresh checkout) the default order is by file size, which puts long files near
+// The longest files, longest first (seconds of the last clean run of `npm test` on the 2-core
+// machine, two workers; ~ marks a file whose time was cut since, measured alone under load).
+// Two files run at a time, so the suite ends when the longer queue does: starting the long ones
+// first keeps a long file from starting last beside an empty worker. Without vitest's cache of
+// last durations (a fresh checkout) the default order is by file size, which puts long files near
 // the end. Only the order depends on this list; a stale entry costs time, not correctness.
 const LONGEST_FIRST = [
-  'grpo-scenarios', // 40-80
-  'collectives', // 37-140
-  'launch', // 48-125
-  'sharded-init', // 33-117
-  'model-training', // 53-104
-  'inspect', // 22-93
-  'grpo-algorithm', // 32-91
-  'train-checkpoint', // 44-66
-  'train-fsdp2', // 29-59
-  'package', // npm pack + install (the install reuses this checkout's addon build), then bins and launches
-  'mpi-grpo', // 48 (with Open MPI)
-  'grpo-scenarios-qwen35', // 45
-  'plot', // 45
-  'train-megatron', // 16-45
-  'train-lora-sharded', // 15-43
-  'lint', // 20-42
-  'megatron-qwen35', // 39
-  'readme', // 20-37
-  'launch-collectives', // 28-31
+  'grpo-scenarios', // 104
+  'launch', // 70
+  'collectives', // 66
+  'mpi-grpo', // 64 (with Open MPI)
+  'train-checkpoint', // 88, ~60 since the crash test kills before each kind of operation, not each one
+  'grpo-scenarios-qwen35', // 57
+  'package', // 51: npm pack + install (the install reuses this checkout's addon build), then bins and launches
+  'lint', // 49
+  'train-fsdp2', // 42
+  'megatron-qwen35', // 40
+  'grpo-algorithm', // 40
+  'launch-collectives', // 38
+  'train-checkpoint-sharded-resume', // 36
+  'inspect', // 34
+  'mpi-collectives', // 33
+  'train-megatron', // 32
+  'train-lora-sharded', // 31
+  'readme', // 30
+  'bench-collectives', // 29
+  'mpi-launch', // 27
+  'sharded-load', // 26
+  'sync-server', // 22
+  'sharded-init', // 55, ~20 since its loads share two launches
+  'train-router-aux', // 20
 ];
 
 class LongestFirst extends BaseSequencer {
