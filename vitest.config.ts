@@ -11,21 +11,21 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 const LONGEST_FIRST = [
   'grpo-scenarios', // 104
   'launch', // 70
-  'collectives', // 66
-  'mpi-grpo', // 64 (with Open MPI)
   'train-checkpoint', // 88, ~60 since the crash test kills before each kind of operation, not each one
   'grpo-scenarios-qwen35', // 57
   'package', // 51: npm pack + install (the install reuses this checkout's addon build), then bins and launches
+  'mpi-grpo', // 64 (with Open MPI), ~50 since its single-process reference runs once
   'lint', // 49
   'train-fsdp2', // 42
   'megatron-qwen35', // 40
   'grpo-algorithm', // 40
   'launch-collectives', // 38
   'train-checkpoint-sharded-resume', // 36
-  'inspect', // 34
+  'collectives', // 66, ~35 since each rank builds only its own part of the reference
   'mpi-collectives', // 33
   'train-megatron', // 32
   'train-lora-sharded', // 31
+  'inspect', // 34, ~28 since `ascent inspect` loads only the checkpoint code
   'readme', // 30
   'bench-collectives', // 29
   'mpi-launch', // 27
