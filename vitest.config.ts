@@ -2,31 +2,35 @@ import { basename } from 'node:path';
 import { defineConfig } from 'vitest/config';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
-// The longest files, longest first (seconds on the 2-core machine: quiet, one worker - under load,
-// two workers). Two files run at a time, so the suite ends when the longer queue does: starting the
-// long ones first keeps a long file from starting last beside an empty worker. Without vitest's cache
-// of last durations (a fresh checkout) the default order is by file size, which puts long files near
+// The longest files, longest first (seconds of the last clean run of `npm test` on the 2-core
+// machine, two workers; ~ marks a file whose time was cut since, measured alone under load).
+// Two files run at a time, so the suite ends when the longer queue does: starting the long ones
+// first keeps a long file from starting last beside an empty worker. Without vitest's cache of
+// last durations (a fresh checkout) the default order is by file size, which puts long files near
 // the end. Only the order depends on this list; a stale entry costs time, not correctness.
 const LONGEST_FIRST = [
-  'grpo-scenarios', // 40-80
-  'collectives', // 37-140
-  'launch', // 48-125
-  'sharded-init', // 33-117
-  'model-training', // 53-104
-  'inspect', // 22-93
-  'grpo-algorithm', // 32-91
-  'train-checkpoint', // 44-66
-  'train-fsdp2', // 29-59
-  'package', // npm pack + install (the install reuses this checkout's addon build), then bins and launches
-  'mpi-grpo', // 48 (with Open MPI)
-  'grpo-scenarios-qwen35', // 45
-  'plot', // 45
-  'train-megatron', // 16-45
-  'train-lora-sharded', // 15-43
-  'lint', // 20-42
-  'megatron-qwen35', // 39
-  'readme', // 20-37
-  'launch-collectives', // 28-31
+  'grpo-scenarios', // 104
+  'launch', // 70
+  'train-checkpoint', // 88, ~64 since the crash test kills before each kind of operation, not each one
+  'grpo-scenarios-qwen35', // 57
+  'package', // 51: npm pack + install (the install reuses this checkout's addon build), then bins and launches
+  'lint', // 49
+  'train-fsdp2', // 42
+  'grpo-algorithm', // 40
+  'launch-collectives', // 38
+  'collectives', // 66, ~35 since each rank builds only its own part of the reference
+  'mpi-grpo', // 64 (with Open MPI), ~34 since its single-process reference runs once
+  'mpi-collectives', // 33
+  'readme', // 30
+  'bench-collectives', // 29
+  'inspect', // 34, ~28 since `ascent inspect` loads only the checkpoint code
+  'mpi-launch', // 27
+  'sharded-load', // 26
+  'megatron-qwen35', // 40, ~24 since each layout's scenarios share a launch
+  'sync-server', // 22
+  'sharded-init', // 55, ~19 since its loads share two launches
+  // Below ~18 s now (cases sharing launches): train-megatron, train-checkpoint-sharded-resume,
+  // train-lora-sharded, train-router-aux; they keep vitest's default order with the rest.
 ];
 
 class LongestFirst extends BaseSequencer {

@@ -85,7 +85,8 @@ function cases(P: number): Case[] {
     out.push({ op: 'reduceScatter', dtype, count: Math.ceil(LARGE / P) + (inPlace ? 1 : 3), inPlace, red });
   }
   // Above the 1 MiB streaming-store threshold (copy.h): odd and aligned counts, in place
-  // and not (few ranks: the JS reference builds every rank's input on every rank).
+  // and not (few ranks: every rank builds its whole input of 2^18 elements and, for the reference,
+  // its chunk of every other rank's).
   const big = Math.ceil((1 << 18) / P);
   if (P === 2) {
     out.push({ op: 'reduceScatter', dtype: 'fp32', count: big + 5, inPlace: false, red: 'sum' });

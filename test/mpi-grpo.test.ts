@@ -64,6 +64,24 @@ const pick = (s: StepRecord) => ({
   gradNorm: s.gradNorm,
 });
 
+/**
+ * The same run in one process (launch --nproc 4), which both layouts must reproduce bit for bit.
+ * Its flags are the same for both (only the log differs, and the run is seeded), so it runs
+ * once, when the first test needs it, and the second compares with the same records.
+ */
+let singleProcessRun: Promise<StepRecord[]> | undefined;
+function singleProcess(): Promise<StepRecord[]> {
+  singleProcessRun ??= (async () => {
+    const oneLog = join(dir, 'one.jsonl');
+    const one = await launchFixture(4, 'examples/grpo.ts', flags(2, oneLog), {}, 240_000);
+    expect(one.code, one.stderr).toBe(0);
+    const within = steps(oneLog);
+    expect(within.every((s) => s.verified?.checksums === true)).toBe(true);
+    return within;
+  })();
+  return singleProcessRun;
+}
+
 describe.skipIf(skip !== null)('GRPO server mode across processes under mpirun (trainers on process 0, engines on process 1)', () => {
   it('runs to the end with every sync verified and the rewards of the single-process run, bit for bit', async () => {
     const acrossLog = join(dir, 'across.jsonl');
@@ -79,16 +97,12 @@ describe.skipIf(skip !== null)('GRPO server mode across processes under mpirun (
     }
     expect(r.stdout).toMatch(/\(\d+\.\d s, server mode, 2 trainer \/ 2 engine ranks\)/);
 
-    const oneLog = join(dir, 'one.jsonl');
-    const one = await launchFixture(4, 'examples/grpo.ts', flags(2, oneLog), {}, 240_000);
-    expect(one.code, one.stderr).toBe(0);
-    const within = steps(oneLog);
+    const within = await singleProcess();
     // Bit-equal, not within a tolerance: the run is seeded, the trainer group (ranks 0-1) sits
     // in one process either way (its gradient reductions are the same local ones), a broadcast
     // between processes moves fp32 bytes unchanged, and engine tp = 1 samples on one rank each.
     // So every sample, reward, loss and gradient norm is the same float.
     expect(across.map(pick)).toEqual(within.map(pick));
-    expect(within.every((s) => s.verified?.checksums === true)).toBe(true);
   }, 600_000);
 
   it('with the trainer group spanning processes (4 processes x 1 rank: fsdp2 on processes 0 and 1) runs to the end, verified, as in one process', async () => {
@@ -106,12 +120,10 @@ describe.skipIf(skip !== null)('GRPO server mode across processes under mpirun (
     }
     expect(r.stdout).toMatch(/\(\d+\.\d s, server mode, 2 trainer \/ 2 engine ranks\)/);
 
-    const oneLog = join(dir, 'span-one.jsonl');
-    const one = await launchFixture(4, 'examples/grpo.ts', flags(2, oneLog), {}, 240_000);
-    expect(one.code, one.stderr).toBe(0);
+    const within = await singleProcess();
     // Bit-equal as above: the two trainer ranks now sum their gradients between processes, but a
     // sum of two fp32 values is the same float in either order, and fsdp2's gathers move bytes.
-    expect(span.map(pick)).toEqual(steps(oneLog).map(pick));
+    expect(span.map(pick)).toEqual(within.map(pick));
   }, 600_000);
 
   it('the engine process killed mid-run makes the trainer process fail fast, naming the dead process (no hang)', async () => {

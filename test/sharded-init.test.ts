@@ -12,7 +12,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureParallelBuilt, launchFixture, ROOT } from './helpers/parallel-launch.js';
+import { ensureParallelBuilt, launchFixture, ROOT, type LaunchRun } from './helpers/parallel-launch.js';
 import { writeCheckpoint } from '../src/model/checkpoint.js';
 import { convertExpertLayout, initParams, toHostTensors } from '../src/model/params.js';
 import { parseModelConfig } from '../src/model/config.js';
@@ -85,6 +85,7 @@ beforeAll(async () => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 interface Result {
+  case: number;
   rank: number;
   peak: number;
   local: number;
@@ -93,13 +94,54 @@ interface Result {
   error?: { name: string; message: string };
 }
 
+type Case = readonly [model: string, mode: 'rank0-broadcast' | 'every-rank-reads', strategy: string];
+
+/**
+ * The cases run in as few launches as possible: a launch of 4 ranks costs more than a case, and a
+ * case creates and releases its own strategy and measures from what was allocated before it
+ * (the fixture's RESULT carries the case's index). The loads that succeed share one launch,
+ * the loads that fail (an error every rank agrees on, then released) another, so a failure
+ * cannot hide in the successes' world.
+ */
+function runner(cases: () => Case[]): (c: Case) => Promise<{ r: LaunchRun; results: Result[] }> {
+  let run: Promise<LaunchRun> | undefined;
+  return async (c) => {
+    const list = cases();
+    run ??= launchFixture(4, FIXTURE, [String(BUCKET), JSON.stringify(list)], ENV, 280_000);
+    const r = await run;
+    const index = list.findIndex((x) => x.join('\0') === c.join('\0'));
+    expect(index, `case ${c.join(' ')}`).toBeGreaterThanOrEqual(0);
+    return { r, results: (r.results as unknown as Result[]).filter((x) => x.case === index) };
+  };
+}
+
+const loads = (): Case[] => [
+  [denseBig, 'rank0-broadcast', 'fsdp2'],
+  [denseBig, 'every-rank-reads', 'fsdp2'],
+  [moePerExpert, 'rank0-broadcast', 'fsdp2'],
+  [moeFused, 'rank0-broadcast', 'fsdp2'],
+  [denseBig, 'rank0-broadcast', 'megatron:2:1'],
+  [moePerExpert, 'rank0-broadcast', 'megatron:2:2'],
+  [moeFused, 'rank0-broadcast', 'megatron:2:2'],
+  [moeFused, 'rank0-broadcast', 'megatron:1:4'],
+  // LoRA over a checkpoint base: the base loads the same way (adapters start from their PEFT init).
+  [denseBig, 'rank0-broadcast', 'megatron:2:1:lora'],
+  [denseBig, 'rank0-broadcast', 'fsdp2:1:1:lora'],
+];
+const failures = (): Case[] => [
+  [missing, 'rank0-broadcast', 'fsdp2'],
+  [missing, 'rank0-broadcast', 'megatron:2:1'],
+  [misshapen, 'rank0-broadcast', 'fsdp2'],
+];
+const load = runner(loads);
+const fail = runner(failures);
+
 describe('fsdp2 initial weights through the sharded loader', () => {
   for (const mode of ['rank0-broadcast', 'every-rank-reads'] as const) {
     it(`${mode}: exact values; device peak within the kept shard plus one bucket`, async () => {
-      const r = await launchFixture(4, FIXTURE, [denseBig, mode, String(BUCKET)], ENV, 120_000);
+      const { r, results } = await load([denseBig, mode, 'fsdp2']);
       expect(r.stderr).toBe('');
       expect(r.code).toBe(0);
-      const results = r.results as unknown as Result[];
       expect(results.map((x) => x.rank)).toEqual([0, 1, 2, 3]);
       expect(results[0]!.mismatch).toEqual([]);
       const largest = 8192 * 128 * 4;
@@ -114,20 +156,19 @@ describe('fsdp2 initial weights through the sharded loader', () => {
         // The bound means something: one full embedding on the device would break it.
         expect(bound).toBeLessThan(x.local + largest);
       }
-    }, 150_000);
+    }, 300_000);
   }
 
   it('MoE checkpoints, per-expert BF16 and fused F32, load exactly (each rank keeps its experts)', async () => {
     for (const model of [moePerExpert, moeFused]) {
-      const r = await launchFixture(4, FIXTURE, [model, 'rank0-broadcast', String(BUCKET)], ENV, 120_000);
+      const { r, results } = await load([model, 'rank0-broadcast', 'fsdp2']);
       expect(r.stderr).toBe('');
       expect(r.code).toBe(0);
-      const results = r.results as unknown as Result[];
       expect(results.length).toBe(4);
       for (const x of results) expect(x.error, `${model} rank ${x.rank}`).toBeUndefined();
       expect(results[0]!.mismatch, model).toEqual([]);
     }
-  }, 200_000);
+  }, 300_000);
 
   it('megatron (TP 2 and TP 2 × EP 2) starts from dense and MoE checkpoints exactly through the same loader; LoRA runs load their base the same way', async () => {
     for (const [model, strategy] of [
@@ -135,14 +176,12 @@ describe('fsdp2 initial weights through the sharded loader', () => {
       [moePerExpert, 'megatron:2:2'],
       [moeFused, 'megatron:2:2'],
       [moeFused, 'megatron:1:4'],
-      // LoRA over a checkpoint base: the base loads the same way (adapters start from their PEFT init).
       [denseBig, 'megatron:2:1:lora'],
       [denseBig, 'fsdp2:1:1:lora'],
     ] as const) {
-      const r = await launchFixture(4, FIXTURE, [model, 'rank0-broadcast', String(BUCKET), strategy], ENV, 120_000);
+      const { r, results } = await load([model, 'rank0-broadcast', strategy]);
       expect(r.stderr, `${model} ${strategy}`).toBe('');
       expect(r.code).toBe(0);
-      const results = r.results as unknown as Result[];
       expect(results.length).toBe(4);
       for (const x of results) expect(x.error, `${model} ${strategy} rank ${x.rank}`).toBeUndefined();
       expect(results[0]!.mismatch, `${model} ${strategy}`).toEqual([]);
@@ -151,8 +190,7 @@ describe('fsdp2 initial weights through the sharded loader', () => {
 
   it('a missing tensor stops every rank with one error naming it and the folder (fsdp2 and megatron); a misshapen one names its shard file', async () => {
     for (const strategy of ['fsdp2', 'megatron:2:1']) {
-      const r = await launchFixture(4, FIXTURE, [missing, 'rank0-broadcast', String(BUCKET), strategy], ENV, 120_000);
-      const results = r.results as unknown as Result[];
+      const { results } = await fail([missing, 'rank0-broadcast', strategy]);
       expect(results.map((x) => x.rank)).toEqual([0, 1, 2, 3]);
       for (const x of results) {
         expect(x.error?.name, `rank ${x.rank}`).toBe('CheckpointFormatError');
@@ -162,12 +200,11 @@ describe('fsdp2 initial weights through the sharded loader', () => {
       expect(results[0]!.error!.message).toContain(missing);
     }
     // A misshapen tensor of a sharded checkpoint: named with its shard file.
-    const r = await launchFixture(4, FIXTURE, [misshapen, 'rank0-broadcast', String(BUCKET)], ENV, 120_000);
-    const results = r.results as unknown as Result[];
+    const { results } = await fail([misshapen, 'rank0-broadcast', 'fsdp2']);
     expect(results.map((x) => x.rank)).toEqual([0, 1, 2, 3]);
     for (const x of results) {
       expect(x.error?.name, `rank ${x.rank}`).toBe('CheckpointFormatError');
       expect(x.error!.message).toMatch(/"lm_head\.weight" \(in model-0000\d-of-0000\d\.safetensors\) has shape \[8193, 128\], expected \[8192, 128\]/);
     }
-  }, 200_000);
+  }, 300_000);
 });

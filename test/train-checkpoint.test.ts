@@ -2,8 +2,8 @@
  * Training checkpoints: save → load into a strategy started from other weights
  * restores parameters and AdamW state exactly (the next step is bit-identical),
  * the trainer state's `extra` comes back, files are HF-format sharded safetensors, a
- * crash before any file operation of a save (a real SIGKILL of the saving process, for
- * every operation in turn, also when re-saving the step `latest` names) leaves `latest`
+ * crash before any file operation of a save (a real SIGKILL of the saving process, before
+ * every kind of operation in every phase, also when re-saving the step `latest` names) leaves `latest`
  * loading a complete checkpoint and the next save cleans up, and bad loads are clear errors.
  */
 import { spawnSync } from 'node:child_process';
@@ -108,11 +108,34 @@ describe.each(['dense', 'moe'] as const)('checkpoint save / load / resume, tiny 
   });
 });
 
+/** The operations a crash test kills before (see the comment in 'crash safety and errors'). */
+function crashPoints(ops: ReadonlyArray<{ kind: string; path: string }>): number[] {
+  const staging = (path: string) => path.startsWith('.tmp-');
+  const lastStaging = ops.map((o) => staging(o.path)).lastIndexOf(true);
+  const seen = new Set<string>();
+  const points: number[] = [];
+  ops.forEach((o, k) => {
+    const first = !seen.has(o.kind);
+    if (staging(o.path)) seen.add(o.kind);
+    if (!staging(o.path) || first || k === lastStaging) points.push(k);
+  });
+  // Every kind of operation the save makes, in staging and on the root, is crashed at least once.
+  expect(new Set(points.map((k) => `${ops[k]!.kind} ${staging(ops[k]!.path)}`))).toEqual(new Set(ops.map((o) => `${o.kind} ${staging(o.path)}`)));
+  return points;
+}
+
 describe('crash safety and errors', () => {
   const cfg = loadModelConfig(cfgPath('dense'));
 
-  // A real SIGKILL of the saving process just before its k-th file operation, for every k
-  // (model/file-ops.ts is the seam every mutating operation of a save goes through).
+  // A real SIGKILL of the saving process just before its k-th file operation (model/file-ops.ts
+  // is the seam every mutating operation of a save goes through), for these k (crashPoints):
+  // every operation on the checkpoint root itself (moving `.old-` aside, the step folder's
+  // rename, `latest`, the folder fsyncs, the cleanup), each one changes what a load finds; and in
+  // the `.tmp-` staging folder, the first operation of each kind (mkdir, create, write, fsync,
+  // rename, fsync-dir) and the last one. Staging is never loaded and the next save removes it
+  // whole, so a crash there takes one path (the old `latest` loads, the folder is removed)
+  // whichever of its files was being written: the second and third files' create / write / fsync
+  // / rename repeat the first's and are not crashed again (a process start each, ~40% of the test).
   describe.each([
     ['re-saving the step `latest` names', 1],
     ['saving a new step', 2],
@@ -138,9 +161,12 @@ describe('crash safety and errors', () => {
         expect(full.status, full.stderr).toBe(0);
         const total = Number(/saved ops=(\d+)/.exec(full.stdout)?.[1]);
         expect(total).toBeGreaterThan(20);
+        const ops = [...full.stdout.matchAll(/^op (\S+) (.*)$/gm)].map((m) => ({ kind: m[1]!, path: m[2]! }));
+        expect(ops).toHaveLength(total);
+        const points = crashPoints(ops);
         const leftovers = new Set<string>();
         const loadedSeeds = new Set<number>();
-        for (let k = 0; k < total; k++) {
+        for (const k of points) {
           const root = join(fastDir, `crash-${newStep}-${k}`);
           cpSync(base, root, { recursive: true });
           const r = child(root, k);

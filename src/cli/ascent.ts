@@ -11,13 +11,15 @@
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
 import { InvalidArgumentError } from '../runtime/errors.js';
-import { explainDump, formatReport, readDumps } from '../runtime/actor-system/trace-explain.js';
 import { registerInspect } from './inspect.js';
 import { registerPlot } from './plot.js';
-import { registerSchema } from './schema.js';
+import { registerSchema } from './schema-command.js';
 import { registerProfile } from './profile.js';
 import { builtFile } from '../runtime/paths.js';
-import { grpoUsage } from '../grpo/cli.js';
+
+// Every command's code (GRPO, configs, checkpoints, flight-recorder dumps) is imported when that
+// command runs, not here: `ascent launch` and `ascent --help` load only commander and the
+// command list, not the GRPO driver and its zod schemas (about 200 modules before).
 
 function buildProgram(out: string[]): Command {
   const program = new Command('ascent')
@@ -29,7 +31,8 @@ function buildProgram(out: string[]): Command {
     .description('explain flight-recorder dumps: which rank missed which collective, which fingerprints differ')
     .argument('<path>', 'folder of dumps (ASCENT_TRACE_DIR) or one dump file')
     .option('--json', 'print the findings as JSON')
-    .action((path: string, opts: { json?: boolean }) => {
+    .action(async (path: string, opts: { json?: boolean }) => {
+      const { explainDump, formatReport, readDumps } = await import('../runtime/actor-system/trace-explain.js');
       const reports = readDumps(path).map(({ file, dump }) => explainDump(dump, file));
       out.push(opts.json ? JSON.stringify(reports, null, 2) : reports.map(formatReport).join('\n\n'));
     });
@@ -93,6 +96,7 @@ async function grpo(args: string[]): Promise<number> {
     rest.splice(at, 2);
   }
   if (rest.includes('--help') || rest.includes('-h')) {
+    const { grpoUsage } = await import('../grpo/cli.js');
     process.stdout.write(`Usage: ascent grpo [--nproc N] [flags]   (N ranks, default 2; server mode puts half of them on the engine)\n\n${grpoUsage()}`);
     return 0;
   }

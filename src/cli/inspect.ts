@@ -8,9 +8,7 @@ import { existsSync, statSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import type { Command } from 'commander';
 import { AscentError, InvalidArgumentError } from '../runtime/errors.js';
-import { Checkpoint, type CheckpointTensor } from '../model/checkpoint.js';
-import { loadModelConfig } from '../model/config.js';
-import { checkParamsAgainstConfig } from '../model/params.js';
+import type { CheckpointTensor } from '../model/checkpoint.js';
 
 interface InspectReport {
   path: string;
@@ -23,6 +21,8 @@ interface InspectReport {
 }
 
 export async function inspectCheckpoint(path: string, opts: { config?: string } = {}): Promise<InspectReport> {
+  // The model code is imported here, not at the top: `ascent` registers this command on every start.
+  const { Checkpoint } = await import('../model/checkpoint.js');
   const ck = await Checkpoint.open(path);
   try {
     const folder = existsSync(path) && statSync(path).isDirectory() ? path : dirname(path);
@@ -37,6 +37,7 @@ export async function inspectCheckpoint(path: string, opts: { config?: string } 
     };
     const configPath = opts.config ?? join(folder, 'config.json');
     if (opts.config !== undefined || existsSync(configPath)) {
+      const [{ loadModelConfig }, { checkParamsAgainstConfig }] = await Promise.all([import('../model/config.js'), import('../model/params.js')]);
       const cfg = loadModelConfig(configPath);
       const layout = checkParamsAgainstConfig(tensors, cfg);
       report.config = { path: configPath, modelType: cfg.modelType, expertLayout: layout };

@@ -9,14 +9,17 @@
  * --nproc-per-node N entry.ts` runs P x N ranks (runtime/actor-system/mpi-job.ts).
  */
 import { Command, CommanderError, Option } from 'commander';
-import { LaunchOptionsSchema, formatIssues } from '../runtime/config.js';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
-import { EXIT_USAGE, launch } from '../runtime/actor-system/launcher.js';
+import type { EXIT_USAGE as LAUNCHER_EXIT_USAGE } from '../runtime/actor-system/launcher.js';
 import { resolveModuleUrl } from '../runtime/actor-system/module-loader.js';
 import { parsePatchSwitch } from '../runtime/patches.js';
 import { ascentVersion } from '../runtime/actor-system/run-meta.js';
 
 const ENTRY_EXT = /\.(ts|mts|cts|js|mjs|cjs)$/;
+// The launcher (actor system, devices, zod's option schemas) is imported once the flags passed
+// the checks that need none of it: --help, --version and a bad flag answer without loading it.
+// Its exit code for usage errors, typed from the launcher so the two cannot drift apart.
+const EXIT_USAGE: typeof LAUNCHER_EXIT_USAGE = 2;
 
 function buildProgram(): Command {
   return (
@@ -113,7 +116,7 @@ export async function main(argv: string[]): Promise<number> {
     if (o.enableNpuModelPatch !== undefined) {
       env.ASCENT_ENABLE_NPU_MODEL_PATCH = String(parsePatchSwitch(String(o.enableNpuModelPatch), '--enable-npu-model-patch'));
     }
-    const r = LaunchOptionsSchema.safeParse({
+    const flags = {
       env,
       nproc,
       ...(typeof o.logDir === 'string' ? { logDir: o.logDir } : {}),
@@ -124,7 +127,9 @@ export async function main(argv: string[]): Promise<number> {
       gracePeriodMs: seconds('--grace-period', o.gracePeriod as string | undefined),
       maxTimeMs: seconds('--max-time', o.maxTime as string | undefined),
       deviceMemory: o.deviceMemory,
-    });
+    };
+    const { LaunchOptionsSchema, formatIssues } = await import('../runtime/config.js');
+    const r = LaunchOptionsSchema.safeParse(flags);
     if (!r.success) throw new ConfigError(`invalid flags:\n${formatIssues(r.error)}`);
     options = r.data;
   } catch (err) {
@@ -133,6 +138,7 @@ export async function main(argv: string[]): Promise<number> {
   }
   try {
     // Bad environment values (checked first thing in launch()) are one line naming the variable (no usage: the flags were fine).
+    const { launch } = await import('../runtime/actor-system/launcher.js');
     const result = await launch(options);
     return result.exitCode;
   } catch (err) {

@@ -6,7 +6,6 @@
  */
 import { readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Table from 'cli-table3';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import type { TraceEvent } from '../runtime/profiler.js';
@@ -100,7 +99,9 @@ export function mergeProfile(dir: string): ProfileSummary & { merged: string } {
   return { ...summarize(files, events), merged };
 }
 
-export function formatSummary(s: ProfileSummary & { merged: string }, top: number): string {
+export async function formatSummary(s: ProfileSummary & { merged: string }, top: number): Promise<string> {
+  // cli-table3 is imported when a table is printed, not when `ascent` registers this command.
+  const { default: Table } = await import('cli-table3');
   const t = new Table({
     head: ['op', 'kind', 'count', 'total ms', 'mean µs', 'share'],
     style: { head: [], border: [] },
@@ -125,11 +126,11 @@ export function registerProfile(program: Command): void {
     .argument('<dir>', 'the folder given as ASCENT_PROFILE')
     .option('--top <n>', 'rows per table', '20')
     .option('--json', 'print the summary as JSON')
-    .action((dir: string, opts: { top: string; json?: boolean }) => {
+    .action(async (dir: string, opts: { top: string; json?: boolean }) => {
       const top = Number(opts.top);
       if (!Number.isInteger(top) || top < 1)
         throw new InvalidArgumentError(`ascent profile: --top must be a positive integer but is ${JSON.stringify(opts.top)}.`);
       const s = mergeProfile(dir);
-      process.stdout.write(`${opts.json ? JSON.stringify(s, null, 2) : formatSummary(s, top)}\n`);
+      process.stdout.write(`${opts.json ? JSON.stringify(s, null, 2) : await formatSummary(s, top)}\n`);
     });
 }

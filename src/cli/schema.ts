@@ -3,8 +3,8 @@
  * zod schema (`z.toJSONSchema`, input side: defaults are optional), so editors validate
  * and complete config files: `ascent schema grpo > grpo.schema.json`, then
  * `"$schema": "./grpo.schema.json"` in the config file (`--config` ignores that key).
+ * The command's flags are in schema-command.ts (CONFIG_NAMES there lists these keys).
  */
-import type { Command } from 'commander';
 import { z } from 'zod';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { GrpoConfigSchema } from '../grpo/config.js';
@@ -25,14 +25,4 @@ export function configJsonSchema(name: string): Record<string, unknown> {
   // Editors look for "$schema" in the file itself; allow it beside the strict fields.
   if (props && entry.file) props.$schema = { type: 'string', description: 'path or URL of this JSON Schema (for editors; ignored by Ascent)' };
   return { ...json, title: entry.title };
-}
-
-export function registerSchema(program: Command): void {
-  program
-    .command('schema')
-    .description('print the JSON Schema of a config file (grpo or trainer), generated from the zod schema')
-    .argument('<config>', Object.keys(CONFIG_SCHEMAS).join(' or '))
-    .action((name: string) => {
-      process.stdout.write(`${JSON.stringify(configJsonSchema(name), null, 2)}\n`);
-    });
 }
