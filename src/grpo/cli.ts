@@ -43,6 +43,7 @@ function program(): Command {
     .option('--trainer-tp <n>', 'trainer tensor parallel (megatron)', num('--trainer-tp'))
     .option('--engine-tp <n>', 'engine tensor parallel: 1, 2 or 4', num('--engine-tp'))
     .option('--rollout-dtype <dtype>', "rollout engine weights: float32 (default) or bfloat16 (matmul weights in bf16, half the sync's bytes)")
+    .option('--trainer-dtype <dtype>', 'trainer compute: float32 (default) or bfloat16 (bf16 matmul weights and activations, fp32 master weights and AdamW)')
     .option('--prompts <n>', 'prompts per step', num('--prompts'))
     .option('--generations <n>', 'samples per prompt', num('--generations'))
     .option('--max-new-tokens <n>', 'tokens generated per sample at most', num('--max-new-tokens'))
@@ -120,6 +121,7 @@ export function grpoConfigFromArgs(args: readonly string[], defaults: Partial<Gr
   sub('trainer', 'tp', o.trainerTp);
   sub('engine', 'tp', o.engineTp);
   sub('engine', 'dtype', o.rolloutDtype);
+  sub('trainer', 'dtype', o.trainerDtype);
   set('promptsPerStep', o.prompts);
   set('numGenerations', o.generations);
   set('maxNewTokens', o.maxNewTokens);

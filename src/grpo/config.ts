@@ -9,7 +9,8 @@ import { byteSize, parseConfig } from '../runtime/config.js';
 import { ConfigError } from '../runtime/errors.js';
 import { DEFAULT_BUCKET_BYTES } from '../parallel/sharded-load.js';
 import { LoraConfigSchema } from '../model/lora-config.js';
-import { OptimizerConfigSchema, TrainerConfigSchema } from '../train/config.js';
+import { checkStrategyDtype, OptimizerConfigSchema, TrainerConfigSchema } from '../train/config.js';
+import { TRAINER_DTYPES } from '../train/mixed-precision.js';
 import { ALGORITHM_SHAPE, checkAlgorithmConfig } from './algorithm-config.js';
 import { updatePlan } from './update-plan.js';
 import { RewardSpecSchema } from '../data/config.js';
@@ -76,16 +77,24 @@ export const GrpoConfigSchema = z
         lora: LoraConfigSchema.optional(),
         /** How fsdp2 reads a checkpoint (`init: checkpoint`): { mode: 'rank0-broadcast' | 'every-rank-reads', bucketBytes }. */
         load: TrainerConfigSchema.shape.load,
+        /**
+         * The trainer's compute precision (src/train/mixed-precision.ts): bfloat16 computes with bf16 matmul weights
+         * and activations over fp32 master weights, gradients and AdamW moments (fsdp2 only; megatron refuses it).
+         * Weight sync and checkpoints read the fp32 masters either way.
+         */
+        dtype: z
+          .enum(TRAINER_DTYPES, { error: "expected trainer.dtype to be 'float32' or 'bfloat16' (the trainer's compute precision)" })
+          .default('float32'),
       })
       .strict()
-      .default({ strategy: 'fsdp2', tp: 1, ep: 1, load: { mode: 'rank0-broadcast', bucketBytes: DEFAULT_BUCKET_BYTES } }),
+      .default({ strategy: 'fsdp2', tp: 1, ep: 1, load: { mode: 'rank0-broadcast', bucketBytes: DEFAULT_BUCKET_BYTES }, dtype: 'float32' }),
     engine: z
       .object({
         tp: z.union([z.literal(1), z.literal(2), z.literal(4)], { error: 'expected engine.tp to be 1, 2 or 4' }).default(1),
         /**
          * The rollout engine's weight precision (src/rollout/weight-dtype.ts): bfloat16 holds its matmul weights in
          * bf16 (half the device bytes and half the bytes a weight sync moves; activations and sampling stay fp32).
-         * The trainer keeps fp32 (a trainer precision would be trainer.dtype).
+         * The trainer's own precision is trainer.dtype.
          */
         dtype: z
           .enum(ENGINE_DTYPES, { error: "expected engine.dtype to be 'float32' or 'bfloat16' (the rollout engine's weight precision)" })
@@ -189,6 +198,7 @@ export function parseGrpoConfig(value: unknown, worldSize: number): GrpoConfig {
   const c = parseConfig(GrpoConfigSchema, input, 'GRPO config');
   const given = (input as { sync?: { tolerance?: unknown } } | null)?.sync?.tolerance;
   if (c.engine.dtype === 'bfloat16' && given === undefined) c.sync.tolerance = BF16_PROBE_TOLERANCE;
+  checkStrategyDtype(c.trainer.strategy, c.trainer.dtype, 'trainer.dtype');
   const trainerRanks = c.mode === 'colocate' ? worldSize : (c.trainer.ranks ?? Math.floor(worldSize / 2));
   const engineRanks = c.mode === 'colocate' ? worldSize : worldSize - trainerRanks;
   if (trainerRanks < 1 || engineRanks < 1) {

@@ -191,6 +191,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
         optimizer: cfg.optimizer,
         clipGradNorm: cfg.clipGradNorm,
         load: cfg.trainer.load,
+        dtype: cfg.trainer.dtype,
         ...(cfg.trainer.lora ? { lora: cfg.trainer.lora } : {}),
       } as TrainerConfigInput)
     : null;

@@ -2,8 +2,14 @@
  * Differentiable ops over tape Vars: each runs its forward kernel(s) on the tape's
  * stream, with the implementation the model-patch registry picks (fast, or the
  * reference kernel when patches are off), and records its backward.
+ *
+ * A bf16 weight (a bf16 trainer's compute copy, train/mixed-precision.ts) makes linear(),
+ * groupedLinear() and embedding() mixed precision: the matmul kernels take one input dtype,
+ * so the input is cast to bf16 (that copy is what backward reads) and the output is fp32
+ * (fp32 accumulation); backward casts dY to bf16 and returns fp32 dX and dW, so the
+ * weight's gradient stays fp32. fp32 weights run exactly as before.
  */
-import { add as addOp, matmul, type Tensor } from '../runtime/device/device-index.js';
+import { add as addOp, cast, matmul, type Tensor } from '../runtime/device/device-index.js';
 import type { KernelImpl } from '../runtime/patches.js';
 import { registerPatch } from '../runtime/patches.js';
 import { Var, type Tape } from './autograd.js';
@@ -64,20 +70,30 @@ export function add(tape: Tape, a: Var, b: Var): Var {
   return y;
 }
 
-/** x [T, in] · w[out, in]^T → [T, out] (torch.nn.Linear without bias). */
+/** `t` in `dtype` (itself when it already is; else a tape-owned cast). */
+function as(tape: Tape, t: Tensor, dtype: Tensor['dtype']): Tensor {
+  return t.dtype === dtype ? t : tape.own(cast(t, dtype, { stream: tape.stream }));
+}
+
+/**
+ * x [T, in] · w[out, in]^T → [T, out] (torch.nn.Linear without bias). A bf16 w: x is cast
+ * to bf16 for the matmul and backward (see the header); y, dX and dW are fp32.
+ */
 export function linear(tape: Tape, x: Var, w: Var): Var {
   const o = opts(tape, PATCHES.linear);
-  const y = tape.result(matmul(x.value, w.value, { transB: true, ...o }));
-  tape.record('linear', [x, w], [y], ([dy]) => [
-    need(x) ? tape.own(matmul(dy!, w.value, o)) : undefined,
-    need(w) ? tape.own(matmul(dy!, x.value, { transA: true, ...o })) : undefined,
-  ]);
+  const xc = as(tape, x.value, w.value.dtype);
+  const y = tape.result(matmul(xc, w.value, { transB: true, ...o }));
+  tape.record('linear', [x, w], [y], ([dy]) => {
+    const g = as(tape, dy!, w.value.dtype);
+    return [need(x) ? tape.own(matmul(g, w.value, o)) : undefined, need(w) ? tape.own(matmul(g, xc, { transA: true, ...o })) : undefined];
+  });
   return y;
 }
 
+/** The rows of `table` at `ids`, fp32 whatever the table's dtype (a bf16 table's rows are exact in fp32). */
 export function embedding(tape: Tape, ids: Tensor, table: Var): Var {
   const o = opts(tape, PATCHES.embedding);
-  const y = tape.result(K.embedding(ids, table.value, o));
+  const y = tape.result(as(tape, tape.own(K.embedding(ids, table.value, o)), 'fp32'));
   tape.record('embedding', [table], [y], ([dy]) => [tape.own(K.embeddingBackward(dy!, ids, table.value.shape[0]!, o))]);
   return y;
 }
@@ -204,13 +220,16 @@ export function crossEntropy(tape: Tape, logits: Var, targets: Tensor): Var {
 
 /**
  * Per-expert x · W[e]ᵀ over tokens grouped by expert: xs [N, in] (rows of expert e at
- * offsets[e]..offsets[e+1], device-side), weight [E, out, in] → [N, out].
+ * offsets[e]..offsets[e+1], device-side), weight [E, out, in] → [N, out]. A bf16 weight:
+ * mixed precision as in linear().
  */
 export function groupedLinear(tape: Tape, xs: Var, weight: Var, offsets: Tensor, name = 'groupedLinear'): Var {
   const eo = opts(tape, PATCHES.experts);
-  const y = tape.result(K.groupedMatmul(xs.value, weight.value, offsets, { transB: true, ...eo }));
+  const xc = as(tape, xs.value, weight.value.dtype);
+  const y = tape.result(K.groupedMatmul(xc, weight.value, offsets, { transB: true, ...eo }));
   tape.record(name, [xs, weight], [y], ([dy]) => {
-    const g = K.groupedMatmulBackward(dy!, xs.value, weight.value, offsets, { transB: true, dX: need(xs), dW: need(weight), ...eo });
+    const dyc = as(tape, dy!, weight.value.dtype);
+    const g = K.groupedMatmulBackward(dyc, xc, weight.value, offsets, { transB: true, dX: need(xs), dW: need(weight), ...eo });
     return [g.dX ? tape.own(g.dX) : undefined, g.dW ? tape.own(g.dW) : undefined];
   });
   return y;

@@ -5,6 +5,8 @@
  */
 import { z } from 'zod';
 import { parseConfig } from '../runtime/config.js';
+import { ConfigError } from '../runtime/errors.js';
+import { TRAINER_DTYPES } from './mixed-precision.js';
 import { STRATEGY_KINDS } from './strategy.js';
 import { LoraConfigSchema } from '../model/lora-config.js';
 import { DEFAULT_BUCKET_BYTES, LOAD_MODES } from '../parallel/sharded-load.js';
@@ -54,6 +56,15 @@ export const TrainerConfigSchema = z
       .default({ mode: 'rank0-broadcast', bucketBytes: DEFAULT_BUCKET_BYTES }),
     /** LoRA adapters (PEFT-like): only they train, base weights stay frozen; every strategy supports it. */
     lora: LoraConfigSchema.optional(),
+    /**
+     * Compute precision (mixed-precision.ts): bfloat16 computes with bf16 matmul weights and activations over
+     * fp32 master weights, gradients and AdamW moments (single and fsdp2; megatron refuses it).
+     */
+    dtype: z
+      .enum(TRAINER_DTYPES, {
+        error: "expected dtype to be 'float32' or 'bfloat16' (the trainer's compute precision; bfloat16 keeps fp32 master weights)",
+      })
+      .default('float32'),
   })
   .strict();
 
@@ -61,5 +72,20 @@ export type TrainerConfig = z.output<typeof TrainerConfigSchema>;
 export type TrainerConfigInput = z.input<typeof TrainerConfigSchema>;
 
 export function parseTrainerConfig(value: unknown): TrainerConfig {
-  return parseConfig(TrainerConfigSchema, value, 'trainer config');
+  const c = parseConfig(TrainerConfigSchema, value, 'trainer config');
+  checkStrategyDtype(c.strategy, c.dtype, 'dtype');
+  return c;
+}
+
+/**
+ * bf16 mixed precision is built for the single and fsdp2 strategies; megatron's sharded
+ * linears and their collectives compute in fp32 only, so it refuses bfloat16 rather than
+ * silently training in fp32. `what` names the option as the caller's config spells it.
+ */
+export function checkStrategyDtype(strategy: string, dtype: string, what: string): void {
+  if (strategy === 'megatron' && dtype === 'bfloat16')
+    throw new ConfigError(
+      `Invalid trainer config: ${what} 'bfloat16' is not supported by the megatron strategy (its tensor- and expert-parallel linears compute in fp32 only). HINT: use strategy fsdp2 for bf16 mixed-precision training, or ${what} 'float32' with megatron.`,
+      { strategy, dtype },
+    );
 }

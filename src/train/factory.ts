@@ -12,7 +12,7 @@ import { loadModelConfig, type ModelConfig } from '../model/config.js';
 import type { HostParam } from '../model/param-store.js';
 import { initialParams, toFusedParams } from '../model/params.js';
 import { readF32Checkpoint } from './checkpoint.js';
-import type { TrainerConfig } from './config.js';
+import { checkStrategyDtype, type TrainerConfig } from './config.js';
 import { Fsdp2Strategy } from './fsdp2/strategy.js';
 import { loadFsdp2Shards } from './fsdp2/load-shards.js';
 import { MegatronStrategy } from './megatron/strategy.js';
@@ -40,10 +40,12 @@ export interface StrategyContext {
 export async function createStrategy(config: TrainerConfig, ctx: StrategyContext): Promise<TrainStrategy> {
   const cfg = loadModelConfig(modelConfigPath(config.model));
   const n = ctx.comm.size;
+  const dtype = config.dtype ?? 'float32';
+  checkStrategyDtype(config.strategy, dtype, 'dtype');
   if (config.strategy === 'fsdp2' && config.init === 'checkpoint' && config.tp === 1 && config.ep === 1) {
     // The sharded loader: each rank's host and device hold its own rows only.
     const shards = await loadFsdp2Shards(dirname(modelConfigPath(config.model)), cfg, ctx.comm, config.load);
-    return Fsdp2Strategy.create({ comm: ctx.comm, cfg, params: shards, ...(config.lora ? { lora: { config: config.lora } } : {}) });
+    return Fsdp2Strategy.create({ comm: ctx.comm, cfg, params: shards, dtype, ...(config.lora ? { lora: { config: config.lora } } : {}) });
   }
   if (config.strategy === 'megatron' && config.init === 'checkpoint') {
     const sizes = checkParallelSizes(cfg, n, config);
@@ -67,13 +69,13 @@ export async function createStrategy(config: TrainerConfig, ctx: StrategyContext
         throw new ConfigError(`strategy 'single' trains on one rank but the trainer group has ${n}. HINT: use 'fsdp2' or 'megatron' for several ranks.`, {
           ranks: n,
         });
-      return SingleDeviceStrategy.create(cfg, ctx.device, params, lora ? { lora } : {});
+      return SingleDeviceStrategy.create(cfg, ctx.device, params, { dtype, ...(lora ? { lora } : {}) });
     case 'fsdp2':
       if (config.tp !== 1 || config.ep !== 1)
         throw new ConfigError(
           `strategy 'fsdp2' shards over data parallel only; tp and ep must be 1 (got tp=${config.tp}, ep=${config.ep}). HINT: use 'megatron' for tensor or expert parallelism.`,
         );
-      return Fsdp2Strategy.create({ comm: ctx.comm, cfg, params, ...(lora ? { lora } : {}) });
+      return Fsdp2Strategy.create({ comm: ctx.comm, cfg, params, dtype, ...(lora ? { lora } : {}) });
     case 'megatron':
       return MegatronStrategy.create({ comm: ctx.comm, cfg, params, tp: config.tp, dp: config.dp, ep: config.ep, ...(lora ? { lora } : {}) });
     default:

@@ -21,6 +21,7 @@ import { clipCoefficient, scaleInPlace, sumSquares } from './grad-norm.js';
 import { crossEntropyLoss, localRows, stepLoss } from './rows.js';
 import { addRouterAux, tapRouters } from './router-aux-step.js';
 import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from './strategy.js';
+import { bf16ComputeNames, checkTrainerDtype, ComputeCopies, type TrainerDtype } from './mixed-precision.js';
 
 /** LoRA on the single-device path: only the adapters train; base weights stay frozen. */
 export interface SingleLoraOptions {
@@ -38,30 +39,44 @@ export class SingleDeviceStrategy implements TrainStrategy {
   readonly lora: { adapters: LoraAdapters; hooks: LoraHooks } | undefined;
   /** forwardBackward calls since the last optimizer step (the dropout seed's micro-batch index). */
   private micro = 0;
+  /** bfloat16: the matmul weights' bf16 compute copies (the store keeps the fp32 masters). */
+  readonly compute: ComputeCopies | null;
 
   private constructor(
     readonly cfg: ModelConfig,
     readonly device: Device,
     readonly store: ParamStore,
-    lora?: SingleLoraOptions,
+    lora: SingleLoraOptions | undefined,
+    readonly dtype: TrainerDtype,
   ) {
+    const compute = dtype === 'bfloat16' ? new ComputeCopies(device, (name) => store.get(name), bf16ComputeNames(cfg)) : null;
+    this.compute = compute;
+    const lookup = compute ? (name: string) => compute.param(name, device.defaultStream) : (name: string) => store.get(name);
     if (lora) {
       const adapters = new LoraAdapters(cfg, lora.config);
       adapters.attach(store, device.defaultStream, lora.params);
-      this.lora = { adapters, hooks: adapters.hooks((_tape, name) => store.get(name)) };
+      this.lora = { adapters, hooks: adapters.hooks((_tape, name) => lookup(name)) };
     }
-    this.model = createModel(cfg, store, this.lora?.hooks);
+    this.model = createModel(cfg, compute ? { param: (_tape, name) => lookup(name) } : store, this.lora?.hooks);
   }
 
   /**
    * `opts.lora` adds LoRA adapters (HF-PEFT names, in gatherState / loadState too) and
    * freezes the base weights; dropout masks are seeded per forward from (config.seed,
-   * optimizer step, micro-batch index), so a resumed run reproduces them.
+   * optimizer step, micro-batch index), so a resumed run reproduces them. `opts.dtype`
+   * 'bfloat16' trains in mixed precision (mixed-precision.ts): the store keeps the fp32
+   * masters, the forward reads bf16 copies of the matmul weights cast once per optimizer step.
    */
-  static create(cfg: ModelConfig, device: Device, params: ReadonlyMap<string, HostParam>, opts: { lora?: SingleLoraOptions } = {}): SingleDeviceStrategy {
+  static create(
+    cfg: ModelConfig,
+    device: Device,
+    params: ReadonlyMap<string, HostParam>,
+    opts: { lora?: SingleLoraOptions; dtype?: TrainerDtype } = {},
+  ): SingleDeviceStrategy {
+    const dtype = checkTrainerDtype(opts.dtype, 'SingleDeviceStrategy.create() option dtype');
     const store = ParamStore.fromHost(cfg, device, params, device.defaultStream);
     try {
-      return new SingleDeviceStrategy(cfg, device, store, opts.lora);
+      return new SingleDeviceStrategy(cfg, device, store, opts.lora, dtype);
     } catch (e) {
       store.release();
       throw e;
@@ -89,6 +104,7 @@ export class SingleDeviceStrategy implements TrainStrategy {
     const rows = localRows(batch, 1, 0);
     const { stream, device } = this;
     const tape = new Tape({ stream, impl: patchImpl });
+    if (this.compute?.stale) this.compute.refresh(stream);
     if (this.lora) this.lora.hooks.dropoutSeed = backward ? loraStepSeed(this.lora.adapters.config.seed, this.store.stepCount, this.micro++) : null;
     try {
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
@@ -121,6 +137,7 @@ export class SingleDeviceStrategy implements TrainStrategy {
 
   optimizerStep(hp: AdamWHyper): void {
     this.store.adamw(hp, this.stream);
+    if (this.compute) this.compute.stale = true;
     this.micro = 0;
   }
 
@@ -168,11 +185,13 @@ export class SingleDeviceStrategy implements TrainStrategy {
 
   async loadState(state: FullState): Promise<void> {
     this.store.loadHost(state, this.stream);
+    if (this.compute) this.compute.stale = true;
     this.micro = 0;
     await this.stream.synchronize();
   }
 
   release(): void {
+    this.compute?.release();
     this.store.release();
   }
 }

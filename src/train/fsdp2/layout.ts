@@ -14,6 +14,11 @@
  * so one all-gather (and one reduce-scatter) per unit moves equal-sized pieces, and
  * each parameter's full tensor is the first d0 rows of its padded-full region.
  *
+ * A bf16 trainer (mixed-precision.ts) puts each unit's bf16-compute parameters (matmul weights)
+ * first: the shard's first `lowNumel` elements are cast to bf16 and all-gathered as bf16 (half
+ * the bytes), the rest (norms, router) all-gathered in fp32 (unit-comm.ts). The fp32 shard
+ * itself (the master) is laid out the same way either precision would read it.
+ *
  * With LoRA, each decoder layer's adapters (PEFT names) form their own unit
  * `lora.layer.N`, gathered with the layer; only those units are trainable (the base
  * units are frozen: no gradient buffers, no reduce-scatter, no AdamW moments).
@@ -48,6 +53,8 @@ export interface FlatUnit {
   params: FlatParam[];
   /** Elements of one rank's flat shard (sum of padded chunks). */
   shardNumel: number;
+  /** Leading elements of the shard gathered as bf16 (the bf16-compute parameters' chunks); 0 or absent in fp32. */
+  lowNumel?: number;
 }
 
 export interface FlatLayout {
@@ -69,24 +76,30 @@ function unitKeyOf(name: string): string {
 
 /**
  * The flat-shard layout of `cfg`'s parameters (HF names, fused experts) over `dp` ranks;
- * with `lora` (adapter specs), the adapters in per-layer units and the base frozen.
+ * with `lora` (adapter specs), the adapters in per-layer units and the base frozen; with
+ * `bf16` (the names a bf16 trainer computes with in bf16), those first in each unit.
  */
-export function planLayout(cfg: ModelConfig, dp: number, lora?: readonly LoraParamSpec[]): FlatLayout {
+export function planLayout(cfg: ModelConfig, dp: number, lora?: readonly LoraParamSpec[], bf16?: ReadonlySet<string>): FlatLayout {
   const units = new Map<string, FlatUnit>();
   const unitOf = new Map<string, FlatUnit>();
+  const low = (name: string) => bf16?.has(name) ?? false;
   const specs = [
     ...paramSpecs(cfg, { expertLayout: 'fused' }).map((s) => ({ name: s.name, shape: s.shape, key: unitKeyOf(s.name), trainable: !lora })),
     ...(lora ?? []).map((s) => ({ name: s.name, shape: s.shape, key: `lora.layer.${s.layer}`, trainable: true })),
   ];
-  for (const spec of specs) {
+  // Units in first-use order; inside each, the bf16 parameters first (model order within each precision).
+  const keys = [...new Set(specs.map((s) => s.key))];
+  const ordered = keys.flatMap((k) => [true, false].flatMap((l) => specs.filter((s) => s.key === k && low(s.name) === l)));
+  for (const spec of ordered) {
     const key = spec.key;
     let u = units.get(key);
-    if (!u) units.set(key, (u = { key, trainable: spec.trainable, params: [], shardNumel: 0 }));
+    if (!u) units.set(key, (u = { key, trainable: spec.trainable, params: [], shardNumel: 0, lowNumel: 0 }));
     const rowNumel = numel(spec.shape.slice(1));
     const chunkRows = chunkSize(spec.shape[0]!, dp);
     const p: FlatParam = { name: spec.name, shape: spec.shape, rowNumel, chunkRows, chunk: chunkRows * rowNumel, offset: u.shardNumel };
     u.params.push(p);
     u.shardNumel += p.chunk;
+    if (low(spec.name)) u.lowNumel = (u.lowNumel ?? 0) + p.chunk;
     unitOf.set(spec.name, u);
   }
   // Each layer's adapter unit right after the layer (forward order).

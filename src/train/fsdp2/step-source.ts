@@ -29,7 +29,7 @@ import type { ModelConfig } from '../../model/config.js';
 import type { ModelBlock, ParamSource } from '../../model/qwen3.js';
 import { blockUnits, type FlatLayout, type FlatUnit } from './layout.js';
 import type { SlotPool } from './slot-pool.js';
-import { fullView, gatherUnit, gatherUnitAwaited, reduceScatterUnit, reduceScatterUnitAwaited, zeroGradSlot } from './unit-comm.js';
+import { fullView, gatherUnit, gatherUnitAwaited, reduceScatterUnit, reduceScatterUnitAwaited, valueView, zeroGradSlot, type GatherStats } from './unit-comm.js';
 
 /** One gather of one unit for one block (a tied embedding is gathered twice: embed and head). */
 interface Gathered {
@@ -58,6 +58,8 @@ export class StepSource implements ParamSource {
   /** Across processes: unsharded gradients waiting for finish(). */
   private deferred: Array<{ unit: FlatUnit; grads: Tensor }> = [];
   private readonly awaited: boolean;
+  /** Bytes this step's all-gathers moved into this rank. */
+  readonly gathered: GatherStats = { bytes: 0 };
 
   constructor(
     private readonly cfg: ModelConfig,
@@ -75,13 +77,13 @@ export class StepSource implements ParamSource {
   async prefetch(): Promise<void> {
     if (!this.awaited) return;
     for (const unit of this.layout.units) {
-      this.prefetched.set(unit, await gatherUnitAwaited(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream));
+      this.prefetched.set(unit, await gatherUnitAwaited(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream, this.gathered));
     }
   }
 
   /** This unit's unsharded values: prefetched across processes, gathered now (stream-ordered) in one process. */
   private valuesOf(unit: FlatUnit): Tensor {
-    if (!this.awaited) return gatherUnit(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream);
+    if (!this.awaited) return gatherUnit(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream, this.gathered);
     const v = this.prefetched.get(unit);
     if (!v) throw new InternalError(`FSDP2: unit ${unit.key} was not prefetched; call prefetch() before forward when the communicator spans processes.`);
     return v;
@@ -91,7 +93,7 @@ export class StepSource implements ParamSource {
     if (this.current) throw new InvalidArgumentError(`FSDP2: block ${blockName(block)} started inside block ${blockName(this.current.block)}.`);
     const gathered = blockUnits(this.layout, this.cfg, block).map((unit) => {
       const values = this.valuesOf(unit);
-      const vars = unit.params.map((p, i) => new Var(fullView(unit, values, i, this.comm.size), unit.trainable, p.name));
+      const vars = unit.params.map((p, i) => new Var(valueView(unit, values, i, this.comm.size), unit.trainable, p.name));
       const g: Gathered = { unit, vars, values, grads: null };
       this.live.push(g);
       return g;
@@ -163,7 +165,7 @@ export class StepSource implements ParamSource {
     const dp = this.comm.size;
     if (!g.values) {
       g.values = this.valuesOf(g.unit);
-      g.vars.forEach((v, i) => (v.value = fullView(g.unit, g.values!, i, dp)));
+      g.vars.forEach((v, i) => (v.value = valueView(g.unit, g.values!, i, dp)));
     }
     if (g.unit.trainable) {
       g.grads = zeroGradSlot(g.unit, dp, this.pool, this.stream);

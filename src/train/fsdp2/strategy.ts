@@ -19,6 +19,11 @@
  *   frozen (no gradient buffers, no reduce-scatter, no moments); gatherState / loadState
  *   carry the adapters by PEFT name (grads and moments: adapters only), loraState()
  *   gathers the adapters alone (for an adapter-only weight sync).
+ * - bf16 mixed precision (`dtype: 'bfloat16'`, mixed-precision.ts): the flat shards stay fp32
+ *   (master weights, AdamW moments, gathered state, weight sources); each unit's matmul weights
+ *   come first in its shard and are cast to bf16 before the all-gather, so the gather moves
+ *   half their bytes and the forward / backward compute with them in bf16; gradients and their
+ *   reduce-scatter stay fp32 (param_dtype=bf16, reduce_dtype=fp32).
  */
 import { copy, fill, Tensor, type Device, type Stream } from '../../runtime/device/device-index.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
@@ -48,6 +53,7 @@ import { fsdp2SourceDescriptors } from './weight-sources.js';
 import type { WeightSource } from '../../parallel/weight-sources.js';
 import { adapterSourcesOf, type AdapterSources } from '../../parallel/adapter-sources.js';
 import { StepSource, type UnitState } from './step-source.js';
+import { bf16ComputeNames, checkTrainerDtype, type TrainerDtype } from '../mixed-precision.js';
 
 export interface Fsdp2Options {
   /** The data-parallel communicator (every rank of it shards the model) ... */
@@ -65,6 +71,8 @@ export interface Fsdp2Options {
   reshardAfterForward?: boolean;
   /** LoRA adapters: only they train, the base is frozen. */
   lora?: Fsdp2LoraOptions;
+  /** 'bfloat16': bf16 compute copies of the matmul weights over fp32 masters (default 'float32'). */
+  dtype?: TrainerDtype;
 }
 
 export interface Fsdp2LoraOptions {
@@ -79,7 +87,7 @@ interface UnitDevice extends UnitState {
   v?: Tensor;
 }
 
-const OPTION_KEYS = ['comm', 'mesh', 'cfg', 'params', 'reshardAfterForward', 'lora'];
+const OPTION_KEYS = ['comm', 'mesh', 'cfg', 'params', 'reshardAfterForward', 'lora', 'dtype'];
 
 function resolveComm(opts: Fsdp2Options): Communicator {
   if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError('Fsdp2Strategy.create() expects { comm | mesh, cfg, params }.');
@@ -123,6 +131,8 @@ export class Fsdp2Strategy implements TrainStrategy {
   readonly lora: { adapters: LoraAdapters; hooks: LoraHooks } | undefined;
   /** forwardBackward calls since the last optimizer step (the LoRA dropout seed's micro-batch index). */
   private micro = 0;
+  /** Bytes the all-gathers of forward / backward moved into this rank since creation (state gathers not counted). */
+  stepGatherBytes = 0;
 
   private constructor(
     readonly cfg: ModelConfig,
@@ -130,6 +140,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     readonly plan: FlatLayout,
     private readonly units: Map<FlatUnit, UnitDevice>,
     readonly reshardAfterForward: boolean,
+    readonly dtype: TrainerDtype,
     adapters?: LoraAdapters,
   ) {
     this.ranks = comm.size;
@@ -153,6 +164,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     if (!(params instanceof Map)) throw new InvalidArgumentError('Fsdp2Strategy.create(): params must be a Map of HF name -> { shape, data: Float32Array }.');
     const reshard = opts.reshardAfterForward ?? true;
     if (typeof reshard !== 'boolean') throw new InvalidArgumentError(`Fsdp2Strategy.create(): reshardAfterForward must be a boolean.`);
+    const dtype = checkTrainerDtype(opts.dtype, 'Fsdp2Strategy.create() option dtype');
     let adapters: LoraAdapters | undefined;
     let all: ReadonlyMap<string, HostParam | HostShard> = params;
     if (opts.lora) {
@@ -161,7 +173,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       adapters.checkHost(host);
       all = new Map([...params, ...host]);
     }
-    const plan = planLayout(cfg, comm.size, adapters && loraParamSpecs(cfg, adapters.config));
+    const plan = planLayout(cfg, comm.size, adapters && loraParamSpecs(cfg, adapters.config), dtype === 'bfloat16' ? bf16ComputeNames(cfg) : undefined);
     const problems = paramProblems(plan, all, comm.size, comm.rank);
     await agree(comm, problems.length > 0, 'Fsdp2Strategy.create()', 'its parameters');
     throwProblems(problems, `Fsdp2Strategy.create(): the parameters do not match the ${cfg.modelType} config`);
@@ -179,7 +191,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       throw e;
     }
     await stream.synchronize();
-    return new Fsdp2Strategy(cfg, comm, plan, units, reshard, adapters);
+    return new Fsdp2Strategy(cfg, comm, plan, units, reshard, dtype, adapters);
   }
 
   get optimizerSteps(): number {
@@ -265,6 +277,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       }
       return await stepLoss(terms, stream, (local) => this.allReduceHost(local));
     } finally {
+      this.stepGatherBytes += run.gathered.bytes;
       this.run = null;
       run.dispose();
       pool.dispose();

@@ -9,54 +9,127 @@
  * variants serve that case. Every function gives back the slots it took, also when the
  * collective throws, so the pool never sees a slot twice and the first error surfaces.
  */
-import { axpy, fill, type Stream, type Tensor } from '../../runtime/device/device-index.js';
+import { axpy, cast, fill, Tensor, type Stream } from '../../runtime/device/device-index.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
 import { copyRange, stridedRead, viewOf } from '../../runtime/device/views.js';
 import type { FlatUnit } from './layout.js';
 import type { SlotPool } from './slot-pool.js';
 
+/** Bytes the step's all-gathers moved into this rank (recv sizes), kept by whoever passes one. */
+export interface GatherStats {
+  bytes: number;
+}
+
+/**
+ * A bf16 view of `n` elements from bf16 element `elemOffset` of an fp32 slot. A bf16 unit's
+ * bf16 part lives in the slot's first bytes: its dp·L bf16 elements end (2·dp·L bytes) before
+ * the fp32 part begins (fp32 element dp·L), so both fit in one slot without overlapping.
+ */
+function bf16View(slot: Tensor, n: number, elemOffset = 0): Tensor {
+  return new Tensor(slot.device, slot.buffer, 'bf16', [n], undefined, slot.byteOffset + 2 * elemOffset);
+}
+
+/**
+ * Enqueues the unit's all-gathers into `staging` (rank-major): one fp32 all-gather of the
+ * shard, or, for a bf16 unit (lowNumel L > 0), the first L elements cast to bf16 and
+ * gathered as bf16 (half the bytes) plus the rest gathered in fp32 (skipped when empty).
+ * Returns the collectives and the bf16 send tensor (the caller releases it once they were
+ * enqueued in one process, or resolved across processes, whose transfer may read it later).
+ */
+function allGatherParts(
+  unit: FlatUnit,
+  shard: Tensor,
+  staging: Tensor,
+  comm: Communicator,
+  stream: Stream,
+  stats?: GatherStats,
+): { ops: Array<Promise<void>>; low: Tensor | null } {
+  const dp = comm.size;
+  const S = unit.shardNumel;
+  const L = unit.lowNumel ?? 0;
+  if (L === 0) {
+    if (stats) stats.bytes += 4 * dp * S;
+    return { ops: [comm.allGather(shard, viewOf(staging, [dp * S]), stream)], low: null };
+  }
+  const low = cast(viewOf(shard, [L]), 'bf16', { stream });
+  const ops: Array<Promise<void>> = [];
+  try {
+    ops.push(comm.allGather(low, bf16View(staging, dp * L), stream));
+    if (S > L) ops.push(comm.allGather(viewOf(shard, [S - L], L), viewOf(staging, [dp * (S - L)], dp * L), stream));
+  } catch (e) {
+    low.release();
+    throw e;
+  }
+  if (stats) stats.bytes += 2 * dp * L + 4 * dp * (S - L);
+  return { ops, low };
+}
+
 /**
  * All-gathers `shard` (this rank's flat shard [S] of `unit`) into a slot holding the
- * unsharded parameters param-major (each padded full tensor at dp·offset). Returns the slot.
- * Stream-ordered: for a communicator in one process only.
+ * unsharded parameters param-major (each padded full tensor at dp·offset; see valueView).
+ * Returns the slot. Stream-ordered: for a communicator in one process only.
  */
-export function gatherUnit(unit: FlatUnit, shard: Tensor, comm: Communicator, pool: SlotPool, stream: Stream): Tensor {
+export function gatherUnit(unit: FlatUnit, shard: Tensor, comm: Communicator, pool: SlotPool, stream: Stream, stats?: GatherStats): Tensor {
   const staging = pool.take();
   try {
-    void comm.allGather(shard, viewOf(staging, [comm.size * unit.shardNumel]), stream);
+    // Stream-ordered: the bf16 send's memory returns to the pool only after the all-gather ran.
+    allGatherParts(unit, shard, staging, comm, stream, stats).low?.release();
     return unpackGathered(unit, staging, comm.size, pool, stream);
   } finally {
     pool.give(staging);
   }
 }
 
-/** gatherUnit that awaits the all-gather before reading it: for a communicator that spans processes. */
-export async function gatherUnitAwaited(unit: FlatUnit, shard: Tensor, comm: Communicator, pool: SlotPool, stream: Stream): Promise<Tensor> {
+/** gatherUnit that awaits the all-gathers before reading them: for a communicator that spans processes. */
+export async function gatherUnitAwaited(
+  unit: FlatUnit,
+  shard: Tensor,
+  comm: Communicator,
+  pool: SlotPool,
+  stream: Stream,
+  stats?: GatherStats,
+): Promise<Tensor> {
   const staging = pool.take();
   try {
-    await comm.allGather(shard, viewOf(staging, [comm.size * unit.shardNumel]), stream);
+    const { ops, low } = allGatherParts(unit, shard, staging, comm, stream, stats);
+    try {
+      await Promise.all(ops);
+    } finally {
+      low?.release();
+    }
     return unpackGathered(unit, staging, comm.size, pool, stream);
   } finally {
     pool.give(staging);
   }
 }
 
-/** The rank-major gathered shards in `staging`, reordered param-major into a new slot. */
+/** The rank-major gathered shards in `staging`, reordered param-major into a new slot (bf16 part as bf16). */
 function unpackGathered(unit: FlatUnit, staging: Tensor, dp: number, pool: SlotPool, stream: Stream): Tensor {
   const S = unit.shardNumel;
-  const gathered = viewOf(staging, [dp * S]);
+  const L = unit.lowNumel ?? 0;
+  const low = bf16View(staging, dp * L);
+  const rest = viewOf(staging, [dp * (S - L)], dp * L);
   const values = pool.take();
-  for (const p of unit.params) {
-    // Padded full p = chunk p of every rank: a [dp, c_p] read with row stride S.
-    stridedRead(viewOf(values, [dp * p.chunk], dp * p.offset), gathered, [dp, p.chunk], [S, 1], p.offset, stream);
+  for (const [i, p] of unit.params.entries()) {
+    // Padded full p = chunk p of every rank: a [dp, c_p] read with row stride L (bf16 part) or S - L.
+    if (p.offset < L) stridedRead(valueView(unit, values, i, dp, [dp * p.chunk]), low, [dp, p.chunk], [L, 1], p.offset, stream);
+    else stridedRead(valueView(unit, values, i, dp, [dp * p.chunk]), rest, [dp, p.chunk], [S - L, 1], p.offset - L, stream);
   }
   return values;
 }
 
-/** The full tensor of parameter `i` of `unit` inside an unsharded slot (gathered values or gradients). */
+/** The full tensor of parameter `i` of `unit` inside an unsharded gradient slot (always fp32). */
 export function fullView(unit: FlatUnit, slot: Tensor, i: number, dp: number): Tensor {
   const p = unit.params[i]!;
   return viewOf(slot, p.shape, dp * p.offset);
+}
+
+/** The unsharded value of parameter `i` of `unit` in a gathered slot: bf16 for the unit's bf16 part, else fp32. */
+export function valueView(unit: FlatUnit, slot: Tensor, i: number, dp: number, shape?: readonly number[]): Tensor {
+  const p = unit.params[i]!;
+  if (p.offset >= (unit.lowNumel ?? 0)) return viewOf(slot, shape ?? p.shape, dp * p.offset);
+  const n = (shape ?? p.shape).reduce((a, b) => a * b, 1);
+  return bf16View(slot, n, dp * p.offset).reshape(shape ?? p.shape);
 }
 
 /** A zeroed slot for the unit's unsharded gradients. */
