@@ -36,6 +36,13 @@ describe('GRPO config', () => {
     expect(() => grpoConfigFromArgs(['--steps', 'many'])).toThrow(/--steps expects a number but received "many"/);
     expect(() => grpoConfigFromArgs(['--frobnicate'])).toThrow(/^GRPO flags: unknown option '--frobnicate'\. HINT: run with --help to list the flags\.$/);
     expect(() => parseGrpoConfig({ model: 'x', promptsPerStep: 3 }, 4)).toThrow(/does not split over 2 engine replicas/);
+    // trainer.dtype: the flag reaches the config; a bad value and megatron + bfloat16 are refused with what to do.
+    expect(parseGrpoConfig({ model: 'x', ...grpoConfigFromArgs(['--trainer-dtype', 'bfloat16']) }, 4).trainer.dtype).toBe('bfloat16');
+    expect(parseGrpoConfig({ model: 'x' }, 4).trainer.dtype).toBe('float32');
+    expect(() => parseGrpoConfig({ model: 'x', trainer: { dtype: 'fp8' } }, 4)).toThrow(/expected trainer\.dtype to be 'float32' or 'bfloat16'/);
+    expect(() => parseGrpoConfig({ model: 'x', trainer: { strategy: 'megatron', dtype: 'bfloat16' } }, 4)).toThrow(
+      /trainer\.dtype 'bfloat16' is not supported by the megatron strategy[\s\S]*HINT: use strategy fsdp2/,
+    );
     expect(() => parseGrpoConfig({ model: 'x', numGenerations: 3, promptsPerStep: 2 }, 8)).toThrow(/6 samples do not split over 4 data-parallel trainer ranks/);
     expect(() => parseGrpoConfig({ model: 'x' }, 1)).toThrow(/leaves 0 trainer and 1 engine ranks/);
     expect(() => parseGrpoConfig({ model: 'x', resume: true }, 4)).toThrow(/--resume needs --checkpoint-dir/);
