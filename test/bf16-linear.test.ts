@@ -96,7 +96,10 @@ describe('mixed-precision ops: a bf16 weight computes as fp32 on bf16-rounded op
   };
   for (const [name, c] of Object.entries(cases)) {
     it(`${name}: output, dX and dW (all fp32) equal the fp32 op on the rounded operands`, async () => {
-      const dy = rand(c.yShape.reduce((a, b) => a * b, 1), 9);
+      const dy = rand(
+        c.yShape.reduce((a, b) => a * b, 1),
+        9,
+      );
       const want = await run(c, false, dy);
       const got = await run(c, true, dy);
       expect(got.dtypes).toEqual(['fp32', 'fp32', 'fp32', 'bf16']);

@@ -82,9 +82,7 @@ export const GrpoConfigSchema = z
          * and activations over fp32 master weights, gradients and AdamW moments (fsdp2 only; megatron refuses it).
          * Weight sync and checkpoints read the fp32 masters either way.
          */
-        dtype: z
-          .enum(TRAINER_DTYPES, { error: "expected trainer.dtype to be 'float32' or 'bfloat16' (the trainer's compute precision)" })
-          .default('float32'),
+        dtype: z.enum(TRAINER_DTYPES, { error: "expected trainer.dtype to be 'float32' or 'bfloat16' (the trainer's compute precision)" }).default('float32'),
       })
       .strict()
       .default({ strategy: 'fsdp2', tp: 1, ep: 1, load: { mode: 'rank0-broadcast', bucketBytes: DEFAULT_BUCKET_BYTES }, dtype: 'float32' }),

@@ -29,7 +29,16 @@ import type { ModelConfig } from '../../model/config.js';
 import type { ModelBlock, ParamSource } from '../../model/qwen3.js';
 import { blockUnits, type FlatLayout, type FlatUnit } from './layout.js';
 import type { SlotPool } from './slot-pool.js';
-import { fullView, gatherUnit, gatherUnitAwaited, reduceScatterUnit, reduceScatterUnitAwaited, valueView, zeroGradSlot, type GatherStats } from './unit-comm.js';
+import {
+  fullView,
+  gatherUnit,
+  gatherUnitAwaited,
+  reduceScatterUnit,
+  reduceScatterUnitAwaited,
+  valueView,
+  zeroGradSlot,
+  type GatherStats,
+} from './unit-comm.js';
 
 /** One gather of one unit for one block (a tied embedding is gathered twice: embed and head). */
 interface Gathered {
