@@ -30,6 +30,7 @@ import { builtFile } from '../paths.js';
 import { RankOutput } from './rank-output.js';
 import type { BrokerApi, RankEvent, RankHostApi, RankWorkerData } from './rank-protocol.js';
 import { TaskPool } from './task-pool.js';
+import { workerSafeExecArgv } from './worker-exec-argv.js';
 
 export type RankStatus = 'starting' | 'running' | 'main-done' | 'failed' | 'exited';
 
@@ -219,7 +220,7 @@ export class World extends EventEmitter<WorldEvents> {
         ...(layout ? { NODE_RANK: String(layout.nodeRank) } : {}),
       };
       const worker = new Worker(workerUrl, {
-        execArgv: workerExecArgv(),
+        execArgv: workerSafeExecArgv(),
         workerData: data,
         transferList: [control.port2, brokerCh.port2],
         env,
@@ -424,28 +425,6 @@ export class World extends EventEmitter<WorldEvents> {
     })();
     return this.closing;
   }
-}
-
-/**
- * The parent's node flags minus those that only make sense for a main script:
- * a worker inheriting `--input-type` (from `node -e`) refuses to start.
- */
-export function workerExecArgv(argv: readonly string[] = process.execArgv): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (/^--input-type(=|$)/.test(a)) {
-      if (a === '--input-type') i++;
-      continue;
-    }
-    if (a === '-e' || a === '--eval' || a === '-p' || a === '--print') {
-      i++;
-      continue;
-    }
-    if (/^--(eval|print)=/.test(a) || a === '-i' || a === '--interactive') continue;
-    out.push(a);
-  }
-  return out;
 }
 
 function sleep(ms: number): Promise<void> {
