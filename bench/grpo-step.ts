@@ -4,7 +4,11 @@
  * --nproc 2, beside a plain single-process PyTorch loop doing the same step on one thread
  * (bench/torch_grpo_step.py, when an interpreter with torch is installed). Step time is the
  * median over the timed steps of the run log's per-phase seconds (generate, reward,
- * log-prob, train, sync); the weight sync's share of the step is reported too, and the
+ * log-prob, train, sync), and again over the second half of the run, the same steps on
+ * both sides: a step gets cheaper as the run goes on, for PyTorch too (completions change
+ * length as the policy learns), and for Ascent also because each of its 17 isolates
+ * compiles its hot code separately (V8's optimising compiler still took 16% of the CPU in
+ * steps 32-40 of a 16-rank run). The weight sync's share of the step is reported too, and the
  * CPU time the launch process (every rank's threads) spent per timed step, with the cores
  * it kept busy on average: the machine is shared, so wall time moves with the load while
  * the CPU per step says how much work a step is; cores near the machine's count say the
@@ -25,16 +29,27 @@ export const USAGE = `Usage: npm run bench -- grpo-step [--steps N] [--nproc LIS
 The quickstart's GRPO step under launch (server mode, tiny dense model, 16 prompts x 8
 samples, the 30-step SFT warm-up first) at each --nproc (default 16,2), against a plain
 single-process PyTorch GRPO loop on one thread doing the same step (bench/torch_grpo_step.py;
-needs python3-torch). Reports seconds per step (median after 2 warm steps), the ratio
-Ascent / PyTorch (target <= 0.5), the weight sync's share of the step (target <= 5%),
-the CPU seconds per step of the whole launch process and the cores it kept busy.
-  --steps N     GRPO steps per run (default 12)
+needs python3-torch). Reports seconds per step (median after 2 warm steps) and the ratio Ascent / PyTorch
+(target <= 0.5), the same over the run's second half (the steady state: Ascent's 16
+isolates are still compiling hot code well into the run, and the policy's completions
+change length as it learns, for both sides alike), the weight sync's share of the step
+(target <= 5%), the CPU seconds per step of the whole launch process and the cores it
+kept busy.
+  --steps N     GRPO steps per run (default 80, the quickstart's own run; >= 20 for the
+                second-half columns)
   --nproc LIST  comma-separated rank counts (default 16,2)
 Results: bench/results/grpo-step-<date>.json (and grpo-step-latest.json).
 `;
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const SKIP = 2;
+/** Runs this short have no second-half columns. */
+const MIN_STEADY = 20;
+
+/** The median step of the run's second half (steps > steps / 2), or null for a short run. */
+export function steadyMedian(stepSeconds: readonly number[]): number | null {
+  return stepSeconds.length >= MIN_STEADY ? median(stepSeconds.slice(Math.floor(stepSeconds.length / 2))) : null;
+}
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -95,6 +110,8 @@ function cpuAt(samples: ReadonlyArray<{ at: number; cpu: number }>, at: number):
 
 interface AscentRun {
   secondsPerStep: number;
+  /** Median over the run's second half (null for runs under MIN_STEADY steps). */
+  steadySecondsPerStep: number | null;
   syncShare: number;
   phases: Record<string, number>;
   rewardFirst: number;
@@ -132,6 +149,7 @@ async function ascentRun(nproc: number, steps: number): Promise<AscentRun> {
     const cpu = cpuAt(samples, to) - cpuAt(samples, from);
     return {
       secondsPerStep: median(per),
+      steadySecondsPerStep: steadyMedian(recs.map(total)),
       syncShare: sync,
       phases,
       rewardFirst: recs[0]!.rewardMean!,
@@ -145,9 +163,9 @@ async function ascentRun(nproc: number, steps: number): Promise<AscentRun> {
 }
 
 export async function runGrpoStepBench(steps: number, nprocs: number[]) {
-  const torch = torchPython();
+  const { peer: torch, reason: torchReason } = torchPython();
   const peer = torch
-    ? runTorchScript<{ torch: string; threads: number; secondsPerStep: number; phases: Record<string, number>; rewardCurve: number[] }>(
+    ? runTorchScript<{ torch: string; threads: number; secondsPerStep: number; phases: Record<string, number>; rewardCurve: number[]; stepSeconds: number[] }>(
         torch.python,
         'torch_grpo_step.py',
         {
@@ -167,6 +185,7 @@ export async function runGrpoStepBench(steps: number, nprocs: number[]) {
         },
       )
     : null;
+  const torchSteady = peer ? steadyMedian(peer.stepSeconds) : null;
   const rows = [];
   for (const n of nprocs) {
     const a = await ascentRun(n, steps);
@@ -176,6 +195,10 @@ export async function runGrpoStepBench(steps: number, nprocs: number[]) {
       torchSecondsPerStep: peer ? round(peer.secondsPerStep, 4) : null,
       // The target: Ascent's step takes at most 0.5x the PyTorch loop's.
       vsTorch: peer ? round(a.secondsPerStep / peer.secondsPerStep, 3) : null,
+      // The same over the second half of both runs.
+      steadySecondsPerStep: a.steadySecondsPerStep === null ? null : round(a.steadySecondsPerStep, 4),
+      torchSteady: torchSteady === null ? null : round(torchSteady, 4),
+      vsTorchSteady: a.steadySecondsPerStep !== null && torchSteady ? round(a.steadySecondsPerStep / torchSteady, 3) : null,
       syncShare: round(a.syncShare, 4),
       generate: round(a.phases.generate ?? 0, 4),
       train: round(a.phases.train ?? 0, 4),
@@ -191,23 +214,28 @@ export async function runGrpoStepBench(steps: number, nprocs: number[]) {
     date: new Date().toISOString(),
     config: { model: 'tiny-dense', promptsPerStep: 16, numGenerations: 8, maxNewTokens: 12, steps, skip: SKIP, mode: 'server' },
     rows,
-    baselines: { torch: peer ? { version: peer.torch, threads: peer.threads, python: torch!.python, phases: peer.phases } : null },
+    baselines: {
+      torch: peer
+        ? { version: peer.torch, threads: peer.threads, python: torch!.python, blas: torch!.blas, blasLibraries: torch!.blasLibraries, phases: peer.phases }
+        : null,
+      torchMissing: torchReason || null,
+    },
   };
 }
 
 export async function main(argv: string[]): Promise<void> {
   const flags = checkFlags('grpo-step', argv, { valued: ['--steps', '--nproc'] });
-  const steps = Number(flags.get('--steps') ?? 12);
+  const steps = Number(flags.get('--steps') ?? 80);
   const nprocs = (flags.get('--nproc') ?? '16,2').split(',').map(Number);
   if (!Number.isInteger(steps) || steps <= SKIP) throw new BenchUsageError(`bench grpo-step: --steps must be an integer > ${SKIP}.`);
   if (nprocs.some((n) => !Number.isInteger(n) || n < 2))
     throw new BenchUsageError('bench grpo-step: --nproc must list integers >= 2 (server mode needs a trainer and an engine rank).');
   const r = await runGrpoStepBench(steps, nprocs);
   printTable(r.rows);
-  if (!r.baselines.torch) console.log('PyTorch not found: no torch columns (apt-get install python3-torch to compare).');
+  if (!r.baselines.torch) console.log(r.baselines.torchMissing);
   else
     console.log(
-      `PyTorch baseline: torch ${r.baselines.torch.version} (${r.baselines.torch.python}), ${r.baselines.torch.threads} thread; vsTorch = Ascent s/step / PyTorch s/step (target <= 0.5); syncShare target <= 0.05`,
+      `PyTorch baseline: torch ${r.baselines.torch.version} (${r.baselines.torch.python}, ${r.baselines.torch.blas} BLAS), ${r.baselines.torch.threads} thread; vsTorch = Ascent s/step / PyTorch s/step over steps ${SKIP + 1}-${steps}, vsTorchSteady over steps ${Math.floor(steps / 2) + 1}-${steps} (target <= 0.5); syncShare target <= 0.05`,
     );
   console.log(`wrote ${writeResults('grpo-step', r)}`);
 }

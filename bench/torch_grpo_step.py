@@ -4,7 +4,7 @@ The same task (reverse a string of 4-8 digits, partial credit per digit, 1 for a
 (examples/models/tiny-dense, bench/torch_train_step.py's Qwen3), settings (SFT warm-up, then promptsPerStep
 prompts x numGenerations samples of at most maxNewTokens tokens at temperature 1, group-normalised advantages,
 the clipped surrogate with DAPO's token mean, one AdamW step per rollout) on ONE thread. Generation is batched
-with a KV cache over left-padded prompts. Prints one JSON object: seconds per GRPO step (median and mean over the
+with a KV cache over left-padded prompts. Prints one JSON object: the seconds of every GRPO step, seconds per step (median and mean over the
 timed steps, and per phase), and the reward curve.
 
 Optional knobs (absent: the quickstart's defaults), so the loop can also check whether a GRPO variant learns the task
@@ -139,7 +139,7 @@ def main():
     for g in opt.param_groups:
         g["lr"] = a["lr"]
     P, G = a["promptsPerStep"], a["numGenerations"]
-    times, phases, curve = [], {"generate": 0.0, "reward": 0.0, "train": 0.0}, []
+    times, every, phases, curve = [], [], {"generate": 0.0, "reward": 0.0, "train": 0.0}, []
     for step in range(a["steps"]):
         t0 = time.perf_counter()
         prompts = [p for p, _ in (problem(rng) for _ in range(P)) for _ in range(G)]
@@ -168,6 +168,7 @@ def main():
             opt.step()
         t3 = time.perf_counter()
         curve.append(float(rewards.mean()))
+        every.append(t3 - t0)
         if step >= a["skip"]:
             times.append(t3 - t0)
             phases["generate"] += t1 - t0
@@ -177,7 +178,7 @@ def main():
     print(json.dumps({
         "torch": torch.__version__, "threads": torch.get_num_threads(),
         "secondsPerStep": statistics.median(times), "meanSecondsPerStep": sum(times) / n,
-        "phases": {k: v / n for k, v in phases.items()}, "rewardCurve": curve,
+        "phases": {k: v / n for k, v in phases.items()}, "rewardCurve": curve, "stepSeconds": every,
     }))
 
 

@@ -122,7 +122,7 @@ async function qwen35Row(model: keyof typeof TINY_QWEN35, steps: number, torchMs
 
 export async function runTrainStepBench(steps = 20) {
   const rows = [];
-  const torch = torchPython();
+  const { peer: torch, reason: torchReason } = torchPython();
   // Config file paths for Qwen3, the configs themselves for Qwen3.5.
   const models: Record<string, string | object> = { ...TINY_QWEN35 };
   for (const m of ['dense', 'moe'] as const) models[m] = fileURLToPath(new URL(`../../examples/models/tiny-${m}/config.json`, import.meta.url));
@@ -179,7 +179,10 @@ export async function runTrainStepBench(steps = 20) {
       ascentInlinedShare: overhead.inlinedShare,
       torchUs: peer ? round(peer.opOverheadUs, 2) : null,
     },
-    baselines: { torch: peer ? { version: peer.torch, threads: peer.threads, python: torch!.python } : null },
+    baselines: {
+      torch: peer ? { version: peer.torch, threads: peer.threads, python: torch!.python, blas: torch!.blas, blasLibraries: torch!.blasLibraries } : null,
+      torchMissing: torchReason || null,
+    },
   };
 }
 
@@ -188,10 +191,10 @@ export async function main(argv: string[]): Promise<void> {
   const r = await runTrainStepBench();
   printTable(r.rows);
   printTable([r.opOverhead], 'per-op dispatch overhead (µs)');
-  if (!r.baselines.torch) console.log('PyTorch not found: no torch columns (apt-get install python3-torch to compare).');
+  if (!r.baselines.torch) console.log(r.baselines.torchMissing);
   else
     console.log(
-      `PyTorch baseline: torch ${r.baselines.torch.version} (${r.baselines.torch.python}), ${r.baselines.torch.threads} thread; vsTorch = Ascent ms / PyTorch ms (target <= 0.6)`,
+      `PyTorch baseline: torch ${r.baselines.torch.version} (${r.baselines.torch.python}, ${r.baselines.torch.blas} BLAS), ${r.baselines.torch.threads} thread; vsTorch = Ascent ms / PyTorch ms (target <= 0.6)`,
     );
   console.log(`wrote ${writeResults('train-step', r)}`);
 }
