@@ -173,6 +173,8 @@ export async function runKernelsBench(repeats = 3) {
   const stream = dev.newStream();
   const native = loadNative();
   const blas = native.blasInfo();
+  // The kernels this CPU runs (auto selection): the bf16 target needs AVX-512 BF16.
+  const matmulKernels = native.setMatmulKernel('auto');
   // GFLOP/s of the fast kernel and OpenBLAS for one shape: medians of `repeats` interleaved measurements.
   const fastAndBlas = async (s: Shape, dtype: DType, a: Tensor, b: Tensor) => {
     const flops = 2 * s.m * s.n * s.k;
@@ -300,7 +302,8 @@ export async function runKernelsBench(repeats = 3) {
     baselines: { openblas: blas.available ? { library: blas.library, config: blas.config, threads: 1 } : null },
     repeats,
     loadAverage: os.loadavg().map((x) => round(x, 2)),
-    rows: [...withMatmulTargets(matmulRows), ...shapeRows, ...attentionRows, ...moeRows],
+    matmulKernels,
+    rows: [...withMatmulTargets(matmulRows, matmulKernels.bf16), ...shapeRows, ...attentionRows, ...moeRows],
   };
 }
 
@@ -314,6 +317,7 @@ export async function main(argv: string[]): Promise<void> {
   const r = await runKernelsBench(repeats);
   if (!r.baselines.openblas) console.log('OpenBLAS not found: the OpenBLAS column is empty (apt-get install libopenblas0-serial to compare).');
   else console.log(`OpenBLAS baseline: ${r.baselines.openblas.library} (${r.baselines.openblas.config}), 1 thread`);
+  console.log(`matmul kernels: fp32 ${r.matmulKernels.fp32}, bf16 ${r.matmulKernels.bf16}`);
   console.log(`load average ${round(load0, 2)} before, ${r.loadAverage.join(' ')} after (2-core machines are often shared); medians of ${repeats}`);
   printTable(r.rows.filter((x) => x.kernel === 'matmul'));
   printTable(r.rows.filter((x) => x.kernel === 'matmul.shape'));
