@@ -16,22 +16,21 @@
  * Activations, softmax, sampling and log-probs stay fp32.
  */
 import type { DType } from '../runtime/device/dtype.js';
-import { describe } from '../runtime/device/dtype.js';
+import { checkPrecision, PRECISIONS, type Precision } from '../runtime/device/dtype.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import type { ModelConfig } from '../model/config.js';
 import { hfLoadPlan } from './loader.js';
 import { tpShard } from './tp-shard.js';
 
-export const ENGINE_DTYPES = ['float32', 'bfloat16'] as const;
-export type EngineDtype = (typeof ENGINE_DTYPES)[number];
+export const ENGINE_DTYPES = PRECISIONS;
+export type EngineDtype = Precision;
 
 /** Checks an engine dtype option (`what` names it in the message); undefined is 'float32'. */
 export function checkEngineDtype(value: unknown, what = 'dtype'): EngineDtype {
-  if (value === undefined) return 'float32';
-  if (typeof value === 'string' && (ENGINE_DTYPES as readonly string[]).includes(value)) return value as EngineDtype;
-  throw new InvalidArgumentError(
-    `Expected ${what} to be 'float32' or 'bfloat16' but received ${describe(value)}. HINT: 'bfloat16' holds the engine's matmul weights in bf16 (half the bytes; activations stay fp32); 'float32' (the default) holds everything in fp32.`,
-    { argument: what },
+  return checkPrecision(
+    value,
+    what,
+    "'bfloat16' holds the engine's matmul weights in bf16 (half the bytes; activations stay fp32); 'float32' (the default) holds everything in fp32.",
   );
 }
 

@@ -14,25 +14,21 @@
  * when its specs are.
  */
 import { cast, fill, Tensor, type Device, type Stream } from '../runtime/device/device-index.js';
-import { describe } from '../runtime/device/dtype.js';
-import { InvalidArgumentError } from '../runtime/errors.js';
+import { checkPrecision, PRECISIONS, type Precision } from '../runtime/device/dtype.js';
 import { Var } from '../model/autograd.js';
 import type { ModelConfig } from '../model/config.js';
 import { paramSpecs } from '../model/params.js';
 
-export const TRAINER_DTYPES = ['float32', 'bfloat16'] as const;
-export type TrainerDtype = (typeof TRAINER_DTYPES)[number];
+export const TRAINER_DTYPES = PRECISIONS;
+export type TrainerDtype = Precision;
 
-/** The message of a bad trainer dtype (`what` names the option as the caller spells it). */
-export function trainerDtypeMessage(what: string, value: unknown): string {
-  return `Expected ${what} to be 'float32' or 'bfloat16' but received ${describe(value)}. HINT: 'bfloat16' trains with bf16 matmul weights and activations over fp32 master weights and AdamW moments; 'float32' (the default) computes in fp32.`;
-}
-
-/** Checks a trainer dtype option; undefined is 'float32'. */
+/** Checks a trainer dtype option (`what` names it in the message); undefined is 'float32'. */
 export function checkTrainerDtype(value: unknown, what = 'dtype'): TrainerDtype {
-  if (value === undefined) return 'float32';
-  if (typeof value === 'string' && (TRAINER_DTYPES as readonly string[]).includes(value)) return value as TrainerDtype;
-  throw new InvalidArgumentError(trainerDtypeMessage(what, value), { argument: what });
+  return checkPrecision(
+    value,
+    what,
+    "'bfloat16' trains with bf16 matmul weights and activations over fp32 master weights and AdamW moments; 'float32' (the default) computes in fp32.",
+  );
 }
 
 /** The shared expert's gate is a [1, H] 'linear' that gates like a router: it stays fp32. */

@@ -58,3 +58,17 @@ export function describe(value: unknown): string {
   if (typeof value === 'object') return `an object (${value.constructor?.name ?? 'Object'})`;
   return `${String(value)} of type ${typeof value}`;
 }
+
+/** The precisions a trainer or an engine is asked for by name (HF's torch_dtype spelling). */
+export const PRECISIONS = ['float32', 'bfloat16'] as const;
+export type Precision = (typeof PRECISIONS)[number];
+
+/**
+ * Checks a precision option; undefined is 'float32'. `what` names the option as the caller
+ * spells it and `hint` says what each choice means for that component.
+ */
+export function checkPrecision(value: unknown, what: string, hint: string): Precision {
+  if (value === undefined) return 'float32';
+  if (typeof value === 'string' && (PRECISIONS as readonly string[]).includes(value)) return value as Precision;
+  throw new InvalidArgumentError(`Expected ${what} to be 'float32' or 'bfloat16' but received ${describe(value)}. HINT: ${hint}`, { argument: what });
+}
