@@ -55,7 +55,14 @@ __attribute__((target("avx2,fma"))) void Tile(int64_t kc, const float* a, int64_
   const __m256i m0 = Lanes8(nr), m1 = Lanes8(nr - 8);
   __m256 acc0[MR], acc1[MR];
 #pragma GCC unroll 6
-  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  for (int i = 0; i < MR; ++i) {
+    // C's tile is read (later k slices) and written only after the k loop: fetch its lines now,
+    // while the FMAs run (its rows are N floats apart: no stride prefetcher brings them).
+    // Prefetches never fault, so a masked tile's second line may lie past C's end.
+    acc0[i] = acc1[i] = _mm256_setzero_ps();
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 15), _MM_HINT_T0);
+  }
 #pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p) {
     const float* bp = b + p * ldb;
