@@ -1,7 +1,8 @@
 // Fast kernels: same contracts as reference.h. Elementwise kernels are typed,
 // vectorisable loops (bitwise equal to the reference); matmul is cache-blocked, with a
 // micro-kernel chosen at run time (AVX-512, AVX-512 bf16 pairs, AVX2+FMA, portable): fp32 on
-// AVX-512 reads A in place and packs B only when it must (matmul_avx512.cc), the rest packs.
+// AVX-512 or AVX2 reads A in place and packs B only when it must (matmul_avx512.cc,
+// matmul_avx2.cc; below 512 on some dim for both), the rest packs.
 #pragma once
 
 #include <cstddef>
