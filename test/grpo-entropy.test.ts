@@ -18,6 +18,7 @@ import { grpoLoss } from '../src/grpo/loss.js';
 import { grpoObjective, LOSS_TYPES, type LossType } from '../src/grpo/objective.js';
 import { entropyBonus } from '../src/grpo/entropy-bonus.js';
 import { tokenLogprobs } from '../src/train/logprobs.js';
+import { localTokens } from '../src/train/rows.js';
 import { tokenLogprobsEntropy } from '../src/train/logprobs-entropy.js';
 import type { LossFn } from '../src/train/strategy.js';
 import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
@@ -88,7 +89,8 @@ describe('GRPO loss with the entropy bonus on the single-device strategy', () =>
       }
       return { perToken: lp, weights: new Float32Array(lp.value.numel) };
     };
-    await s.forward(b, capture);
+    // At the batch's full width: logp and H are [B·S] arrays, as the losses read global per-token arrays.
+    await s.forward({ ...b, trimPadding: false }, capture);
     return { logp, H };
   }
 
@@ -134,7 +136,7 @@ describe('GRPO loss with the entropy bonus on the single-device strategy', () =>
         expect(r.tokens).toBe(N); // every response token carries a weight (the entropy term), counted once
         // The entropy term's gradient alone, through the same op with the log-prob half unseeded.
         const entropyOnly: LossFn = (tape, logits, rows) => ({ perToken: tokenLogprobsEntropy(tape, logits, rows.targets, temperature), weights: eWeights });
-        await s.forwardBackward(b, entropyOnly);
+        await s.forwardBackward({ ...b, trimPadding: false }, entropyOnly); // eWeights are [2·B·S]
         const gEntropy = await grads();
         const sum: Grads = new Map([...gPolicy].map(([n, g]) => [n, { data: g.data.map((x, i) => x + gEntropy.get(n)!.data[i]!) }]));
         expect(maxRelOverTensors(gBonus, sum), lossType).toBeLessThan(1e-5);
@@ -165,7 +167,7 @@ describe('GRPO loss with the entropy bonus on the single-device strategy', () =>
             seqLen: rows.seqLen,
             mask: Array.from(rows.targets, (t) => t !== -100),
             logp: hostLp,
-            oldLogp: old,
+            oldLogp: localTokens(rows, old), // the rows' trimmed width, as grpoLoss reads it
             advantages: adv,
             globalRows: global.batch,
             globalTokens: N,

@@ -84,7 +84,7 @@ describe('GRPO loss on the single-device strategy', () => {
       return { perToken: lp, weights: new Float32Array(lp.value.numel) };
     };
     s.zeroGrad();
-    await s.forwardBackward(b, capture);
+    await s.forwardBackward({ ...b, trimPadding: false }, capture); // [B·S], as the loss reads old log-probs
     s.zeroGrad();
     return out;
   }

@@ -47,11 +47,12 @@ async function trainerLogits(folder: string, inputs: number[][]): Promise<Float3
   });
   let got: Float32Array | null = null;
   try {
+    // Every position's logits: the targets are all IGNORE, so the trimmed forward would keep one position.
     const capture: LossFn = async (tape, logits) => {
       got = (await logits.value.toArray({ stream: tape.stream })) as Float32Array;
       return { perToken: logits, weights: new Float32Array(logits.value.numel) };
     };
-    await s.forward({ inputIds: Int32Array.from(inputs.flat()), targets: new Int32Array(B * S).fill(-100), batch: B, seqLen: S }, capture);
+    await s.forward({ inputIds: Int32Array.from(inputs.flat()), targets: new Int32Array(B * S).fill(-100), batch: B, seqLen: S, trimPadding: false }, capture);
   } finally {
     s.release();
   }
@@ -93,7 +94,10 @@ describe('logits parity with a plain PyTorch Qwen3 / Qwen3-MoE', () => {
           got = (await logits.value.toArray({ stream: tape.stream })) as Float32Array;
           return { perToken: logits, weights: new Float32Array(logits.value.numel) };
         };
-        await s.forward({ inputIds: Int32Array.from(fx.inputs.flat()), targets: new Int32Array(B * S).fill(-100), batch: B, seqLen: S }, capture);
+        await s.forward(
+          { inputIds: Int32Array.from(fx.inputs.flat()), targets: new Int32Array(B * S).fill(-100), batch: B, seqLen: S, trimPadding: false },
+          capture,
+        );
       } finally {
         s.release();
       }

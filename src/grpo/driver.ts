@@ -572,6 +572,8 @@ async function controller(
         // The router load-balancing loss (output_router_logits), mean over the update's optimizer steps.
         ...(st.aux_loss !== undefined ? { auxLoss: st.aux_loss / Math.max(1, tr.optimizerSteps) } : {}),
         recomputedOld: tr.recomputedOld,
+        // The trainer's padded token slots (update.ts): at the batch's width, and with each rank's rows trimmed to theirs.
+        paddedFraction: tr.paddedFraction,
         syncPeakExtraBytes: rep.peakExtraBytes,
         verified: rep.verified ?? null,
         time: new Date().toISOString(),

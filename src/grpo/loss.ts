@@ -16,7 +16,7 @@
  */
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { IGNORE_INDEX } from '../model/labels.js';
-import { targetTokens } from '../train/rows.js';
+import { localTokens, targetTokens } from '../train/rows.js';
 import type { LossFn, LossTerms, TrainBatch } from '../train/strategy.js';
 import { targetLogprobs } from '../train/logprobs.js';
 import { tokenLogprobsEntropy } from '../train/logprobs-entropy.js';
@@ -120,11 +120,11 @@ export function grpoLoss(data: GrpoBatchData, opts: GrpoLossOptions): LossFn {
     const coeff = opts.entropyCoeff ?? 0;
     const logp = coeff > 0 ? tokenLogprobsEntropy(tape, logits, rows.targets, opts.temperature) : targetLogprobs(tape, logits, rows.targets, opts.temperature);
     const both = (await logp.value.toArray({ stream: tape.stream })) as Float32Array;
-    const n = rows.targets.length,
-      base = rows.row0 * rows.seqLen;
+    const n = rows.targets.length;
     const host = coeff > 0 ? both.subarray(0, n) : both;
     const mask = Array.from(rows.targets, (t) => t !== IGNORE_INDEX);
-    const sl = (a: Float32Array) => a.subarray(base, base + n);
+    // The global [B·S] arrays read at this rank's trimmed width (rows.seqLen).
+    const sl = (a: Float32Array) => localTokens(rows, a);
     const oldLogp = data.oldLogprobs ? sl(data.oldLogprobs) : host;
     const stats: Record<string, number> = {};
     let isWeights: Float64Array | undefined;

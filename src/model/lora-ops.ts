@@ -52,20 +52,24 @@ export function dropoutMask(seed: number, name: string, n: number, p: number): F
  * [row0, row0 + rows) and columns [col0, col0 + cols) of the [totalRows, totalCols] mask
  * that dropoutMask(seed, name, totalRows·totalCols, p) gives for the whole batch. A
  * data-parallel rank (its rows) or a row-parallel TP rank (its input columns) applies
- * exactly the entries the single-device run applies to the same elements.
+ * exactly the entries the single-device run applies to the same elements. With `seq`, the
+ * window's rows are token rows of sequences trimmed from `global` to `local` positions
+ * (rows.ts trimmedWidth): window row r is global token row row0 + ⌊r/local⌋·global + r mod local.
  */
 export function dropoutMaskWindow(
   seed: number,
   name: string,
   p: number,
   total: { rows: number; cols: number },
-  win: { row0: number; rows: number; col0: number; cols: number },
+  win: { row0: number; rows: number; col0: number; cols: number; seq?: { global: number; local: number } },
 ): Float32Array {
   const full = dropoutMask(seed, name, total.rows * total.cols, p);
-  if (win.col0 === 0 && win.cols === total.cols) return full.slice(win.row0 * total.cols, (win.row0 + win.rows) * total.cols);
+  const seq = win.seq && win.seq.local !== win.seq.global ? win.seq : null;
+  if (!seq && win.col0 === 0 && win.cols === total.cols) return full.slice(win.row0 * total.cols, (win.row0 + win.rows) * total.cols);
   const out = new Float32Array(win.rows * win.cols);
   for (let r = 0; r < win.rows; r++) {
-    const src = (win.row0 + r) * total.cols + win.col0;
+    const row = seq ? win.row0 + Math.floor(r / seq.local) * seq.global + (r % seq.local) : win.row0 + r;
+    const src = row * total.cols + win.col0;
     out.set(full.subarray(src, src + win.cols), r * win.cols);
   }
   return out;

@@ -200,11 +200,12 @@ export class LoraHooks implements ProjectionHooks {
   dropoutSeed: number | null = null;
   /**
    * Where this forward's tokens sit in the global batch (a data-parallel rank runs rows
-   * [row0, row0 + rows) of `total` token rows): the masks are windows of the global
-   * mask, so sharded runs drop exactly what the single-device run drops. null: the
-   * forward's tokens are the whole batch.
+   * [row0, row0 + rows) of `total` token rows; `seq`: its sequences trimmed from `global` to
+   * `local` positions): the masks are windows of the global mask, so sharded and trimmed
+   * runs drop exactly what the single-device untrimmed run drops. null: the forward's tokens
+   * are the whole batch.
    */
-  dropoutWindow: { row0: number; total: number } | null = null;
+  dropoutWindow: { row0: number; total: number; seq?: { global: number; local: number } } | null = null;
 
   constructor(
     readonly adapters: LoraAdapters,
@@ -220,7 +221,8 @@ export class LoraHooks implements ProjectionHooks {
     if (p > 0 && this.dropoutSeed !== null) {
       const [rows, cols] = x.value.shape as [number, number];
       const w = this.dropoutWindow ?? { row0: 0, total: rows };
-      const host = dropoutMaskWindow(this.dropoutSeed, name, p, { rows: w.total, cols }, { row0: w.row0, rows, col0: 0, cols });
+      const win = { row0: w.row0, rows, col0: 0, cols, ...(w.seq ? { seq: w.seq } : {}) };
+      const host = dropoutMaskWindow(this.dropoutSeed, name, p, { rows: w.total, cols }, win);
       mask = tape.own(Tensor.fromArray(x.value.device, host, x.value.shape, { stream: tape.stream }));
     }
     return loraLinear(tape, x, weight, this.lookup(tape, t.a), this.lookup(tape, t.b), this.adapters.scaling, mask);

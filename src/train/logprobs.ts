@@ -9,6 +9,7 @@ import type { Tape, Var } from '../model/autograd.js';
 import { PATCHES } from '../model/functional.js';
 import * as K from '../model/kernels/index.js';
 import type { LossFn, TrainBatch, TrainStrategy } from './strategy.js';
+import { widenRows } from './rows.js';
 
 export function tokenLogprobs(tape: Tape, logits: Var, targets: Tensor, temperature = 1): Var {
   const o = { stream: tape.stream, impl: tape.impl(PATCHES.crossEntropy), temperature };
@@ -29,7 +30,7 @@ export interface RowLogprobs {
   /** First global row this rank computed, and how many. */
   row0: number;
   rows: number;
-  /** [rows·seqLen]: position t of a row holds log p(target t). */
+  /** [rows·seqLen] at the batch's seqLen: position t of a row holds log p(target t) (0 past the rank's trimmed width). */
   logprobs: Float32Array;
 }
 
@@ -38,7 +39,8 @@ export async function rowLogprobs(s: TrainStrategy, batch: TrainBatch, temperatu
   let out: RowLogprobs | null = null;
   const capture: LossFn = async (tape, logits, rows) => {
     const lp = targetLogprobs(tape, logits, rows.targets, temperature);
-    out = { row0: rows.row0, rows: rows.rows, logprobs: (await lp.value.toArray({ stream: tape.stream })) as Float32Array };
+    const local = (await lp.value.toArray({ stream: tape.stream })) as Float32Array;
+    out = { row0: rows.row0, rows: rows.rows, logprobs: widenRows(local, rows.rows, rows.seqLen, batch.seqLen) };
     return { perToken: lp, weights: new Float32Array(lp.value.numel) };
   };
   await s.forward(batch, capture);

@@ -11,6 +11,9 @@
  * - `scale` is the loss's LossTerms.auxScale: the micro-step's weight in its optimizer step
  *   (GRPO: its rows over the step's rows), so accumulated micro-steps average their aux as
  *   their loss terms average; 1 when the call is the whole step.
+ * - The tokens counted are the padding mask's, or without one each row's positions up to its
+ *   last target (rows.ts lossPositions): right pads do not count, and the per-rank trim of
+ *   the rows (rows.ts localRows) leaves the value unchanged.
  * - forward() (evaluation) reports the same loss as forwardBackward, aux included, as
  *   Transformers' loss with labels does; it only has no backward.
  */
@@ -19,7 +22,7 @@ import { InvalidArgumentError } from '../runtime/errors.js';
 import type { Tape, Var } from '../model/autograd.js';
 import type { ModelConfig } from '../model/config.js';
 import { routerAuxLoss } from '../model/router-aux-loss.js';
-import { weightedSum } from './rows.js';
+import { lossPositions, weightedSum } from './rows.js';
 import type { LocalRows, LossTerms } from './strategy.js';
 
 /** Starts keeping the routing of the forward on `tape` when the config asks for the aux loss. */
@@ -56,7 +59,9 @@ export async function addRouterAux(
   const { aux, value: share } = await routerAuxLoss(tape, taps, {
     numExperts: cfg.moe!.numExperts,
     topK: cfg.moe!.topK,
-    ...(rows.attentionMask ? { mask: rows.attentionMask } : {}),
+    // Real tokens: the padding mask's, else (right-padded rows) each row's positions up to its last
+    // target, which the trim keeps, so the value is the same trimmed or not and pads never count.
+    mask: rows.attentionMask ?? lossPositions(rows.targets, rows.rows, rows.seqLen),
     ...(sum ? { sumCounts: sum } : {}),
   });
   const base = terms.value ?? weightedSum((await terms.perToken.value.toArray({ stream })) as Float32Array, terms.weights);

@@ -20,6 +20,9 @@ export function checkBatch(b: TrainBatch): void {
       `Train batch: inputIds and targets must be Int32Arrays of batch x seqLen = ${n} tokens (got ${b.inputIds?.length} and ${b.targets?.length}).`,
     );
   }
+  if (b.trimPadding !== undefined && typeof b.trimPadding !== 'boolean') {
+    throw new InvalidArgumentError(`Train batch: trimPadding must be a boolean or absent but is ${String(b.trimPadding)}.`, { argument: 'trimPadding' });
+  }
   const m = b.attentionMask;
   if (m !== undefined && (!(m instanceof Int32Array) || m.length !== n || m.some((x) => x !== 0 && x !== 1))) {
     throw new InvalidArgumentError(
@@ -29,7 +32,64 @@ export function checkBatch(b: TrainBatch): void {
   }
 }
 
-/** Rank `index` of `parts`' rows: the batch split evenly (a batch not divisible by `parts` is an error). */
+/**
+ * The width a block of rows needs: 1 + the last position with a target over the rows (at
+ * least 1). Under causal attention (and Qwen3.5's causal linear attention) a position after a
+ * row's last target feeds no loss term and no gradient, so those positions can be dropped
+ * exactly; a row whose targets are all IGNORE_INDEX needs none. With a padding mask, the last
+ * token it marks is kept too: the router aux loss counts the mask's tokens (router-aux-step.ts).
+ */
+export function trimmedWidth(targets: Int32Array, rows: number, seqLen: number, mask?: Int32Array): number {
+  let width = 1;
+  for (let r = 0; r < rows; r++) {
+    const row = r * seqLen;
+    for (let t = seqLen - 1; t >= width; t--) {
+      if (targets[row + t] !== IGNORE_INDEX || (mask && mask[row + t])) {
+        width = t + 1;
+        break;
+      }
+    }
+  }
+  return width;
+}
+
+/**
+ * The token slots of right-padded rows without a padding mask that the router aux loss counts:
+ * positions up to each row's last target (1), the rest (trailing pads, and tokens after the last
+ * target that no loss term reads) 0. It does not depend on the trim: trimmedWidth keeps them all.
+ */
+export function lossPositions(targets: Int32Array, rows: number, seqLen: number): Int32Array {
+  const out = new Int32Array(rows * seqLen);
+  for (let r = 0; r < rows; r++) {
+    const row = r * seqLen;
+    let t = seqLen - 1;
+    while (t >= 0 && targets[row + t] === IGNORE_INDEX) t--;
+    out.fill(1, row, row + t + 1);
+  }
+  return out;
+}
+
+/** Rows of a row-major [rows·from] array at width `to` <= from (a copy; the array itself when the widths agree). */
+export function narrowRows<T extends Int32Array | Float32Array>(a: T, rows: number, from: number, to: number): T {
+  if (to === from) return a;
+  const out = new (a.constructor as new (n: number) => T)(rows * to);
+  for (let r = 0; r < rows; r++) out.set(a.subarray(r * from, r * from + to), r * to);
+  return out;
+}
+
+/** Rows of a row-major [rows·from] array widened to `to` >= from, zero-filled (a copy; the array itself when the widths agree). */
+export function widenRows(a: Float32Array, rows: number, from: number, to: number): Float32Array {
+  if (to === from) return a;
+  const out = new Float32Array(rows * to);
+  for (let r = 0; r < rows; r++) out.set(a.subarray(r * from, (r + 1) * from), r * to);
+  return out;
+}
+
+/**
+ * Rank `index` of `parts`' rows: the batch split evenly (a batch not divisible by `parts` is an
+ * error), trimmed to the width its own rows need (trimmedWidth; `stride` keeps the global seqLen
+ * for reading global [batch·seqLen] arrays, see localTokens).
+ */
 export function localRows(b: TrainBatch, parts: number, index: number): LocalRows {
   checkBatch(b);
   if (b.batch % parts !== 0) {
@@ -40,16 +100,26 @@ export function localRows(b: TrainBatch, parts: number, index: number): LocalRow
   }
   const rows = b.batch / parts;
   const row0 = index * rows;
-  const s = b.seqLen;
+  const S = b.seqLen;
+  const mine = <T extends Int32Array>(a: T) => a.subarray(row0 * S, (row0 + rows) * S) as T;
+  const targets = mine(b.targets);
+  const s = b.trimPadding === false ? S : trimmedWidth(targets, rows, S, b.attentionMask && mine(b.attentionMask));
   const out: LocalRows = {
     row0,
     rows,
     seqLen: s,
-    inputIds: b.inputIds.subarray(row0 * s, (row0 + rows) * s),
-    targets: b.targets.subarray(row0 * s, (row0 + rows) * s),
+    stride: S,
+    inputIds: narrowRows(mine(b.inputIds), rows, S, s),
+    targets: narrowRows(targets, rows, S, s),
   };
-  if (b.attentionMask) out.attentionMask = b.attentionMask.subarray(row0 * s, (row0 + rows) * s);
+  if (b.attentionMask) out.attentionMask = narrowRows(mine(b.attentionMask), rows, S, s);
   return out;
+}
+
+/** This rank's rows of a global per-token [batch·stride] array, at the rank's trimmed width [rows·seqLen]. */
+export function localTokens(rows: LocalRows, global: Float32Array): Float32Array {
+  const S = rows.stride ?? rows.seqLen;
+  return narrowRows(global.subarray(rows.row0 * S, (rows.row0 + rows.rows) * S), rows.rows, S, rows.seqLen);
 }
 
 /** Tokens of the global batch that carry a target. */

@@ -105,7 +105,11 @@ export class SingleDeviceStrategy implements TrainStrategy {
     const { stream, device } = this;
     const tape = new Tape({ stream, impl: patchImpl });
     if (this.compute?.stale) this.compute.refresh(stream);
-    if (this.lora) this.lora.hooks.dropoutSeed = backward ? loraStepSeed(this.lora.adapters.config.seed, this.store.stepCount, this.micro++) : null;
+    if (this.lora) {
+      this.lora.hooks.dropoutSeed = backward ? loraStepSeed(this.lora.adapters.config.seed, this.store.stepCount, this.micro++) : null;
+      // The masks of the untrimmed batch's token rows, so the trim (rows.ts) does not change them.
+      this.lora.hooks.dropoutWindow = { row0: 0, total: batch.batch * batch.seqLen, seq: { global: batch.seqLen, local: rows.seqLen } };
+    }
     try {
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
       for (const t of [b.ids, b.positions, b.mask]) if (t) tape.own(t);

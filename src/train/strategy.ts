@@ -37,6 +37,11 @@ export interface TrainBatch {
    * of its Gated DeltaNet layers; a model with attention refuses left padding (no key mask).
    */
   attentionMask?: Int32Array;
+  /**
+   * Whether each rank computes its rows at the width they need (default true; rows.ts
+   * localRows). false: at the full seqLen, the reference the trim is tested against.
+   */
+  trimPadding?: boolean;
 }
 
 /** The rows of the global batch this rank computes (its data-parallel share). */
@@ -45,7 +50,13 @@ export interface LocalRows {
   row0: number;
   /** Number of rows. */
   rows: number;
+  /**
+   * This rank's width: the global seqLen trimmed to 1 + the last target position over its rows
+   * (rows.ts trimmedWidth). Every local per-token array is [rows·seqLen].
+   */
   seqLen: number;
+  /** The global batch's seqLen (the row stride of global [batch·seqLen] arrays); absent: seqLen. */
+  stride?: number;
   inputIds: Int32Array;
   targets: Int32Array;
   /** The rows of TrainBatch.attentionMask, when it has one. */

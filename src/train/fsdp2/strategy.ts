@@ -260,7 +260,9 @@ export class Fsdp2Strategy implements TrainStrategy {
     if (this.lora && !backward) this.lora.hooks.dropoutSeed = null;
     if (this.lora && backward) {
       this.lora.hooks.dropoutSeed = loraStepSeed(this.lora.adapters.config.seed, this.step, this.micro++);
-      this.lora.hooks.dropoutWindow = { row0: rows.row0 * rows.seqLen, total: batch.batch * batch.seqLen };
+      // Token rows of the global untrimmed batch: the dropout masks do not depend on the trim.
+      const seq = { global: batch.seqLen, local: rows.seqLen };
+      this.lora.hooks.dropoutWindow = { row0: rows.row0 * batch.seqLen, total: batch.batch * batch.seqLen, seq };
     }
     try {
       await run.prefetch();

@@ -95,6 +95,8 @@ export interface LoraForwardWindow {
   /** First token row of this rank and total token rows of the global batch. */
   row0: number;
   total: number;
+  /** This rank's sequences trimmed from `global` to `local` positions (rows.ts trimmedWidth); absent: untrimmed. */
+  seq?: { global: number; local: number };
 }
 
 export class MegatronLoraHook {
@@ -167,12 +169,12 @@ export class MegatronLoraHook {
   /** x with module `base`'s dropout mask applied (the global mask's window for this rank). */
   private dropped(tape: Tape, x: Var, base: string, rowParallel: boolean): Var {
     const p = this.adapters.config.dropout;
-    const { seed, row0, total } = this.window;
+    const { seed, row0, total, seq } = this.window;
     if (p === 0 || seed === null) return x;
     const [rows, cols] = x.value.shape as [number, number];
     const fullCols = rowParallel ? cols * this.tp : cols;
     const col0 = rowParallel ? this.tpRank * cols : 0;
-    const host = dropoutMaskWindow(seed, base, p, { rows: total, cols: fullCols }, { row0, rows, col0, cols });
+    const host = dropoutMaskWindow(seed, base, p, { rows: total, cols: fullCols }, { row0, rows, col0, cols, ...(seq ? { seq } : {}) });
     return applyMask(tape, x, tape.own(Tensor.fromArray(x.value.device, host, x.value.shape, { stream: tape.stream })));
   }
 }

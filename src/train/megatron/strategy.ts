@@ -261,7 +261,9 @@ export class MegatronStrategy implements TrainStrategy {
     const tape = new Tape({ stream, impl: patchImpl });
     if (this.lora) {
       const seed = backward ? loraStepSeed(this.lora.adapters.config.seed, this.step, this.micro++) : null;
-      this.lora.hook.window = { seed, row0: rows.row0 * rows.seqLen, total: batch.batch * batch.seqLen };
+      // Token rows of the global untrimmed batch: the dropout masks do not depend on the trim.
+      const seq = { global: batch.seqLen, local: rows.seqLen };
+      this.lora.hook.window = { seed, row0: rows.row0 * batch.seqLen, total: batch.batch * batch.seqLen, seq };
     }
     try {
       if (backward) this.grads.zeroStep(stream);
