@@ -9,14 +9,12 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 // last durations (a fresh checkout) the default order is by file size, which puts long files near
 // the end. Only the order depends on this list; a stale entry costs time, not correctness.
 const LONGEST_FIRST = [
-  'grpo-scenarios', // 104
   'launch', // 70
+  'grpo-scenarios', // 104, ~68 since the runs of 2 ranks share a launch and those of 4 another
   'train-checkpoint', // 88, ~64 since the crash test kills before each kind of operation, not each one
-  'grpo-scenarios-qwen35', // 57
   'package', // 51: npm pack + install (the install reuses this checkout's addon build), then bins and launches
   'lint', // 49
   'train-fsdp2', // 42
-  'grpo-algorithm', // 40
   'launch-collectives', // 38
   'collectives', // 66, ~35 since each rank builds only its own part of the reference
   'mpi-grpo', // 64 (with Open MPI), ~34 since its single-process reference runs once
@@ -28,6 +26,8 @@ const LONGEST_FIRST = [
   'sharded-load', // 26
   'megatron-qwen35', // 40, ~24 since each layout's scenarios share a launch
   'sync-server', // 22
+  'grpo-scenarios-qwen35', // 57, ~22 since colocated runs share a launch and server runs another
+  'grpo-algorithm', // 40, ~21 since its runs share a launch
   'sharded-init', // 55, ~19 since its loads share two launches
   // Below ~18 s now (cases sharing launches): train-megatron, train-checkpoint-sharded-resume,
   // train-lora-sharded, train-router-aux; they keep vitest's default order with the rest.

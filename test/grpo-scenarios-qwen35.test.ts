@@ -13,12 +13,15 @@
  * Scenario 6 (Qwen3-MoE fsdp2 → engine TP 4, LoRA, 5 steps: fused expert runtime sync, processed-layout
  * writeback) is a Qwen3 scenario: it runs in test/grpo-scenarios.test.ts as
  * 'colocate MoE fsdp2 -> engine TP=4, LoRA, 5 steps'.
+ *
+ * The colocated runs share one launch of 2 ranks, the server runs one of 4 (test/helpers/grpo-launch.ts).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { ensureParallelBuilt } from './helpers/parallel-launch.js';
+import { sharedGrpoLaunch, type GrpoCase } from './helpers/grpo-launch.js';
 import { grpoReady, MOE_TEXT, TEXT } from './helpers/qwen35-configs.js';
 import { parseModelConfig } from '../src/model/config.js';
 import { paramSpecs } from '../src/model/params.js';
@@ -109,28 +112,52 @@ interface StepLog {
   rewardMean: number;
 }
 
-async function runScenario(s: Scenario): Promise<void> {
+function scenarioCase(s: Scenario): GrpoCase {
   const trainer = { ...s.trainer, ...(s.lora ? { lora: LORA[s.model] } : {}) };
-  const cfg = {
-    mode: s.mode,
-    modelConfig: MODELS[s.model],
-    trainer,
-    engine: { tp: s.engineTp ?? 1 },
-    steps: 2,
-    promptsPerStep: 4,
-    numGenerations: 4,
-    maxNewTokens: 8,
-    seed: 3,
-    log: join(dir, `${s.name.replace(/\W+/g, '-')}.jsonl`),
-    progress: false,
-    sync: { verify: true, tolerance: 1e-3, bucketBytes: 65536 },
+  return {
+    key: s.name,
+    cfg: {
+      mode: s.mode,
+      modelConfig: MODELS[s.model],
+      trainer,
+      engine: { tp: s.engineTp ?? 1 },
+      steps: 2,
+      promptsPerStep: 4,
+      numGenerations: 4,
+      maxNewTokens: 8,
+      seed: 3,
+      log: join(dir, `${s.name.replace(/\W+/g, '-')}.jsonl`),
+      progress: false,
+      sync: { verify: true, tolerance: 1e-3, bucketBytes: 65536 },
+    },
   };
-  // Server: 2 trainer ranks + 2 engine ranks (two tp-1 replicas or one tp-2); colocate: 2 ranks sharing both roles.
-  const nproc = s.mode === 'server' ? 4 : 2;
-  const r = await launchFixture(nproc, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+}
+
+// Server: 2 trainer ranks + 2 engine ranks (two tp-1 replicas or one tp-2); colocate: 2 ranks sharing both roles.
+const ALL = (): Scenario[] => [...SEVEN, ...FSDP2_EXTRA, ...ENGINE_TP2];
+const colocated = sharedGrpoLaunch(
+  2,
+  () =>
+    ALL()
+      .filter((s) => s.mode === 'colocate')
+      .map(scenarioCase),
+  400_000,
+);
+const servers = sharedGrpoLaunch(
+  4,
+  () =>
+    ALL()
+      .filter((s) => s.mode === 'server')
+      .map(scenarioCase),
+  400_000,
+);
+
+async function runScenario(s: Scenario): Promise<void> {
+  const { run: r, result } = await (s.mode === 'server' ? servers : colocated)(s.name);
   expect(r.stderr, r.stdout.slice(-3000)).toBe('');
   expect(r.code).toBe(0);
-  const res = r.results[0] as unknown as { steps: number; log: StepLog[] };
+  expect(result, r.stdout.slice(-3000)).toBeDefined();
+  const res = result as unknown as { steps: number; log: StepLog[] };
   expect(res.steps).toBe(2);
   expect(res.log.map((l) => l.step)).toEqual([1, 2]);
   for (const l of res.log) {
@@ -148,13 +175,13 @@ async function runScenario(s: Scenario): Promise<void> {
 }
 
 describe('GRPO seven-scenario matrix, Qwen3.5 (launch, verified syncs)', () => {
-  for (const s of SEVEN) it(s.name, () => runScenario(s), 180_000);
+  for (const s of SEVEN) it(s.name, () => runScenario(s), 420_000);
 });
 
 describe('GRPO fsdp2 on Qwen3.5 beyond the seven (launch, verified syncs)', () => {
-  for (const s of FSDP2_EXTRA) it(s.name, () => runScenario(s), 180_000);
+  for (const s of FSDP2_EXTRA) it(s.name, () => runScenario(s), 420_000);
 });
 
 describe('GRPO on Qwen3.5 with the engine at tp 2 (launch, verified syncs)', () => {
-  for (const s of ENGINE_TP2) it(s.name, () => runScenario(s), 180_000);
+  for (const s of ENGINE_TP2) it(s.name, () => runScenario(s), 420_000);
 });

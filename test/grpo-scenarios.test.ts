@@ -6,12 +6,15 @@
  * adapter syncs: untouched tensors and base copies with the last full sync) and the
  * log-probs of a probe batch computed by the trainer and by the engine, and fails the
  * run when they disagree (so a finished run with verified syncs is the assertion). Also: checkpoint + resume continues the same run.
+ * The runs that need the same number of ranks share a launch (test/helpers/grpo-launch.ts): one
+ * world of 2 ranks, one of 4; the resumed run starts a world of its own, as a resume does.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { sharedGrpoLaunch, type GrpoCase } from './helpers/grpo-launch.js';
 
 let dir: string;
 beforeAll(() => {
@@ -74,27 +77,98 @@ const SCENARIOS = [
   },
 ] as const;
 
+const matrixCase = (s: (typeof SCENARIOS)[number]): GrpoCase => ({
+  key: s.name,
+  cfg: {
+    ...s.cfg,
+    steps: s.steps,
+    promptsPerStep: 4,
+    numGenerations: 4,
+    maxNewTokens: 8,
+    seed: 3,
+    log: join(dir, `${s.name.replace(/\W+/g, '-')}.jsonl`),
+    progress: false,
+    sync: { verify: true, tolerance: 1e-3, bucketBytes: 65536 },
+  },
+});
+
+const moeConfig = JSON.parse(readFileSync(new URL('../examples/models/tiny-moe/config.json', import.meta.url), 'utf8')) as Record<string, unknown>;
+const auxCase = (on: boolean): GrpoCase => ({
+  key: `aux ${on}`,
+  cfg: {
+    mode: 'colocate',
+    modelConfig: { ...moeConfig, output_router_logits: on, router_aux_loss_coef: 0.01 },
+    trainer: { strategy: 'fsdp2' },
+    engine: { tp: 1 },
+    steps: 2,
+    promptsPerStep: 2,
+    numGenerations: 4,
+    maxNewTokens: 8,
+    seed: 3,
+    log: join(dir, `aux-${on}.jsonl`),
+    progress: false,
+    sync: { verify: true, tolerance: 1e-3 },
+  },
+});
+
+const RESUME_BASE = {
+  mode: 'server',
+  model: 'dense',
+  trainer: { strategy: 'fsdp2' },
+  promptsPerStep: 4,
+  numGenerations: 4,
+  maxNewTokens: 8,
+  seed: 5,
+  progress: false,
+  beta: 0.1,
+  optimizer: { lr: 1e-2 },
+  sftWarmup: { steps: 5, batch: 16 },
+};
+
+const klCase = (): GrpoCase => ({
+  key: 'kl',
+  cfg: {
+    mode: 'server',
+    model: 'dense',
+    trainer: { strategy: 'fsdp2' },
+    steps: 2,
+    promptsPerStep: 2,
+    numGenerations: 8,
+    maxNewTokens: 8,
+    beta: 0.1,
+    optimizer: { lr: 1e-2 },
+    sftWarmup: { steps: 10, batch: 16 },
+    log: join(dir, 'kl.jsonl'),
+    progress: false,
+  },
+});
+
+// Every 2-rank run, in the order the tests ask for them; the run stopped after step 2 is the
+// last, its resume starts a world of its own below.
+const twoRanks = sharedGrpoLaunch(
+  2,
+  () => [
+    ...SCENARIOS.filter((s) => s.nproc === 2).map(matrixCase),
+    { key: 'straight', cfg: { ...RESUME_BASE, steps: 4, log: join(dir, 'straight.jsonl') } },
+    auxCase(true),
+    auxCase(false),
+    klCase(),
+    { key: 'stopped', cfg: { ...RESUME_BASE, steps: 2, log: join(dir, 'resumed.jsonl'), checkpoint: { dir: join(dir, 'ckpt'), every: 1 } } },
+  ],
+  400_000,
+);
+const fourRanks = sharedGrpoLaunch(4, () => SCENARIOS.filter((s) => s.nproc === 4).map(matrixCase), 400_000);
+
 describe('GRPO scenario matrix (launch, verified syncs)', () => {
   for (const s of SCENARIOS) {
     it(
       s.name,
       async () => {
-        const log = join(dir, `${s.name.replace(/\W+/g, '-')}.jsonl`);
-        const cfg = {
-          ...s.cfg,
-          steps: s.steps,
-          promptsPerStep: 4,
-          numGenerations: 4,
-          maxNewTokens: 8,
-          seed: 3,
-          log,
-          progress: false,
-          sync: { verify: true, tolerance: 1e-3, bucketBytes: 65536 },
-        };
-        const r = await launchFixture(s.nproc, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+        const { run: r, result } = await (s.nproc === 2 ? twoRanks : fourRanks)(s.name);
         expect(r.stderr, r.stdout.slice(-3000)).toBe('');
         expect(r.code).toBe(0);
-        const res = r.results[0] as unknown as {
+        expect(result, r.stdout.slice(-3000)).toBeDefined();
+        const res = result as unknown as {
           steps: number;
           log: Array<{
             step: number;
@@ -115,48 +189,28 @@ describe('GRPO scenario matrix (launch, verified syncs)', () => {
           expect(Number.isFinite(l.rewardMean)).toBe(true);
         }
       },
-      180_000,
+      420_000,
     );
   }
 });
 
 describe('GRPO checkpoint and resume', () => {
   it('a run stopped after step 2 and resumed gives the same steps 3-4 (rewards, loss, KL to the same reference) as an uninterrupted run', async () => {
-    const base = {
-      mode: 'server',
-      model: 'dense',
-      trainer: { strategy: 'fsdp2' },
-      promptsPerStep: 4,
-      numGenerations: 4,
-      maxNewTokens: 8,
-      seed: 5,
-      progress: false,
-      beta: 0.1,
-      optimizer: { lr: 1e-2 },
-      sftWarmup: { steps: 5, batch: 16 },
-    };
-    const straight = join(dir, 'straight.jsonl');
-    const a = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify({ ...base, steps: 4, log: straight })], {}, 170_000);
-    expect(a.code, a.stderr).toBe(0);
-    const ck = join(dir, 'ckpt');
-    const resumed = join(dir, 'resumed.jsonl');
-    const b1 = await launchFixture(
-      2,
-      'test/fixtures/grpo/scenario.mjs',
-      [JSON.stringify({ ...base, steps: 2, log: resumed, checkpoint: { dir: ck, every: 1 } })],
-      {},
-      170_000,
-    );
-    expect(b1.code, b1.stderr).toBe(0);
+    const a = await twoRanks('straight');
+    expect(a.run.code, a.run.stderr).toBe(0);
+    expect(a.result, a.run.stderr).toBeDefined();
+    const b1 = await twoRanks('stopped');
+    expect(b1.run.code, b1.run.stderr).toBe(0);
+    expect(b1.result, b1.run.stderr).toBeDefined();
     const b2 = await launchFixture(
       2,
       'test/fixtures/grpo/scenario.mjs',
-      [JSON.stringify({ ...base, steps: 4, log: resumed, checkpoint: { dir: ck, every: 1 }, resume: true })],
+      [JSON.stringify({ ...RESUME_BASE, steps: 4, log: join(dir, 'resumed.jsonl'), checkpoint: { dir: join(dir, 'ckpt'), every: 1 }, resume: true })],
       {},
       170_000,
     );
     expect(b2.code, b2.stderr).toBe(0);
-    const ra = a.results[0] as unknown as { log: Array<{ step: number; rewardMean: number; loss: number; kl: number }> };
+    const ra = a.result as unknown as { log: Array<{ step: number; rewardMean: number; loss: number; kl: number }> };
     const rb = b2.results[0] as unknown as { startStep: number; log: Array<{ step: number; rewardMean: number; loss: number; kl: number }> };
     expect(rb.startStep).toBe(2);
     expect(rb.log.map((l) => l.step)).toEqual([1, 2, 3, 4]);
@@ -166,31 +220,16 @@ describe('GRPO checkpoint and resume', () => {
       expect(rb.log[i]!.kl, `kl at step ${i + 1}`).toBeCloseTo(ra.log[i]!.kl, 9);
     }
     expect(ra.log[3]!.kl).toBeGreaterThan(0);
-  }, 300_000);
+  }, 420_000);
 });
 
 describe('GRPO options and the quickstart entry', () => {
   it('a MoE model with output_router_logits trains GRPO with the router aux loss: every step logs auxLoss; off, none is logged', async () => {
-    const moe = JSON.parse(readFileSync(new URL('../examples/models/tiny-moe/config.json', import.meta.url), 'utf8')) as Record<string, unknown>;
     const run = async (on: boolean) => {
-      const log = join(dir, `aux-${on}.jsonl`);
-      const cfg = {
-        mode: 'colocate',
-        modelConfig: { ...moe, output_router_logits: on, router_aux_loss_coef: 0.01 },
-        trainer: { strategy: 'fsdp2' },
-        engine: { tp: 1 },
-        steps: 2,
-        promptsPerStep: 2,
-        numGenerations: 4,
-        maxNewTokens: 8,
-        seed: 3,
-        log,
-        progress: false,
-        sync: { verify: true, tolerance: 1e-3 },
-      };
-      const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+      const { run: r, result } = await twoRanks(`aux ${on}`);
       expect(r.code, r.stderr).toBe(0);
-      return (r.results[0] as unknown as { log: Array<{ step: number; auxLoss?: number; verified: { checksums: boolean } | null }> }).log;
+      expect(result, r.stderr).toBeDefined();
+      return (result as unknown as { log: Array<{ step: number; auxLoss?: number; verified: { checksums: boolean } | null }> }).log;
     };
     const on = await run(true);
     expect(on.map((l) => l.step)).toEqual([1, 2]);
@@ -202,27 +241,13 @@ describe('GRPO options and the quickstart entry', () => {
     }
     const off = await run(false);
     for (const l of off) expect(l.auxLoss).toBeUndefined();
-  }, 360_000);
+  }, 420_000);
 
   it('beta > 0: KL to the reference (the policy after the warm-up) is 0 at step 1 and positive once the policy moved', async () => {
-    const log = join(dir, 'kl.jsonl');
-    const cfg = {
-      mode: 'server',
-      model: 'dense',
-      trainer: { strategy: 'fsdp2' },
-      steps: 2,
-      promptsPerStep: 2,
-      numGenerations: 8,
-      maxNewTokens: 8,
-      beta: 0.1,
-      optimizer: { lr: 1e-2 },
-      sftWarmup: { steps: 10, batch: 16 },
-      log,
-      progress: false,
-    };
-    const r = await launchFixture(2, 'test/fixtures/grpo/scenario.mjs', [JSON.stringify(cfg)], {}, 170_000);
+    const { run: r, result } = await twoRanks('kl');
     expect(r.code, r.stderr).toBe(0);
-    const steps = (r.results[0] as unknown as { log: Array<{ kl: number }> }).log;
+    expect(result, r.stderr).toBeDefined();
+    const steps = (result as unknown as { log: Array<{ kl: number }> }).log;
     expect(steps[0]!.kl).toBeLessThan(1e-6);
     expect(steps[1]!.kl).toBeGreaterThan(1e-6);
   }, 180_000);

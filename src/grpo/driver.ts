@@ -60,19 +60,22 @@ class GrpoControl {
   readonly done: Promise<void>;
   #resolve!: () => void;
 
-  constructor() {
+  /** `onEnd` runs inside finish/fail, so that the controller's awaited call returns only after it. */
+  constructor(private readonly onEnd: () => void = () => undefined) {
     this.done = new Promise((res) => {
       this.#resolve = res;
     });
   }
 
   finish(): void {
+    this.onEnd();
     this.#resolve();
   }
 
   /** The controller failed: rank 0 reports the error; the other ranks stop quietly. */
   fail(message: string): void {
     this.failure = message;
+    this.onEnd();
     this.#resolve();
   }
 
@@ -222,12 +225,23 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   // Expose the actors only now: the controller must not reach an engine whose first
   // sync has not finished on its own rank (a colocated megatron sync has no collective
   // that would hold rank 0 back until every rank wrote its weights).
-  const control = new GrpoControl();
-  if (trainer) ctx.actors.expose('trainer', trainer);
-  if (trainer) ctx.actors.expose('grpo-update', new UpdateSyncActor(trainer, sync));
-  if (rollout) ctx.actors.expose('rollout', rollout);
-  ctx.actors.expose('sync', sync);
-  ctx.actors.expose('grpo-control', control);
+  // Taken off again when the run ends, so that a later run in the same world can expose its
+  // own. On the other ranks that happens inside the controller's awaited `finish` call: once
+  // rank 0's run returns, no rank still exposes this run's actors to the next run's controller.
+  const exposed: string[] = [];
+  const expose = (name: string, obj: object) => {
+    ctx.actors.expose(name, obj);
+    exposed.push(name);
+  };
+  const unexposeAll = () => {
+    for (const name of exposed.splice(0)) ctx.actors.unexpose(name);
+  };
+  const control = new GrpoControl(unexposeAll);
+  if (trainer) expose('trainer', trainer);
+  if (trainer) expose('grpo-update', new UpdateSyncActor(trainer, sync));
+  if (rollout) expose('rollout', rollout);
+  expose('sync', sync);
+  expose('grpo-control', control);
 
   if (rank !== 0) {
     const aborted = new Promise<never>((_, rej) =>
@@ -241,6 +255,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
       await Promise.race([control.done, aborted]);
       if (control.failure) ctx.log.info(`stopping: the GRPO controller (rank 0) failed: ${control.failure}`);
     } finally {
+      unexposeAll();
       sync.release();
       trainer?.shutdown();
       rollout?.shutdown();
@@ -260,6 +275,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
           .catch(() => undefined);
     throw e;
   } finally {
+    unexposeAll();
     sync.release();
     trainer?.shutdown();
     rollout?.shutdown();

@@ -15,6 +15,12 @@ import type { BrokerApi } from './rank-protocol.js';
 export interface RankActors {
   /** Makes `obj` reachable from other ranks as actor `name` on this rank. */
   expose(name: string, obj: object): void;
+  /**
+   * Takes actor `name` off this rank, so that the name can be exposed again (a driver run
+   * twice in the same world exposes its actors again). Refs connected before keep reaching
+   * the old object; a later `get`/`mesh` waits for the next object exposed under that name.
+   */
+  unexpose(name: string): void;
   /** A ref to actor `name` on `rank`; waits (bounded by `timeoutMs`, default 60 s) until that rank exposes it. */
   get<T>(rank: number, name: string, opts?: CallOpts & { connectTimeoutMs?: number }): Promise<ActorRef<T>>;
   /** A mesh over actor `name` on `ranks` (default all ranks). */
@@ -73,6 +79,15 @@ export class RankActorTable implements RankActors {
     const ws = this.waiters.get(name);
     this.waiters.delete(name);
     ws?.forEach((w) => w());
+  }
+
+  unexpose(name: string): void {
+    if (!this.local.delete(name)) {
+      throw new InvalidArgumentError(
+        `No actor named ${JSON.stringify(name)} is exposed on rank ${this.rank} (exposed here: [${this.localNames().join(', ')}]). HINT: unexpose only a name this rank exposed, once.`,
+        { rank: this.rank, name, exposed: this.localNames() },
+      );
+    }
   }
 
   localNames(): string[] {
