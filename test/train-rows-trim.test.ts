@@ -5,7 +5,7 @@
  * rows (model/lora-ops.ts), which must be the untrimmed run's masks at the same tokens.
  */
 import { describe, expect, it } from 'vitest';
-import { localRows, localTokens, lossPositions, narrowRows, trimmedWidth, widenRows } from '../src/train/rows.js';
+import { localRows, localTokens, lossPositions, narrowRows, trimmedWidth, trimsExactly, widenRows } from '../src/train/rows.js';
 import { dropoutMaskWindow } from '../src/model/lora-ops.js';
 import type { TrainBatch } from '../src/train/strategy.js';
 
@@ -38,6 +38,14 @@ describe('trimmedWidth / localRows', () => {
     expect(Array.from(r.attentionMask!)).toEqual([1, 1, 1, 1, 1, 0]);
     expect(localRows({ ...b, trimPadding: false }, 1, 0).seqLen).toBe(5);
     expect(() => localRows({ ...b, trimPadding: 'no' as never }, 1, 0)).toThrow(/trimPadding must be a boolean/);
+  });
+
+  it('no trim for a model whose values depend on the width: dynamic rope follows the sequence length', () => {
+    expect(trimsExactly({ rope: { type: 'dynamic' } } as never)).toBe(false);
+    for (const type of ['default', 'linear', 'yarn', 'llama3']) expect(trimsExactly({ rope: { type } } as never)).toBe(true);
+    const b = batchOf([[0], [1]]);
+    expect(localRows(b, 1, 0).seqLen).toBe(2);
+    expect(localRows(b, 1, 0, false).seqLen).toBe(5);
   });
 
   it('localTokens reads a global [B·S] array at the rank width; widenRows puts it back, zero past the width', () => {

@@ -6,6 +6,7 @@ import { Tensor } from '../runtime/device/device-index.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import * as F from '../model/functional.js';
 import { IGNORE_INDEX } from '../model/labels.js';
+import type { ModelConfig } from '../model/config.js';
 import type { Stream } from '../runtime/device/device-index.js';
 import type { LocalRows, LossFn, LossTerms, StepLoss, TrainBatch } from './strategy.js';
 
@@ -86,11 +87,21 @@ export function widenRows(a: Float32Array, rows: number, from: number, to: numbe
 }
 
 /**
+ * Whether computing `cfg`'s rows at a narrower width leaves the kept positions' values as they
+ * were. Not under dynamic rope: its table follows the sequence length (rope-scaling.ts), so a
+ * trimmed batch would rotate with another table than the full one (and than the engine's prefill).
+ */
+export function trimsExactly(cfg: Pick<ModelConfig, 'rope'>): boolean {
+  return cfg.rope.type !== 'dynamic';
+}
+
+/**
  * Rank `index` of `parts`' rows: the batch split evenly (a batch not divisible by `parts` is an
  * error), trimmed to the width its own rows need (trimmedWidth; `stride` keeps the global seqLen
- * for reading global [batch·seqLen] arrays, see localTokens).
+ * for reading global [batch·seqLen] arrays, see localTokens) unless `trim` is false (a model the
+ * trim is not exact for, see trimsExactly) or the batch says trimPadding: false.
  */
-export function localRows(b: TrainBatch, parts: number, index: number): LocalRows {
+export function localRows(b: TrainBatch, parts: number, index: number, trim = true): LocalRows {
   checkBatch(b);
   if (b.batch % parts !== 0) {
     throw new InvalidArgumentError(
@@ -103,7 +114,7 @@ export function localRows(b: TrainBatch, parts: number, index: number): LocalRow
   const S = b.seqLen;
   const mine = <T extends Int32Array>(a: T) => a.subarray(row0 * S, (row0 + rows) * S) as T;
   const targets = mine(b.targets);
-  const s = b.trimPadding === false ? S : trimmedWidth(targets, rows, S, b.attentionMask && mine(b.attentionMask));
+  const s = b.trimPadding === false || !trim ? S : trimmedWidth(targets, rows, S, b.attentionMask && mine(b.attentionMask));
   const out: LocalRows = {
     row0,
     rows,

@@ -18,7 +18,7 @@ import { adapterSourcesOf, type AdapterSources } from '../parallel/adapter-sourc
 import { LoraAdapters, loraStepSeed, type LoraHooks } from '../model/lora.js';
 import type { LoraConfigInput } from '../model/lora-config.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from './grad-norm.js';
-import { crossEntropyLoss, localRows, stepLoss } from './rows.js';
+import { crossEntropyLoss, localRows, stepLoss, trimsExactly } from './rows.js';
 import { addRouterAux, tapRouters } from './router-aux-step.js';
 import type { FullState, LossFn, StateKind, StepLoss, TrainBatch, TrainStrategy } from './strategy.js';
 import { bf16ComputeNames, checkTrainerDtype, ComputeCopies, type TrainerDtype } from './mixed-precision.js';
@@ -101,7 +101,7 @@ export class SingleDeviceStrategy implements TrainStrategy {
   }
 
   private async pass(batch: TrainBatch, loss: LossFn, backward: boolean): Promise<StepLoss> {
-    const rows = localRows(batch, 1, 0);
+    const rows = localRows(batch, 1, 0, trimsExactly(this.cfg));
     const { stream, device } = this;
     const tape = new Tape({ stream, impl: patchImpl });
     if (this.compute?.stale) this.compute.refresh(stream);

@@ -42,7 +42,7 @@ import { viewOf } from '../../runtime/device/views.js';
 import type { HostShard } from '../../parallel/sharded-load.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
 import { anyRank } from '../any-rank.js';
-import { crossEntropyLoss, localRows, stepLoss } from '../rows.js';
+import { crossEntropyLoss, localRows, stepLoss, trimsExactly } from '../rows.js';
 import { addRouterAux, tapRouters } from '../router-aux-step.js';
 import type { FullState, LossFn, ShardedState, ShardGroups, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
 import type { HfLoadOptions } from '../load-hf-shards.js';
@@ -250,7 +250,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     const what = backward ? 'forwardBackward' : 'forward';
     this.checkLive(what);
     if (this.run) throw new InvalidArgumentError(`Fsdp2Strategy.${what}(): a step is already running; await it first.`);
-    const rows = localRows(batch, this.comm.size, this.comm.rank);
+    const rows = localRows(batch, this.comm.size, this.comm.rank, trimsExactly(this.cfg));
     const { stream, device } = this;
     const pool = new SlotPool(device, this.plan.maxGatheredNumel);
     const run = new StepSource(this.cfg, this.plan, this.units, this.comm, pool, stream, this.reshardAfterForward);

@@ -41,7 +41,7 @@ import * as K from '../../model/kernels/index.js';
 import type { AdamWHyper, HostParam } from '../../model/param-store.js';
 import { uploadBatch } from '../../model/qwen3.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
-import { crossEntropyLoss, localRows, stepLoss } from '../rows.js';
+import { crossEntropyLoss, localRows, stepLoss, trimsExactly } from '../rows.js';
 import { addRouterAux, tapRouters } from '../router-aux-step.js';
 import type { FullState, LossFn, ShardedState, ShardGroups, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
 import type { HfLoadOptions } from '../load-hf-shards.js';
@@ -255,7 +255,7 @@ export class MegatronStrategy implements TrainStrategy {
   }
 
   private async pass(batch: TrainBatch, loss: LossFn, backward: boolean): Promise<StepLoss> {
-    const rows = localRows(batch, this.sizes.dp, this.dpRank);
+    const rows = localRows(batch, this.sizes.dp, this.dpRank, trimsExactly(this.cfg));
     const { stream } = this;
     const device = this.mesh.device;
     const tape = new Tape({ stream, impl: patchImpl });
