@@ -36,6 +36,7 @@
 #include "kernels/matmul_avx2.h"
 #include "kernels/matmul_avx512.h"
 #include "kernels/matmul_bf16.h"
+#include "kernels/scratch.h"
 
 namespace ascent::fast {
 namespace {
@@ -178,37 +179,8 @@ const KernelSpec& SelectBf16() {
   return SelectF32();
 }
 
-// One growable, 64-byte aligned buffer per thread and role; freed at thread exit.
-class Scratch {
- public:
-  ~Scratch() { std::free(p_); }
-  void* Get(size_t bytes) {
-    if (bytes > cap_) {
-      std::free(p_);
-      cap_ = (bytes + 63) & ~size_t{63};
-      p_ = std::aligned_alloc(64, cap_);
-      if (p_ == nullptr) {
-        cap_ = 0;
-        throw std::bad_alloc();
-      }
-    }
-    return p_;
-  }
-  // Frees the buffer when it holds more than `keep` bytes (a one-off large staging buffer).
-  void Trim(size_t keep) {
-    if (cap_ > keep) {
-      std::free(p_);
-      p_ = nullptr;
-      cap_ = 0;
-    }
-  }
 
- private:
-  void* p_ = nullptr;
-  size_t cap_ = 0;
-};
-
-thread_local Scratch a_scratch, b_scratch, c_scratch;
+thread_local AlignedScratch a_scratch, b_scratch, c_scratch;
 
 inline float ToF32(float v) { return v; }
 inline float ToF32(uint16_t v) { return BF16ToF32(v); }
@@ -283,8 +255,8 @@ void MatmulF32Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_
   const int64_t m_blocks = (M + MC_MAX - 1) / MC_MAX;
   const int64_t mc_step = ((M + m_blocks - 1) / m_blocks + MR - 1) / MR * MR;
   const int64_t kc_max = std::min(KC, K);
-  float* ap = static_cast<float*>(a_scratch.Get(static_cast<size_t>(mc_step * kc_max) * sizeof(float)));
-  float* bp = static_cast<float*>(b_scratch.Get(static_cast<size_t>((std::min(NC, N) + NR - 1) / NR * NR * kc_max) * sizeof(float)));
+  float* ap = a_scratch.Get<float>(static_cast<size_t>(mc_step * kc_max));
+  float* bp = b_scratch.Get<float>(static_cast<size_t>((std::min(NC, N) + NR - 1) / NR * NR * kc_max));
   alignas(64) float tile[MAX_MR * MAX_NR];
   for (int64_t jc = 0; jc < N; jc += NC) {
     const int64_t nc = std::min(NC, N - jc);
@@ -349,7 +321,7 @@ void MatmulTyped(const MatmulArgs& g, const KernelSpec& ks) {
       Out(ks, a, b, static_cast<float*>(g.c) + q * M * N, M, N, K, g.trans_a, g.trans_b);
       continue;
     }
-    float* c32 = static_cast<float*>(c_scratch.Get(mn * sizeof(float)));
+    float* c32 = c_scratch.Get<float>(mn);
     Out(ks, a, b, c32, M, N, K, g.trans_a, g.trans_b);
     uint16_t* out = static_cast<uint16_t*>(g.c) + q * M * N;
     for (size_t i = 0; i < mn; ++i) out[i] = F32ToBF16(c32[i]);

@@ -16,6 +16,7 @@
 // Each element of C sums its k products in order, one kc slice at a time (the first slice
 // stores, later ones add), so a shape gives the same bits on every run.
 #include "kernels/matmul_avx2.h"
+#include "kernels/scratch.h"
 
 #include <immintrin.h>
 
@@ -163,25 +164,7 @@ __attribute__((target("avx2"))) void PackB(const float* b, bool trans, int64_t n
   }
 }
 
-// One growable 64-byte aligned buffer per thread, freed at thread exit.
-struct Scratch {
-  ~Scratch() { std::free(p); }
-  float* Get(size_t floats) {
-    if (floats > cap) {
-      std::free(p);
-      cap = (floats + 15) & ~size_t{15};
-      p = static_cast<float*>(std::aligned_alloc(64, cap * sizeof(float)));
-      if (p == nullptr) {
-        cap = 0;
-        throw std::bad_alloc();
-      }
-    }
-    return p;
-  }
-  float* p = nullptr;
-  size_t cap = 0;
-};
-thread_local Scratch b_pack;
+thread_local AlignedScratch b_pack;
 
 }  // namespace
 
@@ -191,7 +174,7 @@ void MatmulF32Avx2(const float* a, const float* b, float* c, int64_t m, int64_t 
     return;
   }
   const bool pack = trans_b || std::min(k, kKC) * n > kDirectB;
-  float* bp = pack ? b_pack.Get(static_cast<size_t>(std::min(k, kKC) * ((std::min(n, kNC) + kNR - 1) / kNR * kNR))) : nullptr;
+  float* bp = pack ? b_pack.Get<float>(static_cast<size_t>(std::min(k, kKC) * ((std::min(n, kNC) + kNR - 1) / kNR * kNR))) : nullptr;
   const int64_t lda = trans_a ? m : k;
   const auto& tiles = kTiles[trans_a ? 1 : 0];
   // Equal row blocks of at most kMC rows.

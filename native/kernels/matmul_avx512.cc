@@ -17,6 +17,7 @@
 // Packed B lives in thread_local scratch grown on demand: nothing is allocated per call in the
 // steady state, and all work stays on the calling thread (the stream's).
 #include "kernels/matmul_avx512.h"
+#include "kernels/scratch.h"
 
 #include <immintrin.h>
 
@@ -109,25 +110,7 @@ __attribute__((target("avx512f"))) void PackB(const float* b, bool trans, int64_
   }
 }
 
-// One growable 64-byte aligned buffer per thread, freed at thread exit.
-struct Scratch {
-  ~Scratch() { std::free(p); }
-  float* Get(size_t floats) {
-    if (floats > cap) {
-      std::free(p);
-      cap = (floats + 15) & ~size_t{15};
-      p = static_cast<float*>(std::aligned_alloc(64, cap * sizeof(float)));
-      if (p == nullptr) {
-        cap = 0;
-        throw std::bad_alloc();
-      }
-    }
-    return p;
-  }
-  float* p = nullptr;
-  size_t cap = 0;
-};
-thread_local Scratch b_pack;
+thread_local AlignedScratch b_pack;
 
 }  // namespace
 
@@ -137,7 +120,7 @@ void MatmulF32Avx512(const float* a, const float* b, float* c, int64_t m, int64_
     return;
   }
   const bool pack = trans_b || std::min(k, kKC) * n > kDirectB;
-  float* bp = pack ? b_pack.Get(static_cast<size_t>(std::min(k, kKC) * ((std::min(n, kNC) + kNR - 1) / kNR * kNR))) : nullptr;
+  float* bp = pack ? b_pack.Get<float>(static_cast<size_t>(std::min(k, kKC) * ((std::min(n, kNC) + kNR - 1) / kNR * kNR))) : nullptr;
   const int64_t lda = trans_a ? m : k;
   const auto& tiles = kTiles[trans_a ? 1 : 0];
   // Equal row blocks of at most kMC rows.

@@ -19,6 +19,7 @@
 // Packed buffers are thread_local scratch grown on demand: nothing is allocated per call in the
 // steady state.
 #include "kernels/matmul_bf16.h"
+#include "kernels/scratch.h"
 
 #include <immintrin.h>
 
@@ -180,25 +181,7 @@ ASCENT_BF16_TARGET void PackATrans(const uint16_t* a, int64_t m, int64_t p0, int
   }
 }
 
-// One growable 64-byte aligned buffer per thread and role, freed at thread exit.
-struct Scratch {
-  ~Scratch() { std::free(p); }
-  uint32_t* Get(size_t words) {
-    if (words > cap) {
-      std::free(p);
-      cap = (words + 15) & ~size_t{15};
-      p = static_cast<uint32_t*>(std::aligned_alloc(64, cap * sizeof(uint32_t)));
-      if (p == nullptr) {
-        cap = 0;
-        throw std::bad_alloc();
-      }
-    }
-    return p;
-  }
-  uint32_t* p = nullptr;
-  size_t cap = 0;
-};
-thread_local Scratch b_pack, a_pack;
+thread_local AlignedScratch b_pack, a_pack;
 
 }  // namespace
 
@@ -209,11 +192,11 @@ void MatmulBf16Avx512(const uint16_t* a, const uint16_t* b, float* c, int64_t m,
     return;
   }
   const int64_t kp_max = (std::min(k, kKC) + 1) / 2;
-  uint32_t* bp = b_pack.Get(static_cast<size_t>(kp_max * ((std::min(n, kNC) + kNR - 1) / kNR * kNR)));
+  uint32_t* bp = b_pack.Get<uint32_t>(static_cast<size_t>(kp_max * ((std::min(n, kNC) + kNR - 1) / kNR * kNR)));
   // Equal row blocks of at most kMC rows.
   const int64_t m_blocks = (m + kMC - 1) / kMC, mc_step = (m + m_blocks - 1) / m_blocks;
   const int64_t a_ld = (mc_step + 31) / 32 * 32;
-  uint32_t* ap = trans_a ? a_pack.Get(static_cast<size_t>(kp_max * a_ld)) : nullptr;
+  uint32_t* ap = trans_a ? a_pack.Get<uint32_t>(static_cast<size_t>(kp_max * a_ld)) : nullptr;
   const auto& tiles = kTiles[trans_a ? 1 : 0];
   for (int64_t jc = 0; jc < n; jc += kNC) {
     const int64_t nc = std::min(kNC, n - jc);
