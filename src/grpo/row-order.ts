@@ -6,18 +6,12 @@
  * objective normalises over the mini-batch, so the token-mean loss and its gradient are the
  * same up to fp32 summation order.
  */
-import { IGNORE_INDEX } from '../model/labels.js';
+import { targetWidths } from '../train/rows.js';
 import type { TrainBatch } from '../train/strategy.js';
 
 /** Per row: 1 + its last target position (0 when it has none), the width it needs. */
 export function rowWidths(b: TrainBatch): Int32Array {
-  const out = new Int32Array(b.batch);
-  for (let r = 0; r < b.batch; r++) {
-    let t = b.seqLen - 1;
-    while (t >= 0 && b.targets[r * b.seqLen + t] === IGNORE_INDEX) t--;
-    out[r] = t + 1;
-  }
-  return out;
+  return targetWidths(b.targets, b.batch, b.seqLen);
 }
 
 /** The rows in the new order (new row i is old row order[i]): each range sorted by width, ascending, stable. */

@@ -54,6 +54,17 @@ export function trimmedWidth(targets: Int32Array, rows: number, seqLen: number, 
   return width;
 }
 
+/** Per row of a row-major [rows·seqLen] targets array: 1 + its last target position (0 when it has none). */
+export function targetWidths(targets: Int32Array, rows: number, seqLen: number): Int32Array {
+  const out = new Int32Array(rows);
+  for (let r = 0; r < rows; r++) {
+    let t = seqLen - 1;
+    while (t >= 0 && targets[r * seqLen + t] === IGNORE_INDEX) t--;
+    out[r] = t + 1;
+  }
+  return out;
+}
+
 /**
  * The token slots of right-padded rows without a padding mask that the router aux loss counts:
  * positions up to each row's last target (1), the rest (trailing pads, and tokens after the last
@@ -61,12 +72,7 @@ export function trimmedWidth(targets: Int32Array, rows: number, seqLen: number, 
  */
 export function lossPositions(targets: Int32Array, rows: number, seqLen: number): Int32Array {
   const out = new Int32Array(rows * seqLen);
-  for (let r = 0; r < rows; r++) {
-    const row = r * seqLen;
-    let t = seqLen - 1;
-    while (t >= 0 && targets[row + t] === IGNORE_INDEX) t--;
-    out.fill(1, row, row + t + 1);
-  }
+  targetWidths(targets, rows, seqLen).forEach((w, r) => out.fill(1, r * seqLen, r * seqLen + w));
   return out;
 }
 
