@@ -1,7 +1,7 @@
 // ctx.actors.get(rank) for a rank of another process: mpirun -np 2 x launch
 // --nproc-per-node 2, rank 0 calling actors on ranks 1 (same process), 2 and 3.
 import { describe, expect, it } from 'vitest';
-import { mpiSkipReason, mpirunLaunch } from './helpers/mpirun.js';
+import { mpiProcessPids, mpiSkipReason, mpirunLaunch } from './helpers/mpirun.js';
 
 const skip = mpiSkipReason();
 if (skip) console.warn(`[mpi-actors] skipping the mpirun tests: ${skip}`);
@@ -12,6 +12,34 @@ function result<T>(stdout: string): T {
   const line = /RESULT (\{.*\})/.exec(stdout)?.[1];
   expect(line, stdout).toBeDefined();
   return JSON.parse(line!) as T;
+}
+
+/** Runs `mode`; once rank 0 waits on a call to process 1, kills process 1 and at once SIGTERMs process 0 (as mpirun does, only sooner). */
+async function killThenTerminate(mode: string) {
+  const mark = `mpi-actors-${process.pid}-${Date.now()}`;
+  let killed: number[] = [];
+  let terminated: number[] = [];
+  let signalled = false;
+  const r = await mpirunLaunch(
+    2,
+    ['--nproc-per-node', '2', '--grace-period', '2', FIXTURE, mode],
+    { ASCENT_TEST_MARK: mark, HCCL_EXEC_TIMEOUT: '600' },
+    90_000,
+    (stdout) => {
+      if (signalled || !stdout.includes('WAITING on rank 2')) return;
+      signalled = true;
+      killed = mpiProcessPids(mark, 1);
+      terminated = mpiProcessPids(mark, 0);
+      for (const pid of killed) process.kill(pid, 'SIGKILL');
+      for (const pid of terminated) process.kill(pid, 'SIGTERM');
+    },
+  );
+  expect(killed.length, 'process 1 was found and killed').toBeGreaterThan(0);
+  expect(terminated.length, 'process 0 was found and signalled').toBeGreaterThan(0);
+  expect(r.code).not.toBe(0);
+  // The dead process is the cause, never the signal alone (nor an exit before the report).
+  expect(r.stderr).not.toMatch(/SIGTERM received \(under mpirun|terminating now/);
+  return r;
 }
 
 describe.skipIf(skip !== null)('actors across processes under mpirun (2 processes x 2 ranks)', () => {
@@ -66,5 +94,29 @@ describe.skipIf(skip !== null)('actors across processes under mpirun (2 processe
     expect(out).toMatchObject({ name: 'ActorDiedError', isClass: true, rank: 2, after: 'ActorDiedError' });
     expect(out.message).toMatch(/^Rank 2 is gone: process 1 \(ranks 2-3\) is gone: its actor connection closed/);
     expect(r.ms).toBeLessThan(60_000);
+  }, 120_000);
+
+  // mpirun answers a process's death by SIGTERMing the others, then SIGKILLs them 1 s later.
+  // Here the SIGTERM comes at once, before process 0 can have seen the death (the end of its
+  // actor connection): its report must name process 1 all the same, and before the SIGKILL.
+  it("mpirun's SIGTERM racing a killed process: the report still names the rank's ActorDiedError, not the signal", async () => {
+    const r = await killThenTerminate('teardown');
+    expect(r.stderr).toMatch(
+      /\[launch process 0 \(ranks 0-1\)\] rank 0 failed: ActorDiedError: Rank 2 is gone: process 1 \(ranks 2-3\) is gone: its actor connection closed/,
+    );
+    expect(r.stderr).toMatch(
+      /\[launch process 0 \(ranks 0-1\)\] FAILED: 1 of 2 ranks of this process failed \(culprit: rank 0, failed with ActorDiedError.*\); exit code 1/,
+    );
+  }, 120_000);
+
+  it("mpirun's SIGTERM while a rank computes: the report names the dead process before mpirun's SIGKILL", async () => {
+    // Rank 0 cannot fail or stop for 20 s (grace period 2 s): the report cannot wait for it.
+    const r = await killThenTerminate('teardown-busy');
+    expect(r.stderr).toMatch(
+      /\[launch process 0 \(ranks 0-1\)\] SIGTERM received: mpirun is stopping the job after a process died \(process 1 \(ranks 2-3\) is gone/,
+    );
+    expect(r.stderr).toMatch(
+      /\[launch process 0 \(ranks 0-1\)\] FAILED: process 1 \(ranks 2-3\) is gone: its actor connection closed \(then mpirun stopped the job\); this process's ranks were stopped; exit code 1/,
+    );
   }, 120_000);
 });

@@ -126,6 +126,9 @@ export class ActorGateway {
   /** Server side: open connections by the local rank they reach (a rank's death is told on them). */
   readonly #served = new Map<number, Set<FrameSocket>>();
   readonly #clients = new Set<FrameSocket>();
+  /** Processes whose connection dropped (they died), with why: the launcher names them when mpirun then stops this one. */
+  readonly #gone = new Map<number, string>();
+  readonly #goneListeners = new Set<(process: number, reason: string) => void>();
   #closing = false;
 
   private constructor(
@@ -269,7 +272,37 @@ export class ActorGateway {
   #processGone(proc: number): void {
     const first = proc * this.ranksPerProcess;
     const who = `process ${proc} (ranks ${first}-${first + this.ranksPerProcess - 1})`;
-    for (let r = first; r < first + this.ranksPerProcess; r++) this.#host?.peerDied(r, `${who} is gone: its actor connection closed`);
+    const reason = `${who} is gone: its actor connection closed`;
+    const known = this.#gone.has(proc);
+    if (!known) this.#gone.set(proc, reason);
+    for (let r = first; r < first + this.ranksPerProcess; r++) this.#host?.peerDied(r, reason);
+    if (!known) for (const fn of [...this.#goneListeners]) fn(proc, reason);
+  }
+
+  /** Calls `fn` when a process of the job is found gone (its connection dropped). */
+  onProcessGone(fn: (process: number, reason: string) => void): void {
+    this.#goneListeners.add(fn);
+  }
+
+  /**
+   * The first process found gone, waiting up to `ms` for one: a peer's death reaches this
+   * process through the end of its socket, which may come just after mpirun's SIGTERM for
+   * that same death. Undefined when none is found in time.
+   */
+  async firstGoneProcess(ms: number): Promise<{ process: number; reason: string } | undefined> {
+    if (this.#gone.size === 0 && ms > 0) {
+      let wake!: () => void;
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        this.#goneListeners.add(wake);
+        timer = setTimeout(resolve, ms);
+      });
+      clearTimeout(timer);
+      this.#goneListeners.delete(wake);
+    }
+    const first = this.#gone.entries().next();
+    return first.done ? undefined : { process: first.value[0], reason: first.value[1] };
   }
 
   #serve(socket: Socket): void {

@@ -42,6 +42,11 @@ export const EXIT_USAGE = 2;
 /** Like coreutils `timeout`. */
 export const EXIT_WALL_CLOCK = 124;
 
+/** After mpirun's signal: the report is out by then (Open MPI's SIGKILL follows the signal after 1 s by default). */
+const TEARDOWN_REPORT_MS = 700;
+/** After mpirun's signal: how long the end of a dead peer's actor connection may lag behind it. */
+const PEER_DEATH_WAIT_MS = 200;
+
 export interface LaunchResult {
   exitCode: number;
   failedRanks: number[];
@@ -228,6 +233,9 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     }
   };
 
+  // Said at once: if mpirun's SIGKILL cuts the report short, the output still names the process that died first.
+  gateway?.onProcessGone((_process, reason) => say(reason));
+
   session?.onPeerAbort((reason) => {
     if (peerAborted) return;
     peerAborted = true;
@@ -284,17 +292,59 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     }, maxTimeMs);
   }
 
-  const onSignal = (sig: NodeJS.Signals) => {
-    if (stopping) {
-      say(`${sig} again: terminating now`);
-      process.exit(128 + (sig === 'SIGINT' ? 2 : 15));
-    }
+  // Under mpirun a signal is mpirun tearing the job down (another process ended, or mpirun itself
+  // was stopped), and Open MPI follows it with SIGKILL after odls_base_sigkill_timeout (1 s by
+  // default): the report is printed by then, even if some ranks are still stopping.
+  let signalled = false;
+  let reportNow!: () => void;
+  const reportDue = new Promise<void>((r) => (reportNow = r));
+  let reportTimer: ReturnType<typeof setTimeout> | undefined;
+  // A process of the job found dead after mpirun's signal: the cause of this process's stop.
+  let goneCause: string | undefined;
+
+  const stopBySignal = (sig: NodeJS.Signals) => {
     stopping = true;
     exitCode = 128 + (sig === 'SIGINT' ? 2 : 15);
     const why = session ? ' (under mpirun this usually means another process of the job ended; mpirun names it)' : '';
     say(`${sig} received${why}; stopping ${world.ranks.filter((r) => r.status === 'running').length} ranks`);
     tellPeers(`stopped by ${sig}`);
     finish();
+  };
+
+  const onMpirunSignal = async (sig: NodeJS.Signals) => {
+    reportTimer = setTimeout(reportNow, TEARDOWN_REPORT_MS);
+    // A failure here or another process's notice already stopped the ranks: its report follows.
+    if (stopping) return;
+    // A peer's death reaches this process through the end of its actor connection, which may
+    // come just after mpirun's signal for that same death: wait a moment for it (bounded).
+    const gone = await gateway?.firstGoneProcess(PEER_DEATH_WAIT_MS);
+    if (stopping) return; // a rank failed meanwhile: its error names the cause
+    if (!gone) return stopBySignal(sig);
+    stopping = true;
+    exitCode = EXIT_RANK_FAILED;
+    goneCause = gone.reason;
+    const ranks = Array.from({ length: opts.nproc }, (_, i) => gone.process * opts.nproc + i);
+    say(`${sig} received: mpirun is stopping the job after a process died (${gone.reason}); stopping this process's ranks, the report follows`);
+    // Ranks waiting on the dead process fail now naming it (their actor calls already did).
+    world.abortWorldComm(gone.reason, ranks);
+    tellPeers(gone.reason, ranks);
+    finish();
+  };
+
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (session) {
+      // mpirun's SIGKILL ends it all soon anyway: a second signal (the test's, a user's) changes nothing.
+      if (!signalled) void onMpirunSignal(sig);
+      signalled = true;
+      return;
+    }
+    // A signal while stopping (a second Ctrl-C) is the user's "now".
+    if (stopping) {
+      say(`${sig} again: terminating now`);
+      process.exit(128 + (sig === 'SIGINT' ? 2 : 15));
+    }
+    signalled = true;
+    stopBySignal(sig);
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
@@ -304,11 +354,11 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     await finished;
   } finally {
     clearTimeout(wallTimer);
-    await world.shutdown(exitCode === EXIT_OK ? 'all ranks finished' : 'launch is stopping the world');
-    gateway?.close();
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
   }
+  const down = world.shutdown(exitCode === EXIT_OK ? 'all ranks finished' : 'launch is stopping the world');
+  // After mpirun's signal the report goes out before its SIGKILL; the ranks keep stopping meanwhile.
+  await Promise.race([down, reportDue]);
+  clearTimeout(reportTimer);
 
   const hung = world.ranks.filter((r) => r.hung).map((r) => r.rank);
   for (const r of hung) {
@@ -350,13 +400,19 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   if (exitCode === EXIT_RANK_FAILED) {
     const blame = culprit ? ` (culprit: ${describeRanks(culprit.ranks, worldSize)}, ${culprit.reason})` : '';
     const of = session ? ' of this process' : '';
-    if (peerAborted && failed.length === 0)
+    if (goneCause !== undefined && failed.length === 0)
+      say(`FAILED: ${goneCause} (then mpirun stopped the job); this process's ranks were stopped; exit code ${exitCode}`);
+    else if (peerAborted && failed.length === 0)
       say(`FAILED: another process of the job failed (see above); this process's ranks were stopped; exit code ${exitCode}`);
     else
       say(
         `FAILED: ${failed.length === opts.nproc ? `all ${opts.nproc}` : `${failed.length} of ${opts.nproc}`} ranks${of} failed${blame}; exit code ${exitCode}`,
       );
   }
+  await down;
+  gateway?.close();
+  process.off('SIGINT', onSignal);
+  process.off('SIGTERM', onSignal);
   if (session) {
     if (exitCode === EXIT_OK) {
       // Every process finished: MPI_Finalize (bounded: a peer that died now must not hang us).
@@ -365,7 +421,8 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       tellPeers(`exited with code ${exitCode}`);
       // mpirun stops every process once one exits non-zero: give the others (told above)
       // time to stop their ranks and print their reports first.
-      if (toldPeers) await new Promise((r) => setTimeout(r, opts.gracePeriodMs + 1000));
+      // (After mpirun's own signal every process is being stopped already: no wait.)
+      if (toldPeers && !signalled) await new Promise((r) => setTimeout(r, opts.gracePeriodMs + 1000));
     }
   }
   return { exitCode, failedRanks: failed, stuckRanks: stuck, hungRanks: hung, culpritRanks };
