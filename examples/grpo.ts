@@ -24,9 +24,9 @@ const DEFAULTS: Partial<GrpoConfigInput> = {
   sftWarmup: { steps: 30, batch: 64, lr: 5e-3 },
 };
 
-/** Called once by launch before the ranks start: a bad flag is one line, exit 2, at once. */
-export async function validateArgs(a: { args: string[]; worldSize: number }): Promise<void> {
-  await checkGrpoArgs(a, DEFAULTS);
+/** Called once by launch before the ranks start: a bad flag is one line, exit 2, at once; --help prints the usage, no rank starts. */
+export async function validateArgs(a: { args: string[]; worldSize: number }): Promise<{ stdout: string } | undefined> {
+  return checkGrpoArgs(a, DEFAULTS);
 }
 
 export async function main(ctx: RankContext): Promise<void> {

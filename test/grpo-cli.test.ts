@@ -6,7 +6,8 @@
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { grpoConfigFromArgs } from '../src/grpo/cli.js';
+import { checkGrpoArgs, grpoConfigFromArgs, grpoMain, grpoUsage } from '../src/grpo/cli.js';
+import type { RankContext } from '../src/runtime/actor-system/rank-context.js';
 import { applyTrlAliases } from '../src/grpo/aliases.js';
 import { parseGrpoConfig } from '../src/grpo/config.js';
 import { ROOT } from './helpers/parallel-launch.js';
@@ -103,5 +104,14 @@ describe('GRPO flags and config names', () => {
     expect(bad.status).toBe(2);
     expect(bad.stderr).toMatch(/lossType/);
     expect(bad.stderr.trim().split('\n').length).toBe(1);
+  });
+
+  it('--help: validateArgs resolves to the usage for launch to print; grpoMain inside a rank still prints it from rank 0', async () => {
+    expect(await checkGrpoArgs({ args: ['--steps', '2', '--help'], worldSize: 16 })).toEqual({ stdout: grpoUsage() });
+    expect(grpoUsage()).toMatch(/^Usage: grpo \[options\]\n/);
+    const said: string[] = [];
+    const ctx = { args: ['-h'], log: { leader: (msg: string) => said.push(msg) } } as unknown as RankContext;
+    expect(await grpoMain(ctx)).toBeNull();
+    expect(said).toEqual([grpoUsage()]);
   });
 });

@@ -265,7 +265,9 @@ describe('GRPO options and the quickstart entry', () => {
     expect(ok.stdout).toMatch(/phase[\s\S]*generate[\s\S]*sync[\s\S]*total/);
     const help = await launchFixture(2, 'examples/grpo.ts', ['--help'], {}, 60_000);
     expect(help.code).toBe(0);
-    expect(help.stdout).toMatch(/Usage: grpo[\s\S]*--engine-tp <n>/);
+    // Answered by validateArgs in the launcher: no rank started (its lines would carry "[rank N] ").
+    expect(help.stdout).toMatch(/^Usage: grpo \[options\]\n[\s\S]*--engine-tp <n>/);
+    expect(help.stdout).not.toMatch(/\[rank \d+\]/);
     const bad = await launchFixture(2, 'examples/grpo.ts', ['--engine-tp', '3'], {}, 60_000);
     // A bad flag is a usage error found by the entry's validateArgs in the launcher, before any
     // rank starts: one line naming the field and the value received, exit 2, no rank output.

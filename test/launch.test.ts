@@ -211,6 +211,23 @@ describe('launch', () => {
     }
   });
 
+  it("an entry's validateArgs answers --help in the launcher: the text as written, exit 0, no rank started", async () => {
+    // The same entry without --help: every rank runs main and says so.
+    const run = await runLaunch(['--nproc', '2', fx('help.mjs')]);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toContain('[rank 1] rank 1 ran main');
+    const help = await runLaunch(['--nproc', '2', fx('help.mjs'), '--help']);
+    expect(help.code, help.stderr).toBe(0);
+    expect(help.stdout).toBe('Usage: help-fixture [--name <x>]\n');
+    expect(help.stderr).toBe('');
+    const bad = await runLaunch(['--nproc', '2', fx('help.mjs'), 'bad-return']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(
+      /^launch: validateArgs\(\) of .*help\.mjs resolved to 42\. HINT: resolve to nothing to start the ranks, or to \{ stdout: string \}/,
+    );
+    expect(bad.stdout).not.toContain('ran main');
+  });
+
   it('--version prints the package version; `ascent launch` is the same command; `ascent` alone prints its help', async () => {
     const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
     const v = await runLaunch(['--version']);

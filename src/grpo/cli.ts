@@ -184,14 +184,22 @@ function setPath(c: Record<string, unknown>, kv: string): void {
 /**
  * An entry's `validateArgs` for `launch` (see examples/grpo.ts): the flags and config
  * checked once in the launcher process before any rank starts, so a bad flag is one
- * line and exit 2 at once. `--help` passes (the ranks print the usage).
+ * line and exit 2 at once; `--help` resolves to the usage, which launch prints (exit 0)
+ * without starting any rank.
  */
-export async function checkGrpoArgs(a: { args: readonly string[]; worldSize: number }, defaults: Partial<GrpoConfigInput> = {}): Promise<void> {
-  if (a.args.includes('--help') || a.args.includes('-h')) return;
+export async function checkGrpoArgs(
+  a: { args: readonly string[]; worldSize: number },
+  defaults: Partial<GrpoConfigInput> = {},
+): Promise<{ stdout: string } | undefined> {
+  if (a.args.includes('--help') || a.args.includes('-h')) return { stdout: grpoUsage() };
   await checkGrpoConfig(grpoConfigFromArgs(a.args, defaults), a.worldSize);
+  return undefined;
 }
 
-/** Entry for `launch`: flags from ctx.args over `defaults`, then the GRPO loop (`--help`: rank 0 prints the usage, every rank exits 0). */
+/**
+ * Entry for `launch`: flags from ctx.args over `defaults`, then the GRPO loop. `--help` that
+ * reaches the ranks (an entry without validateArgs): rank 0 prints the usage, every rank exits 0.
+ */
 export async function grpoMain(ctx: RankContext, defaults: Partial<GrpoConfigInput> = {}): Promise<GrpoSummary | null> {
   if (ctx.args.includes('--help') || ctx.args.includes('-h')) {
     ctx.log.leader(grpoUsage());

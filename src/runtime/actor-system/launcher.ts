@@ -19,7 +19,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { LaunchOptionsSchema, parseConfig, type LaunchOptions } from '../config.js';
 import { envInt, validateEnv } from '../env.js';
-import type { AscentError } from '../errors.js';
+import { InvalidArgumentError, type AscentError } from '../errors.js';
 import {
   describeRanks,
   groupFailures,
@@ -102,33 +102,44 @@ function liveTerminal(): { terminal?: { ranks: number[]; columns: number } } {
   return { terminal: { ranks: [0], columns: err.columns || 80 } };
 }
 
+/** The preflight's verdict: run the ranks, refuse the args (a usage message), or answer them without any rank. */
+type Preflight = { run: true } | { usage: string } | { stdout: string };
+
 /**
  * An entry may export `validateArgs({ args, worldSize })`: launch calls it once, in the
  * launcher process, before any rank starts, so bad flags are one line and exit 2 at once
- * instead of after N ranks have loaded. Only entries whose source names `validateArgs`
- * are imported here (others' top-level code runs on the ranks only, as before).
- * Resolves to the usage message when it threw a ConfigError or InvalidArgumentError.
+ * instead of after N ranks have loaded, and `--help` is answered without starting N ranks
+ * (it resolves to `{ stdout }`). Only entries whose source names `validateArgs` are
+ * imported here (others' top-level code runs on the ranks only, as before).
  */
-async function preflight(entryUrl: string, args: string[], worldSize: number): Promise<string | null> {
+async function preflight(entryUrl: string, args: string[], worldSize: number): Promise<Preflight> {
   let source: string;
   try {
     source = readFileSync(fileURLToPath(entryUrl), 'utf8');
   } catch {
-    return null; // the ranks report an unreadable entry themselves
+    return { run: true }; // the ranks report an unreadable entry themselves
   }
-  if (!/\bvalidateArgs\b/.test(source)) return null;
+  if (!/\bvalidateArgs\b/.test(source)) return { run: true };
   const mod = await importModule(entryUrl);
   const validate = mod.validateArgs;
-  if (typeof validate !== 'function') return null;
+  if (typeof validate !== 'function') return { run: true };
+  let out: unknown;
   try {
-    await (validate as (a: { args: string[]; worldSize: number }) => unknown)({ args: [...args], worldSize });
-    return null;
+    out = await (validate as (a: { args: string[]; worldSize: number }) => unknown)({ args: [...args], worldSize });
   } catch (err) {
     // By code, not instanceof: the entry may hold its own copy of Ascent's error classes.
     const code = (err as { code?: unknown } | null)?.code;
-    if (code === 'ASCENT_CONFIG' || code === 'ASCENT_INVALID_ARGUMENT') return (err as Error).message;
+    if (code === 'ASCENT_CONFIG' || code === 'ASCENT_INVALID_ARGUMENT') return { usage: (err as Error).message };
     throw err;
   }
+  if (out === undefined || out === null) return { run: true };
+  const text = (out as { stdout?: unknown }).stdout;
+  if (typeof out !== 'object' || typeof text !== 'string') {
+    throw new InvalidArgumentError(
+      `validateArgs() of ${fileURLToPath(entryUrl)} resolved to ${JSON.stringify(out)}. HINT: resolve to nothing to start the ranks, or to { stdout: string } to print that text instead (e.g. for --help).`,
+    );
+  }
+  return { stdout: text };
 }
 
 /**
@@ -153,10 +164,15 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const job = detectMpiJob();
   const spans = job !== null && job.nnodes > 1;
   sayPrefix = spans ? `[launch ${describeProcess(job.nodeRank, opts.nproc)}]` : '[launch]';
-  const bad = await preflight(entryUrl, opts.entryArgs, spans ? opts.nproc * job.nnodes : opts.nproc);
-  if (bad !== null) {
-    process.stderr.write(`launch: ${bad} (checked before starting the ranks)\n`);
+  const verdict = await preflight(entryUrl, opts.entryArgs, spans ? opts.nproc * job.nnodes : opts.nproc);
+  if ('usage' in verdict) {
+    process.stderr.write(`launch: ${verdict.usage} (checked before starting the ranks)\n`);
     return { exitCode: EXIT_USAGE, failedRanks: [], stuckRanks: [], hungRanks: [], culpritRanks: [] };
+  }
+  if ('stdout' in verdict) {
+    // Printed once per job (by process 0 under mpirun), as the entry wrote it: no rank said it.
+    if (!spans || job.nodeRank === 0) process.stdout.write(verdict.stdout.endsWith('\n') || verdict.stdout === '' ? verdict.stdout : `${verdict.stdout}\n`);
+    return { exitCode: EXIT_OK, failedRanks: [], stuckRanks: [], hungRanks: [], culpritRanks: [] };
   }
   // A run that spans processes needs MPI before any rank starts (a single-process run never loads it).
   const connectMs = (envInt('HCCL_CONNECT_TIMEOUT') ?? 120) * 1000;
