@@ -38,12 +38,14 @@ constexpr int64_t kNR = 16, kMaxMR = 6, kKC = 256, kNC = 256, kMC = 144;
 // sliver's kc rows are >= 1 KiB apart and map to a few L1 sets, evicting one another between
 // row tiles: packing measured ~10% faster from 256 x 256 on (the AVX-512 path reads 4x more in place).
 constexpr int64_t kDirectB = 16 * 1024;
-// A . B^T with at most this many rows of A takes the dot-product form (matmul_avx2_dot.cc), which
-// reads B in place: packing B costs N * K whatever M, as much as the multiply itself at M = 1..16
-// (3-4x slower at M = 1). Measured on the tiny-dense linear shapes (K 128..384, N 64..384) and
-// N x K = 768 x 256, 2048 x 1024: the dot form is 1.0-1.5x faster up to M = 24, even around 32,
-// and 0.8-0.95x from 48 on (its 3 x 4 tiles load 7 vectors per 12 FMAs, the packed 6 x 16 tile 2 + 6).
-constexpr int64_t kDotMaxM = 24;
+// A . B^T with few rows of A takes the dot-product form (matmul_avx2_dot.cc), which reads B in
+// place: packing B costs N * K whatever M, as much as the multiply itself at M = 1..16 (3-4x
+// slower at M = 1). Its 3 x 4 tiles load 7 vectors per 12 FMAs and end in a horizontal
+// reduction per tile, which weighs more at small K; so the switch depends on K. Measured (CPU
+// time per op) on the tiny-dense linear shapes and N x K = 768 x 256, 2048 x 1024: at K = 128
+// the dot form is 1.0-1.1x the packed path at M = 16 and 0.9x at 24; at K >= 256 1.0-1.3x up
+// to M = 32 and 0.9-1.1x at 48.
+inline int64_t DotMaxM(int64_t k) { return k < 256 ? 16 : 32; }
 
 // The lane mask of the first n of 8 lanes (none when n <= 0, all when n >= 8).
 __attribute__((target("avx2"), always_inline)) inline __m256i Lanes8(int64_t n) {
@@ -181,7 +183,7 @@ void MatmulF32Avx2(const float* a, const float* b, float* c, int64_t m, int64_t 
     std::fill_n(c, static_cast<size_t>(m * n), 0.0f);
     return;
   }
-  if (trans_b && !trans_a && m <= kDotMaxM) return MatmulF32DotAvx2(a, b, c, m, n, k);
+  if (trans_b && !trans_a && m <= DotMaxM(k)) return MatmulF32DotAvx2(a, b, c, m, n, k);
   const bool pack = trans_b || std::min(k, kKC) * n > kDirectB;
   float* bp = pack ? b_pack.Get<float>(static_cast<size_t>(std::min(k, kKC) * ((std::min(n, kNC) + kNR - 1) / kNR * kNR))) : nullptr;
   const int64_t lda = trans_a ? m : k;
