@@ -43,9 +43,9 @@ constexpr int64_t kDirectB = 16 * 1024;
 // slower at M = 1). Its 3 x 4 tiles load 7 vectors per 12 FMAs and end in a horizontal
 // reduction per tile, which weighs more at small K; so the switch depends on K. Measured (CPU
 // time per op) on the tiny-dense linear shapes and N x K = 768 x 256, 2048 x 1024: at K = 128
-// the dot form is 1.0-1.1x the packed path at M = 16 and 0.9x at 24; at K >= 256 1.0-1.3x up
-// to M = 32 and 0.9-1.1x at 48.
-inline int64_t DotMaxM(int64_t k) { return k < 256 ? 16 : 32; }
+// the dot form is 0.9-1.1x the packed path at M = 16 (even) and 0.9x at 24; at K >= 256
+// 1.0-1.5x up to M = 24 and 0.96-1.05x at 32.
+inline int64_t DotMaxM(int64_t k) { return k < 256 ? 16 : 24; }
 
 // The lane mask of the first n of 8 lanes (none when n <= 0, all when n >= 8).
 __attribute__((target("avx2"), always_inline)) inline __m256i Lanes8(int64_t n) {
