@@ -27,7 +27,7 @@
  */
 import { InternalError, InvalidArgumentError } from '../../runtime/errors.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
-import type { Stream, Tensor } from '../../runtime/device/device-index.js';
+import { fill, type Stream, type Tensor } from '../../runtime/device/device-index.js';
 import { Var, type Tape } from '../../model/autograd.js';
 import type { ModelConfig } from '../../model/config.js';
 import type { ModelBlock, ParamSource } from '../../model/qwen3.js';
@@ -57,6 +57,11 @@ export interface UnitState {
   param: Tensor;
   /** This rank's flat gradient shard [S] (absent for a frozen unit). */
   grad?: Tensor;
+  /**
+   * The gradient shard is zero but was not written (zeroGrad defers the fill): the step's
+   * first reduce-scatter writes it instead of adding to it, and readers fill it first.
+   */
+  gradUnset?: boolean;
 }
 
 const blockName = (b: ModelBlock) => (b.kind === 'layer' ? `layer ${b.index}` : b.kind);
@@ -164,7 +169,10 @@ export class StepSource implements ParamSource {
     this.flushPending();
     while (this.deferred.length > 0) {
       const { unit, grads } = this.deferred.shift()!; // off the list first: reduceScatterUnitAwaited gives it back
-      await reduceScatterUnitAwaited(unit, grads, this.state.get(unit)!.grad!, this.comm, this.pool, this.stream);
+      const st = this.state.get(unit)!;
+      if (st.gradUnset) fill(st.grad!, 0, { stream: this.stream }); // the awaited path adds to it
+      st.gradUnset = false;
+      await reduceScatterUnitAwaited(unit, grads, st.grad!, this.comm, this.pool, this.stream);
     }
   }
 
@@ -218,7 +226,11 @@ export class StepSource implements ParamSource {
       g.grads = null;
       for (const v of g.vars) v.grad = undefined;
       if (this.awaited) this.deferred.push({ unit: g.unit, grads });
-      else reduceScatterUnit(g.unit, grads, this.state.get(g.unit)!.grad!, this.comm, this.pool, this.stream);
+      else {
+        const st = this.state.get(g.unit)!;
+        reduceScatterUnit(g.unit, grads, st.grad!, this.comm, this.pool, this.stream, st.gradUnset === true);
+        st.gradUnset = false; // after: a throw leaves a shard never written still to be filled
+      }
     }
     this.pendingGrads = [];
   }

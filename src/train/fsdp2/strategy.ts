@@ -243,8 +243,10 @@ export class Fsdp2Strategy implements TrainStrategy {
   }
 
   /** Flat shards of each unit (params, grads, AdamW moments; the last three absent for frozen LoRA base units) on this rank: for tests and weight sync. */
+  // Gradient shards as of this call: zeroGrad() defers their fill to the next reader or reduce-scatter.
   localShards(): ReadonlyMap<string, { param: Tensor; grad?: Tensor; expAvg?: Tensor; expAvgSq?: Tensor }> {
     this.checkLive('localShards');
+    this.settleGrads();
     return new Map([...this.units].map(([u, t]) => [u.key, { param: t.param, grad: t.grad, expAvg: t.m, expAvgSq: t.v }]));
   }
 
@@ -325,8 +327,18 @@ export class Fsdp2Strategy implements TrainStrategy {
 
   zeroGrad(): void {
     this.checkLive('zeroGrad');
-    for (const [, t] of this.trainableUnits()) fill(t.grad, 0, { stream: this.stream });
+    // No fill: the next reduce-scatter writes the shard (UnitState.gradUnset); a reader before it fills (settleGrads).
+    for (const [, t] of this.trainableUnits()) t.gradUnset = true;
     this.gradsLive = true;
+  }
+
+  /** Fills the gradient shards zeroGrad left unwritten (no reduce-scatter wrote them since): before anything reads them. */
+  private settleGrads(): void {
+    for (const [, t] of this.trainableUnits()) {
+      if (!t.gradUnset) continue;
+      fill(t.grad, 0, { stream: this.stream });
+      t.gradUnset = false;
+    }
   }
 
   async clipGradNorm(maxNorm: number | null): Promise<number> {
@@ -335,6 +347,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       throw new InvalidArgumentError(`clipGradNorm(): expected a positive maxNorm or null but received ${String(maxNorm)}.`);
     }
     const { stream } = this;
+    this.settleGrads();
     const grads = this.trainableUnits().map(([, t]) => t.grad);
     const ss = sumSquares(grads, stream) ?? Tensor.zeros(this.device, [1, 1], 'fp32', { stream });
     try {
@@ -354,6 +367,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     this.step++;
     this.micro = 0;
     this.momentsLive = true;
+    this.settleGrads();
     for (const [, t] of this.trainableUnits()) K.adamw(t.param, t.grad, t.m, t.v, { ...hp, step: this.step, stream: this.stream, impl: 'fast' });
   }
 
@@ -378,6 +392,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     if (field === undefined)
       throw new InvalidArgumentError(`gatherState(): unknown kind ${JSON.stringify(kind)}; expected one of ${Object.keys(pick).join(', ')}.`);
     if ((field === 'grad' && !this.gradsLive) || ((field === 'm' || field === 'v') && !this.momentsLive)) return new Map();
+    if (field === 'grad') this.settleGrads();
     const units = field === 'param' ? [...this.units] : this.trainableUnits();
     return this.gatherUnits(units.map(([u, t]) => [u, t[field]!]));
   }
