@@ -11,7 +11,9 @@
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ensureParallelBuilt, launchFixture, type LaunchRun } from './helpers/parallel-launch.js';
-import { loadModelConfig } from '../src/model/config.js';
+import { readFileSync } from 'node:fs';
+import { loadModelConfig, parseModelConfig } from '../src/model/config.js';
+import { KEEP_GATHERED_BYTES, reshardPolicy } from '../src/train/fsdp2/strategy.js';
 import { initialParams } from '../src/model/params.js';
 import { hostFromGathered, planLayout, shardFromHost } from '../src/train/fsdp2/layout.js';
 
@@ -62,6 +64,32 @@ function checkEquiv(run: LaunchRun, nproc: number, which: 'dense' | 'moe', lite 
   }
 }
 
+describe('fsdp2 reshard-after-forward policy (host)', () => {
+  it('keeps units gathered while all of them fit KEEP_GATHERED_BYTES; an explicit option wins', () => {
+    const base = JSON.parse(readFileSync(new URL('../examples/models/tiny-dense/config.json', import.meta.url), 'utf8'));
+    const tiny = planLayout(parseModelConfig(base), 8);
+    expect(4 * tiny.maxGatheredNumel * tiny.units.length).toBeLessThanOrEqual(KEEP_GATHERED_BYTES);
+    expect(reshardPolicy(tiny, undefined)).toBe(false);
+    expect(reshardPolicy(tiny, true)).toBe(true);
+    // 1024 hidden, 3072 intermediate, 4 layers: ~12.6M parameters per layer, over the budget.
+    const big = planLayout(
+      parseModelConfig({
+        ...base,
+        hidden_size: 1024,
+        intermediate_size: 3072,
+        num_hidden_layers: 4,
+        num_attention_heads: 8,
+        num_key_value_heads: 4,
+        head_dim: 128,
+      }),
+      8,
+    );
+    expect(4 * big.maxGatheredNumel * big.units.length).toBeGreaterThan(KEEP_GATHERED_BYTES);
+    expect(reshardPolicy(big, undefined)).toBe(true);
+    expect(reshardPolicy(big, false)).toBe(false);
+  });
+});
+
 describe('fsdp2 layout (host)', () => {
   it('torch.chunk shards padded to the ceil size, empty shards on 16 ranks, host round trip', () => {
     const cfg = loadModelConfig(new URL('../examples/models/tiny-moe/config.json', import.meta.url).pathname);
@@ -95,6 +123,59 @@ describe('fsdp2 equals the single-device strategy on real ranks', () => {
     // Up to the first optimizer step (the second step and the round trip run on 4 and 8 ranks).
     const run = await launchFixture(16, FIXTURE, ['equiv:moe:lite']);
     checkEquiv(run, 16, 'moe', true);
+  }, 60_000);
+});
+
+describe('fsdp2 collectives per step (2 ranks, tiny-dense: embed, 2 layers, tied head)', () => {
+  it('gathers each unit once when kept, re-gathers only the layers when resharding; same loss and grads', async () => {
+    const run = await launchFixture(2, FIXTURE, ['counts']);
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    expect(run.results.length).toBe(2);
+    for (const r of run.results) {
+      const c = r.counts as Record<string, any>;
+      // Kept: embed, layer 0, layer 1, final norm once each; the tied head reuses the embedding's
+      // gather; nothing re-gathered. Reduce-scatters: the head's and the embedding's gradients of
+      // the embed unit, each layer, the final norm.
+      for (const k of ['default', 'keep']) expect(c[k].forwardBackward, k).toEqual({ allGather: 4, reduceScatter: 5, allReduce: 1 });
+      // Resharding: the root units (embed, head) stay gathered as FSDP2's root; the two layers are re-gathered.
+      expect(c.reshard.forwardBackward).toEqual({ allGather: 6, reduceScatter: 5, allReduce: 1 });
+      for (const k of ['default', 'reshard', 'keep']) expect(c[k].forward, k).toEqual({ allGather: 4, reduceScatter: 0, allReduce: 1 });
+      // A small model keeps every unit gathered by default (KEEP_GATHERED_BYTES).
+      expect(c.default.reshardAfterForward).toBe(false);
+      expect(c.reshard.reshardAfterForward).toBe(true);
+      expect(c.keep.reshardAfterForward).toBe(false);
+      // The policy moves no value: same loss and gradients, bit for bit.
+      expect(c.reshard.loss).toBe(c.default.loss);
+      expect(c.keep.loss).toBe(c.default.loss);
+      expect(c.reshard.grads).toBe(c.default.grads);
+      expect(c.keep.grads).toBe(c.default.grads);
+    }
+  }, 60_000);
+});
+
+describe('fsdp2 device ops per step (2 ranks, tiny-dense)', () => {
+  it('no re-gather, no zeroGrad fill, the first reduce-scatter of a unit writes its shard grad', async () => {
+    const run = await launchFixture(2, FIXTURE, ['ops,counts']);
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    expect(run.results.length).toBe(2);
+    for (const r of run.results) {
+      const { step, grads, zeroed } = r.ops as Record<string, any>;
+      const at = `rank ${r.rank}`;
+      expect(step.allGather, at).toBe(4);
+      expect(step.reduceScatter, at).toBe(5);
+      // One strided read per gathered parameter: embed 1 + 2 layers x 11 + final norm 1 (the tied head reuses the embedding's).
+      expect(step.permute, at).toBe(24);
+      // One zeroed gradient slot per gather that trains (the embed unit twice: embed and head); zeroGrad enqueues nothing.
+      expect(step.fill, at).toBe(5);
+      // 25 parameters' gradients accumulated into their slots, plus one add: the embed unit's second
+      // reduce-scatter (the first writes the shard, the others would add to zeros).
+      expect(step.axpy, at).toBe(26);
+      // zeroGrad then forwardBackward on a strategy with last step's grads = a fresh strategy's grads, bit for bit.
+      expect(grads, at).toBe((r.counts as Record<string, any>).default.grads);
+      expect(zeroed, at).toBe(true);
+    }
   }, 60_000);
 });
 

@@ -2,13 +2,17 @@
  * The ParamSource of one FSDP2 forward + backward (see ParamSource in model/qwen3.ts).
  *
  * Forward, per model block: `blockStart` all-gathers the block's units (one
- * all-gather each) and hands out leaf Vars viewing the unsharded parameters;
- * `blockEnd` frees them (reshard after forward) and records an identity node on the
- * block's output. In backward that node runs right before the block's own nodes
+ * all-gather each, none for a unit still gathered) and hands out leaf Vars viewing the
+ * unsharded parameters; `blockEnd` frees them (reshard after forward) unless the unit is
+ * one the strategy keeps (`keep`: the root units, i.e. the embedding and the final norm +
+ * LM head, which backward needs first or a tied head gathers again, as in FSDP2; every
+ * unit when not resharding), and records an identity node on the block's output. In backward that node runs right before the block's own nodes
  * (reverse recording order) and after every later block's: it reduce-scatters the
  * gradients of the blocks whose backward is complete, re-gathers this block's
  * parameters (swapping the Vars' values) and points the Vars' `grad` at a zeroed
- * unsharded gradient slot, into which the tape accumulates the full gradients.
+ * unsharded gradient slot, into which the tape accumulates the full gradients. A
+ * unit's gathered values are shared by every gather of it that is live (the tied
+ * embedding: the embed and head blocks) and given back when the last one lets go.
  * `finish()` reduce-scatters what is left (the embedding) after tape.backward.
  * Frozen units (LoRA base weights) are gathered the same way (backward needs them for
  * the input gradients) but get no gradient slot and no reduce-scatter.
@@ -23,7 +27,7 @@
  */
 import { InternalError, InvalidArgumentError } from '../../runtime/errors.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
-import type { Stream, Tensor } from '../../runtime/device/device-index.js';
+import { fill, type Stream, type Tensor } from '../../runtime/device/device-index.js';
 import { Var, type Tape } from '../../model/autograd.js';
 import type { ModelConfig } from '../../model/config.js';
 import type { ModelBlock, ParamSource } from '../../model/qwen3.js';
@@ -53,6 +57,11 @@ export interface UnitState {
   param: Tensor;
   /** This rank's flat gradient shard [S] (absent for a frozen unit). */
   grad?: Tensor;
+  /**
+   * The gradient shard is zero but was not written (zeroGrad defers the fill): the step's
+   * first reduce-scatter writes it instead of adding to it, and readers fill it first.
+   */
+  gradUnset?: boolean;
 }
 
 const blockName = (b: ModelBlock) => (b.kind === 'layer' ? `layer ${b.index}` : b.kind);
@@ -67,6 +76,8 @@ export class StepSource implements ParamSource {
   /** Across processes: unsharded gradients waiting for finish(). */
   private deferred: Array<{ unit: FlatUnit; grads: Tensor }> = [];
   private readonly awaited: boolean;
+  /** In one process: each gathered unit's values and how many live gathers hold them. */
+  private readonly held = new Map<FlatUnit, { values: Tensor; refs: number }>();
   /** Bytes this step's all-gathers moved into this rank. */
   readonly gathered: GatherStats = { bytes: 0 };
 
@@ -77,7 +88,8 @@ export class StepSource implements ParamSource {
     private readonly comm: Communicator,
     private readonly pool: SlotPool,
     private readonly stream: Stream,
-    private readonly reshardAfterForward: boolean,
+    /** Units whose values stay gathered after their block's forward (not resharded). */
+    private readonly keep: ReadonlySet<FlatUnit>,
   ) {
     this.awaited = comm.spansProcesses;
   }
@@ -90,9 +102,22 @@ export class StepSource implements ParamSource {
     }
   }
 
-  /** This unit's unsharded values: prefetched across processes, gathered now (stream-ordered) in one process. */
+  /**
+   * This unit's unsharded values: prefetched across processes; in one process, the values
+   * another live gather holds, else gathered now (stream-ordered). Each call in one process
+   * takes a reference that freeValues() gives back.
+   */
   private valuesOf(unit: FlatUnit): Tensor {
-    if (!this.awaited) return gatherUnit(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream, this.gathered);
+    if (!this.awaited) {
+      const h = this.held.get(unit);
+      if (h) {
+        h.refs++;
+        return h.values;
+      }
+      const values = gatherUnit(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream, this.gathered);
+      this.held.set(unit, { values, refs: 1 });
+      return values;
+    }
     const v = this.prefetched.get(unit);
     if (!v) throw new InternalError(`FSDP2: unit ${unit.key} was not prefetched; call prefetch() before forward when the communicator spans processes.`);
     return v;
@@ -129,7 +154,7 @@ export class StepSource implements ParamSource {
       throw new InvalidArgumentError(`FSDP2: block ${blockName(block)} ended but ${cur ? blockName(cur.block) : 'no block'} was started.`);
     }
     this.current = null;
-    if (this.reshardAfterForward) for (const g of cur.gathered) this.freeValues(g);
+    for (const g of cur.gathered) if (!this.keep.has(g.unit)) this.freeValues(g);
     const out = new Var(output.value, false, output.name);
     tape.record(`fsdp2.blockEnd(${blockName(block)})`, [output], [out], ([dy]) => {
       this.flushPending();
@@ -144,7 +169,10 @@ export class StepSource implements ParamSource {
     this.flushPending();
     while (this.deferred.length > 0) {
       const { unit, grads } = this.deferred.shift()!; // off the list first: reduceScatterUnitAwaited gives it back
-      await reduceScatterUnitAwaited(unit, grads, this.state.get(unit)!.grad!, this.comm, this.pool, this.stream);
+      const st = this.state.get(unit)!;
+      if (st.gradUnset) fill(st.grad!, 0, { stream: this.stream }); // the awaited path adds to it
+      st.gradUnset = false;
+      await reduceScatterUnitAwaited(unit, grads, st.grad!, this.comm, this.pool, this.stream);
     }
   }
 
@@ -161,13 +189,19 @@ export class StepSource implements ParamSource {
     this.deferred = [];
     for (const v of this.prefetched.values()) this.pool.give(v);
     this.prefetched.clear();
+    for (const h of this.held.values()) this.pool.give(h.values); // none left once every gather let go
+    this.held.clear();
   }
 
-  /** Frees a gather's values; across processes they stay (prefetched, freed by dispose). */
+  /** Lets go of a gather's values (freed with the unit's last reference); across processes they stay (prefetched, freed by dispose). */
   private freeValues(g: Gathered): void {
-    if (this.awaited) return;
-    if (g.values) this.pool.give(g.values);
+    if (this.awaited || !g.values) return;
     g.values = null;
+    const h = this.held.get(g.unit);
+    if (!h) throw new InternalError(`FSDP2: unit ${g.unit.key} has values but no reference to them.`);
+    if (--h.refs > 0) return;
+    this.held.delete(g.unit);
+    this.pool.give(h.values);
   }
 
   private prepareBackward(g: Gathered): void {
@@ -192,7 +226,11 @@ export class StepSource implements ParamSource {
       g.grads = null;
       for (const v of g.vars) v.grad = undefined;
       if (this.awaited) this.deferred.push({ unit: g.unit, grads });
-      else reduceScatterUnit(g.unit, grads, this.state.get(g.unit)!.grad!, this.comm, this.pool, this.stream);
+      else {
+        const st = this.state.get(g.unit)!;
+        reduceScatterUnit(g.unit, grads, st.grad!, this.comm, this.pool, this.stream, st.gradUnset === true);
+        st.gradUnset = false; // after: a throw leaves a shard never written still to be filled
+      }
     }
     this.pendingGrads = [];
   }

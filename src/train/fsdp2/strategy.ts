@@ -7,7 +7,8 @@
  *   may be empty), packed per unit (embedding, each decoder layer, norm + LM head)
  *   into one flat shard, fused experts included (layout.ts);
  * - per model block, one all-gather before use and the unsharded parameters freed
- *   after the block's forward, re-gathered for its backward; one reduce-scatter (sum)
+ *   after the block's forward, re-gathered for its backward (root units and, for small
+ *   models by default, every unit stay gathered instead: reshardPolicy); one reduce-scatter (sum)
  *   of the block's gradients after its backward (step-source.ts), all on one stream;
  * - sharded AdamW (one K.adamw over each flat shard), gradient clipping by an
  *   all-reduce of the local Σ g², gathered / loaded HF-named full state;
@@ -47,7 +48,7 @@ import { addRouterAux, tapRouters } from '../router-aux-step.js';
 import type { FullState, LossFn, ShardedState, ShardGroups, StateKind, StepLoss, TrainBatch, TrainStrategy } from '../strategy.js';
 import type { HfLoadOptions } from '../load-hf-shards.js';
 import { loadFsdp2Groups } from './load-shards.js';
-import { hostFromGathered, paramProblems, planLayout, shardFromHost, throwProblems, type FlatLayout, type FlatUnit } from './layout.js';
+import { blockUnits, hostFromGathered, paramProblems, planLayout, shardFromHost, throwProblems, type FlatLayout, type FlatUnit } from './layout.js';
 import { SlotPool } from './slot-pool.js';
 import { fsdp2SourceDescriptors } from './weight-sources.js';
 import type { WeightSource } from '../../parallel/weight-sources.js';
@@ -67,7 +68,15 @@ export interface Fsdp2Options {
    * over the same communicator (the host then never holds another rank's piece).
    */
   params: ReadonlyMap<string, HostParam> | ReadonlyMap<string, HostShard>;
-  /** Free each block's unsharded parameters after its forward and re-gather them for backward (default true, as FSDP2). */
+  /**
+   * Free each decoder layer's unsharded parameters after its forward and re-gather them for
+   * backward (true, FSDP2's default), or keep every unit gathered from its forward to its
+   * backward (false). The root units (embedding, final norm + LM head) are never resharded
+   * after forward, as FSDP2's root: backward needs the head first, and a tied head would
+   * gather the embedding again. Default: false when every unit gathered at once fits
+   * KEEP_GATHERED_BYTES (small models, whose re-gathers cost more host work than the memory
+   * is worth), else true.
+   */
   reshardAfterForward?: boolean;
   /** LoRA adapters: only they train, the base is frozen. */
   lora?: Fsdp2LoraOptions;
@@ -85,6 +94,21 @@ export interface Fsdp2LoraOptions {
 interface UnitDevice extends UnitState {
   m?: Tensor;
   v?: Tensor;
+}
+
+/**
+ * Device bytes of gathered parameter slots (one per unit) under which the default keeps
+ * every unit gathered from forward to backward. 32 MiB: about 8M parameters in fp32, where
+ * a step is short and each re-gather (a collective plus one strided read per parameter)
+ * is a visible share of it, while the memory is small next to the activations and the
+ * optimizer state.
+ */
+export const KEEP_GATHERED_BYTES = 32 * 1024 * 1024;
+
+/** Whether to reshard after forward: the option as given, else by the size of all units gathered at once. */
+export function reshardPolicy(plan: FlatLayout, option: boolean | undefined): boolean {
+  if (option !== undefined) return option;
+  return 4 * plan.maxGatheredNumel * plan.units.length > KEEP_GATHERED_BYTES;
 }
 
 const OPTION_KEYS = ['comm', 'mesh', 'cfg', 'params', 'reshardAfterForward', 'lora', 'dtype'];
@@ -133,6 +157,12 @@ export class Fsdp2Strategy implements TrainStrategy {
   private micro = 0;
   /** Bytes the all-gathers of forward / backward moved into this rank since creation (state gathers not counted). */
   stepGatherBytes = 0;
+  /**
+   * Units kept gathered after their block's forward: in a forward-only pass the root units
+   * (a tied head reuses the embedding), with backward also every layer unless resharding.
+   */
+  private readonly keepForward: ReadonlySet<FlatUnit>;
+  private readonly keepBackward: ReadonlySet<FlatUnit>;
 
   private constructor(
     readonly cfg: ModelConfig,
@@ -152,6 +182,9 @@ export class Fsdp2Strategy implements TrainStrategy {
     };
     this.lora = adapters && { adapters, hooks: adapters.hooks((tape, name) => this.active().param(tape, name)) };
     this.model = createModel(cfg, source, this.lora?.hooks);
+    const root = [...blockUnits(plan, cfg, { kind: 'embed' }), ...blockUnits(plan, cfg, { kind: 'head' })];
+    this.keepForward = new Set(root);
+    this.keepBackward = reshardAfterForward ? this.keepForward : new Set(plan.units);
   }
 
   /**
@@ -162,8 +195,11 @@ export class Fsdp2Strategy implements TrainStrategy {
     const comm = resolveComm(opts);
     const { cfg, params } = opts;
     if (!(params instanceof Map)) throw new InvalidArgumentError('Fsdp2Strategy.create(): params must be a Map of HF name -> { shape, data: Float32Array }.');
-    const reshard = opts.reshardAfterForward ?? true;
-    if (typeof reshard !== 'boolean') throw new InvalidArgumentError(`Fsdp2Strategy.create(): reshardAfterForward must be a boolean.`);
+    const option = opts.reshardAfterForward;
+    if (option !== undefined && typeof option !== 'boolean')
+      throw new InvalidArgumentError(
+        `Fsdp2Strategy.create(): reshardAfterForward must be a boolean or left out (then chosen by model size), not ${JSON.stringify(option)}.`,
+      );
     const dtype = checkTrainerDtype(opts.dtype, 'Fsdp2Strategy.create() option dtype');
     let adapters: LoraAdapters | undefined;
     let all: ReadonlyMap<string, HostParam | HostShard> = params;
@@ -191,7 +227,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       throw e;
     }
     await stream.synchronize();
-    return new Fsdp2Strategy(cfg, comm, plan, units, reshard, dtype, adapters);
+    return new Fsdp2Strategy(cfg, comm, plan, units, reshardPolicy(plan, option), dtype, adapters);
   }
 
   get optimizerSteps(): number {
@@ -207,8 +243,10 @@ export class Fsdp2Strategy implements TrainStrategy {
   }
 
   /** Flat shards of each unit (params, grads, AdamW moments; the last three absent for frozen LoRA base units) on this rank: for tests and weight sync. */
+  // Gradient shards as of this call: zeroGrad() defers their fill to the next reader or reduce-scatter.
   localShards(): ReadonlyMap<string, { param: Tensor; grad?: Tensor; expAvg?: Tensor; expAvgSq?: Tensor }> {
     this.checkLive('localShards');
+    this.settleGrads();
     return new Map([...this.units].map(([u, t]) => [u.key, { param: t.param, grad: t.grad, expAvg: t.m, expAvgSq: t.v }]));
   }
 
@@ -253,7 +291,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     const rows = localRows(batch, this.comm.size, this.comm.rank, trimsExactly(this.cfg));
     const { stream, device } = this;
     const pool = new SlotPool(device, this.plan.maxGatheredNumel);
-    const run = new StepSource(this.cfg, this.plan, this.units, this.comm, pool, stream, this.reshardAfterForward);
+    const run = new StepSource(this.cfg, this.plan, this.units, this.comm, pool, stream, backward ? this.keepBackward : this.keepForward);
     const tape = new Tape({ stream, impl: patchImpl });
     this.run = run;
     if (backward) this.gradsLive = true;
@@ -289,8 +327,18 @@ export class Fsdp2Strategy implements TrainStrategy {
 
   zeroGrad(): void {
     this.checkLive('zeroGrad');
-    for (const [, t] of this.trainableUnits()) fill(t.grad, 0, { stream: this.stream });
+    // No fill: the next reduce-scatter writes the shard (UnitState.gradUnset); a reader before it fills (settleGrads).
+    for (const [, t] of this.trainableUnits()) t.gradUnset = true;
     this.gradsLive = true;
+  }
+
+  /** Fills the gradient shards zeroGrad left unwritten (no reduce-scatter wrote them since): before anything reads them. */
+  private settleGrads(): void {
+    for (const [, t] of this.trainableUnits()) {
+      if (!t.gradUnset) continue;
+      fill(t.grad, 0, { stream: this.stream });
+      t.gradUnset = false;
+    }
   }
 
   async clipGradNorm(maxNorm: number | null): Promise<number> {
@@ -299,6 +347,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       throw new InvalidArgumentError(`clipGradNorm(): expected a positive maxNorm or null but received ${String(maxNorm)}.`);
     }
     const { stream } = this;
+    this.settleGrads();
     const grads = this.trainableUnits().map(([, t]) => t.grad);
     const ss = sumSquares(grads, stream) ?? Tensor.zeros(this.device, [1, 1], 'fp32', { stream });
     try {
@@ -318,6 +367,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     this.step++;
     this.micro = 0;
     this.momentsLive = true;
+    this.settleGrads();
     for (const [, t] of this.trainableUnits()) K.adamw(t.param, t.grad, t.m, t.v, { ...hp, step: this.step, stream: this.stream, impl: 'fast' });
   }
 
@@ -342,6 +392,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     if (field === undefined)
       throw new InvalidArgumentError(`gatherState(): unknown kind ${JSON.stringify(kind)}; expected one of ${Object.keys(pick).join(', ')}.`);
     if ((field === 'grad' && !this.gradsLive) || ((field === 'm' || field === 'v') && !this.momentsLive)) return new Map();
+    if (field === 'grad') this.settleGrads();
     const units = field === 'param' ? [...this.units] : this.trainableUnits();
     return this.gatherUnits(units.map(([u, t]) => [u, t[field]!]));
   }

@@ -155,15 +155,22 @@ function packGrads(unit: FlatUnit, grads: Tensor, dp: number, pool: SlotPool, st
 
 /**
  * shardGrad += this rank's chunk of Σ over ranks of the unsharded gradients in `grads`
- * (param-major): reordered rank-major into a slot, then ONE in-place reduce-scatter.
+ * (param-major): reordered rank-major into a slot, then ONE in-place reduce-scatter and
+ * an add; with `assign` (shardGrad holds nothing to keep: the step's first gradients),
+ * shardGrad = that chunk instead, the reduce-scatter writing it directly (no add).
  * Gives `grads` back to the pool. Stream-ordered: for a communicator in one process only.
  */
-export function reduceScatterUnit(unit: FlatUnit, grads: Tensor, shardGrad: Tensor, comm: Communicator, pool: SlotPool, stream: Stream): void {
+export function reduceScatterUnit(unit: FlatUnit, grads: Tensor, shardGrad: Tensor, comm: Communicator, pool: SlotPool, stream: Stream, assign = false): void {
   const S = unit.shardNumel;
   const send = packGrads(unit, grads, comm.size, pool, stream);
   try {
+    const all = viewOf(send, [comm.size * S]);
+    if (assign) {
+      void comm.reduceScatter(all, shardGrad, 'sum', stream);
+      return;
+    }
     const mine = viewOf(send, [S], comm.rank * S);
-    void comm.reduceScatter(viewOf(send, [comm.size * S]), mine, 'sum', stream);
+    void comm.reduceScatter(all, mine, 'sum', stream);
     axpy(shardGrad, 1, mine, { stream });
   } finally {
     pool.give(send);
