@@ -30,6 +30,7 @@ struct OpRow {
 const std::vector<OpRow>& BaseOps();   // ops.cc
 const std::vector<OpRow>& ModelOps();  // model_ops.cc
 uint64_t FingerprintOp(StreamImpl& s, Reader& r);  // fingerprint_op.cc
+uint64_t CopyRangesOp(StreamImpl& s, Reader& r);   // copy_ranges_op.cc
 
 // Buffers read by `r` from here on must be on `s`'s device.
 void BindToStream(Reader& r, const StreamImpl& s);

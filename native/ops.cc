@@ -296,7 +296,7 @@ const std::vector<OpRow>& BaseOps() {
   static const auto* table = new std::vector<OpRow>{
       {"marker", Marker}, {"sleep", SleepOp}, {"fail", FailOp}, {"recordEvent", RecordEvent},
       {"waitEvent", WaitEventOp}, {"copyH2D", CopyH2D}, {"copyD2H", CopyD2H}, {"copyD2D", CopyD2D},
-      {"copyPeer", CopyPeer}, {"fill", Fill}, {"arange", Arange}, {"cast", Cast}, {"binary", Binary},
+      {"copyRanges", CopyRangesOp}, {"copyPeer", CopyPeer}, {"fill", Fill}, {"arange", Arange}, {"cast", Cast}, {"binary", Binary},
       {"scale", Scale}, {"axpy", Axpy}, {"permute", Permute}, {"matmul", Matmul}, {"fingerprint", FingerprintOp},
   };
   return *table;

@@ -157,7 +157,7 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
     }
     if (o.profiled) {
       if (profile_.size() < kMaxProfileRecords) {
-        profile_.push_back(ProfileRecord{op->seq, op->name, o.start_us, SteadyNowUs()});
+        profile_.push_back(ProfileRecord{op->seq, op->name, o.start_us, SteadyNowUs(), op->profile_args});
       } else {
         ++profile_dropped_;
       }
@@ -454,7 +454,8 @@ Napi::Value StreamWrap::Profile(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// drainProfile(): { seq: Float64Array, start: Float64Array, end: Float64Array, names: string[], dropped } of the ops run since the last drain.
+// drainProfile(): { seq: Float64Array, start: Float64Array, end: Float64Array, names: string[], args, dropped } of the ops
+// run since the last drain; args[i] is an object of op i's extra trace args, or undefined (most ops have none).
 Napi::Value StreamWrap::DrainProfile(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t dropped = 0;
@@ -462,8 +463,13 @@ Napi::Value StreamWrap::DrainProfile(const Napi::CallbackInfo& info) {
   const size_t n = recs.size();
   Napi::Float64Array seq = Napi::Float64Array::New(env, n), start = Napi::Float64Array::New(env, n),
                      end = Napi::Float64Array::New(env, n);
-  Napi::Array names = Napi::Array::New(env, n);
+  Napi::Array names = Napi::Array::New(env, n), args = Napi::Array::New(env, n);
   for (size_t i = 0; i < n; ++i) {
+    if (!recs[i].args.empty()) {
+      Napi::Object a = Napi::Object::New(env);
+      for (const auto& kv : recs[i].args) a.Set(kv.first, Napi::Number::New(env, kv.second));
+      args.Set(static_cast<uint32_t>(i), a);
+    }
     seq[i] = static_cast<double>(recs[i].seq);
     start[i] = recs[i].start_us;
     end[i] = recs[i].end_us;
@@ -474,6 +480,7 @@ Napi::Value StreamWrap::DrainProfile(const Napi::CallbackInfo& info) {
   out.Set("start", start);
   out.Set("end", end);
   out.Set("names", names);
+  out.Set("args", args);
   out.Set("dropped", Napi::Number::New(env, static_cast<double>(dropped)));
   return out;
 }

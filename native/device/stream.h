@@ -40,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "device/buffer.h"
@@ -68,6 +69,9 @@ struct Op {
   // failed earlier (or in Stop() when the op is dropped unrun) (a collective aborts its communicator here, so its peers fail at once
   // rather than wait for it until their deadline, whether or not a host awaits this op).
   std::function<void(const ErrorInfo& sticky)> on_skip;
+  // Extra args of the op's trace event (names are string literals), e.g. a batched copy's
+  // range count and bytes: one event stands for many, and the profile should say how many.
+  std::vector<std::pair<const char*, double>> profile_args;
 };
 
 // Posts the completions the calling stream thread holds back (no-op on any other thread).
@@ -80,6 +84,7 @@ struct ProfileRecord {
   std::string name;
   double start_us;
   double end_us;
+  std::vector<std::pair<const char*, double>> args;  // Op::profile_args
 };
 
 struct PendingOp {

@@ -40,6 +40,7 @@ import type { Stream } from '../runtime/device/stream.js';
 import { Tensor, numelOf } from '../runtime/device/tensor.js';
 import { DeviceMesh } from './device-mesh.js';
 import { Temps, copyRange, inversePermutation, narrow, permuteOrView, stridedRead, viewOf } from '../runtime/device/views.js';
+import { CopyRanges } from '../runtime/device/copy-ranges.js';
 import {
   Replicate,
   chunkRange,
@@ -449,10 +450,12 @@ async function allToAllShard(local: Tensor, full: readonly number[], a: number, 
       send = viewOf(f, [n * B]);
     } else {
       send = t.empty(local, [n * B]);
+      const list = new CopyRanges(); // one op for the n blocks
       for (let q = 0; q < n; q++) {
         const [s, e] = chunkRange(Db, n, q);
-        copyRange(send, q * B, f, s * la * R, (e - s) * la * R, stream);
+        list.add(send, q * B, f, s * la * R, (e - s) * la * R);
       }
+      list.enqueue(stream);
     }
     // 2. exchange
     const recv = t.empty(local, [n * B]);

@@ -16,6 +16,7 @@
 import { Tensor, type Stream } from '../runtime/device/device-index.js';
 import { cast, copy } from '../runtime/device/ops.js';
 import { viewOf } from '../runtime/device/views.js';
+import { CopyRanges } from '../runtime/device/copy-ranges.js';
 import { InvalidArgumentError } from '../runtime/errors.js';
 import { describe } from '../runtime/device/dtype.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
@@ -175,10 +176,12 @@ function inDtypeOf(p: RuntimeParam, src: Tensor, stream: Stream): { t: Tensor; t
 }
 
 /** Runs `body` with `src` in `p`'s dtype (see inDtypeOf). */
-function withDtypeOf(p: RuntimeParam, src: Tensor, stream: Stream, body: (t: Tensor) => void): void {
+function withDtypeOf(p: RuntimeParam, src: Tensor, stream: Stream, body: (t: Tensor) => void, list?: CopyRanges): void {
   const { t, temp } = inDtypeOf(p, src, stream);
   try {
     body(t);
+    // The copies `body` added from a cast temporary go out before it is released.
+    if (temp) list?.enqueue(stream);
   } finally {
     if (temp) t.release(); // freed once the enqueued writes from it have run
   }
@@ -256,7 +259,7 @@ function startReload(p: RuntimeParam): void {
  * the part of each of the entry's writes that lies in the range (slice-range.ts). Marks
  * no part filled: call markLoaded() once every element of the tensor has been written.
  */
-export function loadRange(params: RuntimeParams, name: string, entry: HfEntry, piece: Tensor, from: number, stream: Stream): void {
+export function loadRange(params: RuntimeParams, name: string, entry: HfEntry, piece: Tensor, from: number, stream: Stream, batch?: CopyRanges): void {
   piece.checkLive(name);
   const total = numel(entry.shape);
   if (!FLOAT_DEVICE.includes(piece.dtype) || piece.device.ordinal !== params.device.ordinal) {
@@ -271,11 +274,14 @@ export function loadRange(params: RuntimeParams, name: string, entry: HfEntry, p
       { tensor: name },
     );
   }
+  // The contiguous runs of every write of this piece: one copy op (or part of the caller's `batch`).
+  const list = batch ?? new CopyRanges();
   for (const w of entry.writes) {
     const p = params.get(w.param);
-    withDtypeOf(p, piece, stream, (t) => writeSliceRange(params.ensureAllocated(p), t, from, w, stream));
+    withDtypeOf(p, piece, stream, (t) => writeSliceRange(params.ensureAllocated(p), t, from, w, stream, list), list);
     startReload(p);
   }
+  if (!batch) list.enqueue(stream);
 }
 
 /** Streaming reload: every element of the HF tensor of `entry` was written by loadRange(); its parts count as filled. */
@@ -288,7 +294,15 @@ export function markLoaded(params: RuntimeParams, entry: HfEntry): void {
 }
 
 /** Streaming reload from a source that is already this rank's local shard: slice writes `geometry` into `param` (preprocessed). */
-export function loadLocal(params: RuntimeParams, param: string, piece: Tensor, from: number, geometry: readonly SliceGeometry[], stream: Stream): void {
+export function loadLocal(
+  params: RuntimeParams,
+  param: string,
+  piece: Tensor,
+  from: number,
+  geometry: readonly SliceGeometry[],
+  stream: Stream,
+  batch?: CopyRanges,
+): void {
   const p = params.get(param);
   piece.checkLive(param);
   if (!FLOAT_DEVICE.includes(piece.dtype) || piece.device.ordinal !== params.device.ordinal) {
@@ -298,6 +312,7 @@ export function loadLocal(params: RuntimeParams, param: string, piece: Tensor, f
     );
   }
   const dst = params.ensureAllocated(p);
+  const list = batch ?? new CopyRanges(); // the contiguous runs of every write of this piece: one copy op
   for (const g of geometry) {
     if (g.dstOffset + (numel(g.view) / g.view[g.dim]!) * g.len > dst.numel) {
       throw new InvalidArgumentError(
@@ -305,8 +320,9 @@ export function loadLocal(params: RuntimeParams, param: string, piece: Tensor, f
         { parameter: param },
       );
     }
-    withDtypeOf(p, piece, stream, (t) => writeSliceRange(dst, t, from, g, stream));
+    withDtypeOf(p, piece, stream, (t) => writeSliceRange(dst, t, from, g, stream, list), list);
   }
+  if (!batch) list.enqueue(stream);
   startReload(p);
 }
 

@@ -13,7 +13,7 @@
  * assembled first. The whole tensor is the piece with from = 0.
  */
 import type { Stream, Tensor } from '../runtime/device/device-index.js';
-import { copy } from '../runtime/device/ops.js';
+import { CopyRanges } from '../runtime/device/copy-ranges.js';
 import { stridedRead, viewOf } from '../runtime/device/views.js';
 
 /** The geometry of a slice write (a subset of loader.ts SliceWrite). */
@@ -30,8 +30,11 @@ const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 /**
  * Writes the part of slice write `w` that lies in source elements [from, from + piece.numel)
  * into `dst` (the parameter's flat contiguous tensor). Returns the elements written.
+ * Its contiguous runs go into `list` when given (the caller enqueues it, so the runs of many
+ * writes are one op; a strided read of whole rows is enqueued at once, its own op), else
+ * into a list of this call's own, enqueued before returning.
  */
-export function writeSliceRange(dst: Tensor, piece: Tensor, from: number, w: SliceGeometry, stream: Stream): number {
+export function writeSliceRange(dst: Tensor, piece: Tensor, from: number, w: SliceGeometry, stream: Stream, list?: CopyRanges): number {
   const inner = numel(w.view.slice(w.dim + 1));
   const outer = numel(w.view.slice(0, w.dim));
   const V = w.view[w.dim]! * inner;
@@ -46,12 +49,13 @@ export function writeSliceRange(dst: Tensor, piece: Tensor, from: number, w: Sli
   if (last < first) return 0;
   const flatDst = dst.reshape([dst.numel]);
   const flatSrc = piece.reshape([piece.numel]);
+  const runs = list ?? new CopyRanges();
   let written = 0;
   const part = (o: number) => {
     const lo = Math.max(a, o * V + s0),
       hi = Math.min(b, o * V + s0 + L);
     if (hi <= lo) return;
-    copy(viewOf(flatDst, [hi - lo], w.dstOffset + o * L + (lo - o * V - s0)), viewOf(flatSrc, [hi - lo], lo - a), { stream });
+    runs.add(flatDst, w.dstOffset + o * L + (lo - o * V - s0), flatSrc, lo - a, hi - lo);
     written += hi - lo;
   };
   const whole = (o: number) => o * V + s0 >= a && o * V + s0 + L <= b;
@@ -63,12 +67,13 @@ export function writeSliceRange(dst: Tensor, piece: Tensor, from: number, w: Sli
     const rows = ob - oa + 1;
     if (rows === 1 || V === L) {
       // Contiguous in both: one copy.
-      copy(viewOf(flatDst, [rows * L], w.dstOffset + oa * L), viewOf(flatSrc, [rows * L], oa * V + s0 - a), { stream });
+      runs.add(flatDst, w.dstOffset + oa * L, flatSrc, oa * V + s0 - a, rows * L);
     } else {
       stridedRead(viewOf(flatDst, [rows * L], w.dstOffset + oa * L), flatSrc, [rows, L], [V, 1], oa * V + s0 - a, stream);
     }
     written += rows * L;
   }
+  if (!list) runs.enqueue(stream);
   return written;
 }
 

@@ -23,6 +23,7 @@ import { Tensor, type Device, type Stream } from '../runtime/device/device-index
 import { cast, copy } from '../runtime/device/ops.js';
 import { InvalidArgumentError, InvalidStateError, WeightLayoutError } from '../runtime/errors.js';
 import { describe } from '../runtime/device/dtype.js';
+import { CopyRanges } from '../runtime/device/copy-ranges.js';
 import { isQwen35, type ModelConfig } from '../model/config.js';
 import { hfNameOfPart, loadLocal, loadOne, loadRange, markLoaded, markLocalLoaded, rangeTarget, type HfEntry, type WeightSource } from './loader.js';
 import { checkWriteShape, type RuntimeParams } from './runtime-params.js';
@@ -89,8 +90,31 @@ export abstract class WeightSession {
 
 /** A full reload in the preprocessed layout; finish() processes it (see the file header). */
 export class ReloadSession extends WeightSession {
+  /** The copies of loadRange / loadLocalRange calls inside batchCopies(), enqueued as one op when it returns. */
+  #batch: CopyRanges | null = null;
+
   constructor(host: SessionHost) {
     super(host, 'ReloadSession');
+  }
+
+  /**
+   * Runs `fn`, collecting the contiguous copies of its loadRange / loadLocalRange calls into
+   * ONE op enqueued when `fn` returns (a bucket of a small model is dozens of pieces of a few
+   * hundred bytes: one op, not one each). Those copies run after everything else `fn`
+   * enqueued, so within `fn` nothing may overwrite a piece passed to loadRange or read the
+   * parameter regions it fills (a receiver loop that only loads from a received slot).
+   * If `fn` throws, its collected copies are dropped (the sync fails and aborts the session).
+   */
+  batchCopies(fn: () => void): void {
+    this.check('batchCopies()');
+    if (this.#batch) return fn(); // nested: the outer call enqueues
+    const list = (this.#batch = new CopyRanges());
+    try {
+      fn();
+    } finally {
+      this.#batch = null;
+    }
+    list.enqueue(this.host.stream);
   }
 
   /**
@@ -123,7 +147,7 @@ export class ReloadSession extends WeightSession {
    */
   loadRange(name: string, piece: Tensor, from: number): void {
     this.check('loadRange()');
-    loadRange(this.host.params, name, this.entryOf(name), piece, from, this.host.stream);
+    loadRange(this.host.params, name, this.entryOf(name), piece, from, this.host.stream, this.#batch ?? undefined);
   }
 
   /** Every element of HF tensor `name` was passed to loadRange() (or written through target()); its parts count as loaded. */
@@ -140,7 +164,7 @@ export class ReloadSession extends WeightSession {
    */
   loadLocalRange(param: string, piece: Tensor, from: number, geometry: readonly SliceGeometry[]): void {
     this.check('loadLocalRange()');
-    loadLocal(this.host.params, param, piece, from, geometry, this.host.stream);
+    loadLocal(this.host.params, param, piece, from, geometry, this.host.stream, this.#batch ?? undefined);
   }
 
   /** Every part of runtime parameter `param` was written by loadLocalRange() (or through target()). */

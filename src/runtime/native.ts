@@ -62,7 +62,15 @@ export interface NativeStream {
   /** Records every op this stream runs from now on (false: stops). */
   profile(on: boolean): void;
   /** The ops run since the last drain (steady-clock µs, the clock of Stream.nowUs()). */
-  drainProfile(): { seq: Float64Array; start: Float64Array; end: Float64Array; names: string[]; dropped: number };
+  drainProfile(): {
+    seq: Float64Array;
+    start: Float64Array;
+    end: Float64Array;
+    names: string[];
+    /** Extra trace args of op i (e.g. copyRanges' range count and bytes), or undefined. */
+    args: Array<Record<string, number> | undefined>;
+    dropped: number;
+  };
   marker(token: number): number;
   sleep(ms: number, token: number): number;
   fail(message: string, token: number): number;
@@ -71,6 +79,11 @@ export interface NativeStream {
   copyH2D(dst: NativeBuffer, dstOffset: number, src: ArrayBufferView | ArrayBuffer, token: number): number;
   copyD2H(src: NativeBuffer, srcOffset: number, nbytes: number, token: number): number;
   copyD2D(dst: NativeBuffer, dstOffset: number, src: NativeBuffer, srcOffset: number, nbytes: number, token: number): number;
+  /**
+   * One op for many copies: `ranges` holds (dstBuffer, dstByteOffset, srcBuffer, srcByteOffset, nbytes)
+   * per range, buffers as indices into `buffers`; run in order, each a memcpy (native/copy_ranges_op.cc).
+   */
+  copyRanges(buffers: NativeBuffer[], ranges: Float64Array, token: number): number;
   copyPeer(dst: NativeBuffer, dstOffset: number, src: NativeBuffer, srcOffset: number, nbytes: number, token: number): number;
   fill(dst: NativeBuffer, dstOffset: number, count: number, dtype: number, value: number, impl: number, token: number): number;
   arange(dst: NativeBuffer, dstOffset: number, count: number, dtype: number, start: number, step: number, impl: number, token: number): number;

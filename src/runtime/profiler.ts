@@ -96,6 +96,7 @@ export class Profiler {
     const tid = STREAM_TID_BASE + meta.id;
     for (let i = 0; i < r.names.length; i++) {
       const name = r.names[i]!;
+      const extra = r.args[i];
       this.events.push({
         name,
         cat: opCategory(name),
@@ -104,7 +105,7 @@ export class Profiler {
         dur: Math.max(0, r.end[i]! - r.start[i]!),
         pid: this.pid,
         tid,
-        args: { seq: r.seq[i]!, device: meta.device },
+        args: { seq: r.seq[i]!, device: meta.device, ...extra },
       });
     }
   }

@@ -127,6 +127,15 @@ export class Receiver {
     };
   }
 
+  /**
+   * Runs `fn`, whose begin()/end() calls slice received pieces into the parameters, with
+   * their copies enqueued as one op when it returns (ReloadSession.batchCopies): `fn` must
+   * not enqueue anything that overwrites the slot it reads from (the next transfer comes after).
+   */
+  batch(fn: () => void): void {
+    this.session.batchCopies(fn);
+  }
+
   /** The engine-parameter region elements [off, off + n) of part `part` of `a` go to, when contiguous (else null). */
   private target(a: Assembly, part: number, off: number, n: number): Tensor | null {
     const way = this.ways.get(a.name)!;

@@ -32,12 +32,13 @@
  * its own. Every engine rank's verdict is all-gathered, so trainer and engine ranks
  * return (or throw) the same, naming the engine rank that differs.
  */
-import { copy, Tensor, type Stream } from '../runtime/device/device-index.js';
+import { Tensor, type Stream } from '../runtime/device/device-index.js';
 import type { Communicator } from '../runtime/comm/comm.js';
 import { SpanningCommunicator } from '../runtime/comm/spanning-comm.js';
 import { InvalidArgumentError, WeightSyncError } from '../runtime/errors.js';
 import { checkOptions } from '../runtime/device/device.js';
 import { viewOf } from '../runtime/device/views.js';
+import { CopyRanges } from '../runtime/device/copy-ranges.js';
 import type { ModelConfig } from '../model/config.js';
 import type { RolloutEngine } from '../rollout/engine.js';
 import { serverAdapterSync } from './server-lora.js';
@@ -300,11 +301,17 @@ export class ServerSync {
       endPhase?.();
       endPhase = profiler()?.begin('sync', 'weightSync.issue');
       // A trainer rank's packed segments of `bucket`, copied into `buf` at their packed offsets.
-      const packInto = (buf: Tensor, bucket: Bucket, pack: { at: Array<number | null> }) =>
+      // One op for all of them: a bucket of a small model packs dozens of few-hundred-byte segments.
+      const packInto = (buf: Tensor, bucket: Bucket, pack: { at: Array<number | null> }) => {
+        const list = new CopyRanges();
         bucket.segments.forEach((seg, i) => {
           const at = pack.at[i];
-          if (at != null) copy(inWords(buf, at, seg, wireOf(seg)), piece(sources!.get(seg.name)!, seg), { stream });
+          if (at == null) return;
+          const dst = inWords(buf, at, seg, wireOf(seg));
+          list.add(dst, 0, piece(sources!.get(seg.name)!, seg), 0, dst.numel);
         });
+        list.enqueue(stream);
+      };
       try {
         for (let b = 0; b < rounds; b++) {
           const g = gathers[b];
@@ -316,11 +323,13 @@ export class ServerSync {
             this.lastGathers++;
             if (slot) fault?.received(slot);
             if (rx)
-              plans.forEach((pl, r) =>
-                pl[b]?.segments.forEach((seg, i) => {
-                  const at = g.packs[r]!.at[i];
-                  rx.begin(seg, inWords(slot!, at == null ? 0 : g.offsets[r]! + at, seg, wireOf(seg)), false).end();
-                }),
+              rx.batch(() =>
+                plans.forEach((pl, r) =>
+                  pl[b]?.segments.forEach((seg, i) => {
+                    const at = g.packs[r]!.at[i];
+                    rx.begin(seg, inWords(slot!, at == null ? 0 : g.offsets[r]! + at, seg, wireOf(seg)), false).end();
+                  }),
+                ),
               );
             continue;
           }
@@ -341,7 +350,10 @@ export class ServerSync {
               pending.push(c.broadcast(buf, buf, 0, stream));
               this.lastBroadcasts++;
               if (leads) await pending[pending.length - 1];
-              if (rx) bucket.segments.forEach((seg, i) => pack.at[i] != null && rx.begin(seg, inWords(buf, pack.at[i]!, seg, wireOf(seg)), false).end());
+              if (rx)
+                rx.batch(() =>
+                  bucket.segments.forEach((seg, i) => pack.at[i] != null && rx.begin(seg, inWords(buf, pack.at[i]!, seg, wireOf(seg)), false).end()),
+                );
             }
             for (const [i, seg] of bucket.segments.entries()) {
               if (pack.at[i] != null) continue; // sent packed above

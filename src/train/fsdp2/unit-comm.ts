@@ -11,7 +11,8 @@
  */
 import { axpy, cast, fill, Tensor, type Stream } from '../../runtime/device/device-index.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
-import { copyRange, stridedRead, viewOf } from '../../runtime/device/views.js';
+import { CopyRanges } from '../../runtime/device/copy-ranges.js';
+import { stridedRead, viewOf } from '../../runtime/device/views.js';
 import type { FlatUnit } from './layout.js';
 import type { SlotPool } from './slot-pool.js';
 
@@ -144,9 +145,12 @@ function packGrads(unit: FlatUnit, grads: Tensor, dp: number, pool: SlotPool, st
   const S = unit.shardNumel;
   try {
     const send = pool.take();
+    // dp x params pieces of a few hundred bytes each: one op for all of them, not one copy each.
+    const list = new CopyRanges();
     for (let r = 0; r < dp; r++) {
-      for (const p of unit.params) copyRange(send, r * S + p.offset, grads, dp * p.offset + r * p.chunk, p.chunk, stream);
+      for (const p of unit.params) list.add(send, r * S + p.offset, grads, dp * p.offset + r * p.chunk, p.chunk);
     }
+    list.enqueue(stream);
     return send;
   } finally {
     pool.give(grads);
