@@ -46,6 +46,30 @@ function checkTrace(file: string, rank: number): TraceEvent[] {
 }
 
 describe('profiler (ASCENT_PROFILE)', () => {
+  it('a rank writes its trace before it reports: a large trace survives a grace period of 0', async () => {
+    ensureParallelBuilt();
+    const big = join(dir, 'big');
+    const r = spawnSync(
+      process.execPath,
+      [join(ROOT, 'bin', 'launch.mjs'), '--nproc', '2', '--grace-period', '0', '--no-prefix', join(ROOT, 'test/fixtures/launch/profile-many-ops.mjs')],
+      { cwd: ROOT, encoding: 'utf8', env: { ...process.env, ASCENT_DEVICE_MEMORY: '64MiB', ASCENT_PROFILE: big }, timeout: 120_000 },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    const results = r.stdout
+      .split('\n')
+      .filter((l) => l.startsWith('RESULT '))
+      .map((l) => JSON.parse(l.slice(7)) as { rank: number; stream: number; completed: number });
+    expect(results.map((x) => x.rank).sort()).toEqual([0, 1]);
+    for (const x of results) {
+      const file = join(big, `rank-${x.rank}.trace.json`);
+      expect(existsSync(file), file).toBe(true);
+      const ev = (JSON.parse(readFileSync(file, 'utf8')) as { traceEvents: TraceEvent[] }).traceEvents;
+      const onStream = ev.filter((e) => e.ph === 'X' && e.tid === 100 + x.stream);
+      expect(onStream.length).toBeGreaterThanOrEqual(100_000);
+      expect(onStream.length).toBe(x.completed);
+    }
+  });
+
   it('writes a valid, complete trace per rank for a 2-rank training step, and ascent profile merges them', async () => {
     ensureParallelBuilt();
     const run = await launchFixture(2, 'test/fixtures/launch/profile-step.mjs', [], { ASCENT_PROFILE: dir });

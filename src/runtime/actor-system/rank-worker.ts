@@ -131,6 +131,7 @@ const host: RankHostApi = {
     if (mainStarted) await mainSettled;
     // A worker's stdout is forwarded asynchronously; wait until what the hooks printed
     // has been handed to the parent, or termination right after this may drop it.
+    // (A rank that ran main wrote its trace before reporting; what the hooks ran since is added.)
     flushProfile();
     await Promise.all([flush(process.stdout), flush(process.stderr)]);
     post({ type: 'stopped' });
@@ -142,18 +143,21 @@ const host: RankHostApi = {
     if (!data.entry) throw new InvalidArgumentError(`Rank ${data.rank} was started without an entry module; runMain() needs SPMD mode.`);
     if (mainStarted) return;
     mainStarted = true;
+    // The trace is written before the rank reports: once every rank has reported, the
+    // launcher stops them within its grace period, which must not cut a large trace's write.
     runEntry(data.entry)
       .then(
-        () => post({ type: 'main-done' }),
+        () => {
+          flushProfile();
+          post({ type: 'main-done' });
+        },
         (err) => {
+          flushProfile();
           const bytes = encodeError(tagError(err, data.rank, undefined));
           parent.postMessage({ type: 'main-failed', error: bytes } satisfies RankEvent, [bytes.buffer as ArrayBuffer]);
         },
       )
-      .finally(() => {
-        flushProfile();
-        markMainSettled();
-      });
+      .finally(markMainSettled);
   },
 };
 Comlink.expose(host, nodePortEndpoint(data.controlPort));
