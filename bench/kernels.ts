@@ -149,7 +149,7 @@ interface Shape {
 
 // The tiny models (hidden 128, q 4x32, kv 2x32, intermediate 384 with gate_up fused to 768,
 // MoE experts 128 -> 2x128 for 512 tokens top-2 of 8 = 128 rows each) at T tokens: every
-// linear's forward x·W^T, backward dX = dY·W and dW = dY^T·X; and the forwards of decode.
+// linear's forward x·W^T, backward dX = dY·W and dW = dY^T·X.
 function modelShapes(): Shape[] {
   const out: Shape[] = [];
   const linear = (what: string, t: number, inDim: number, outDim: number) => {
@@ -165,17 +165,6 @@ function modelShapes(): Shape[] {
   linear('expert gate_up T128', 128, 128, 256);
   linear('gate_up T100', 100, 128, 768);
   linear('gate_up T1000', 1000, 128, 768);
-  // The engine's decode (and short prefills): forward only, a few rows per rank.
-  for (const t of [1, 16]) {
-    for (const [what, inDim, outDim] of [
-      ['q/o_proj', 128, 128],
-      ['k/v_proj', 128, 64],
-      ['gate_up', 128, 768],
-      ['down', 384, 128],
-    ] as const) {
-      out.push({ name: `${what} decode T${t}`, m: t, n: outDim, k: inDim, transA: false, transB: true });
-    }
-  }
   return out;
 }
 

@@ -7,8 +7,7 @@
 //  - A is never copied: a tile's MR rows are broadcast straight from op(A), row-major or
 //    transposed (a transposed A gives MR consecutive floats per k);
 //  - B is read in place when op(B) = B and its kc x N block is small (64 KiB); otherwise it is
-//    packed into 16-wide slivers (a transposed B through 8 x 8 register transposes), except
-//    for A . B^T with few rows, which never packs (matmul_avx2_dot.cc);
+//    packed into 16-wide slivers (a transposed B through 8 x 8 register transposes);
 //  - a tile is MR x 16 (two ymm per row, 2 * MR accumulators; MR <= 6 keeps the 12
 //    accumulators, two B vectors and the broadcast in the 16 ymm registers), and a row block is
 //    split into equal tiles (64 rows = 9 tiles of 6 and 2 of 5), so no row is padded;
@@ -17,7 +16,6 @@
 // Each element of C sums its k products in order, one kc slice at a time (the first slice
 // stores, later ones add), so a shape gives the same bits on every run.
 #include "kernels/matmul_avx2.h"
-#include "kernels/matmul_avx2_dot.h"
 #include "kernels/scratch.h"
 
 #include <immintrin.h>
@@ -38,14 +36,6 @@ constexpr int64_t kNR = 16, kMaxMR = 6, kKC = 256, kNC = 256, kMC = 144;
 // sliver's kc rows are >= 1 KiB apart and map to a few L1 sets, evicting one another between
 // row tiles: packing measured ~10% faster from 256 x 256 on (the AVX-512 path reads 4x more in place).
 constexpr int64_t kDirectB = 16 * 1024;
-// A . B^T with few rows of A takes the dot-product form (matmul_avx2_dot.cc), which reads B in
-// place: packing B costs N * K whatever M, as much as the multiply itself at M = 1..16 (3-4x
-// slower at M = 1). Its 3 x 4 tiles load 7 vectors per 12 FMAs and end in a horizontal
-// reduction per tile, which weighs more at small K; so the switch depends on K. Measured (CPU
-// time per op) on the tiny-dense linear shapes and N x K = 768 x 256, 2048 x 1024: at K = 128
-// the dot form is 0.9-1.1x the packed path at M = 16 (even) and 0.9x at 24; at K >= 256
-// 1.0-1.5x up to M = 24 and 0.96-1.05x at 32.
-inline int64_t DotMaxM(int64_t k) { return k < 256 ? 16 : 24; }
 
 // The lane mask of the first n of 8 lanes (none when n <= 0, all when n >= 8).
 __attribute__((target("avx2"), always_inline)) inline __m256i Lanes8(int64_t n) {
@@ -183,7 +173,6 @@ void MatmulF32Avx2(const float* a, const float* b, float* c, int64_t m, int64_t 
     std::fill_n(c, static_cast<size_t>(m * n), 0.0f);
     return;
   }
-  if (trans_b && !trans_a && m <= DotMaxM(k)) return MatmulF32DotAvx2(a, b, c, m, n, k);
   const bool pack = trans_b || std::min(k, kKC) * n > kDirectB;
   float* bp = pack ? b_pack.Get<float>(static_cast<size_t>(std::min(k, kKC) * ((std::min(n, kNC) + kNR - 1) / kNR * kNR))) : nullptr;
   const int64_t lda = trans_a ? m : k;
