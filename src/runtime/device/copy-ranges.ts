@@ -137,18 +137,3 @@ export class CopyRanges {
     return this.#buffers.length - 1;
   }
 }
-
-/**
- * dst[d, d + n) <- src[s, s + n) for every (d, s, n) triple of `ranges` (elements of the
- * tensors' dtype), as one op on `stream`: see CopyRanges.
- */
-export function copyRanges(dst: Tensor, src: Tensor, ranges: ArrayLike<number>, stream: Stream): void {
-  if (ranges.length % 3 !== 0) {
-    throw new InvalidArgumentError(`copyRanges(): expected (dstOffset, srcOffset, count) triples but received ${ranges.length} numbers.`, {
-      argument: 'ranges',
-    });
-  }
-  const list = new CopyRanges();
-  for (let i = 0; i < ranges.length; i += 3) list.add(dst, ranges[i]!, src, ranges[i + 1]!, ranges[i + 2]!);
-  list.enqueue(stream);
-}

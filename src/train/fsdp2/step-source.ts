@@ -64,6 +64,13 @@ export interface UnitState {
   gradUnset?: boolean;
 }
 
+/** Fills a gradient shard zeroGrad left unwritten (`gradUnset`), before something adds to or reads it. */
+export function settleGrad(st: UnitState, stream: Stream): void {
+  if (!st.gradUnset) return;
+  fill(st.grad!, 0, { stream });
+  st.gradUnset = false;
+}
+
 const blockName = (b: ModelBlock) => (b.kind === 'layer' ? `layer ${b.index}` : b.kind);
 
 export class StepSource implements ParamSource {
@@ -170,8 +177,7 @@ export class StepSource implements ParamSource {
     while (this.deferred.length > 0) {
       const { unit, grads } = this.deferred.shift()!; // off the list first: reduceScatterUnitAwaited gives it back
       const st = this.state.get(unit)!;
-      if (st.gradUnset) fill(st.grad!, 0, { stream: this.stream }); // the awaited path adds to it
-      st.gradUnset = false;
+      settleGrad(st, this.stream); // the awaited path adds to it
       await reduceScatterUnitAwaited(unit, grads, st.grad!, this.comm, this.pool, this.stream);
     }
   }

@@ -26,7 +26,7 @@
  *   half their bytes and the forward / backward compute with them in bf16; gradients and their
  *   reduce-scatter stay fp32 (param_dtype=bf16, reduce_dtype=fp32).
  */
-import { copy, fill, Tensor, type Device, type Stream } from '../../runtime/device/device-index.js';
+import { copy, Tensor, type Device, type Stream } from '../../runtime/device/device-index.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
 import { InvalidArgumentError, InvalidStateError } from '../../runtime/errors.js';
 import { patchImpl } from '../../runtime/patches.js';
@@ -53,7 +53,7 @@ import { SlotPool } from './slot-pool.js';
 import { fsdp2SourceDescriptors } from './weight-sources.js';
 import type { WeightSource } from '../../parallel/weight-sources.js';
 import { adapterSourcesOf, type AdapterSources } from '../../parallel/adapter-sources.js';
-import { StepSource, type UnitState } from './step-source.js';
+import { StepSource, settleGrad, type UnitState } from './step-source.js';
 import { bf16ComputeNames, checkTrainerDtype, type TrainerDtype } from '../mixed-precision.js';
 
 export interface Fsdp2Options {
@@ -334,11 +334,7 @@ export class Fsdp2Strategy implements TrainStrategy {
 
   /** Fills the gradient shards zeroGrad left unwritten (no reduce-scatter wrote them since): before anything reads them. */
   private settleGrads(): void {
-    for (const [, t] of this.trainableUnits()) {
-      if (!t.gradUnset) continue;
-      fill(t.grad, 0, { stream: this.stream });
-      t.gradUnset = false;
-    }
+    for (const [, t] of this.trainableUnits()) settleGrad(t, this.stream);
   }
 
   async clipGradNorm(maxNorm: number | null): Promise<number> {
