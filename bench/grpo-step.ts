@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- grpo-step`: the quickstart's GRPO step (examples/grpo.ts under
- * `launch`, server mode, the tiny dense model, 16 prompts x 8 samples) at --nproc 16 and
+ * `launch`, its default mode auto, the tiny dense model, 16 prompts x 8 samples) at --nproc 16 and
  * --nproc 2, beside a plain single-process PyTorch loop doing the same step on one thread
  * (bench/torch_grpo_step.py, when an interpreter with torch is installed). Step time is the
  * median over the timed steps of the run log's per-phase seconds (generate, reward,
@@ -26,7 +26,8 @@ import { runTorchScript, torchPython } from './torch-peer.js';
 
 export const USAGE = `Usage: npm run bench -- grpo-step [--steps N] [--nproc LIST]
 
-The quickstart's GRPO step under launch (server mode, tiny dense model, 16 prompts x 8
+The quickstart's GRPO step under launch (its default mode auto: server when ranks outnumber
+the cores, colocate when each rank has one; the mode column says which; tiny dense model, 16 prompts x 8
 samples, the 30-step SFT warm-up first) at each --nproc (default 16,2), against a plain
 single-process PyTorch GRPO loop on one thread doing the same step (bench/torch_grpo_step.py;
 needs python3-torch). Reports seconds per step (median after 2 warm steps) and the ratio Ascent / PyTorch
@@ -109,6 +110,8 @@ function cpuAt(samples: ReadonlyArray<{ at: number; cpu: number }>, at: number):
 }
 
 interface AscentRun {
+  /** server or colocate: what the quickstart's default mode (auto) chose. */
+  mode: string;
   secondsPerStep: number;
   /** Median over the run's second half (null for runs under MIN_STEADY steps). */
   steadySecondsPerStep: number | null;
@@ -132,11 +135,13 @@ async function ascentRun(nproc: number, steps: number): Promise<AscentRun> {
       `the quickstart at --nproc ${nproc}`,
     );
     if (!existsSync(log)) throw new Error(`bench grpo-step: the quickstart at --nproc ${nproc} wrote no run log (${log}).`);
-    const recs = readFileSync(log, 'utf8')
+    const lines = readFileSync(log, 'utf8')
       .trim()
       .split('\n')
-      .map((l) => JSON.parse(l) as { type?: string; seconds?: Record<string, number>; rewardMean?: number; time?: string })
-      .filter((x) => x.type === 'step');
+      .map((l) => JSON.parse(l) as { type?: string; seconds?: Record<string, number>; rewardMean?: number; time?: string; config?: { mode?: string } });
+    // The mode the quickstart's `auto` resolved to on this host (the run log's header holds the parsed config).
+    const mode = lines.find((x) => x.type === 'header')?.config?.mode ?? 'unknown';
+    const recs = lines.filter((x) => x.type === 'step');
     const timed = recs.slice(SKIP);
     const total = (x: (typeof recs)[number]) => Object.values(x.seconds!).reduce((a, b) => a + b, 0);
     const per = timed.map(total);
@@ -148,6 +153,7 @@ async function ascentRun(nproc: number, steps: number): Promise<AscentRun> {
       to = Date.parse(recs.at(-1)!.time!);
     const cpu = cpuAt(samples, to) - cpuAt(samples, from);
     return {
+      mode,
       secondsPerStep: median(per),
       steadySecondsPerStep: steadyMedian(recs.map(total)),
       syncShare: sync,
@@ -191,6 +197,7 @@ export async function runGrpoStepBench(steps: number, nprocs: number[]) {
     const a = await ascentRun(n, steps);
     rows.push({
       nproc: n,
+      mode: a.mode,
       secondsPerStep: round(a.secondsPerStep, 4),
       torchSecondsPerStep: peer ? round(peer.secondsPerStep, 4) : null,
       // The target: Ascent's step takes at most 0.5x the PyTorch loop's.
@@ -212,7 +219,7 @@ export async function runGrpoStepBench(steps: number, nprocs: number[]) {
   return {
     suite: 'grpo-step',
     date: new Date().toISOString(),
-    config: { model: 'tiny-dense', promptsPerStep: 16, numGenerations: 8, maxNewTokens: 12, steps, skip: SKIP, mode: 'server' },
+    config: { model: 'tiny-dense', promptsPerStep: 16, numGenerations: 8, maxNewTokens: 12, steps, skip: SKIP, mode: 'auto' },
     rows,
     baselines: {
       torch: peer
@@ -228,8 +235,7 @@ export async function main(argv: string[]): Promise<void> {
   const steps = Number(flags.get('--steps') ?? 80);
   const nprocs = (flags.get('--nproc') ?? '16,2').split(',').map(Number);
   if (!Number.isInteger(steps) || steps <= SKIP) throw new BenchUsageError(`bench grpo-step: --steps must be an integer > ${SKIP}.`);
-  if (nprocs.some((n) => !Number.isInteger(n) || n < 2))
-    throw new BenchUsageError('bench grpo-step: --nproc must list integers >= 2 (server mode needs a trainer and an engine rank).');
+  if (nprocs.some((n) => !Number.isInteger(n) || n < 1)) throw new BenchUsageError('bench grpo-step: --nproc must list positive integers.');
   const r = await runGrpoStepBench(steps, nprocs);
   printTable(r.rows);
   if (!r.baselines.torch) console.log(r.baselines.torchMissing);

@@ -4,7 +4,8 @@
  * credit per correct digit and 1 for an exact answer), with per-rank trainer,
  * rollout-worker and weight-sync actors driven by rank 0.
  *
- *   npm run grpo                        # 8 trainer (fsdp2) + 8 engine ranks, server mode
+ *   npm run grpo                        # 16 ranks; mode auto: 8 trainer (fsdp2) + 8 engine ranks
+ *                                       # (server) unless the host has a core per rank
  *   npm run grpo -- --mode colocate     # trainer and engine on all 16 ranks
  *   npm run grpo -- --help              # every flag; --config file.json for a JSON config
  *
@@ -25,7 +26,7 @@ const DEFAULTS: Partial<GrpoConfigInput> = {
 };
 
 /** Called once by launch before the ranks start: a bad flag is one line, exit 2, at once; --help prints the usage, no rank starts. */
-export async function validateArgs(a: { args: string[]; worldSize: number }): Promise<{ stdout: string } | undefined> {
+export async function validateArgs(a: { args: string[]; worldSize: number; localWorldSize?: number }): Promise<{ stdout: string } | undefined> {
   return checkGrpoArgs(a, DEFAULTS);
 }
 

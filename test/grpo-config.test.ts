@@ -11,7 +11,11 @@ import { describe, expect, it } from 'vitest';
 import { parseGrpoConfig } from '../src/grpo/config.js';
 import { grpoConfigFromArgs } from '../src/grpo/cli.js';
 import { resumeCheckpoint } from '../src/grpo/driver.js';
+import { resolveMode } from '../src/grpo/placement.js';
 import { alignToTargets, assembleRows, buildTrainBatch } from '../src/grpo/rollout-batch.js';
+
+/** A host with fewer cores than ranks: `mode: 'auto'` resolves to server there, whatever machine runs the test. */
+const busyHost = (ranks: number) => ({ ranksInProcess: ranks, cores: 1 });
 
 describe('GRPO config', () => {
   it('defaults, and flags override the JSON file', () => {
@@ -20,7 +24,7 @@ describe('GRPO config', () => {
     writeFileSync(file, JSON.stringify({ model: 'm', steps: 7, numGenerations: 4, sync: { verify: true } }));
     const c = parseGrpoConfig(grpoConfigFromArgs(['--config', file, '--steps', '9', '--mode', 'colocate', '--engine-tp', '2', '--bucket', '1MiB'], {}), 4);
     expect(c).toMatchObject({ model: 'm', steps: 9, numGenerations: 4, mode: 'colocate', engine: { tp: 2 }, sync: { verify: true, bucketBytes: 2 ** 20 } });
-    expect(parseGrpoConfig({ model: 'x' }, 16)).toMatchObject({
+    expect(parseGrpoConfig({ model: 'x' }, 16, busyHost(16))).toMatchObject({
       mode: 'server',
       trainer: { strategy: 'fsdp2', tp: 1 },
       promptsPerStep: 16,
@@ -29,13 +33,32 @@ describe('GRPO config', () => {
     });
   });
 
+  it("mode 'auto' (the default) colocates when one process runs every rank on a core of its own, else places server", () => {
+    // One process, a core per rank: colocate (every rank busy in both phases).
+    expect(parseGrpoConfig({ model: 'x' }, 2, { ranksInProcess: 2, cores: 2 }).mode).toBe('colocate');
+    expect(parseGrpoConfig({ model: 'x' }, 1, { ranksInProcess: 1, cores: 2 }).mode).toBe('colocate');
+    // More ranks than cores: server.
+    expect(parseGrpoConfig({ model: 'x' }, 16, { ranksInProcess: 16, cores: 2 }).mode).toBe('server');
+    expect(parseGrpoConfig({ model: 'x' }, 3, { ranksInProcess: 3, cores: 2 }).mode).toBe('server');
+    // A world spread over processes (mpirun): server, whatever each host's cores.
+    expect(parseGrpoConfig({ model: 'x' }, 4, { ranksInProcess: 2, cores: 64 }).mode).toBe('server');
+    // A server-mode split in the config (trainer.ranks) means server.
+    expect(parseGrpoConfig({ model: 'x', ...grpoConfigFromArgs(['--trainer-ranks', '1']) }, 2, { ranksInProcess: 2, cores: 2 }).mode).toBe('server');
+    // An explicit mode is kept, on any host.
+    expect(parseGrpoConfig({ model: 'x', mode: 'server' }, 2, { ranksInProcess: 2, cores: 2 }).mode).toBe('server');
+    expect(parseGrpoConfig({ model: 'x', mode: 'colocate' }, 16, { ranksInProcess: 16, cores: 2 }).mode).toBe('colocate');
+    expect(parseGrpoConfig({ model: 'x', ...grpoConfigFromArgs(['--mode', 'auto']) }, 16, { ranksInProcess: 16, cores: 32 }).mode).toBe('colocate');
+    expect(resolveMode('auto', 8, { ranksInProcess: 8, cores: 8 })).toBe('colocate');
+    expect(resolveMode('auto', 8, { ranksInProcess: 8, cores: 7 })).toBe('server');
+  });
+
   it('bad values name the field and what is expected', () => {
     expect(() => parseGrpoConfig({ model: 'x', mode: 'both', temperature: -1, engine: { tp: 3 } }, 4)).toThrow(
-      /mode: expected mode to be server or colocate[\s\S]*engine\.tp: expected engine\.tp to be 1, 2 or 4[\s\S]*temperature: expected a positive temperature/,
+      /mode: expected mode to be auto, server or colocate[\s\S]*engine\.tp: expected engine\.tp to be 1, 2 or 4[\s\S]*temperature: expected a positive temperature/,
     );
     expect(() => grpoConfigFromArgs(['--steps', 'many'])).toThrow(/--steps expects a number but received "many"/);
     expect(() => grpoConfigFromArgs(['--frobnicate'])).toThrow(/^GRPO flags: unknown option '--frobnicate'\. HINT: run with --help to list the flags\.$/);
-    expect(() => parseGrpoConfig({ model: 'x', promptsPerStep: 3 }, 4)).toThrow(/does not split over 2 engine replicas/);
+    expect(() => parseGrpoConfig({ model: 'x', promptsPerStep: 3 }, 4, busyHost(4))).toThrow(/does not split over 2 engine replicas/);
     // trainer.dtype: the flag reaches the config; a bad value and megatron + bfloat16 are refused with what to do.
     expect(parseGrpoConfig({ model: 'x', ...grpoConfigFromArgs(['--trainer-dtype', 'bfloat16']) }, 4).trainer.dtype).toBe('bfloat16');
     expect(parseGrpoConfig({ model: 'x' }, 4).trainer.dtype).toBe('float32');
@@ -43,8 +66,10 @@ describe('GRPO config', () => {
     expect(() => parseGrpoConfig({ model: 'x', trainer: { strategy: 'megatron', dtype: 'bfloat16' } }, 4)).toThrow(
       /trainer\.dtype 'bfloat16' is not supported by the megatron strategy[\s\S]*HINT: use strategy fsdp2/,
     );
-    expect(() => parseGrpoConfig({ model: 'x', numGenerations: 3, promptsPerStep: 2 }, 8)).toThrow(/6 samples do not split over 4 data-parallel trainer ranks/);
-    expect(() => parseGrpoConfig({ model: 'x' }, 1)).toThrow(/leaves 0 trainer and 1 engine ranks/);
+    expect(() => parseGrpoConfig({ model: 'x', numGenerations: 3, promptsPerStep: 2 }, 8, busyHost(8))).toThrow(
+      /6 samples do not split over 4 data-parallel trainer ranks/,
+    );
+    expect(() => parseGrpoConfig({ model: 'x', mode: 'server' }, 1)).toThrow(/leaves 0 trainer and 1 engine ranks/);
     expect(() => parseGrpoConfig({ model: 'x', resume: true }, 4)).toThrow(/--resume needs --checkpoint-dir/);
   });
 

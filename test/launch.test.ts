@@ -226,6 +226,9 @@ describe('launch', () => {
       /^launch: validateArgs\(\) of .*help\.mjs resolved to 42\. HINT: resolve to nothing to start the ranks, or to \{ stdout: string \}/,
     );
     expect(bad.stdout).not.toContain('ran main');
+    // The sizes an entry decides placement by (one process: both are --nproc).
+    const world = await runLaunch(['--nproc', '3', fx('help.mjs'), 'world']);
+    expect(world.stdout).toBe('worldSize 3 localWorldSize 3\n');
   });
 
   it('--version prints the package version; `ascent launch` is the same command; `ascent` alone prints its help', async () => {

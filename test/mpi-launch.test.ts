@@ -51,6 +51,13 @@ describe.skipIf(skip !== null)('launch under mpirun (2 processes x 2 ranks)', ()
     }
   }, 120_000);
 
+  it("an entry's validateArgs sees the world and each process's share of it (placement decides on both)", async () => {
+    const r = await mpirunLaunch(2, ['--nproc-per-node', '2', 'test/fixtures/launch/help.mjs', 'world']);
+    expect(r.code, r.stderr).toBe(0);
+    // Answered in the launcher, before any rank starts (no rank's "ran main" line).
+    expect(r.stdout.trim().split('\n')).toEqual(['worldSize 4 localWorldSize 2']);
+  }, 120_000);
+
   it('a rank that fails in one process makes the other process fail fast, naming it', async () => {
     const r = await mpirunLaunch(2, ['--nproc-per-node', '2', '--grace-period', '2', FIXTURE, 'fail'], { HCCL_EXEC_TIMEOUT: '600' });
     expect(r.code).not.toBe(0);

@@ -15,12 +15,17 @@ describe('model patch switch', () => {
     expect(() => parsePatchSwitch('1', '--enable-npu-model-patch')).toThrow(ConfigError);
   });
 
-  it('follows the environment, and a bad value is an error, not a default', () => {
+  it('follows the environment (read once per thread), and a bad value is an error, not a default', () => {
     registerPatch({ name: 'test.patch', families: ['qwen3'], description: 'test' });
+    setModelPatchesEnabled(undefined);
     expect(patchImpl('test.patch')).toBe('fast');
     process.env.ASCENT_ENABLE_NPU_MODEL_PATCH = 'false';
+    // The thread read the switch already: a later change is seen once it reads again.
+    expect(patchImpl('test.patch')).toBe('fast');
+    setModelPatchesEnabled(undefined);
     expect(patchImpl('test.patch')).toBe('reference');
     process.env.ASCENT_ENABLE_NPU_MODEL_PATCH = 'off';
+    setModelPatchesEnabled(undefined);
     expect(() => modelPatchesEnabled()).toThrow(/Expected true or false for ASCENT_ENABLE_NPU_MODEL_PATCH but received "off"/);
     setModelPatchesEnabled(true);
     expect(patchImpl('test.patch')).toBe('fast');

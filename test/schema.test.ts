@@ -12,7 +12,7 @@ describe('ascent schema', () => {
   it('the GRPO schema has every field with its constraints', () => {
     expect(schema).toMatchObject({ type: 'object', additionalProperties: false, required: ['model'] });
     const props = schema.properties as Record<string, Record<string, unknown>>;
-    expect(props.mode).toMatchObject({ enum: ['server', 'colocate'], default: 'server' });
+    expect(props.mode).toMatchObject({ enum: ['auto', 'server', 'colocate'], default: 'auto' });
     expect(Object.keys(props)).toEqual(expect.arrayContaining(['model', 'steps', 'trainer', 'engine', 'sync', 'log', 'logOverwrite', 'resume', '$schema']));
   });
 

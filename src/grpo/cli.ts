@@ -4,6 +4,7 @@
  * by the zod schema (config.ts). Bad flags are a ConfigError with the usage.
  */
 import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { Command, CommanderError } from 'commander';
 import { ConfigError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/actor-system/rank-context.js';
@@ -19,7 +20,10 @@ const num = (flag: string) => (v: string) => {
 function program(): Command {
   return new Command('grpo')
     .option('--config <file>', 'JSON config file (flags override it)')
-    .option('--mode <mode>', 'server (trainer and engine on separate ranks) or colocate')
+    .option(
+      '--mode <mode>',
+      'auto (default: colocate when every rank has a core of its own, else server), server (trainer and engine on separate ranks) or colocate',
+    )
     .option('--model <dir>', 'Hugging Face model folder (config.json; weights, tokenizer, generation_config.json)')
     .option('--init <how>', "initial weights: auto (the folder's checkpoint when it has one), checkpoint or seed")
     .option('--dataset <file>', 'prompts: a .jsonl or .parquet file with a prompt or messages column (default: the digit task)')
@@ -188,11 +192,12 @@ function setPath(c: Record<string, unknown>, kv: string): void {
  * without starting any rank.
  */
 export async function checkGrpoArgs(
-  a: { args: readonly string[]; worldSize: number },
+  a: { args: readonly string[]; worldSize: number; localWorldSize?: number },
   defaults: Partial<GrpoConfigInput> = {},
 ): Promise<{ stdout: string } | undefined> {
   if (a.args.includes('--help') || a.args.includes('-h')) return { stdout: grpoUsage() };
-  await checkGrpoConfig(grpoConfigFromArgs(a.args, defaults), a.worldSize);
+  const host = { ranksInProcess: a.localWorldSize ?? a.worldSize, cores: availableParallelism() };
+  await checkGrpoConfig(grpoConfigFromArgs(a.args, defaults), a.worldSize, true, host);
   return undefined;
 }
 

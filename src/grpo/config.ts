@@ -16,6 +16,7 @@ import { updatePlan } from './update-plan.js';
 import { RewardSpecSchema } from '../data/config.js';
 import { ENGINE_DTYPES } from '../rollout/weight-dtype.js';
 import { applyTrlAliases } from './aliases.js';
+import { resolveMode, singleProcessHost, type GrpoMode, type HostShape } from './placement.js';
 
 const posInt = (what: string) =>
   z
@@ -25,8 +26,12 @@ const posInt = (what: string) =>
 
 export const GrpoConfigSchema = z
   .object({
-    /** server: trainer and engine on separate ranks (half each by default); colocate: both on every rank. */
-    mode: z.enum(['server', 'colocate'], { error: 'expected mode to be server or colocate' }).default('server'),
+    /**
+     * server: trainer and engine on separate ranks (half each by default); colocate: both on
+     * every rank; auto: colocate when one process runs every rank and the host has a core per
+     * rank, server otherwise (placement.ts says why).
+     */
+    mode: z.enum(['auto', 'server', 'colocate'], { error: 'expected mode to be auto, server or colocate' }).default('auto'),
     /** Model folder as Hugging Face writes it (config.json; weights, tokenizer and generation_config.json when present). */
     model: z.string().min(1),
     /** Initial weights: the model folder's safetensors ('checkpoint'), seeded random ones ('seed'), or 'auto': the checkpoint when the folder has one. */
@@ -178,7 +183,8 @@ export const GrpoConfigSchema = z
   })
   .strict();
 
-export type GrpoConfig = z.output<typeof GrpoConfigSchema>;
+/** A parsed config: `mode` is resolved to where the run places trainer and engine. */
+export type GrpoConfig = Omit<z.output<typeof GrpoConfigSchema>, 'mode'> & { mode: GrpoMode };
 export type GrpoConfigInput = z.input<typeof GrpoConfigSchema>;
 
 /**
@@ -190,10 +196,14 @@ export type GrpoConfigInput = z.input<typeof GrpoConfigSchema>;
  */
 export const BF16_PROBE_TOLERANCE = 0.1;
 
-/** Parses a config and checks it against the world size. */
-export function parseGrpoConfig(value: unknown, worldSize: number): GrpoConfig {
+/**
+ * Parses a config and checks it against the world size. `host` decides `mode: 'auto'`
+ * (default: this process runs every rank on its own cores).
+ */
+export function parseGrpoConfig(value: unknown, worldSize: number, host: HostShape = singleProcessHost(worldSize)): GrpoConfig {
   const input = applyTrlAliases(value);
-  const c = parseConfig(GrpoConfigSchema, input, 'GRPO config');
+  const parsed = parseConfig(GrpoConfigSchema, input, 'GRPO config');
+  const c: GrpoConfig = { ...parsed, mode: resolveMode(parsed.mode, worldSize, host, parsed.trainer.ranks) };
   const given = (input as { sync?: { tolerance?: unknown } } | null)?.sync?.tolerance;
   if (c.engine.dtype === 'bfloat16' && given === undefined) c.sync.tolerance = BF16_PROBE_TOLERANCE;
   checkStrategyDtype(c.trainer.strategy, c.trainer.dtype, 'trainer.dtype');

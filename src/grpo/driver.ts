@@ -18,6 +18,7 @@
  */
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { availableParallelism } from 'node:os';
 import type { Communicator } from '../runtime/comm/comm.js';
 import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/actor-system/rank-context.js';
@@ -35,6 +36,7 @@ import { addInformative, trimGroups, type Sampled } from './sampled.js';
 import { datasetSource, digitTaskSource, tokenizerDirOf, type PromptItem, type PromptSource } from './prompts.js';
 import { RewardRunner } from '../data/rewards.js';
 import { parseGrpoConfig, type GrpoConfig, type GrpoConfigInput } from './config.js';
+import type { HostShape } from './placement.js';
 import { lengthStats, Progress, summaryTable, type StepMetrics } from './metrics.js';
 import { checkRunLogTarget, RunLog, runLogMode } from './run-log.js';
 import { alignToTargets, assembleRows, buildTrainBatch } from './rollout-batch.js';
@@ -129,8 +131,8 @@ export async function resumeCheckpoint(dir: string): Promise<string> {
  * the config, the model's config.json, the --resume folder (resuming from nothing is an
  * error, not a fresh start) and the run log target (when `checkLog`). ConfigError on bad input.
  */
-export async function checkGrpoConfig(input: GrpoConfigInput, worldSize: number, checkLog = true) {
-  const cfg = parseGrpoConfig(input, worldSize);
+export async function checkGrpoConfig(input: GrpoConfigInput, worldSize: number, checkLog = true, host?: HostShape) {
+  const cfg = parseGrpoConfig(input, worldSize, host);
   const resumeDir = cfg.resume ? await resumeCheckpoint(cfg.checkpoint!.dir) : null;
   const model = loadModelConfig(modelConfigPath(cfg.model));
   if (checkLog && cfg.log) checkRunLogTarget(cfg.log, runLogMode(cfg));
@@ -169,7 +171,8 @@ function hasWeights(model: string): boolean {
 
 export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise<GrpoSummary | null> {
   // A log the run may not write fails the run now (rank 0 writes it), not after setup.
-  const { cfg, resumeDir, model, source, init } = await checkGrpoConfig(input, ctx.worldSize, ctx.rank === 0);
+  const host = { ranksInProcess: ctx.localWorldSize, cores: availableParallelism() };
+  const { cfg, resumeDir, model, source, init } = await checkGrpoConfig(input, ctx.worldSize, ctx.rank === 0, host);
   const roles = rolesOf(cfg, ctx.rank, ctx.worldSize);
   const { rank } = ctx;
 

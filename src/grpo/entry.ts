@@ -7,7 +7,7 @@ import type { RankContext } from '../runtime/actor-system/rank-context.js';
 import { checkGrpoArgs, grpoMain } from './cli.js';
 
 /** Called once by launch before the ranks start: a bad flag is one line, exit 2; --help prints the usage, no rank starts. */
-export async function validateArgs(a: { args: string[]; worldSize: number }): Promise<{ stdout: string } | undefined> {
+export async function validateArgs(a: { args: string[]; worldSize: number; localWorldSize?: number }): Promise<{ stdout: string } | undefined> {
   return checkGrpoArgs(a);
 }
 

@@ -22,8 +22,17 @@ import {
   type Placement,
 } from './common.js';
 
-/** The impl ASCENT_GDN_BACKEND selects for GDN calls that name none. */
-export function gdnBackendImpl(env: NodeJS.ProcessEnv = process.env): KernelImpl {
+/** process.env's choice, read once per thread: every GDN op asks, and a process.env read is a C++ call under a lock. */
+let fromProcessEnv: KernelImpl | undefined;
+
+/** The impl ASCENT_GDN_BACKEND selects for GDN calls that name none (process.env: read once per thread). */
+export function gdnBackendImpl(env?: NodeJS.ProcessEnv): KernelImpl {
+  if (env !== undefined) return backendOf(env);
+  fromProcessEnv ??= backendOf(process.env);
+  return fromProcessEnv;
+}
+
+function backendOf(env: NodeJS.ProcessEnv): KernelImpl {
   const v = envString('ASCENT_GDN_BACKEND', env) ?? 'fused';
   if (v === 'fused') return 'fast';
   if (v === 'reference') return 'reference';

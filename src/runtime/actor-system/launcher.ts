@@ -106,13 +106,14 @@ function liveTerminal(): { terminal?: { ranks: number[]; columns: number } } {
 type Preflight = { run: true } | { usage: string } | { stdout: string };
 
 /**
- * An entry may export `validateArgs({ args, worldSize })`: launch calls it once, in the
+ * An entry may export `validateArgs({ args, worldSize, localWorldSize })` (localWorldSize:
+ * the ranks each process runs, the world size unless the run spans processes): launch calls it once, in the
  * launcher process, before any rank starts, so bad flags are one line and exit 2 at once
  * instead of after N ranks have loaded, and `--help` is answered without starting N ranks
  * (it resolves to `{ stdout }`). Only entries whose source names `validateArgs` are
  * imported here (others' top-level code runs on the ranks only, as before).
  */
-async function preflight(entryUrl: string, args: string[], worldSize: number): Promise<Preflight> {
+async function preflight(entryUrl: string, args: string[], worldSize: number, localWorldSize: number): Promise<Preflight> {
   let source: string;
   try {
     source = readFileSync(fileURLToPath(entryUrl), 'utf8');
@@ -125,7 +126,7 @@ async function preflight(entryUrl: string, args: string[], worldSize: number): P
   if (typeof validate !== 'function') return { run: true };
   let out: unknown;
   try {
-    out = await (validate as (a: { args: string[]; worldSize: number }) => unknown)({ args: [...args], worldSize });
+    out = await (validate as (a: { args: string[]; worldSize: number; localWorldSize: number }) => unknown)({ args: [...args], worldSize, localWorldSize });
   } catch (err) {
     // By code, not instanceof: the entry may hold its own copy of Ascent's error classes.
     const code = (err as { code?: unknown } | null)?.code;
@@ -164,7 +165,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const job = detectMpiJob();
   const spans = job !== null && job.nnodes > 1;
   sayPrefix = spans ? `[launch ${describeProcess(job.nodeRank, opts.nproc)}]` : '[launch]';
-  const verdict = await preflight(entryUrl, opts.entryArgs, spans ? opts.nproc * job.nnodes : opts.nproc);
+  const verdict = await preflight(entryUrl, opts.entryArgs, spans ? opts.nproc * job.nnodes : opts.nproc, opts.nproc);
   if ('usage' in verdict) {
     process.stderr.write(`launch: ${verdict.usage} (checked before starting the ranks)\n`);
     return { exitCode: EXIT_USAGE, failedRanks: [], stuckRanks: [], hungRanks: [], culpritRanks: [] };
