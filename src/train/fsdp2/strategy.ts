@@ -99,7 +99,7 @@ interface UnitDevice extends UnitState {
 /**
  * Device bytes of gathered parameter slots (one per unit) under which the default keeps
  * every unit gathered from forward to backward. 32 MiB: about 8M parameters in fp32, where
- * a step is short and each re-gather (a collective plus one strided read per parameter)
+ * a step is short and each re-gather (a collective plus an unpacking copy)
  * is a visible share of it, while the memory is small next to the activations and the
  * optimizer state.
  */

@@ -12,7 +12,7 @@
 import { axpy, cast, fill, Tensor, type Stream } from '../../runtime/device/device-index.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
 import { CopyRanges } from '../../runtime/device/copy-ranges.js';
-import { stridedRead, viewOf } from '../../runtime/device/views.js';
+import { viewOf } from '../../runtime/device/views.js';
 import type { FlatUnit } from './layout.js';
 import type { SlotPool } from './slot-pool.js';
 
@@ -104,18 +104,25 @@ export async function gatherUnitAwaited(
   }
 }
 
-/** The rank-major gathered shards in `staging`, reordered param-major into a new slot (bf16 part as bf16). */
+/**
+ * The rank-major gathered shards in `staging`, reordered param-major into a new slot (bf16 part
+ * as bf16): ONE copyRanges of dp ranges per parameter (chunk p of every rank, row stride L in the
+ * bf16 part, S - L after it), not one strided read per parameter (each a separate stream op).
+ */
 function unpackGathered(unit: FlatUnit, staging: Tensor, dp: number, pool: SlotPool, stream: Stream): Tensor {
   const S = unit.shardNumel;
   const L = unit.lowNumel ?? 0;
   const low = bf16View(staging, dp * L);
   const rest = viewOf(staging, [dp * (S - L)], dp * L);
   const values = pool.take();
+  const list = new CopyRanges();
   for (const [i, p] of unit.params.entries()) {
-    // Padded full p = chunk p of every rank: a [dp, c_p] read with row stride L (bf16 part) or S - L.
-    if (p.offset < L) stridedRead(valueView(unit, values, i, dp, [dp * p.chunk]), low, [dp, p.chunk], [L, 1], p.offset, stream);
-    else stridedRead(valueView(unit, values, i, dp, [dp * p.chunk]), rest, [dp, p.chunk], [S - L, 1], p.offset - L, stream);
+    const [src, row, first] = p.offset < L ? [low, L, p.offset] : [rest, S - L, p.offset - L];
+    // Padded full p = chunk p of rank 0, then of rank 1, ...
+    const dst = valueView(unit, values, i, dp, [dp * p.chunk]);
+    for (let r = 0; r < dp; r++) list.add(dst, r * p.chunk, src, r * row + first, p.chunk);
   }
+  list.enqueue(stream);
   return values;
 }
 
