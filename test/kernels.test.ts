@@ -13,10 +13,12 @@ import {
   mul,
   permute,
   scale,
+  scaleElementsInPlace,
   transpose,
   type DType,
   type KernelImpl,
 } from '../src/runtime/device/device-index.js';
+import { viewOf } from '../src/runtime/device/views.js';
 
 const d = Device.get(0);
 
@@ -105,6 +107,23 @@ describe('kernels: fast vs reference', () => {
         });
       }
     }
+  });
+
+  it('scaleElementsInPlace writes exactly what scale() returns, into x itself (a view inside a larger buffer)', async () => {
+    for (const dtype of ['fp32', 'bf16', 'fp16'] as const) {
+      const a = cast(Tensor.fromArray(d, randomF32(1000, 31, true), [1000]), dtype);
+      const want = await scale(a, -0.37).toArray();
+      const inner = viewOf(a, [800], 100);
+      const before = await a.toArray();
+      scaleElementsInPlace(inner, -0.37);
+      const got = await a.toArray();
+      // The view's elements are scaled bit for bit as scale() does; the rest of the buffer is untouched.
+      expect(Array.from(got.slice(100, 900))).toEqual(Array.from(want.slice(100, 900)));
+      expect(Array.from(got.slice(0, 100))).toEqual(Array.from(before.slice(0, 100)));
+      expect(Array.from(got.slice(900))).toEqual(Array.from(before.slice(900)));
+    }
+    const ints = Tensor.fromArray(d, new Int32Array([1, 2]), [2]);
+    expect(() => scaleElementsInPlace(ints, 2)).toThrow(/scale\(\) supports fp32, bf16 and fp16 but received int32/);
   });
 
   it('permute and transpose agree and match a JS gather', async () => {

@@ -155,23 +155,28 @@ describe('fsdp2 collectives per step (2 ranks, tiny-dense: embed, 2 layers, tied
 });
 
 describe('fsdp2 device ops per step (2 ranks, tiny-dense)', () => {
-  it('no re-gather, no zeroGrad fill, the first reduce-scatter of a unit writes its shard grad', async () => {
+  it('one unpack op per gather, gradients packed without zeroed slots or adds, clipping in place', async () => {
     const run = await launchFixture(2, FIXTURE, ['ops,counts']);
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
     expect(run.results.length).toBe(2);
     for (const r of run.results) {
-      const { step, grads, zeroed } = r.ops as Record<string, any>;
+      const { step, update, grads, zeroed } = r.ops as Record<string, any>;
       const at = `rank ${r.rank}`;
       expect(step.allGather, at).toBe(4);
       expect(step.reduceScatter, at).toBe(5);
-      // One strided read per gathered parameter: embed 1 + 2 layers x 11 + final norm 1 (the tied head reuses the embedding's).
-      expect(step.permute, at).toBe(24);
-      // One zeroed gradient slot per gather that trains (the embed unit twice: embed and head); zeroGrad enqueues nothing.
-      expect(step.fill, at).toBe(5);
-      // 25 parameters' gradients accumulated into their slots, plus one add: the embed unit's second
-      // reduce-scatter (the first writes the shard, the others would add to zeros).
-      expect(step.axpy, at).toBe(26);
+      // Each gather unpacked by one copyRanges (not one strided read per parameter), each of the 5
+      // reduce-scatters' inputs packed by one straight from the gradients backward made.
+      expect(step.permute, at).toBeUndefined();
+      expect(step.copyRanges, at).toBe(4 + 5);
+      // No zeroed gradient slot (each weight gets one gradient: copied, not added to zeros); zeroGrad enqueues nothing.
+      expect(step.fill, at).toBeUndefined();
+      // The one add left: the embed unit's second reduce-scatter (the first writes the shard).
+      expect(step.axpy, at).toBe(1);
+      // Clipping scales each unit's gradient shard in place (no temporary and copy back); one AdamW per unit.
+      expect(update.scale, at).toBe(4);
+      expect(update.copyD2D, at).toBeUndefined();
+      expect(update.adamw, at).toBe(4);
       // zeroGrad then forwardBackward on a strategy with last step's grads = a fresh strategy's grads, bit for bit.
       expect(grads, at).toBe((r.counts as Record<string, any>).default.grads);
       expect(zeroed, at).toBe(true);

@@ -19,6 +19,12 @@ import type { KernelImpl } from '../runtime/patches.js';
 
 export class Var {
   grad: Tensor | undefined;
+  /**
+   * A leaf whose owner collects its gradients itself: backward hands each gradient reaching
+   * it (a tensor the tape owns, valid until release()) to `sink` instead of accumulating into
+   * `grad`. FSDP2 packs them straight into its reduce-scatter input: no zeroed buffer, no add.
+   */
+  sink: ((g: Tensor) => void) | undefined;
   /** @internal Set when produced by a tape node. */
   node: Node | undefined;
 
@@ -141,6 +147,10 @@ export class Tape {
         const g = gIn[j];
         if (g === undefined || !input.requiresGrad) return;
         if (input.node === undefined) {
+          if (input.sink) {
+            input.sink(g);
+            return;
+          }
           // A leaf (parameter): it owns a persistent fp32 grad buffer, accumulated in place.
           if (input.grad === undefined) {
             input.grad = Tensor.empty(input.value.device, input.value.shape, 'fp32');

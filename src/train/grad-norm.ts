@@ -3,7 +3,7 @@
  * (g·gᵀ, fp32 accumulation) and in-place scaling. A strategy sums the squares of what
  * it owns, all-reduces that one number over its ranks and reads it once on the host.
  */
-import { add, copy, matmul, scale, type Stream, type Tensor } from '../runtime/device/device-index.js';
+import { add, matmul, scaleElementsInPlace, type Stream, type Tensor } from '../runtime/device/device-index.js';
 
 /** Σ over `tensors` of Σ g², as a [1, 1] fp32 tensor on the stream (caller releases). */
 export function sumSquares(tensors: readonly Tensor[], stream: Stream): Tensor | null {
@@ -23,12 +23,10 @@ export function sumSquares(tensors: readonly Tensor[], stream: Stream): Tensor |
   return acc;
 }
 
-/** g ← coef · g (one rounding: scaled into a temporary, copied back). */
+/** g ← coef · g (one rounding, one op: the device scale writes each element in place). */
 export function scaleInPlace(g: Tensor, coef: number, stream: Stream): void {
   if (coef === 1 || g.numel === 0) return;
-  const t = scale(g, coef, { stream });
-  copy(g, t, { stream });
-  t.release();
+  scaleElementsInPlace(g, coef, { stream });
 }
 
 /** The clip coefficient torch.nn.utils.clip_grad_norm_ applies for a total norm. */

@@ -11,6 +11,7 @@ export {
   add,
   mul,
   scale,
+  scaleElementsInPlace,
   axpy,
   permute,
   transpose,

@@ -177,6 +177,19 @@ export function scale(x: Tensor, alpha: number, options?: OpOptions): Tensor {
   );
 }
 
+/**
+ * x ← alpha * x, in place (float dtypes, computed in fp32): scale() with x as its own output.
+ * Exact in place: each element is read once, before it is written. One op where scale() and a
+ * copy back would be two.
+ */
+export function scaleElementsInPlace(x: Tensor, alpha: number, options?: OpOptions): void {
+  checkTensor(x, 'x');
+  checkNumber(alpha, 'alpha');
+  const { stream, impl } = placement('scale', { x }, options);
+  checkFloatDType('scale', x.dtype);
+  stream.native.scale(DTYPE_CODE[x.dtype], x.buffer, x.byteOffset, x.buffer, x.byteOffset, x.numel, alpha, impl, 0);
+}
+
 /** y += alpha * x, in place (float dtypes, computed in fp32). */
 export function axpy(y: Tensor, alpha: number, x: Tensor, options?: OpOptions): void {
   checkTensor(y, 'y');

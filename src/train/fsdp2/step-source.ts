@@ -9,13 +9,14 @@
  * unit when not resharding), and records an identity node on the block's output. In backward that node runs right before the block's own nodes
  * (reverse recording order) and after every later block's: it reduce-scatters the
  * gradients of the blocks whose backward is complete, re-gathers this block's
- * parameters (swapping the Vars' values) and points the Vars' `grad` at a zeroed
- * unsharded gradient slot, into which the tape accumulates the full gradients. A
+ * parameters (swapping the Vars' values) and sets each Var's `sink`, which collects the
+ * full gradients backward produces; the flush packs them rank-major for the reduce-scatter
+ * in one copy op (no zeroed slot, no per-parameter add; see pack()). A
  * unit's gathered values are shared by every gather of it that is live (the tied
  * embedding: the embed and head blocks) and given back when the last one lets go.
  * `finish()` reduce-scatters what is left (the embedding) after tape.backward.
  * Frozen units (LoRA base weights) are gathered the same way (backward needs them for
- * the input gradients) but get no gradient slot and no reduce-scatter.
+ * the input gradients) but collect no gradients and get no reduce-scatter.
  *
  * When the communicator spans processes, a collective's result is ready only when its
  * promise resolves (Communicator.spansProcesses), and forward / backward run synchronously
@@ -27,7 +28,7 @@
  */
 import { InternalError, InvalidArgumentError } from '../../runtime/errors.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
-import { fill, type Stream, type Tensor } from '../../runtime/device/device-index.js';
+import { axpy, fill, type Stream, type Tensor } from '../../runtime/device/device-index.js';
 import { Var, type Tape } from '../../model/autograd.js';
 import type { ModelConfig } from '../../model/config.js';
 import type { ModelBlock, ParamSource } from '../../model/qwen3.js';
@@ -37,8 +38,10 @@ import {
   fullView,
   gatherUnit,
   gatherUnitAwaited,
-  reduceScatterUnit,
-  reduceScatterUnitAwaited,
+  packGrads,
+  packGradSources,
+  reduceScatterPacked,
+  reduceScatterPackedAwaited,
   valueView,
   zeroGradSlot,
   type GatherStats,
@@ -49,7 +52,8 @@ interface Gathered {
   unit: FlatUnit;
   vars: Var[];
   values: Tensor | null;
-  grads: Tensor | null;
+  /** While its block's backward runs: the gradients backward handed each parameter's Var (its `sink`), in order. */
+  grads: Tensor[][] | null;
 }
 
 export interface UnitState {
@@ -80,8 +84,8 @@ export class StepSource implements ParamSource {
   private readonly live: Gathered[] = [];
   /** Across processes: each unit's values gathered by prefetch() (owned here, not by a Gathered). */
   private readonly prefetched = new Map<FlatUnit, Tensor>();
-  /** Across processes: unsharded gradients waiting for finish(). */
-  private deferred: Array<{ unit: FlatUnit; grads: Tensor }> = [];
+  /** Across processes: gradients packed rank-major (a send slot each), waiting for finish(). */
+  private deferred: Array<{ unit: FlatUnit; send: Tensor }> = [];
   private readonly awaited: boolean;
   /** In one process: each gathered unit's values and how many live gathers hold them. */
   private readonly held = new Map<FlatUnit, { values: Tensor; refs: number }>();
@@ -97,6 +101,8 @@ export class StepSource implements ParamSource {
     private readonly stream: Stream,
     /** Units whose values stay gathered after their block's forward (not resharded). */
     private readonly keep: ReadonlySet<FlatUnit>,
+    /** fp32 zeros for the padding rows of packed gradients (at least padNumel of the layout). */
+    private readonly zeros: Tensor,
   ) {
     this.awaited = comm.spansProcesses;
   }
@@ -175,10 +181,10 @@ export class StepSource implements ParamSource {
   async finish(): Promise<void> {
     this.flushPending();
     while (this.deferred.length > 0) {
-      const { unit, grads } = this.deferred.shift()!; // off the list first: reduceScatterUnitAwaited gives it back
+      const { unit, send } = this.deferred.shift()!; // off the list first: reduceScatterPackedAwaited gives it back
       const st = this.state.get(unit)!;
       settleGrad(st, this.stream); // the awaited path adds to it
-      await reduceScatterUnitAwaited(unit, grads, st.grad!, this.comm, this.pool, this.stream);
+      await reduceScatterPackedAwaited(unit, send, st.grad!, this.comm, this.pool, this.stream);
     }
   }
 
@@ -186,12 +192,11 @@ export class StepSource implements ParamSource {
   dispose(): void {
     for (const g of this.live) {
       this.freeValues(g);
-      if (g.grads) this.pool.give(g.grads);
       g.grads = null;
     }
     this.live.length = 0;
     this.pendingGrads = [];
-    for (const d of this.deferred) this.pool.give(d.grads);
+    for (const d of this.deferred) this.pool.give(d.send);
     this.deferred = [];
     for (const v of this.prefetched.values()) this.pool.give(v);
     this.prefetched.clear();
@@ -217,8 +222,10 @@ export class StepSource implements ParamSource {
       g.vars.forEach((v, i) => (v.value = valueView(g.unit, g.values!, i, dp)));
     }
     if (g.unit.trainable) {
-      g.grads = zeroGradSlot(g.unit, dp, this.pool, this.stream);
-      g.vars.forEach((v, i) => (v.grad = fullView(g.unit, g.grads!, i, dp)));
+      // No zeroed slot to accumulate into: the gradients are collected and packed at the flush.
+      const grads: Tensor[][] = g.vars.map(() => []);
+      g.grads = grads;
+      g.vars.forEach((v, i) => (v.sink = (t) => grads[i]!.push(t)));
     }
     this.pendingGrads.push(g); // frozen: only its values are freed at the flush
   }
@@ -227,17 +234,49 @@ export class StepSource implements ParamSource {
     for (const g of this.pendingGrads) {
       this.freeValues(g);
       if (!g.grads) continue;
-      // The slot leaves the gather before the collective: it is given back by whoever takes it, once, even when that throws.
       const grads = g.grads;
       g.grads = null;
-      for (const v of g.vars) v.grad = undefined;
-      if (this.awaited) this.deferred.push({ unit: g.unit, grads });
+      for (const v of g.vars) v.sink = undefined;
+      // The send slot is given back by whoever takes it, once, even when that throws.
+      const send = this.pack(g.unit, grads);
+      if (this.awaited) this.deferred.push({ unit: g.unit, send });
       else {
         const st = this.state.get(g.unit)!;
-        reduceScatterUnit(g.unit, grads, st.grad!, this.comm, this.pool, this.stream, st.gradUnset === true);
+        reduceScatterPacked(g.unit, send, st.grad!, this.comm, this.pool, this.stream, st.gradUnset === true);
         st.gradUnset = false; // after: a throw leaves a shard never written still to be filled
       }
     }
     this.pendingGrads = [];
+  }
+
+  /**
+   * A unit's gradients (what backward handed each parameter) packed rank-major into a send slot.
+   * One contiguous fp32 gradient per parameter (a model that uses each weight once): copied
+   * straight into place with one op. Otherwise (a weight used twice, none reaching one, another
+   * dtype) as the tape would: a zeroed slot, each gradient added in order, then packed.
+   */
+  private pack(unit: FlatUnit, grads: Tensor[][]): Tensor {
+    const dp = this.comm.size;
+    if (grads.every((l) => l.length === 1 && l[0]!.dtype === 'fp32' && l[0]!.isContiguous)) {
+      return packGradSources(
+        unit,
+        grads.map((l) => l[0]!),
+        this.zeros,
+        dp,
+        this.pool,
+        this.stream,
+      );
+    }
+    const slot = zeroGradSlot(unit, dp, this.pool, this.stream);
+    try {
+      grads.forEach((l, i) => {
+        const full = fullView(unit, slot, i, dp);
+        for (const t of l) axpy(full, 1, t, { stream: this.stream });
+      });
+    } catch (e) {
+      this.pool.give(slot);
+      throw e;
+    }
+    return packGrads(unit, slot, dp, this.pool, this.stream);
   }
 }

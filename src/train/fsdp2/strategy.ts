@@ -50,6 +50,7 @@ import type { HfLoadOptions } from '../load-hf-shards.js';
 import { loadFsdp2Groups } from './load-shards.js';
 import { blockUnits, hostFromGathered, paramProblems, planLayout, shardFromHost, throwProblems, type FlatLayout, type FlatUnit } from './layout.js';
 import { SlotPool } from './slot-pool.js';
+import { padNumel } from './unit-comm.js';
 import { fsdp2SourceDescriptors } from './weight-sources.js';
 import type { WeightSource } from '../../parallel/weight-sources.js';
 import { adapterSourcesOf, type AdapterSources } from '../../parallel/adapter-sources.js';
@@ -99,7 +100,7 @@ interface UnitDevice extends UnitState {
 /**
  * Device bytes of gathered parameter slots (one per unit) under which the default keeps
  * every unit gathered from forward to backward. 32 MiB: about 8M parameters in fp32, where
- * a step is short and each re-gather (a collective plus one strided read per parameter)
+ * a step is short and each re-gather (a collective plus an unpacking copy)
  * is a visible share of it, while the memory is small next to the activations and the
  * optimizer state.
  */
@@ -171,6 +172,8 @@ export class Fsdp2Strategy implements TrainStrategy {
     private readonly units: Map<FlatUnit, UnitDevice>,
     readonly reshardAfterForward: boolean,
     readonly dtype: TrainerDtype,
+    /** fp32 zeros for the padding rows of the packed gradients (unit-comm.ts packGradSources). */
+    private readonly padZeros: Tensor,
     adapters?: LoraAdapters,
   ) {
     this.ranks = comm.size;
@@ -216,7 +219,23 @@ export class Fsdp2Strategy implements TrainStrategy {
     const device = comm.device;
     const stream = device.defaultStream;
     const units = new Map<FlatUnit, UnitDevice>();
+    let padZeros: Tensor | undefined;
     try {
+      // Made once: a per-step fill would be one more op each step.
+      padZeros = Tensor.zeros(
+        device,
+        [
+          Math.max(
+            1,
+            padNumel(
+              plan.units.filter((u) => u.trainable),
+              comm.size,
+            ),
+          ),
+        ],
+        'fp32',
+        { stream },
+      );
       for (const u of plan.units) {
         const param = Tensor.fromArray(device, shardFromHost(u, comm.size, comm.rank, all), [u.shardNumel], { stream });
         const zeros = () => Tensor.zeros(device, [u.shardNumel], 'fp32', { stream });
@@ -224,10 +243,11 @@ export class Fsdp2Strategy implements TrainStrategy {
       }
     } catch (e) {
       for (const t of units.values()) for (const x of [t.param, t.grad, t.m, t.v]) x?.release();
+      padZeros?.release();
       throw e;
     }
     await stream.synchronize();
-    return new Fsdp2Strategy(cfg, comm, plan, units, reshardPolicy(plan, option), dtype, adapters);
+    return new Fsdp2Strategy(cfg, comm, plan, units, reshardPolicy(plan, option), dtype, padZeros, adapters);
   }
 
   get optimizerSteps(): number {
@@ -291,7 +311,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     const rows = localRows(batch, this.comm.size, this.comm.rank, trimsExactly(this.cfg));
     const { stream, device } = this;
     const pool = new SlotPool(device, this.plan.maxGatheredNumel);
-    const run = new StepSource(this.cfg, this.plan, this.units, this.comm, pool, stream, backward ? this.keepBackward : this.keepForward);
+    const run = new StepSource(this.cfg, this.plan, this.units, this.comm, pool, stream, backward ? this.keepBackward : this.keepForward, this.padZeros);
     const tape = new Tape({ stream, impl: patchImpl });
     this.run = run;
     if (backward) this.gradsLive = true;
@@ -493,6 +513,7 @@ export class Fsdp2Strategy implements TrainStrategy {
     if (this.released) return;
     this.released = true;
     for (const t of this.units.values()) for (const x of [t.param, t.grad, t.m, t.v]) x?.release();
+    this.padZeros.release();
   }
 
   private async allReduceHost(values: Float32Array): Promise<Float32Array> {

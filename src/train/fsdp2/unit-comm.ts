@@ -11,8 +11,9 @@
  */
 import { axpy, cast, fill, Tensor, type Stream } from '../../runtime/device/device-index.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
+import { InvalidArgumentError } from '../../runtime/errors.js';
 import { CopyRanges } from '../../runtime/device/copy-ranges.js';
-import { stridedRead, viewOf } from '../../runtime/device/views.js';
+import { viewOf } from '../../runtime/device/views.js';
 import type { FlatUnit } from './layout.js';
 import type { SlotPool } from './slot-pool.js';
 
@@ -104,18 +105,25 @@ export async function gatherUnitAwaited(
   }
 }
 
-/** The rank-major gathered shards in `staging`, reordered param-major into a new slot (bf16 part as bf16). */
+/**
+ * The rank-major gathered shards in `staging`, reordered param-major into a new slot (bf16 part
+ * as bf16): ONE copyRanges of dp ranges per parameter (chunk p of every rank, row stride L in the
+ * bf16 part, S - L after it), not one strided read per parameter (each a separate stream op).
+ */
 function unpackGathered(unit: FlatUnit, staging: Tensor, dp: number, pool: SlotPool, stream: Stream): Tensor {
   const S = unit.shardNumel;
   const L = unit.lowNumel ?? 0;
   const low = bf16View(staging, dp * L);
   const rest = viewOf(staging, [dp * (S - L)], dp * L);
   const values = pool.take();
+  const list = new CopyRanges();
   for (const [i, p] of unit.params.entries()) {
-    // Padded full p = chunk p of every rank: a [dp, c_p] read with row stride L (bf16 part) or S - L.
-    if (p.offset < L) stridedRead(valueView(unit, values, i, dp, [dp * p.chunk]), low, [dp, p.chunk], [L, 1], p.offset, stream);
-    else stridedRead(valueView(unit, values, i, dp, [dp * p.chunk]), rest, [dp, p.chunk], [S - L, 1], p.offset - L, stream);
+    const [src, row, first] = p.offset < L ? [low, L, p.offset] : [rest, S - L, p.offset - L];
+    // Padded full p = chunk p of rank 0, then of rank 1, ...
+    const dst = valueView(unit, values, i, dp, [dp * p.chunk]);
+    for (let r = 0; r < dp; r++) list.add(dst, r * p.chunk, src, r * row + first, p.chunk);
   }
+  list.enqueue(stream);
   return values;
 }
 
@@ -141,7 +149,7 @@ export function zeroGradSlot(unit: FlatUnit, dp: number, pool: SlotPool, stream:
 }
 
 /** The unsharded gradients in `grads` (param-major), reordered rank-major into a new slot; gives `grads` back. */
-function packGrads(unit: FlatUnit, grads: Tensor, dp: number, pool: SlotPool, stream: Stream): Tensor {
+export function packGrads(unit: FlatUnit, grads: Tensor, dp: number, pool: SlotPool, stream: Stream): Tensor {
   const S = unit.shardNumel;
   try {
     const send = pool.take();
@@ -157,6 +165,50 @@ function packGrads(unit: FlatUnit, grads: Tensor, dp: number, pool: SlotPool, st
   }
 }
 
+/** Zeros a unit's padding rows need in packGradSources: the most padding any parameter of `units` has over `dp` ranks. */
+export function padNumel(units: readonly FlatUnit[], dp: number): number {
+  let most = 0;
+  for (const u of units) for (const p of u.params) most = Math.max(most, dp * p.chunk - p.shape.reduce((a, b) => a * b, 1));
+  return most;
+}
+
+/**
+ * The unit's full gradients, one contiguous fp32 tensor per parameter (`sources[i]`, as backward
+ * produced them), packed rank-major into a new slot with ONE copyRanges: rank r's chunk of each
+ * parameter, its padding rows (past the tensor's end) copied from `zeros` (at least
+ * padNumel(...) zeros). Bitwise what packGrads gives for a zeroed slot each source was added to
+ * (0 + g is g) except that a -0 stays -0 there, which no sum, square or AdamW update tells apart.
+ */
+export function packGradSources(unit: FlatUnit, sources: readonly Tensor[], zeros: Tensor, dp: number, pool: SlotPool, stream: Stream): Tensor {
+  const S = unit.shardNumel;
+  if (sources.length !== unit.params.length) {
+    throw new InvalidArgumentError(`packGradSources(): unit ${unit.key} has ${unit.params.length} parameters but ${sources.length} gradients were given.`);
+  }
+  const list = new CopyRanges();
+  const send = pool.take();
+  try {
+    for (let r = 0; r < dp; r++) {
+      for (const [i, p] of unit.params.entries()) {
+        const g = sources[i]!;
+        if (g.numel !== p.rowNumel * p.shape[0]!) {
+          throw new InvalidArgumentError(
+            `packGradSources(): the gradient of ${p.name} has ${g.numel} elements but the parameter [${p.shape.join(', ')}] has ${p.rowNumel * p.shape[0]!}.`,
+          );
+        }
+        const at = r * S + p.offset;
+        const n = Math.min(p.chunk, Math.max(0, g.numel - r * p.chunk));
+        if (n > 0) list.add(send, at, g, r * p.chunk, n);
+        if (n < p.chunk) list.add(send, at + n, zeros, 0, p.chunk - n);
+      }
+    }
+    list.enqueue(stream);
+    return send;
+  } catch (e) {
+    pool.give(send);
+    throw e;
+  }
+}
+
 /**
  * shardGrad += this rank's chunk of Σ over ranks of the unsharded gradients in `grads`
  * (param-major): reordered rank-major into a slot, then ONE in-place reduce-scatter and
@@ -165,8 +217,12 @@ function packGrads(unit: FlatUnit, grads: Tensor, dp: number, pool: SlotPool, st
  * Gives `grads` back to the pool. Stream-ordered: for a communicator in one process only.
  */
 export function reduceScatterUnit(unit: FlatUnit, grads: Tensor, shardGrad: Tensor, comm: Communicator, pool: SlotPool, stream: Stream, assign = false): void {
+  reduceScatterPacked(unit, packGrads(unit, grads, comm.size, pool, stream), shardGrad, comm, pool, stream, assign);
+}
+
+/** reduceScatterUnit from gradients already packed rank-major in `send` (packGrads, packGradSources); gives `send` back. */
+export function reduceScatterPacked(unit: FlatUnit, send: Tensor, shardGrad: Tensor, comm: Communicator, pool: SlotPool, stream: Stream, assign = false): void {
   const S = unit.shardNumel;
-  const send = packGrads(unit, grads, comm.size, pool, stream);
   try {
     const all = viewOf(send, [comm.size * S]);
     if (assign) {
@@ -185,23 +241,28 @@ export function reduceScatterUnit(unit: FlatUnit, grads: Tensor, shardGrad: Tens
  * reduceScatterUnit that awaits the reduce-scatter before adding it: for a communicator
  * that spans processes (which also does not reduce in place, so recv is a slot of its own).
  */
-export async function reduceScatterUnitAwaited(
+export function reduceScatterUnitAwaited(unit: FlatUnit, grads: Tensor, shardGrad: Tensor, comm: Communicator, pool: SlotPool, stream: Stream): Promise<void> {
+  return reduceScatterPackedAwaited(unit, packGrads(unit, grads, comm.size, pool, stream), shardGrad, comm, pool, stream);
+}
+
+/** reduceScatterUnitAwaited from gradients already packed rank-major in `send`; gives `send` back. */
+export async function reduceScatterPackedAwaited(
   unit: FlatUnit,
-  grads: Tensor,
+  send: Tensor,
   shardGrad: Tensor,
   comm: Communicator,
   pool: SlotPool,
   stream: Stream,
 ): Promise<void> {
   const S = unit.shardNumel;
-  const send = packGrads(unit, grads, comm.size, pool, stream);
-  const recv = pool.take();
+  let recv: Tensor | null = null;
   try {
+    recv = pool.take();
     const mine = viewOf(recv, [S]);
     await comm.reduceScatter(viewOf(send, [comm.size * S]), mine, 'sum', stream);
     axpy(shardGrad, 1, mine, { stream });
   } finally {
-    pool.give(recv);
+    if (recv) pool.give(recv);
     pool.give(send);
   }
 }
