@@ -51,13 +51,28 @@ const fmt = (x: number, d = 3) => (Number.isFinite(x) ? x.toFixed(d) : String(x)
 /** Mean, min and max of the completion lengths (0s for none). */
 export function lengthStats(completions: readonly (readonly unknown[])[]): StepMetrics['completionLength'] {
   if (completions.length === 0) return { mean: 0, min: 0, max: 0 };
-  const lens = completions.map((c) => c.length);
-  return { mean: lens.reduce((a, b) => a + b, 0) / lens.length, min: Math.min(...lens), max: Math.max(...lens) };
+  // One loop, no map() + reduce(): the driver's step loop inlines this, and an inlined map() returns
+  // a HOLEY array where the builtin returns a PACKED one, so reduce's map check deoptimised the
+  // whole (large) controller once it was optimised. Summed in the same order as reduce did.
+  let sum = 0,
+    min = Infinity,
+    max = -Infinity;
+  for (const c of completions) {
+    const n = c.length;
+    sum += n;
+    if (n < min) min = n;
+    if (n > max) max = n;
+  }
+  return { mean: sum / completions.length, min, max };
 }
 
 /** One line per step for logs. */
 export function stepLine(m: StepMetrics, total: number): string {
-  const t = PHASES.map((p) => `${p} ${fmt(m.seconds[p], 2)}s`).join(' ');
+  // A loop, not PHASES.map(...).join(' '): the driver's step loop inlines this, and join's map check
+  // failed on the HOLEY array an inlined map() builds (the builtin builds a PACKED one), which
+  // deoptimised the whole controller. The same text.
+  let t = '';
+  for (const p of PHASES) t += `${t === '' ? '' : ' '}${p} ${fmt(m.seconds[p], 2)}s`;
   return `step ${m.step}/${total} reward ${fmt(m.rewardMean)}±${fmt(m.rewardStd)} kl ${fmt(m.kl, 4)} clip ${fmt(m.clipFraction)} entropy ${fmt(m.entropy)}${m.entropyExact === undefined ? '' : ` (exact ${fmt(m.entropyExact)})`} | ${t} | sync ${(m.syncBytes / 2 ** 20).toFixed(1)} MiB @ ${fmt(m.syncGBs, 2)} GB/s`;
 }
 

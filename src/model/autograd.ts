@@ -139,8 +139,18 @@ export class Tape {
     }
     for (let i = this.nodes.length - 1; i >= 0; i--) {
       const node = this.nodes[i]!;
-      const gOut = node.outputs.map((o) => grads.get(o));
-      if (gOut.every((g) => g === undefined)) continue;
+      // Built by push, not outputs.map(): map() inlined into optimised code returns a HOLEY array
+      // where the builtin returns a PACKED one, so once this loop was optimised, every backward
+      // closure destructuring its gradients (and gOut's own checks here) met a new map and was
+      // deoptimised, then optimised again many steps later.
+      const gOut: Array<Tensor | undefined> = [];
+      let anyGrad = false;
+      for (const o of node.outputs) {
+        const g = grads.get(o);
+        if (g !== undefined) anyGrad = true;
+        gOut.push(g);
+      }
+      if (!anyGrad) continue;
       for (const o of node.outputs) grads.delete(o);
       const gIn = node.backward(gOut);
       node.inputs.forEach((input, j) => {

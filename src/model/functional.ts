@@ -82,10 +82,16 @@ function as(tape: Tape, t: Tensor, dtype: Tensor['dtype']): Tensor {
 export function linear(tape: Tape, x: Var, w: Var): Var {
   const o = opts(tape, PATCHES.linear);
   const xc = as(tape, x.value, w.value.dtype);
-  const y = tape.result(matmul(xc, w.value, { transB: true, ...o }));
+  // Options as whole literals, not { transB: true, ...o }: a spread adds the keys one map transition
+  // at a time, and those maps live only while such an object does, so a GC between steps freed
+  // them and deoptimised matmul() (and its callers) for the next step's fresh maps.
+  const y = tape.result(matmul(xc, w.value, { transB: true, stream: o.stream, impl: o.impl }));
   tape.record('linear', [x, w], [y], ([dy]) => {
     const g = as(tape, dy!, w.value.dtype);
-    return [need(x) ? tape.own(matmul(g, w.value, o)) : undefined, need(w) ? tape.own(matmul(g, xc, { transA: true, ...o })) : undefined];
+    return [
+      need(x) ? tape.own(matmul(g, w.value, o)) : undefined,
+      need(w) ? tape.own(matmul(g, xc, { transA: true, stream: o.stream, impl: o.impl })) : undefined,
+    ];
   });
   return y;
 }
@@ -226,10 +232,11 @@ export function crossEntropy(tape: Tape, logits: Var, targets: Tensor): Var {
 export function groupedLinear(tape: Tape, xs: Var, weight: Var, offsets: Tensor, name = 'groupedLinear'): Var {
   const eo = opts(tape, PATCHES.experts);
   const xc = as(tape, xs.value, weight.value.dtype);
-  const y = tape.result(K.groupedMatmul(xc, weight.value, offsets, { transB: true, ...eo }));
+  // Whole literals, no spread: see linear().
+  const y = tape.result(K.groupedMatmul(xc, weight.value, offsets, { transB: true, stream: eo.stream, impl: eo.impl }));
   tape.record(name, [xs, weight], [y], ([dy]) => {
     const dyc = as(tape, dy!, weight.value.dtype);
-    const g = K.groupedMatmulBackward(dyc, xc, weight.value, offsets, { transB: true, dX: need(xs), dW: need(weight), ...eo });
+    const g = K.groupedMatmulBackward(dyc, xc, weight.value, offsets, { transB: true, dX: need(xs), dW: need(weight), stream: eo.stream, impl: eo.impl });
     return [g.dX ? tape.own(g.dX) : undefined, g.dW ? tape.own(g.dW) : undefined];
   });
   return y;

@@ -40,7 +40,7 @@ import { kvLayerIndex } from './qwen35-layout.js';
 import { KvCache } from './kv-cache.js';
 import { hfLoadPlan, type HfEntry } from './loader.js';
 import { runtimeParamSpecs, RuntimeParams, type LayoutState } from './runtime-params.js';
-import { checkSequences, logprobTemperature, resolveSampling, type SamplingParams } from './sampling-params.js';
+import { checkSequences, logprobTemperature, resolveSampling, type ResolvedSampling, type SamplingParams } from './sampling-params.js';
 import { sleepParams, wakeParams, type SleepLevel } from './sleep.js';
 import { tpShard, type TpShard } from './tp-shard.js';
 import { weightSlots, type SlotDescriptor } from './weight-slots.js';
@@ -268,108 +268,134 @@ export class RolloutEngine {
     const sp = resolveSampling(params, this.cfg.vocabSize);
     const rows = checkSequences(prompts, this.cfg.vocabSize, 'prompts');
     const B = rows.length;
-    const lens = rows.map((r) => r.length);
+    // The per-row arrays here and in generateRows are built by push, never by map():
+    // Array.prototype.map returns a PACKED array from the builtin but a HOLEY one once inlined into
+    // optimised code, so the generate loop's keyed loads and destructurings deoptimised ("wrong
+    // map") as soon as it (or its upload helper) was optimised, to be compiled again steps later.
+    const lens: number[] = [];
+    for (const r of rows) lens.push(r.length);
     const S = Math.max(...lens);
     this.kv.checkFits(B, S + sp.maxTokens - 1);
-    return this.run('generate()', async () => {
-      const { stream } = this;
-      const out: GenerateResult = { tokens: rows.map(() => []), logprobs: rows.map(() => []), finishReasons: rows.map(() => 'length') };
-      const done = rows.map(() => false);
-      let scratch: Tensor[] = [];
-      const pending: Promise<void>[] = [];
-      const up = (a: Int32Array) => {
-        const t = Tensor.fromArray(this.device, a, [a.length], { stream });
-        scratch.push(t);
-        return t;
-      };
-      // Several small int32 arrays in one upload (one stream op, not one each): views of it.
-      const upAll = (...parts: Int32Array[]): Tensor[] => {
-        const all = up(Int32Array.from(parts.flatMap((a) => Array.from(a))));
-        let at = 0;
-        return parts.map((a) => viewOf(all, [a.length], (at += a.length) - a.length));
-      };
-      // Step t's log-probs go to row t on the device and are read once at the end: the host
-      // reads only the tokens per step (EOS), one round trip per token instead of two.
-      let lpAll: Tensor | null = null;
-      try {
-        lpAll = Tensor.empty(this.device, [sp.maxTokens, B]);
-        let steps = 0;
-        const batch = this.upload(rows, S, scratch);
-        const [cachePos, outRows] = upAll(
-          new Int32Array(B),
-          Int32Array.from(lens, (l, b) => b * S + l - 1),
+    return this.run('generate()', () => this.generateRows(rows, lens, S, sp));
+  }
+
+  /**
+   * generate()'s body, a method rather than a closure made per call: V8 keeps a function's
+   * optimised code only while some closure of it is alive, so the per-call closure's ~30 KB of
+   * optimised code was dropped by any GC between two calls and compiled again steps later.
+   */
+  private async generateRows(rows: number[][], lens: number[], S: number, sp: ResolvedSampling): Promise<GenerateResult> {
+    const B = rows.length;
+    const { stream } = this;
+    const out: GenerateResult = { tokens: [], logprobs: [], finishReasons: [] };
+    const done: boolean[] = [];
+    for (let b = 0; b < B; b++) {
+      out.tokens.push([]);
+      out.logprobs.push([]);
+      out.finishReasons.push('length');
+      done.push(false);
+    }
+    let finished = 0;
+    let scratch: Tensor[] = [];
+    const pending: Promise<void>[] = [];
+    const up = (a: Int32Array) => {
+      const t = Tensor.fromArray(this.device, a, [a.length], { stream });
+      scratch.push(t);
+      return t;
+    };
+    // Two small int32 arrays in one upload (one stream op, not one each): views of it.
+    const upBoth = (a: Int32Array, b: Int32Array): [Tensor, Tensor] => {
+      const both = new Int32Array(a.length + b.length);
+      both.set(a);
+      both.set(b, a.length);
+      const all = up(both);
+      return [viewOf(all, [a.length], 0), viewOf(all, [b.length], a.length)];
+    };
+    // Step t's log-probs go to row t on the device and are read once at the end: the host
+    // reads only the tokens per step (EOS), one round trip per token instead of two.
+    let lpAll: Tensor | null = null;
+    try {
+      lpAll = Tensor.empty(this.device, [sp.maxTokens, B]);
+      let steps = 0;
+      const batch = this.upload(rows, S, scratch);
+      const [cachePos, outRows] = upBoth(
+        new Int32Array(B),
+        Int32Array.from(lens, (l, b) => b * S + l - 1),
+      );
+      let logits = this.forward(
+        {
+          // Spelled out, not ...batch: a spread's maps die with its last object (see linear() in model/functional.ts).
+          ids: batch.ids,
+          positions: batch.positions,
+          batch: B,
+          seqLen: S,
+          ropeSeqLen: S,
+          mode: 'prefill',
+          kv: { cache: this.kv, cachePos },
+          outRows,
+        },
+        lens,
+        scratch,
+        pending,
+      );
+      const cur: number[] = [];
+      for (const l of lens) cur.push(l);
+      for (let step = 0; step < sp.maxTokens; step++) {
+        scratch.push(logits);
+        const tokens = K.sample(logits, { stream, temperature: sp.temperature, topK: sp.topK, topP: sp.topP, seed: sp.seed, offset: step });
+        const lp = K.tokenLogprobs(logits, tokens, { stream, temperature: logprobTemperature(sp.temperature) });
+        scratch.push(tokens, lp);
+        copy(viewOf(lpAll, [B], step * B), lp, { stream });
+        steps = step + 1;
+        this.fromLeader(tokens, pending);
+        const [tok] = await Promise.all([tokens.toArray({ stream, timeoutMs: this.timeoutMs }), ...pending.splice(0)]);
+        for (let b = 0; b < B; b++) {
+          if (done[b]) continue;
+          out.tokens[b]!.push(tok![b] as number);
+          if (tok![b] === sp.eosTokenId || sp.stopTokenIds.has(tok![b] as number)) {
+            done[b] = true;
+            finished++;
+            out.finishReasons[b] = 'eos';
+          }
+        }
+        if (finished === B || step === sp.maxTokens - 1) break;
+        // Decode: every row (finished ones too, ignored) feeds its token at its next position.
+        const prev = scratch;
+        scratch = [tokens];
+        for (const t of prev) if (t !== tokens) t.release();
+        // Row b's one new position is also where its key / value go in the cache.
+        const [positions, lengths] = upBoth(
+          Int32Array.from(cur),
+          Int32Array.from(cur, (c) => c + 1),
         );
-        let logits = this.forward(
+        logits = this.forward(
           {
-            ...batch,
+            ids: tokens,
+            positions,
             batch: B,
-            seqLen: S,
-            ropeSeqLen: S,
-            mode: 'prefill',
-            kv: { cache: this.kv, cachePos: cachePos! },
-            outRows,
+            seqLen: 1,
+            ropeSeqLen: Math.max(...cur) + 1,
+            mode: 'decode',
+            kv: { cache: this.kv, cachePos: positions },
+            lengths,
           },
-          lens,
+          cur,
           scratch,
           pending,
         );
-        const cur = [...lens];
-        for (let step = 0; step < sp.maxTokens; step++) {
-          scratch.push(logits);
-          const tokens = K.sample(logits, { stream, temperature: sp.temperature, topK: sp.topK, topP: sp.topP, seed: sp.seed, offset: step });
-          const lp = K.tokenLogprobs(logits, tokens, { stream, temperature: logprobTemperature(sp.temperature) });
-          scratch.push(tokens, lp);
-          copy(viewOf(lpAll, [B], step * B), lp, { stream });
-          steps = step + 1;
-          this.fromLeader(tokens, pending);
-          const [tok] = await Promise.all([tokens.toArray({ stream, timeoutMs: this.timeoutMs }), ...pending.splice(0)]);
-          for (let b = 0; b < B; b++) {
-            if (done[b]) continue;
-            out.tokens[b]!.push(tok![b] as number);
-            if (tok![b] === sp.eosTokenId || sp.stopTokenIds.has(tok![b] as number)) {
-              done[b] = true;
-              out.finishReasons[b] = 'eos';
-            }
-          }
-          if (done.every(Boolean) || step === sp.maxTokens - 1) break;
-          // Decode: every row (finished ones too, ignored) feeds its token at its next position.
-          const prev = scratch;
-          scratch = [tokens];
-          for (const t of prev) if (t !== tokens) t.release();
-          // Row b's one new position is also where its key / value go in the cache.
-          const [positions, lengths] = upAll(
-            Int32Array.from(cur),
-            Int32Array.from(cur, (c) => c + 1),
-          );
-          logits = this.forward(
-            {
-              ids: tokens,
-              positions: positions!,
-              batch: B,
-              seqLen: 1,
-              ropeSeqLen: Math.max(...cur) + 1,
-              mode: 'decode',
-              kv: { cache: this.kv, cachePos: positions! },
-              lengths,
-            },
-            cur,
-            scratch,
-            pending,
-          );
-          for (let b = 0; b < B; b++) cur[b]!++;
-        }
-        // Row b generated its tokens at steps 0 .. tokens[b].length - 1.
-        const lpSteps = viewOf(lpAll, [steps, B]);
-        this.fromLeader(lpSteps, pending);
-        const [lps] = await Promise.all([lpSteps.toArray({ stream, timeoutMs: this.timeoutMs }), ...pending.splice(0)]);
-        for (let b = 0; b < B; b++) for (let t = 0; t < out.tokens[b]!.length; t++) out.logprobs[b]!.push(lps![t * B + b] as number);
-        return out;
-      } finally {
-        await Promise.allSettled(pending);
-        for (const t of scratch) t.release();
-        lpAll?.release();
+        for (let b = 0; b < B; b++) cur[b]!++;
       }
-    });
+      // Row b generated its tokens at steps 0 .. tokens[b].length - 1.
+      const lpSteps = viewOf(lpAll, [steps, B]);
+      this.fromLeader(lpSteps, pending);
+      const [lps] = await Promise.all([lpSteps.toArray({ stream, timeoutMs: this.timeoutMs }), ...pending.splice(0)]);
+      for (let b = 0; b < B; b++) for (let t = 0; t < out.tokens[b]!.length; t++) out.logprobs[b]!.push(lps![t * B + b] as number);
+      return out;
+    } finally {
+      await Promise.allSettled(pending);
+      for (const t of scratch) t.release();
+      lpAll?.release();
+    }
   }
 
   /**

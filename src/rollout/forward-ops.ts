@@ -52,7 +52,9 @@ export function forwardOps(ctx: ForwardContext, scratch: Tensor[], pending: Prom
   const rowsOf = (t: Tensor, start: number, count: number): Tensor => viewOf(t, [count, t.shape[1]!], start * t.shape[1]!);
   // The matmul kernels take one input dtype: activations meet a bf16 weight as bf16 (fp32 accumulation and output).
   const like = (x: Tensor, weight: Tensor) => (x.dtype === weight.dtype ? x : own(cast(x, weight.dtype, { stream })));
-  const head = (x: Tensor, weight: Tensor) => matmul(like(x, weight), weight, { transB: true, ...o(PATCHES.linear) });
+  // Whole option literals, no spread: a spread's keys are added one map transition at a time, and
+  // those maps die with the last such object, so a GC between steps deoptimised matmul() and its callers.
+  const head = (x: Tensor, weight: Tensor) => matmul(like(x, weight), weight, { transB: true, stream, impl: patchImpl(PATCHES.linear) });
   const linear = (x: Tensor, weight: Tensor) => own(head(x, weight));
   const embed = (ids: Tensor) => {
     const e = own(K.embedding(ids, w('model.embed_tokens.weight'), o(PATCHES.embedding)));
@@ -80,9 +82,9 @@ export function forwardOps(ctx: ForwardContext, scratch: Tensor[], pending: Prom
     const xs = own(K.moeGather(h, d.order, cfg.moe!.topK, eo));
     const w13 = w(`${pre}.mlp.experts.w13_weight`),
       w2 = w(`${pre}.mlp.experts.w2_weight`);
-    const gu = own(K.groupedMatmul(like(xs, w13), w13, d.offsets, { transB: false, ...eo }));
+    const gu = own(K.groupedMatmul(like(xs, w13), w13, d.offsets, { transB: false, stream: eo.stream, impl: eo.impl }));
     const act = own(K.swigluFused(gu, o(PATCHES.swiglu)));
-    const ys = own(K.groupedMatmul(like(act, w2), w2, d.offsets, { transB: false, ...eo }));
+    const ys = own(K.groupedMatmul(like(act, w2), w2, d.offsets, { transB: false, stream: eo.stream, impl: eo.impl }));
     return own(K.moeCombine(ys, d.order, r.weights, eo));
   };
   const attend = (inp: ForwardInput, cacheLayer: number, q: Tensor, k: Tensor, v: Tensor, nH: number, nKV: number): Tensor => {

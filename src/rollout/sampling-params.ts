@@ -88,5 +88,9 @@ export function checkSequences(seqs: unknown, vocabSize: number, what: string, m
       }
     }
   });
-  return seqs.map((s) => Array.from(s as ArrayLike<number>));
+  // By push, not map(): the rows' array then has one map whether or not this function is optimised
+  // (an inlined map() returns a HOLEY array, the builtin a PACKED one), so its readers stay optimised.
+  const rows: number[][] = [];
+  for (const s of seqs) rows.push(Array.from(s as ArrayLike<number>));
+  return rows;
 }

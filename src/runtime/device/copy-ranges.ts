@@ -137,3 +137,11 @@ export class CopyRanges {
     return this.#buffers.length - 1;
   }
 }
+
+/**
+ * One list that lives as long as the module. Lists are short-lived (one per packing loop), and the
+ * maps their fields add to the class's initial map are held only by live instances: a GC when no
+ * list was alive freed them and deoptimised every optimised add() / enqueue() ("weak objects"),
+ * to be optimised again steps later. This instance keeps those maps alive.
+ */
+export const KEEP_LIST_MAPS = new CopyRanges();
