@@ -343,6 +343,30 @@ export interface NativeModelOps {
     y: B,
     yOff: number,
   ];
+  qkvNormRope: [
+    T: number,
+    nH: number,
+    nKV: number,
+    D: number,
+    eps: number,
+    invFreq: Float64Array,
+    scale: number,
+    qkv: B,
+    qkvOff: number,
+    qw: B,
+    qwOff: number,
+    kw: B,
+    kwOff: number,
+    positions: B,
+    posOff: number,
+    q: B,
+    qOff: number,
+    k: B,
+    kOff: number,
+    v: B,
+    vOff: number,
+  ];
+  addRmsNorm: [T: number, H: number, eps: number, x: B, xOff: number, d: B, dOff: number, w: B, wOff: number, sum: B, sumOff: number, y: B, yOff: number];
   attention: [
     B: number,
     S: number,
