@@ -80,6 +80,48 @@ describe('qkvNormRope equals matmul row views → rmsNorm → rope, bitwise', ()
           await same(got.v.reshape([T, nKV * D]), wantV, 'v');
         });
 
+  for (const impl of IMPLS)
+    it(`${impl}: with options.cache it also does kvCacheWrite's write, and a bad cache position fails the op with the cache untouched`, async () => {
+      const [B, S, nH, nKV, D, Smax] = [2, 3, 2, 1, 8, 5];
+      const T = B * S,
+        W = (nH + 2 * nKV) * D;
+      const qkv = f32(rand(T * W), [T, W]);
+      const qw = f32(rand(D, 2), [D]);
+      const kw = f32(rand(D, 2), [D]);
+      const positions = i32([0, 1, 2, 0, 1, 2]);
+      const tb = table(D, 1);
+      const cacheOf = () => ({ k: f32(rand(B * Smax * nKV * D), [B, Smax, nKV, D]), v: f32(rand(B * Smax * nKV * D), [B, Smax, nKV, D]) });
+      const want = cacheOf();
+      const cachePos = i32([2, 0]);
+      const sep = K.qkvNormRope(qkv, nH, nKV, qw, kw, 1e-6, positions, tb, { impl });
+      // Same starting contents in both caches: want's are copied into got's through a host round trip.
+      const wk = await want.k.toArray(),
+        wv = await want.v.toArray();
+      const gk = f32(Float32Array.from(wk), [B, Smax, nKV, D]),
+        gv = f32(Float32Array.from(wv), [B, Smax, nKV, D]);
+      K.kvCacheWrite(want.k, want.v, sep.k.reshape([B, S, nKV, D]), sep.v.reshape([B, S, nKV, D]), cachePos, { impl });
+      const fused = K.qkvNormRope(qkv, nH, nKV, qw, kw, 1e-6, positions, tb, { impl, cache: { kCache: gk, vCache: gv, positions: cachePos } });
+      await same(fused.k, sep.k, 'k');
+      await same(gk, want.k, 'kCache');
+      await same(gv, want.v, 'vCache');
+      // Row 0 at position 3 leaves room for 2 of its 3 tokens: the op fails when it runs, the cache keeps its bytes.
+      const s = d.newStream();
+      try {
+        const before = await bits(gk);
+        K.qkvNormRope(qkv, nH, nKV, qw, kw, 1e-6, positions, tb, { impl, stream: s, cache: { kCache: gk, vCache: gv, positions: i32([3, 0]) } });
+        await expect(s.synchronize()).rejects.toThrow(/positions\[0\] = 3 does not leave room for 3 position\(s\) in a cache of 5/);
+        expect(Array.from(await bits(gk))).toEqual(Array.from(before));
+      } finally {
+        s.destroy();
+      }
+      const small = f32(rand(4 * 2 * 8), [4, 2, 1, 8]);
+      const wrongRows = { kCache: small, vCache: small, positions: i32([0, 0, 0, 0]) };
+      expect(() => K.qkvNormRope(qkv, nH, nKV, qw, kw, 1e-6, positions, tb, { impl, cache: wrongRows })).toThrow(/T = 6 tokens into a cache of B = 4 rows/);
+      expect(() => K.qkvNormRope(qkv, nH, nKV, qw, kw, 1e-6, positions, tb, { impl, cache: { ...wrongRows, vCache: gv } })).toThrow(
+        /cache\.vCache of shape \[B, Smax, nKV, D \(as kCache\)\]/,
+      );
+    });
+
   it('rejects a qkv row that is not (nH + 2·nKV)·D wide, and an odd head dim', () => {
     const qkv = f32(rand(2 * 7 * 8), [2, 56]);
     const w8 = f32(rand(8), [8]);

@@ -365,6 +365,14 @@ export interface NativeModelOps {
     kOff: number,
     v: B,
     vOff: number,
+    cacheB: number,
+    Smax: number,
+    kCache: B | null,
+    kCacheOff: number,
+    vCache: B | null,
+    vCacheOff: number,
+    cachePos: B | null,
+    cachePosOff: number,
   ];
   addRmsNorm: [T: number, H: number, eps: number, x: B, xOff: number, d: B, dOff: number, w: B, wOff: number, sum: B, sumOff: number, y: B, yOff: number];
   attention: [

@@ -21,13 +21,13 @@ void ref::QkvNormRope(const QkvNormRopeArgs& a) {
     }
     std::memcpy(a.v + t * a.nKV * D, row + (a.nH + a.nKV) * D, static_cast<size_t>(a.nKV * D) * sizeof(float));
   }
+  if (a.kv.k_cache) ref::KvWrite(a.kv);
 }
 
 void fast::QkvNormRope(const QkvNormRopeArgs& a) {
   const int64_t D = a.D, half = D / 2, W = (a.nH + 2 * a.nKV) * D;
-  if (a.T == 0) return;
   const VecOps& v = Vec();
-  rows::RopeAngles angles(a.pos, a.T, a.inv_freq, half, a.scale, false);
+  rows::RopeAngles angles(a.pos, a.T, a.inv_freq, half, a.scale, false);  // nothing for T = 0
   for (int64_t t = 0; t < a.T; ++t) {
     const float* row = a.qkv + t * W;
     const float *c, *s;
@@ -40,6 +40,7 @@ void fast::QkvNormRope(const QkvNormRopeArgs& a) {
     }
     std::memcpy(a.v + t * a.nKV * D, row + (a.nH + a.nKV) * D, static_cast<size_t>(a.nKV * D) * sizeof(float));
   }
+  if (a.kv.k_cache) fast::KvWrite(a.kv);
 }
 
 void ref::AddRmsNorm(const AddRmsNormArgs& a) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/model/model_kernels.h"
+
 namespace ascent::model {
 
 // The q/k/v epilogue of one matmul against a whole qkv_proj: qkv [T, W] with row stride
@@ -14,7 +16,8 @@ namespace ascent::model {
 //   k[t, h] = rope(rmsNorm(qkv[t, nH + h], kw), pos[t])       h < nKV
 //   v[t, h] = qkv[t, nH + nKV + h]                            h < nKV
 // with rmsNorm / rope exactly those of RmsNormArgs / RopeArgs (not inverse). q [T, nH, D],
-// k and v [T, nKV, D] contiguous.
+// k and v [T, nKV, D] contiguous. When kv.k_cache is set, the op then does the KV cache write
+// of k and v (KvWriteArgs, kv.k = k and kv.v = v, T = kv.B * kv.count) exactly as kvCacheWrite.
 struct QkvNormRopeArgs {
   const float* qkv;
   const float* qw;  // [D]
@@ -27,6 +30,7 @@ struct QkvNormRopeArgs {
   int64_t T, nH, nKV, D;
   float eps;
   double scale;
+  KvWriteArgs kv;  // kv.k_cache null: no cache write
 };
 
 // The residual add and the next RMSNorm: sum = x + d (fp32 add), y = rmsNorm(sum, w) over

@@ -16,10 +16,20 @@ export interface QkvNormRopeResult {
   v: Tensor;
 }
 
+export interface QkvNormRopeOptions extends KernelOptions {
+  /**
+   * The rollout KV cache rows to write k and v into, as K.kvCacheWrite(kCache, vCache, k, v, positions)
+   * right after this op (same checks and bytes, one op fewer): kCache / vCache [B, Smax, nKV, D] with
+   * T = B·count, positions int32 [B].
+   */
+  cache?: { kCache: Tensor; vCache: Tensor; positions: Tensor };
+}
+
 /**
  * The epilogue of one matmul against a whole qkv_proj: qkv [T, (nH + 2·nKV)·D] holds q, k and v
  * heads side by side; returns q and k per-head RMSNormed (qw / kw [D], eps) and rotated by rope at
- * positions [T], and v split off. Equals rope(rmsNorm(...)) on the row views, bitwise.
+ * positions [T], and v split off. Equals rope(rmsNorm(...)) on the row views, bitwise. With
+ * options.cache it also writes k and v into the KV cache.
  */
 export function qkvNormRope(
   qkv: Tensor,
@@ -30,14 +40,24 @@ export function qkvNormRope(
   eps: number,
   positions: Tensor,
   table: RopeTable,
-  options?: KernelOptions,
+  options?: QkvNormRopeOptions,
 ): QkvNormRopeResult {
   const fn = 'qkvNormRope';
   tensorArg(fn, qkv, 'qkv', 'fp32');
   tensorArg(fn, qw, 'qw', 'fp32');
   tensorArg(fn, kw, 'kw', 'fp32');
   tensorArg(fn, positions, 'positions', 'int32');
-  const p = placement(fn, { qkv, qw, kw, positions }, options);
+  const cache = options?.cache;
+  if (cache !== undefined && (typeof cache !== 'object' || cache === null))
+    fail(fn, 'expects options.cache to be { kCache, vCache, positions } when given.', { argument: 'cache' });
+  if (cache) {
+    tensorArg(fn, cache.kCache, 'cache.kCache', 'fp32');
+    tensorArg(fn, cache.vCache, 'cache.vCache', 'fp32');
+    tensorArg(fn, cache.positions, 'cache.positions', 'int32');
+  }
+  const onDevice: Record<string, Tensor> = { qkv, qw, kw, positions };
+  if (cache) Object.assign(onDevice, { kCache: cache.kCache, vCache: cache.vCache, cachePositions: cache.positions });
+  const p = placement(fn, onDevice, options, ['cache']);
   for (const [name, n] of [
     ['nH', nH],
     ['nKV', nKV],
@@ -53,6 +73,17 @@ export function qkvNormRope(
   if (W !== (nH + 2 * nKV) * D) fail(fn, `expects qkv rows of (nH + 2·nKV)·D = (${nH} + 2·${nKV})·${D} = ${(nH + 2 * nKV) * D} but they hold ${W}.`, { W });
   shapeArg(fn, positions, 'positions', [T], 'T');
   tableArg(fn, table, D);
+  let B = 0,
+    Smax = 0;
+  if (cache) {
+    const s = shapeArg(fn, cache.kCache, 'cache.kCache', [null, null, nKV, D], 'B, Smax, nKV, D');
+    [B, Smax] = s as [number, number];
+    shapeArg(fn, cache.vCache, 'cache.vCache', s, 'B, Smax, nKV, D (as kCache)');
+    shapeArg(fn, cache.positions, 'cache.positions', [B], 'B');
+    if (B === 0 || T % B !== 0 || T / B > Smax)
+      fail(fn, `writes T = ${T} tokens into a cache of B = ${B} rows of Smax = ${Smax}: T must be B·count with 0 < B and count <= Smax.`, { T, B, Smax });
+  }
+  const nb = (t: Tensor | undefined): [Tensor['buffer'] | null, number] => (t ? [t.buffer, t.byteOffset] : [null, 0]);
   return withOutputs(p.device, { q: [[T, nH, D], 'fp32'], k: [[T, nKV, D], 'fp32'], v: [[T, nKV, D], 'fp32'] }, ({ q, k, v }) =>
     enqueue(
       p,
@@ -78,6 +109,11 @@ export function qkvNormRope(
       0,
       v.buffer,
       0,
+      B,
+      Smax,
+      ...nb(cache?.kCache),
+      ...nb(cache?.vCache),
+      ...nb(cache?.positions),
     ),
   );
 }
