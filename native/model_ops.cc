@@ -15,6 +15,7 @@
 #include "args.h"
 #include "device/span.h"
 #include "device/stream.h"
+#include "kernels/model/fused_norm.h"
 #include "kernels/model/gdn.h"
 #include "kernels/model/model_kernels.h"
 #include "op_table.h"
@@ -424,6 +425,7 @@ U Sample(StreamImpl& s, Reader& r) {
   return RUN("sample", Sample, a);
 }
 
+#include "model_ops_fused.inc"
 #include "model_ops_gdn.inc"
 
 #undef RUN
@@ -467,6 +469,8 @@ const std::vector<OpRow>& ModelOps() {
       {"gatedRmsNormBackward", GatedRmsNormBackward},
       {"gdnGating", GdnGating},
       {"gdnGatingBackward", GdnGatingBackward},
+      {"qkvNormRope", QkvNormRope},
+      {"addRmsNorm", AddRmsNorm},
   };
   return *table;
 }

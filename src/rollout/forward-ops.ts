@@ -38,9 +38,10 @@ export interface ForwardOps {
   routedExperts(h: Tensor, pre: string): Tensor;
   /**
    * Causal attention of q [T, nH·D] over k / v [T, nKV·D]: this step's keys / values are written to KV-cache layer
-   * `cacheLayer` (when the input has a cache), then prefill attends within the batch and decode to the cache.
+   * `cacheLayer` (when the input has a cache and `cacheWritten` is not set: the op that made k / v wrote them),
+   * then prefill attends within the batch and decode to the cache.
    */
-  attend(inp: ForwardInput, cacheLayer: number, q: Tensor, k: Tensor, v: Tensor, nH: number, nKV: number): Tensor;
+  attend(inp: ForwardInput, cacheLayer: number, q: Tensor, k: Tensor, v: Tensor, nH: number, nKV: number, cacheWritten?: boolean): Tensor;
 }
 
 export function forwardOps(ctx: ForwardContext, scratch: Tensor[], pending: Promise<void>[]): ForwardOps {
@@ -87,10 +88,10 @@ export function forwardOps(ctx: ForwardContext, scratch: Tensor[], pending: Prom
     const ys = own(K.groupedMatmul(like(act, w2), w2, d.offsets, { transB: false, stream: eo.stream, impl: eo.impl }));
     return own(K.moeCombine(ys, d.order, r.weights, eo));
   };
-  const attend = (inp: ForwardInput, cacheLayer: number, q: Tensor, k: Tensor, v: Tensor, nH: number, nKV: number): Tensor => {
+  const attend = (inp: ForwardInput, cacheLayer: number, q: Tensor, k: Tensor, v: Tensor, nH: number, nKV: number, cacheWritten = false): Tensor => {
     const { batch: B, seqLen: S } = inp;
     const D = cfg.headDim;
-    if (inp.kv) inp.kv.cache.write(cacheLayer, k, v, inp.kv.cachePos, S, stream);
+    if (inp.kv && !cacheWritten) inp.kv.cache.write(cacheLayer, k, v, inp.kv.cachePos, S, stream);
     if (inp.mode === 'prefill') {
       const r = K.attention(q.reshape([B, S, nH, D]), k.reshape([B, S, nKV, D]), v.reshape([B, S, nKV, D]), o(PATCHES.attention));
       own(r.lse);

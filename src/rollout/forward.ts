@@ -1,13 +1,16 @@
 /**
  * The rollout engine's forward on one TP rank (inference only, no tape), reading the
  * packed runtime parameters in their processed layout:
- *   embedding → per layer [RMSNorm → q/k/v from row views of qkv_proj → per-head q/k
- *   RMSNorm, RoPE → causal attention (prefill, K.attention) or KV-cache attention
- *   (decode, K.attentionDecode) → o_proj (row parallel) → all-reduce over tp → residual
+ *   embedding → per layer [RMSNorm → q/k/v from one matmul on qkv_proj → per-head q/k
+ *   RMSNorm, RoPE and the KV cache write (one fused op, K.qkvNormRope) → causal attention
+ *   (prefill, K.attention) or KV-cache attention (decode, K.attentionDecode) → o_proj (row parallel) → all-reduce over tp → residual
  *   → RMSNorm → gate_up_proj → SwiGLU → down_proj (row parallel), or the MoE block on
  *   w13 / w2 in the grouped-matmul layout → all-reduce → residual] → final RMSNorm → LM head.
  * The math is Qwen3Model's (src/model/qwen3.ts) restricted to the rank's heads and
  * intermediate columns; the all-reduces add the partial sums back.
+ * Each residual add is fused with the RMSNorm after it (K.addRmsNorm). At a tiny model's size an op
+ * costs mostly its dispatch, so fewer ops per token is less CPU; the fused kernels give the separate
+ * kernels' bits.
  * All-reduces are enqueued on the stream (ordered with the kernels around them); their
  * completion promises are collected in `pending` for the caller to await.
  */
@@ -67,28 +70,34 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
     H = cfg.hiddenSize;
   const nH = shard.headsLocal,
     nKV = shard.kvHeadsLocal;
-  const { own, o, w, rowsOf, linear, head: headOf, embed, norm, allReduce, routedExperts, attend } = forwardOps(ctx, scratch, pending);
+  const { own, o, w, linear, head: headOf, embed, norm, allReduce, routedExperts, attend } = forwardOps(ctx, scratch, pending);
 
   const table = ropeTable(cfg, D, inp.ropeSeqLen);
   let x = embed(inp.ids);
+  // The residual add and the next RMSNorm are one op (K.addRmsNorm): x becomes the sum.
+  const addNorm = (d: Tensor, weight: string): Tensor => {
+    const r = K.addRmsNorm(x, d, w(weight), cfg.rmsNormEps, o(PATCHES.rmsNorm));
+    x = own(r.sum);
+    return own(r.y);
+  };
+  let h = norm(x, 'model.layers.0.input_layernorm.weight');
   for (let i = 0; i < cfg.numLayers; i++) {
     const pre = `model.layers.${i}`;
-    const h = norm(x, `${pre}.input_layernorm.weight`);
-    const qkvW = w(`${pre}.self_attn.qkv_proj.weight`);
-    const normRope = (proj: Tensor, heads: number, norm: string): Tensor => {
-      const r = K.rmsNorm(proj.reshape([T * heads, D]), w(`${pre}.self_attn.${norm}.weight`), cfg.rmsNormEps, o(PATCHES.rmsNorm));
-      own(r.rstd);
-      return own(K.rope(own(r.y).reshape([T, heads, D]), inp.positions, table, o(PATCHES.rope)));
-    };
-    const q = normRope(linear(h, rowsOf(qkvW, 0, nH * D)), nH, 'q_norm');
-    const k = normRope(linear(h, rowsOf(qkvW, nH * D, nKV * D)), nKV, 'k_norm');
-    const v = linear(h, rowsOf(qkvW, (nH + nKV) * D, nKV * D));
-    const attn = attend(inp, i, q, k, v, nH, nKV);
+    // One matmul against the whole qkv_proj (each output element is the same FMA chain over H as
+    // on a row view), then one op for the per-head q/k RMSNorm + RoPE, the v split and this step's
+    // KV cache write.
+    const qkv = linear(h, w(`${pre}.self_attn.qkv_proj.weight`));
+    const nw = (n: string) => w(`${pre}.self_attn.${n}.weight`);
+    const c = inp.kv ? inp.kv.cache.views(i, B) : null;
+    const cache = c ? { kCache: c.k, vCache: c.v, positions: inp.kv!.cachePos } : undefined;
+    const { q, k, v } = K.qkvNormRope(qkv, nH, nKV, nw('q_norm'), nw('k_norm'), cfg.rmsNormEps, inp.positions, table, { ...o(PATCHES.rmsNorm), cache });
+    own(q);
+    own(k);
+    own(v);
+    const attn = attend(inp, i, q, k, v, nH, nKV, true);
     const attnOut = linear(attn.reshape([T, nH * D]), w(`${pre}.self_attn.o_proj.weight`));
     allReduce(attnOut);
-    x = own(add(x, attnOut, { stream }));
-
-    const h2 = norm(x, `${pre}.post_attention_layernorm.weight`);
+    const h2 = addNorm(attnOut, `${pre}.post_attention_layernorm.weight`);
     let mlpOut: Tensor;
     if (isMoeLayer(cfg, i)) mlpOut = routedExperts(h2, pre);
     else {
@@ -97,10 +106,12 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
       mlpOut = linear(act, w(`${pre}.mlp.down_proj.weight`));
     }
     allReduce(mlpOut);
-    x = own(add(x, mlpOut, { stream }));
+    if (i + 1 < cfg.numLayers) h = addNorm(mlpOut, `model.layers.${i + 1}.input_layernorm.weight`);
+    else if (!inp.outRows) h = addNorm(mlpOut, 'model.norm.weight');
+    else x = own(add(x, mlpOut, { stream }));
   }
-  const rows = inp.outRows ? own(K.embedding(inp.outRows, x.reshape([T, H]), o(PATCHES.embedding))) : x;
-  const hf = norm(rows, 'model.norm.weight');
+  // With outRows, the final norm runs on the gathered rows only (the same per-row result).
+  const hf = inp.outRows ? norm(own(K.embedding(inp.outRows, x.reshape([T, H]), o(PATCHES.embedding))), 'model.norm.weight') : h;
   const lmHead = cfg.tieWordEmbeddings ? w('model.embed_tokens.weight') : w('lm_head.weight');
   return headOf(hf, lmHead);
 }

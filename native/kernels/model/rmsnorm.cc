@@ -3,31 +3,18 @@
 #include <vector>
 
 #include "kernels/model/model_kernels.h"
+#include "kernels/model/norm_rows.h"
 #include "kernels/model/vec.h"
 
 namespace ascent::model {
 
 void ref::RmsNorm(const RmsNormArgs& a) {
-  for (int64_t t = 0; t < a.T; ++t) {
-    const float* x = a.x + t * a.H;
-    double ss = 0;
-    for (int64_t i = 0; i < a.H; ++i) ss += static_cast<double>(x[i]) * x[i];
-    float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(a.H) + a.eps));
-    a.rstd[t] = r;
-    for (int64_t i = 0; i < a.H; ++i) a.y[t * a.H + i] = x[i] * r * a.w[i];
-  }
+  for (int64_t t = 0; t < a.T; ++t) a.rstd[t] = rows::RmsNormRef(a.x + t * a.H, a.w, a.y + t * a.H, a.H, a.eps);
 }
 
 void fast::RmsNorm(const RmsNormArgs& a) {
   const VecOps& v = Vec();
-  for (int64_t t = 0; t < a.T; ++t) {
-    const float* x = a.x + t * a.H;
-    float* y = a.y + t * a.H;
-    float ss = v.dot(x, x, a.H);
-    float r = 1.0f / std::sqrt(ss / static_cast<float>(a.H) + a.eps);
-    a.rstd[t] = r;
-    for (int64_t i = 0; i < a.H; ++i) y[i] = x[i] * r * a.w[i];
-  }
+  for (int64_t t = 0; t < a.T; ++t) a.rstd[t] = rows::RmsNormFast(v, a.x + t * a.H, a.w, a.y + t * a.H, a.H, a.eps);
 }
 
 void ref::RmsNormBackward(const RmsNormBackwardArgs& a) {

@@ -7,6 +7,7 @@ export { type KernelImpl, type KernelOptions } from './common.js';
 export { embedding, embeddingBackward } from './embedding.js';
 export { rmsNorm, rmsNormBackward, type RmsNormResult, type RmsNormGrads } from './rmsnorm.js';
 export { rope, ropeBackward, type RopeTable } from './rope.js';
+export { qkvNormRope, addRmsNorm, type QkvNormRopeOptions, type QkvNormRopeResult, type AddRmsNormResult } from './fused-norm.js';
 export { attention, attentionBackward, attentionDecode, type AttentionResult, type AttentionGrads } from './attention.js';
 export { kvCacheWrite } from './kv-write.js';
 export { swiglu, swigluBackward, swigluFused, swigluFusedBackward, type SwigluGrads } from './swiglu.js';

@@ -15,7 +15,7 @@ export interface RopeTable {
   readonly scale: number;
 }
 
-function tableArg(fn: string, table: RopeTable, D: number): void {
+export function tableArg(fn: string, table: RopeTable, D: number): void {
   const inv = (table as Partial<RopeTable> | undefined)?.invFreq;
   if (!(inv instanceof Float64Array) || inv.length !== D / 2 || !inv.every((f) => Number.isFinite(f))) {
     throw new InvalidArgumentError(
