@@ -10,7 +10,7 @@
  * A rank's device here runs its kernels on host threads, so the choice is about the host's
  * cores:
  * - When every rank has a core of its own, colocate keeps them all busy in both phases. At 2
- *   ranks on 2 cores the quickstart's step is about 25% shorter than in server mode, which
+ *   ranks on 2 cores the quickstart's step is 25-30% shorter than in server mode, which
  *   leaves one core idle while the other generates or trains.
  * - When ranks outnumber the cores, the cores are busy either way, and what counts is the
  *   work each step costs. Colocate costs more: twice the participants per collective, twice
