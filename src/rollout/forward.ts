@@ -90,7 +90,11 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
     const nw = (n: string) => w(`${pre}.self_attn.${n}.weight`);
     const c = inp.kv ? inp.kv.cache.views(i, B) : null;
     const cache = c ? { kCache: c.k, vCache: c.v, positions: inp.kv!.cachePos } : undefined;
-    const { q, k, v } = K.qkvNormRope(qkv, nH, nKV, nw('q_norm'), nw('k_norm'), cfg.rmsNormEps, inp.positions, table, { ...o(PATCHES.rmsNorm), cache });
+    const { q, k, v } = K.qkvNormRope(qkv, nH, nKV, nw('q_norm'), nw('k_norm'), cfg.rmsNormEps, inp.positions, table, {
+      stream,
+      impl: o(PATCHES.rmsNorm).impl,
+      cache,
+    });
     own(q);
     own(k);
     own(v);
