@@ -91,6 +91,15 @@ NetResult startCollective(int commId, const char* what, int64_t kind, int64_t dt
   f.done = std::move(done);
   f.next = [=](Flow& fl) -> NetResult {
     NetResult out;
+    if (*stage == 1) {
+      // The exchange completed, so every fingerprint is here: a mismatch is reported as itself even
+      // when the abort notice of a peer that saw it first arrived before this check ran.
+      NetComm* exchanged = NetThread::get().comm(commId);
+      if (exchanged) {
+        out = compareFingerprints(*exchanged, *all);
+        if (out.err != NetErr::kNone) return out;
+      }
+    }
     NetComm* c = ready(what, commId, out);
     if (!c) return out;
     if (*stage == 0) {
@@ -99,6 +108,7 @@ NetResult startCollective(int commId, const char* what, int64_t kind, int64_t dt
       *mine = {static_cast<int64_t>(++c->seq), kind, dtype, count, extra};
       all->assign(static_cast<size_t>(kFp) * c->size, 0);
       fl.what = std::string("net ") + kindName(kind) + " (fingerprint exchange, seq " + std::to_string((*mine)[0]) + ")";
+      fl.fingerprint = true;
       int rc = MPI_Iallgather(mine->data(), kFp, MPI_INT64_T, all->data(), kFp, MPI_INT64_T, c->comm, &fl.req);
       if (rc != MPI_SUCCESS) {
         out.err = NetErr::kMpi;
@@ -108,8 +118,7 @@ NetResult startCollective(int commId, const char* what, int64_t kind, int64_t dt
     }
     if (*stage == 1) {
       *stage = 2;
-      out = compareFingerprints(*c, *all);
-      if (out.err != NetErr::kNone) return out;
+      fl.fingerprint = false;
       fl.what = postWhat;
       return post(*c, &fl.req);
     }

@@ -153,6 +153,14 @@ void NetThread::pollFlows() {
     NetResult r;
     int flag = 0;
     int rc = MPI_Test(&f.req, &flag, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && !flag && !why.empty() && f.fingerprint) {
+      // Bounded: 100 ms, once per flow (the fingerprint stage ends with this test either way).
+      const int64_t until = nowMs() + 100;
+      while (rc == MPI_SUCCESS && !flag && nowMs() < until) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        rc = MPI_Test(&f.req, &flag, MPI_STATUS_IGNORE);
+      }
+    }
     if (rc != MPI_SUCCESS) {
       r.err = NetErr::kMpi;
       r.message = f.what + " failed in MPI: " + mpiErrorString(rc);

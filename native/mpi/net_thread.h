@@ -63,6 +63,9 @@ struct Flow {
   int64_t deadlineMs = 0;
   std::string what;  // the current request, for timeout and failure reports
   MPI_Request req = MPI_REQUEST_NULL;
+  // `req` is the fingerprint exchange: on an abort it gets a brief grace to complete, so a mismatch
+  // that a peer saw first (and aborted for) is reported here as the mismatch too.
+  bool fingerprint = false;
   std::function<NetResult(Flow&)> next;
   NetDone done;
 };
