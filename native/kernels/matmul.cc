@@ -11,8 +11,8 @@
 //                 bf16 inputs on a CPU without avx512-bf16 use this packed kernel;
 //  - avx512-bf16: bf16 inputs only: matmul_bf16.cc, where vdpbf16ps multiplies PAIRS of bf16
 //                 along k into fp32 accumulators (twice the fp32 FMA rate);
-//  - avx2-fma:    6 x 16 fp32 tile in 12 ymm accumulators; fp32 inputs with a dim under 512
-//                 go to matmul_avx2.cc instead (A unpacked, B packed only when it must be);
+//  - avx2-fma:    6 x 16 fp32 tile in 12 ymm accumulators; fp32 inputs go to matmul_avx2.cc
+//                 instead (A unpacked below 512 on some dim, B packed only when it must be);
 //  - portable:    6 x 16, plain C++.
 // fp32 kernels read bf16 inputs converted to fp32 while packing.
 //
@@ -295,15 +295,16 @@ void MatmulF32Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_
   }
 }
 
-// fp32 inputs on the AVX-512 or AVX2 kernel take the unpacked path (matmul_avx512.cc,
-// matmul_avx2.cc) unless every dim is >= 512: there packing A is paid back many times over and
-// the packed path is tuned for it (rows of an unpacked A 4 KiB apart would fight over the same
-// L1 sets). The rest packs.
+// fp32 inputs on the AVX-512 kernel take the unpacked path (matmul_avx512.cc) unless every dim
+// is >= 512: there packing A is paid back many times over and the packed path is tuned for it
+// (rows of an unpacked A 4 KiB apart would fight over the same L1 sets). fp32 inputs on the AVX2
+// kernel always go to matmul_avx2.cc, which packs A itself from 512 on (its vector packing and
+// masked edge tiles beat this path's scalar packing and staging tile). The rest packs.
 template <typename T>
 void Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b) {
   if constexpr (std::is_same_v<T, float>) {
     if (&ks == &kAvx512 && std::min({M, N, K}) < 512) return MatmulF32Avx512(a, b, c, M, N, K, trans_a, trans_b);
-    if (&ks == &kAvx2 && std::min({M, N, K}) < 512) return MatmulF32Avx2(a, b, c, M, N, K, trans_a, trans_b);
+    if (&ks == &kAvx2) return MatmulF32Avx2(a, b, c, M, N, K, trans_a, trans_b);
   } else {
     if (&ks == &kAvx512Bf16) return MatmulBf16Avx512(a, b, c, M, N, K, trans_a, trans_b);
   }

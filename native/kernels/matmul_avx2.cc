@@ -4,8 +4,11 @@
 // Why not the packed path of matmul.cc: there packing A (a scalar strided gather) and copying
 // every edge tile through a staging buffer cost as much as the FMAs at these sizes (OpenBLAS
 // was twice as fast at n = 64). So, as in matmul_avx512.cc:
-//  - A is never copied: a tile's MR rows are broadcast straight from op(A), row-major or
-//    transposed (a transposed A gives MR consecutive floats per k);
+//  - A is not copied below 512 on some dim: a tile's MR rows are broadcast straight from op(A),
+//    row-major or transposed (a transposed A gives MR consecutive floats per k). From 512 on in
+//    every dim each tile's rows are packed k-major (8 x 8 register transposes), read as a
+//    transposed A (this replaced matmul.cc's packed path there: its scalar A packing and staging
+//    tile for edges cost ~5% at n = 512);
 //  - B is read in place when op(B) = B and its kc x N block is small (64 KiB); otherwise it is
 //    packed into 16-wide slivers (a transposed B through 8 x 8 register transposes);
 //  - a tile is MR x 16 (two ymm per row, 2 * MR accumulators; MR <= 6 keeps the 12
@@ -32,6 +35,9 @@ namespace {
 // kc x 16 B sliver (16 KiB) in L1; the kc x nc packed B panel (256 KiB) and an A block of kMC
 // rows (144 KiB) together in a 512 KiB L2.
 constexpr int64_t kNR = 16, kMaxMR = 6, kKC = 256, kNC = 256, kMC = 144;
+// With A packed (every dim >= kPackAFrom), B's panel is kc x kNCPacked (2 MiB, in L3), so each A
+// block is packed once per k slice and serves up to 128 column tiles.
+constexpr int64_t kPackAFrom = 512, kNCPacked = 2048;
 // B is read in place while its kc x N block is at most this many floats (64 KiB). Past that a
 // sliver's kc rows are >= 1 KiB apart and map to a few L1 sets, evicting one another between
 // row tiles: packing measured ~10% faster from 256 x 256 on (the AVX-512 path reads 4x more in place).
@@ -164,7 +170,53 @@ __attribute__((target("avx2"))) void PackB(const float* b, bool trans, int64_t n
   }
 }
 
-thread_local AlignedScratch b_pack;
+// The row tiles of a row block: mc rows split into equal tiles of at most kMaxMR (64 rows = 9
+// tiles of 6 and 2 of 5), so no row is padded. Tile t has Rows(t) rows and starts First(t) rows in.
+struct RowTiles {
+  int64_t count, base, extra;
+  explicit RowTiles(int64_t mc) : count((mc + kMaxMR - 1) / kMaxMR), base(mc / count), extra(mc % count) {}
+  int64_t Rows(int64_t t) const { return base + (t < extra ? 1 : 0); }
+  int64_t First(int64_t t) const { return t * base + std::min(t, extra); }
+};
+
+// The slack past a packed A block: PackA stores 8 lanes where a tile row has mr <= 8 floats, and the
+// lanes past mr spill past the tile's last row (the next row's or tile's stores overwrite them).
+constexpr int64_t kPackASlack = 8;
+
+// ap[First(t) * kc + p * mr + i] = op(A)(i0 + First(t) + i, p0 + p) for each tile t of the row
+// block, i < mr = Rows(t): each tile's rows packed k-major, so the tile reads them as a transposed A
+// whose leading dimension is mr (the kTransA tiles), one contiguous run of kc * mr floats.
+__attribute__((target("avx2"))) void PackA(const float* a, bool trans, int64_t m, int64_t k, int64_t i0, int64_t mc, int64_t p0,
+                                           int64_t kc, float* ap) {
+  const RowTiles tiles(mc);
+  for (int64_t t = 0; t < tiles.count; ++t) {
+    const int64_t mr = tiles.Rows(t), row = i0 + tiles.First(t);
+    float* dst = ap + tiles.First(t) * kc;
+    if (trans) {
+      // op(A)(i, p) = a[p * m + i]: a tile row is mr consecutive floats of A's row p.
+      const __m256i mask = Lanes8(mr);
+      const float* src = a + p0 * m + row;
+      for (int64_t p = 0; p < kc; ++p) _mm256_storeu_ps(dst + p * mr, _mm256_maskload_ps(src + p * m, mask));
+      continue;
+    }
+    // op(A)(i, p) = a[i * k + p]: 8 k of the mr rows transposed in registers (rows past mr are zero).
+    const float* src = a + row * k + p0;
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) r[j] = j < mr ? _mm256_loadu_ps(src + j * k + p) : _mm256_setzero_ps();
+      Transpose8(r);
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) _mm256_storeu_ps(dst + (p + q) * mr, r[q]);
+    }
+    for (; p < kc; ++p) {
+      for (int64_t i = 0; i < mr; ++i) dst[p * mr + i] = src[i * k + p];
+    }
+  }
+}
+
+thread_local AlignedScratch a_pack, b_pack;
 
 }  // namespace
 
@@ -173,32 +225,39 @@ void MatmulF32Avx2(const float* a, const float* b, float* c, int64_t m, int64_t 
     std::fill_n(c, static_cast<size_t>(m * n), 0.0f);
     return;
   }
-  const bool pack = trans_b || std::min(k, kKC) * n > kDirectB;
-  float* bp = pack ? b_pack.Get<float>(static_cast<size_t>(std::min(k, kKC) * ((std::min(n, kNC) + kNR - 1) / kNR * kNR))) : nullptr;
-  const int64_t lda = trans_a ? m : k;
-  const auto& tiles = kTiles[trans_a ? 1 : 0];
+  // A is packed once every dim is >= 512: rows of an unpacked A 2 KiB or more apart fall in a few
+  // L1 sets and evict one another, and each packed A block serves nc / 16 column tiles. B's panel
+  // is then as wide as the packed path's (kNCPacked, in L3), so A is packed once per k slice.
+  const bool pack_a = std::min({m, n, k}) >= kPackAFrom;
+  const int64_t nc_step = pack_a ? kNCPacked : kNC;
+  const bool pack = pack_a || trans_b || std::min(k, kKC) * n > kDirectB;
+  const int64_t kc_max = std::min(k, kKC);
+  float* bp = pack ? b_pack.Get<float>(static_cast<size_t>(kc_max * ((std::min(n, nc_step) + kNR - 1) / kNR * kNR))) : nullptr;
   // Equal row blocks of at most kMC rows.
   const int64_t m_blocks = (m + kMC - 1) / kMC, mc_step = (m + m_blocks - 1) / m_blocks;
-  for (int64_t jc = 0; jc < n; jc += kNC) {
-    const int64_t nc = std::min(kNC, n - jc);
+  float* ap = pack_a ? a_pack.Get<float>(static_cast<size_t>(mc_step * kc_max + kPackASlack)) : nullptr;
+  // A packed tile is read as a transposed A whose leading dimension is its row count.
+  const auto& tiles = kTiles[trans_a || pack_a ? 1 : 0];
+  for (int64_t jc = 0; jc < n; jc += nc_step) {
+    const int64_t nc = std::min(nc_step, n - jc);
     for (int64_t pc = 0; pc < k; pc += kKC) {
       const int64_t kc = std::min(kKC, k - pc);
       const bool accumulate = pc > 0;
       if (pack) PackB(b, trans_b, n, k, pc, kc, jc, nc, bp);
       for (int64_t ic = 0; ic < m; ic += mc_step) {
         const int64_t mc = std::min(mc_step, m - ic);
-        const int64_t n_tiles = (mc + kMaxMR - 1) / kMaxMR, base = mc / n_tiles, extra = mc % n_tiles;
+        const RowTiles row_tiles(mc);
+        if (pack_a) PackA(a, trans_a, m, k, ic, mc, pc, kc, ap);
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const int64_t nr = nc - jr;
-          const auto& row_tiles = tiles[nr < kNR ? 1 : 0];
+          const auto& fns = tiles[nr < kNR ? 1 : 0];
           const float* bs = pack ? bp + jr * kc : b + pc * n + jc + jr;
           const int64_t ldb = pack ? kNR : n;
-          int64_t row = ic;
-          for (int64_t t = 0; t < n_tiles; ++t) {
-            const int64_t mr = base + (t < extra ? 1 : 0);
-            const float* as = trans_a ? a + pc * m + row : a + row * k + pc;
-            row_tiles[mr](kc, as, lda, bs, ldb, c + row * n + jc + jr, n, accumulate, nr);
-            row += mr;
+          for (int64_t t = 0; t < row_tiles.count; ++t) {
+            const int64_t mr = row_tiles.Rows(t), row = ic + row_tiles.First(t);
+            const float* as = pack_a ? ap + row_tiles.First(t) * kc : trans_a ? a + pc * m + row : a + row * k + pc;
+            const int64_t lda = pack_a ? mr : trans_a ? m : k;
+            fns[mr](kc, as, lda, bs, ldb, c + row * n + jc + jr, n, accumulate, nr);
           }
         }
       }

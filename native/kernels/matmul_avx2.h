@@ -1,5 +1,5 @@
-// The AVX2+FMA fp32 matmul for small and mid shapes (matmul_avx2.cc): A is read in place, B is
-// packed only when it must be (transposed, or too big for L2). The AVX-512 path's design
+// The AVX2+FMA fp32 matmul at every shape (matmul_avx2.cc): A is read in place below 512 on some
+// dim (packed from there), B is packed only when it must be (transposed, or too big for L2). The AVX-512 path's design
 // (matmul_avx512.cc) on 256-bit registers, for CPUs without AVX-512.
 #pragma once
 
