@@ -6,6 +6,7 @@
 // finally enqueues one Op that keeps its blocks alive until it ran. TS
 // (src/model/kernels/) validates first with precise messages; this is the safety
 // net. Data-dependent checks (ids, offsets, lengths) happen in the kernels.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -427,6 +428,7 @@ U Sample(StreamImpl& s, Reader& r) {
 
 #include "model_ops_fused.inc"
 #include "model_ops_gdn.inc"
+#include "model_ops_multi.inc"
 
 #undef RUN
 
@@ -460,6 +462,8 @@ const std::vector<OpRow>& ModelOps() {
       {"tokenLogprobsEntropy", TokenLogprobsEntropy},
       {"tokenLogprobsEntropyBackward", TokenLogprobsEntropyBackward},
       {"adamw", AdamW},
+      {"adamwMulti", AdamWMulti},
+      {"sumSquares", SumSquares},
       {"sample", Sample},
       {"gdn", Gdn},
       {"gdnBackward", GdnBackward},

@@ -155,7 +155,7 @@ describe('fsdp2 collectives per step (2 ranks, tiny-dense: embed, 2 layers, tied
 });
 
 describe('fsdp2 device ops per step (2 ranks, tiny-dense)', () => {
-  it('one unpack op per gather, gradients packed without zeroed slots or adds, clipping in place', async () => {
+  it('one unpack op per gather, gradients packed without zeroed slots or adds, clipping in place, one norm and one AdamW op', async () => {
     const run = await launchFixture(2, FIXTURE, ['ops,counts']);
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
@@ -173,10 +173,11 @@ describe('fsdp2 device ops per step (2 ranks, tiny-dense)', () => {
       expect(step.fill, at).toBeUndefined();
       // The one add left: the embed unit's second reduce-scatter (the first writes the shard).
       expect(step.axpy, at).toBe(1);
-      // Clipping scales each unit's gradient shard in place (no temporary and copy back); one AdamW per unit.
-      expect(update.scale, at).toBe(4);
-      expect(update.copyD2D, at).toBeUndefined();
-      expect(update.adamw, at).toBe(4);
+      // The whole update: the squared norm of every unit's shard in ONE op (not a 1x1 matmul per
+      // unit and 3 adds), its all-reduce and read-back; clipping scales each unit's gradient shard
+      // in place (no temporary and copy back); ONE AdamW op over every unit (not one per unit);
+      // the synchronize is streamOps' own.
+      expect(update, at).toEqual({ sumSquares: 1, allReduce: 1, copyD2H: 1, scale: 4, adamwMulti: 1, synchronize: 1 });
       // zeroGrad then forwardBackward on a strategy with last step's grads = a fresh strategy's grads, bit for bit.
       expect(grads, at).toBe((r.counts as Record<string, any>).default.grads);
       expect(zeroed, at).toBe(true);

@@ -91,9 +91,10 @@ export class ParamStore {
     }
   }
 
-  /** One AdamW step over every parameter with a gradient. */
+  /** One AdamW step over every parameter with a gradient (one op for all of them). */
   adamw(hp: AdamWHyper, stream: Stream, impl: 'fast' | 'reference' = 'fast'): void {
     this.step++;
+    const list: K.AdamWEntry[] = [];
     for (const [name, v] of this.vars) {
       if (!v.grad || (this.trainable !== null && !this.trainable.has(name))) continue;
       let mv = this.moments.get(name);
@@ -101,8 +102,9 @@ export class ParamStore {
         mv = { m: Tensor.zeros(this.device, v.value.shape, 'fp32', { stream }), v: Tensor.zeros(this.device, v.value.shape, 'fp32', { stream }) };
         this.moments.set(name, mv);
       }
-      K.adamw(v.value, v.grad, mv.m, mv.v, { ...hp, step: this.step, stream, impl });
+      list.push({ param: v.value, grad: v.grad, m: mv.m, v: mv.v });
     }
+    K.adamwMulti(list, { ...hp, step: this.step, stream, impl });
   }
 
   /** AdamW steps taken. */

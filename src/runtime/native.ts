@@ -637,6 +637,10 @@ export interface NativeModelOps {
     v: B,
     vOff: number,
   ];
+  /** adamw over a list (native/model_ops_multi.inc): then `count` x (n, param, pOff, grad, gOff, m, mOff, v, vOff). */
+  adamwMulti: [count: number, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, step: number, ...entries: Array<number | B>];
+  /** Σ x² over a list into out [1]: then `count` x (n, x, xOff). */
+  sumSquares: [count: number, out: B, outOff: number, ...entries: Array<number | B>];
   /** Gated DeltaNet (native/kernels/model/gdn.h); null tensors are absent optionals. chunk 0 = recurrent. */
   gdn: [
     B: number,

@@ -1,26 +1,16 @@
 /**
- * Gradient-norm helpers that stay on the stream: Σ g² of a tensor as a 1x1 matmul
- * (g·gᵀ, fp32 accumulation) and in-place scaling. A strategy sums the squares of what
- * it owns, all-reduces that one number over its ranks and reads it once on the host.
+ * Gradient-norm helpers that stay on the stream: Σ g² of a list of tensors as ONE op
+ * (K.sumSquares: per tensor the 1x1 matmul g·gᵀ, fp32 accumulation, then fp32 adds in list
+ * order) and in-place scaling. A strategy sums the squares of what it owns, all-reduces that
+ * one number over its ranks and reads it once on the host.
  */
-import { add, matmul, scaleElementsInPlace, type Stream, type Tensor } from '../runtime/device/device-index.js';
+import { scaleElementsInPlace, type Stream, type Tensor } from '../runtime/device/device-index.js';
+import { sumSquares as sumSquaresOp } from '../model/kernels/sum-squares.js';
 
-/** Σ over `tensors` of Σ g², as a [1, 1] fp32 tensor on the stream (caller releases). */
+/** Σ over `tensors` of Σ g², as a [1, 1] fp32 tensor on the stream (caller releases); null when no tensor has elements. */
 export function sumSquares(tensors: readonly Tensor[], stream: Stream): Tensor | null {
-  let acc: Tensor | null = null;
-  for (const g of tensors) {
-    if (g.numel === 0) continue;
-    const row = g.reshape([1, g.numel]);
-    const s = matmul(row, row, { transB: true, stream });
-    if (acc === null) acc = s;
-    else {
-      const next = add(acc, s, { stream });
-      acc.release();
-      s.release();
-      acc = next;
-    }
-  }
-  return acc;
+  if (!tensors.some((g) => g.numel > 0)) return null;
+  return sumSquaresOp(tensors, { stream });
 }
 
 /** g ← coef · g (one rounding, one op: the device scale writes each element in place). */

@@ -62,4 +62,14 @@ void fast::AdamW(const AdamWArgs& a) {
   for (; i < a.n; ++i) Step(c, a.p[i], a.g[i], a.m[i], a.v[i]);
 }
 
+// One call per entry, so each tensor keeps the single kernel's split into vector body and
+// scalar tail (bitwise one adamw op per tensor); the list only saves the per-op overhead.
+void ref::AdamWMulti(const AdamWMultiArgs& a) {
+  for (const AdamWArgs& e : a.list) ref::AdamW(e);
+}
+
+void fast::AdamWMulti(const AdamWMultiArgs& a) {
+  for (const AdamWArgs& e : a.list) fast::AdamW(e);
+}
+
 }  // namespace ascent::model

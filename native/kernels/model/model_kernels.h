@@ -17,6 +17,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "kernels/dtype.h"
 
@@ -304,6 +306,20 @@ struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay;
   int64_t step;
 };
+// adamwMulti: AdamW over a list of (param, grad, m, v) of one hyper-parameter set, in list
+// order, each entry exactly the single kernel (its own vector body and scalar tail).
+struct AdamWMultiArgs {
+  std::vector<AdamWArgs> list;
+};
+
+// ---- sum_squares.cc -------------------------------------------------------------
+// out[0] = Σ over the list of Σ x², each tensor's sum exactly the 1x1 matmul x·xᵀ of the
+// matmul kernels (fp32 accumulation), combined by fp32 adds in list order: bitwise what
+// matmul(row, row, transB) per tensor followed by add() of the partial sums gives.
+struct SumSquaresArgs {
+  std::vector<std::pair<const float*, int64_t>> list;  // (data, numel), numel >= 1
+  float* out;
+};
 
 // ---- sampling.cc ----------------------------------------------------------------
 // Philox4x32-10 (Salmon et al., SC'11; the counter-based RNG of cuRAND and
@@ -353,6 +369,8 @@ void CrossEntropyBackward(const CrossEntropyBackwardArgs& a);
 void TokenLogprobsEntropy(const LogprobEntropyArgs& a);
 void TokenLogprobsEntropyBackward(const LogprobEntropyBackwardArgs& a);
 void AdamW(const AdamWArgs& a);
+void AdamWMulti(const AdamWMultiArgs& a);
+void SumSquares(const SumSquaresArgs& a);
 void Sample(const SampleArgs& a);
 }  // namespace ref
 
@@ -383,6 +401,8 @@ void CrossEntropyBackward(const CrossEntropyBackwardArgs& a);
 void TokenLogprobsEntropy(const LogprobEntropyArgs& a);
 void TokenLogprobsEntropyBackward(const LogprobEntropyBackwardArgs& a);
 void AdamW(const AdamWArgs& a);
+void AdamWMulti(const AdamWMultiArgs& a);
+void SumSquares(const SumSquaresArgs& a);
 void Sample(const SampleArgs& a);
 }  // namespace fast
 

@@ -83,17 +83,19 @@ export function placement(fn: string, tensors: Record<string, Tensor>, options: 
   const names = Object.keys(tensors);
   const first = tensors[names[0]!]!;
   const stream = resolveStream(opts.stream, first.device, `${fn}()`);
-  const sd = stream.device.ordinal;
-  for (const name of names) {
-    const t = tensors[name]!;
-    if (t.device.ordinal !== sd) {
-      throw new InvalidArgumentError(
-        `${fn}() expects tensors on device ${sd} but ${name} is on device ${t.device.ordinal} (stream belongs to device ${sd}). HINT: use copyPeer() to move it first.`,
-        { op: fn, argument: name, expectedDevice: sd, actualDevice: t.device.ordinal, streamDevice: sd },
-      );
-    }
-  }
+  for (const name of names) deviceArg(fn, tensors[name]!, name, stream);
   return { stream, impl: implCode(opts.impl), device: stream.device };
+}
+
+/** Checks that tensor `name` is on the device of `stream`. */
+export function deviceArg(fn: string, t: Tensor, name: string, stream: Stream): void {
+  const sd = stream.device.ordinal;
+  if (t.device.ordinal !== sd) {
+    throw new InvalidArgumentError(
+      `${fn}() expects tensors on device ${sd} but ${name} is on device ${t.device.ordinal} (stream belongs to device ${sd}). HINT: use copyPeer() to move it first.`,
+      { op: fn, argument: name, expectedDevice: sd, actualDevice: t.device.ordinal, streamDevice: sd },
+    );
+  }
 }
 
 export function intArg(fn: string, v: unknown, name: string, min = 0): number {

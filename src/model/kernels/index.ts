@@ -39,7 +39,8 @@ export {
   type TokenLogprobsResult,
 } from './loss.js';
 export { tokenLogprobsEntropy, tokenLogprobsEntropyBackward, type LogprobsEntropyResult } from './entropy.js';
-export { adamw, type AdamWOptions } from './adamw.js';
+export { adamw, adamwMulti, type AdamWOptions, type AdamWEntry } from './adamw.js';
+export { sumSquares } from './sum-squares.js';
 export { sample, philox4x32, type SampleOptions } from './sampling.js';
 export {
   gatedDeltaRule,

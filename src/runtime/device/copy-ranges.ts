@@ -129,6 +129,18 @@ export class CopyRanges {
     stream.native.copyRanges(buffers, ranges, 0);
   }
 
+  /**
+   * The ranges added since the last enqueue, taken out of the list (which is left empty), for a
+   * CopyPlan: `ranges` index into `buffers` as the native op's do; `device` is -1 when empty.
+   */
+  take(): { buffers: DeviceBuffer[]; ranges: Float64Array; device: number } {
+    const out = { buffers: this.#buffers.slice(), ranges: this.#ranges.slice(0, this.#count * FIELDS), device: this.#device };
+    this.#buffers.length = 0;
+    this.#count = 0;
+    this.#device = -1;
+    return out;
+  }
+
   #bufferIndex(b: DeviceBuffer): number {
     // Lists touch a handful of buffers: a scan beats a Map.
     const at = this.#buffers.indexOf(b);

@@ -10,7 +10,7 @@
  *   after the block's forward, re-gathered for its backward (root units and, for small
  *   models by default, every unit stay gathered instead: reshardPolicy); one reduce-scatter (sum)
  *   of the block's gradients after its backward (step-source.ts), all on one stream;
- * - sharded AdamW (one K.adamw over each flat shard), gradient clipping by an
+ * - sharded AdamW (one K.adamwMulti over every flat shard), gradient clipping by an
  *   all-reduce of the local Σ g², gathered / loaded HF-named full state;
  * - data parallel: each rank runs its rows of the global batch; the loss weights
  *   carry the global normalisation, so gradients are plain sums over ranks.
@@ -384,7 +384,11 @@ export class Fsdp2Strategy implements TrainStrategy {
     this.micro = 0;
     this.momentsLive = true;
     this.settleGrads();
-    for (const [, t] of this.trainableUnits()) K.adamw(t.param, t.grad, t.m, t.v, { ...hp, step: this.step, stream: this.stream, impl: 'fast' });
+    // One op for every unit's shard (bitwise one adamw per shard).
+    K.adamwMulti(
+      this.trainableUnits().map(([, t]) => t),
+      { ...hp, step: this.step, stream: this.stream, impl: 'fast' },
+    );
   }
 
   /**

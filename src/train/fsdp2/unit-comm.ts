@@ -13,6 +13,7 @@ import { axpy, cast, fill, Tensor, type Stream } from '../../runtime/device/devi
 import type { Communicator } from '../../runtime/comm/comm.js';
 import { InvalidArgumentError } from '../../runtime/errors.js';
 import { CopyRanges } from '../../runtime/device/copy-ranges.js';
+import { CopyPlan } from '../../runtime/device/copy-plan.js';
 import { viewOf } from '../../runtime/device/views.js';
 import type { FlatUnit } from './layout.js';
 import type { SlotPool } from './slot-pool.js';
@@ -109,13 +110,30 @@ export async function gatherUnitAwaited(
  * The rank-major gathered shards in `staging`, reordered param-major into a new slot (bf16 part
  * as bf16): ONE copyRanges of dp ranges per parameter (chunk p of every rank, row stride L in the
  * bf16 part, S - L after it), not one strided read per parameter (each a separate stream op).
+ * The ranges depend only on the unit's layout and dp: built once per unit (unpackPlan), then
+ * bound to the step's two slots.
  */
 function unpackGathered(unit: FlatUnit, staging: Tensor, dp: number, pool: SlotPool, stream: Stream): Tensor {
+  const values = pool.take();
+  try {
+    unpackPlan(unit, dp, values, staging).enqueue(stream, [values, staging]);
+  } catch (e) {
+    pool.give(values);
+    throw e;
+  }
+  return values;
+}
+
+const unpackPlans = new WeakMap<FlatUnit, { dp: number; plan: CopyPlan }>();
+
+/** The unpack ranges of `unit` over `dp` ranks (roles: values slot, staging slot), built against the given slots on first use. */
+function unpackPlan(unit: FlatUnit, dp: number, values: Tensor, staging: Tensor): CopyPlan {
+  const hit = unpackPlans.get(unit);
+  if (hit?.dp === dp) return hit.plan;
   const S = unit.shardNumel;
   const L = unit.lowNumel ?? 0;
   const low = bf16View(staging, dp * L);
   const rest = viewOf(staging, [dp * (S - L)], dp * L);
-  const values = pool.take();
   const list = new CopyRanges();
   for (const [i, p] of unit.params.entries()) {
     const [src, row, first] = p.offset < L ? [low, L, p.offset] : [rest, S - L, p.offset - L];
@@ -123,8 +141,9 @@ function unpackGathered(unit: FlatUnit, staging: Tensor, dp: number, pool: SlotP
     const dst = valueView(unit, values, i, dp, [dp * p.chunk]);
     for (let r = 0; r < dp; r++) list.add(dst, r * p.chunk, src, r * row + first, p.chunk);
   }
-  list.enqueue(stream);
-  return values;
+  const plan = CopyPlan.from(list, [values, staging]);
+  unpackPlans.set(unit, { dp, plan });
+  return plan;
 }
 
 /** The full tensor of parameter `i` of `unit` inside an unsharded gradient slot (always fp32). */

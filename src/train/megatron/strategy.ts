@@ -346,12 +346,14 @@ export class MegatronStrategy implements TrainStrategy {
     const { stream } = this;
     this.step++;
     this.micro = 0;
+    const list: K.AdamWEntry[] = [];
     for (const u of this.trainable) {
       const shape = u.var.value.shape;
       u.m ??= Tensor.zeros(this.mesh.device, shape, 'fp32', { stream });
       u.v ??= Tensor.zeros(this.mesh.device, shape, 'fp32', { stream });
-      K.adamw(u.var.value, u.grad, u.m, u.v, { ...hp, step: this.step, stream });
+      list.push({ param: u.var.value, grad: u.grad, m: u.m, v: u.v });
     }
+    K.adamwMulti(list, { ...hp, step: this.step, stream });
   }
 
   /**
