@@ -2,35 +2,55 @@ import { basename } from 'node:path';
 import { defineConfig } from 'vitest/config';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
-// The longest files, longest first (seconds of the last clean run of `npm test` on the 2-core
-// machine, two workers; ~ marks a file whose time was cut since, measured alone under load).
-// Two files run at a time, so the suite ends when the longer queue does: starting the long ones
-// first keeps a long file from starting last beside an empty worker. Without vitest's cache of
-// last durations (a fresh checkout) the default order is by file size, which puts long files near
-// the end. Only the order depends on this list; a stale entry costs time, not correctness.
+// The longest files, longest first: seconds of each file in the run of the whole suite on
+// 2026-11-27 (two workers, 2-core machine shared with other jobs, load average 12-60, so every
+// time is ~4x a quiet run's; the order is what matters). Two files run at a time, so the suite
+// ends when the longer queue does: starting the long ones first keeps a long file from starting
+// last beside an empty worker. Without vitest's cache of last durations (a fresh checkout) the
+// default order is by file size, which puts long files near the end (model-training, quickstart
+// and bench-trainer ended that run). Only the order depends on this list; a stale entry costs
+// time, not correctness. Files below ~45 s there keep vitest's default order with the rest.
 const LONGEST_FIRST = [
-  'launch', // 70
-  'grpo-scenarios', // 104, ~68 since the runs of 2 ranks share a launch and those of 4 another
-  'train-checkpoint', // 88, ~64 since the crash test kills before each kind of operation, not each one
-  'package', // 51: npm pack + install (the install reuses this checkout's addon build), then bins and launches
-  'lint', // 49
-  'train-fsdp2', // 42
-  'launch-collectives', // 38
-  'collectives', // 66, ~35 since each rank builds only its own part of the reference
-  'mpi-grpo', // 64 (with Open MPI), ~34 since its single-process reference runs once
-  'mpi-collectives', // 33
-  'readme', // 30
-  'bench-collectives', // 29
-  'inspect', // 34, ~28 since `ascent inspect` loads only the checkpoint code
-  'mpi-launch', // 27
-  'sharded-load', // 26
-  'megatron-qwen35', // 40, ~24 since each layout's scenarios share a launch
-  'sync-server', // 22
-  'grpo-scenarios-qwen35', // 57, ~22 since colocated runs share a launch and server runs another
-  'grpo-algorithm', // 40, ~21 since its runs share a launch
-  'sharded-init', // 55, ~19 since its loads share two launches
-  // Below ~18 s now (cases sharing launches): train-megatron, train-checkpoint-sharded-resume,
-  // train-lora-sharded, train-router-aux; they keep vitest's default order with the rest.
+  'lint', // 314 cold; with warm ESLint / Prettier caches ~9 s of CPU (it stays first: a fresh checkout runs it cold)
+  'mpi-grpo', // 213
+  'train-fsdp2', // 167
+  'model-training', // 144
+  'collectives', // 138
+  'launch', // 124
+  'matmul-bf16', // 118
+  'matmul-avx2', // 113
+  'megatron-qwen35', // 106
+  'grpo-scenarios', // 100
+  'sync-server-qwen35', // 89
+  'grpo-algorithm', // 87
+  'train-checkpoint-sharded-resume', // 87
+  'sync-verify-injection', // 87
+  'fsdp2-qwen35', // 86
+  'bench-collectives', // 85
+  'grpo-scenarios-qwen35', // 81
+  'dtensor', // 77
+  'sync-server', // 75
+  'comm-culprits', // 75
+  'train-checkpoint', // 74
+  'quickstart', // 69
+  'mpi-train', // 68
+  'grpo-log', // 65
+  'mpi-actors', // 62
+  'mpi-collectives', // 62
+  'sync-server-bf16', // 60
+  'train-megatron', // 59
+  'sharded-load', // 59
+  'install-native', // 57
+  'engine-qwen35-tp', // 57
+  'launch-collectives', // 56
+  'fused-norm-kernels', // 54
+  'mpi-launch', // 53
+  'train-trim', // 53
+  'package', // 50
+  'train-fsdp2-bf16', // 50
+  'readme', // 49
+  'train-router-aux', // 48
+  'rollout-engine', // 48
 ];
 
 class LongestFirst extends BaseSequencer {

@@ -10,7 +10,7 @@
  * only its first); a LoRA adapter-only sync is verified and rewrites the adapted GDN weights.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { ensureParallelBuilt, launchFixture, type LaunchRun } from './helpers/parallel-launch.js';
 import { MOE_TEXT, TEXT } from './helpers/qwen35-configs.js';
 import { parseModelConfig } from '../src/model/config.js';
 import { paramSpecs } from '../src/model/params.js';
@@ -60,12 +60,24 @@ interface RankOut {
   lora: { baseError: Failure | null; report: Report | null; error: Failure | null; processCalls: number; changed: string[]; adapters: number };
 }
 
+// Dense and MoE run one after the other in one launch of 2 ranks (starting the ranks costs more
+// than a case); each test reads its own model's RESULT lines.
+let shared: Promise<LaunchRun> | undefined;
+const sharedRun = () =>
+  (shared ??= launchFixture(
+    2,
+    'test/fixtures/sync/colocate-qwen35.mjs',
+    [JSON.stringify((['dense', 'moe'] as const).map((key) => ({ key, ...CASES[key] })))],
+    {},
+    240_000,
+  ));
+
 describe.each(['dense', 'moe'] as const)('colocated sync, qwen3.5 %s: fsdp2 dp2 → engine tp 2 (GDN split by heads)', (which) => {
   it('full sync verified and equal to a reload; a wrong k channel is caught; LoRA adapter-only sync verified', async () => {
-    const { text, lora } = CASES[which];
-    const run = await launchFixture(2, 'test/fixtures/sync/colocate-qwen35.mjs', [JSON.stringify(text), JSON.stringify(lora)], {}, 120_000);
+    const { text } = CASES[which];
+    const run = await sharedRun();
     expect(run.code, run.stderr.slice(-3000)).toBe(0);
-    const results = run.results as unknown as RankOut[];
+    const results = run.results.filter((r) => r.key === which) as unknown as RankOut[];
     expect(results.map((r) => r.rank)).toEqual([0, 1]);
     const tensors = paramSpecs(parseModelConfig(text), { expertLayout: 'fused' }).length;
     for (const { rank, full, lora: l } of results) {
@@ -96,5 +108,5 @@ describe.each(['dense', 'moe'] as const)('colocated sync, qwen3.5 %s: fsdp2 dp2 
       expect(l.changed).not.toContain('model.embed_tokens.weight');
       expect(l.changed).not.toContain('model.layers.0.linear_attn.conv1d.weight');
     }
-  }, 130_000);
+  }, 250_000);
 });

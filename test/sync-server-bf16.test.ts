@@ -8,11 +8,15 @@
  * on engine rank 3 fails the next sync's verification on every rank, naming the tensor.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { ensureParallelBuilt } from './helpers/parallel-launch.js';
+import { SERVER_SYNC_CASES, sharedServerSync } from './helpers/sync-server-launch.js';
 import { loadModelConfig } from '../src/model/config.js';
 import { paramSpecs } from '../src/model/params.js';
 
 beforeAll(() => ensureParallelBuilt());
+
+// The cases below run one after the other in one launch of 4 ranks; each test reads its own case's results.
+const serverSync = sharedServerSync('bfloat16');
 
 /** fp32 bytes of the HF tensors, and of those a bf16 engine keeps fp32 (norms, router). */
 function sizes(which: string): { fp32: number; kept: number; tensors: number } {
@@ -26,15 +30,10 @@ function sizes(which: string): { fp32: number; kept: number; tensors: number } {
 }
 
 describe('server-mode sync into bfloat16 engines, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
-  it.each([
-    ['moe', 'megatron', 1 << 20],
-    ['dense', 'megatron', 4096],
-    ['moe', 'fsdp2', 1 << 20],
-    ['moe', 'megatron-dp2', 1 << 20],
-  ] as const)(
+  it.each(SERVER_SYNC_CASES)(
     'tiny %s from %s, bucket %i bytes: bf16 bytes equal a bf16 reload, half the bytes, a changed bf16 weight is caught',
     async (which, kind, bucket) => {
-      const run = await launchFixture(4, 'test/fixtures/sync/server.mjs', [which, kind, String(bucket), 'bfloat16']);
+      const run = await serverSync(which, kind, bucket);
       expect(run.code, run.stderr).toBe(0);
       expect(run.results.map((r) => r.rank)).toEqual([0, 1, 2, 3]);
       const z = sizes(which);
@@ -60,6 +59,7 @@ describe('server-mode sync into bfloat16 engines, 2 trainer ranks → 2 engine r
         }
       }
     },
-    120_000,
+    // The first test waits for the launch running all four cases.
+    230_000,
   );
 });

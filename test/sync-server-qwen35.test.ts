@@ -8,10 +8,12 @@
  * trainers' gatherState('params'). With LoRA (adapters on the GDN projections, gated q_proj and
  * the MLP or shared expert / fused experts), a base-only sync is caught by verification, and an
  * adapter-only sync is verified, rewrites the GDN and attention weights the adapters touch and
- * runs no post-load processing.
+ * runs no post-load processing. The four cases (model x engine layout) run one after the other
+ * in one launch of 4 ranks (starting the ranks costs more than a case); each test reads its
+ * case's RESULT lines.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { ensureParallelBuilt, launchFixture, type LaunchRun } from './helpers/parallel-launch.js';
 import { MOE_TEXT, TEXT } from './helpers/qwen35-configs.js';
 import { parseModelConfig } from '../src/model/config.js';
 import { paramSpecs } from '../src/model/params.js';
@@ -33,6 +35,21 @@ const CASES = {
   },
 } as const;
 
+const LAYOUTS = [
+  ['2 engine replicas at tp 1', 1],
+  ['one engine at tp 2', 2],
+] as const;
+const keyOf = (which: string, tp: number) => `${which} tp ${tp}`;
+let shared: Promise<LaunchRun> | undefined;
+/** The one launch running every case, started when the first test asks for it. */
+function sharedRun(): Promise<LaunchRun> {
+  const cases = (['dense', 'moe'] as const).flatMap((which) =>
+    LAYOUTS.map(([, tp]) => ({ key: keyOf(which, tp), text: CASES[which].text, lora: CASES[which].lora, tp })),
+  );
+  shared ??= launchFixture(4, 'test/fixtures/sync/server-qwen35.mjs', [JSON.stringify(cases)], {}, 400_000);
+  return shared;
+}
+
 interface Report {
   kind: string;
   mode: string;
@@ -46,16 +63,13 @@ interface RankOut {
 }
 
 describe.each(['dense', 'moe'] as const)('server-mode sync, qwen3.5 %s: fsdp2 dp2 → engine ranks 2-3', (which) => {
-  it.each([
-    ['2 engine replicas at tp 1', 1],
-    ['one engine at tp 2', 2],
-  ] as const)(
+  it.each(LAYOUTS)(
     '%s: full sync verified and equal to a reload; LoRA adapter-only sync verified, no post-load processing',
     async (_, tp) => {
-      const { text, lora } = CASES[which];
-      const run = await launchFixture(4, 'test/fixtures/sync/server-qwen35.mjs', [JSON.stringify(text), JSON.stringify(lora), String(tp)], {}, 150_000);
+      const { text } = CASES[which];
+      const run = await sharedRun();
       expect(run.code, run.stderr.slice(-3000)).toBe(0);
-      const results = run.results as unknown as RankOut[];
+      const results = run.results.filter((r) => r.key === keyOf(which, tp)) as unknown as RankOut[];
       expect(results.map((r) => r.rank)).toEqual([0, 1, 2, 3]);
       const tensors = paramSpecs(parseModelConfig(text), { expertLayout: 'fused' }).length;
       const adapters = results[0]!.lora.adapters!;
@@ -86,6 +100,6 @@ describe.each(['dense', 'moe'] as const)('server-mode sync, qwen3.5 %s: fsdp2 dp
         expect(l.changed).not.toContain('model.embed_tokens.weight');
       }
     },
-    160_000,
+    410_000,
   );
 });

@@ -10,10 +10,14 @@
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { SERVER_SYNC_CASES, sharedServerSync } from './helpers/sync-server-launch.js';
 import { loadModelConfig } from '../src/model/config.js';
 import { paramSpecs } from '../src/model/params.js';
 
 beforeAll(() => ensureParallelBuilt());
+
+// The cases below run one after the other in one launch of 4 ranks; each test reads its own case's results.
+const serverSync = sharedServerSync('float32');
 
 // Canonical (HF, fused experts) tensors of the tiny models: what each engine rank fingerprints.
 const canonical = (dir: string) => paramSpecs(loadModelConfig(`examples/models/${dir}/config.json`), { expertLayout: 'fused' }).length;
@@ -21,15 +25,10 @@ const MOE_TENSORS = canonical('tiny-moe');
 const DENSE_TENSORS = canonical('tiny-dense');
 
 describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
-  it.each([
-    ['moe', 'megatron', 1 << 20],
-    ['dense', 'megatron', 4096],
-    ['moe', 'fsdp2', 1 << 20],
-    ['moe', 'megatron-dp2', 1 << 20],
-  ] as const)(
+  it.each(SERVER_SYNC_CASES)(
     'tiny %s from %s, bucket %i bytes',
     async (which, kind, bucket) => {
-      const run = await launchFixture(4, 'test/fixtures/sync/server.mjs', [which, kind, String(bucket)]);
+      const run = await serverSync(which, kind, bucket);
       expect(run.code, run.stderr).toBe(0);
       expect(run.results.map((r) => r.rank)).toEqual([0, 1, 2, 3]);
       for (const r of run.results as Array<Record<string, any>>) r.tensors = which === 'moe' ? MOE_TENSORS : DENSE_TENSORS;
@@ -66,7 +65,8 @@ describe('server-mode sync, 2 trainer ranks → 2 engine ranks (tp 2)', () => {
       }
       expect(diffs.size, 'every rank returns the same verdict').toBe(1);
     },
-    60_000,
+    // The first test waits for the launch running all four cases.
+    230_000,
   );
 });
 

@@ -9,9 +9,24 @@
  * refused). The sync runs with verify: true (fingerprints, no probe). Every injection must
  * be caught on every rank with a WeightSyncError naming the tensor, the engine rank that
  * holds it and both fingerprints; clean syncs before and after must pass.
+ * Dense and MoE of one mode run one after the other in one launch (starting 2 or 6 ranks costs
+ * more than a model's injections); each test reads its model's RESULT lines.
  */
 import { describe, expect, it } from 'vitest';
-import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { ensureParallelBuilt, launchFixture, type LaunchRun } from './helpers/parallel-launch.js';
+
+const MODELS = ['dense', 'moe'] as const;
+const launches = new Map<string, Promise<LaunchRun>>();
+/** The launch of `mode` running both models, started when its first test asks for it. */
+function launchOf(mode: 'colocate' | 'server', nproc: number): Promise<LaunchRun> {
+  let run = launches.get(mode);
+  if (!run) {
+    ensureParallelBuilt();
+    run = launchFixture(nproc, 'test/fixtures/sync/inject.mjs', [mode, ...MODELS], {}, 200_000);
+    launches.set(mode, run);
+  }
+  return run;
+}
 
 interface Case {
   name: string;
@@ -28,18 +43,20 @@ describe.each([
   ['colocate', 2],
   ['server', 6],
 ] as const)('%s sync verification under fault injection', (mode, nproc) => {
-  it.each(['dense', 'moe'] as const)(
+  it.each(MODELS)(
     'tiny %s: every injection is caught on every rank, naming the tensor and the engine rank',
     async (which) => {
-      ensureParallelBuilt();
-      const run = await launchFixture(nproc, 'test/fixtures/sync/inject.mjs', [mode, which], {}, 110_000);
+      const run = await launchOf(mode, nproc);
       expect(run.code, run.stderr).toBe(0);
-      expect(run.results.length).toBe(nproc);
-      const engineRanks = run.results[0]!.engineRanks as number[];
+      // One RESULT per rank for each model.
+      expect(run.results.length).toBe(nproc * MODELS.length);
+      const results = run.results.filter((r) => r.which === which);
+      expect(results.map((r) => r.rank)).toEqual(Array.from({ length: nproc }, (_, r) => r));
+      const engineRanks = results[0]!.engineRanks as number[];
       expect(engineRanks.length).toBe(mode === 'colocate' ? 2 : 4);
       const injected = new Set<string>();
       const targets = new Set<number>();
-      for (const r of run.results) {
+      for (const r of results) {
         const cases = r.cases as Case[];
         expect(cases.length, `rank ${r.rank}`).toBe(which === 'moe' ? 12 : 11);
         for (const c of cases) {
@@ -81,6 +98,6 @@ describe.each([
       expect(injected).toEqual(new Set(kinds));
       expect(targets, 'every engine rank had a fault injected').toEqual(new Set(engineRanks));
     },
-    120_000,
+    210_000,
   );
 });
