@@ -95,16 +95,51 @@ Napi::Value DeviceResetPeak(const Napi::CallbackInfo& info) {
   });
 }
 
-// alloc(ordinal, bytes) -> Buffer
+// alloc(ordinal, bytes) -> handle (device/buffer.h)
 Napi::Value Alloc(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&] {
     Device& d = Registry::Get().Existing(ArgOrdinal(info, 0));
     uint64_t bytes = ArgIndex(info, 1, "bytes");
-    return BufferWrap::NewInstance(info.Env(), Block::Allocate(d, bytes));
+    return NewBufferHandle(info.Env(), Block::Allocate(d, bytes));
   });
 }
 
-// importBuffer(id) -> Buffer sharing the block
+// releaseBuffer(handle): drops the handle's reference (a no-op when it was released before).
+Napi::Value ReleaseBuffer(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    napi_env env = info.Env();
+    napi_valuetype type;
+    void* handle;
+    if (napi_typeof(env, Arg(info, 0), &type) != napi_ok || type != napi_external ||
+        napi_get_value_external(env, info[0], &handle) != napi_ok) {
+      ThrowInvalidArgument("releaseBuffer() expects a buffer handle (from alloc or importBuffer).");
+    }
+    EnvData::Get(info.Env())->buffers->Release(env, handle);
+    return info.Env().Undefined();
+  });
+}
+
+// initBuffers(handleKey, info): the symbol JS buffers keep their handle under, and the
+// Float64Array(3) alloc / importBuffer write [id, device, size] to.
+Napi::Value InitBuffers(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    Napi::Value key = Arg(info, 0);
+    Napi::Value arr = Arg(info, 1);
+    if (!key.IsSymbol() || !arr.IsTypedArray() || arr.As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+        arr.As<Napi::TypedArray>().ElementLength() < 3) {
+      ThrowInvalidArgument("initBuffers(handleKey, info) expects a symbol and a Float64Array of at least 3 elements.");
+    }
+    EnvData* data = EnvData::Get(info.Env());
+    data->buffer_key = Napi::Persistent(key);
+    data->buffer_info_ref = Napi::Persistent(arr);
+    // The array's backing store does not move (JS makes it over an ArrayBuffer), and the
+    // reference above keeps it alive.
+    data->buffer_info = arr.As<Napi::Float64Array>().Data();
+    return info.Env().Undefined();
+  });
+}
+
+// importBuffer(id) -> handle sharing the block
 Napi::Value ImportBuffer(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&] {
     uint64_t id = ArgIndex(info, 0, "id");
@@ -115,7 +150,7 @@ Napi::Value ImportBuffer(const Napi::CallbackInfo& info) {
                                "sender must keep its tensor alive until the receiver has imported the handle.",
                            {Num("buffer", static_cast<double>(id))});
     }
-    return BufferWrap::NewInstance(info.Env(), std::move(block));
+    return NewBufferHandle(info.Env(), std::move(block));
   });
 }
 
@@ -179,13 +214,10 @@ Napi::Value SetMatmulKernel(const Napi::CallbackInfo& info) {
 Napi::Object ModuleInit(Napi::Env env, Napi::Object exports) {
   EnvData::Install(env);
   EnvData* data = EnvData::Get(env);
-  Napi::Function buffer = BufferWrap::Define(env);
   Napi::Function stream = StreamWrap::Define(env);
   Napi::Function event = EventWrap::Define(env);
-  data->buffer_ctor = Napi::Persistent(buffer);
   data->stream_ctor = Napi::Persistent(stream);
   data->event_ctor = Napi::Persistent(event);
-  exports.Set("Buffer", buffer);
   exports.Set("Stream", stream);
   exports.Set("Event", event);
   exports.Set("init", Napi::Function::New<Init>(env, "init"));
@@ -196,6 +228,8 @@ Napi::Object ModuleInit(Napi::Env env, Napi::Object exports) {
   exports.Set("deviceResetPeak", Napi::Function::New<DeviceResetPeak>(env, "deviceResetPeak"));
   exports.Set("alloc", Napi::Function::New<Alloc>(env, "alloc"));
   exports.Set("importBuffer", Napi::Function::New<ImportBuffer>(env, "importBuffer"));
+  exports.Set("releaseBuffer", Napi::Function::New<ReleaseBuffer>(env, "releaseBuffer"));
+  exports.Set("initBuffers", Napi::Function::New<InitBuffers>(env, "initBuffers"));
   exports.Set("hostMemory", Napi::Function::New<HostMemory>(env, "hostMemory"));
   exports.Set("cpuFeatures", Napi::Function::New<CpuFeatures>(env, "cpuFeatures"));
   InitComm(env, exports);  // after EnvData::Install: it adds its state to the env's EnvData

@@ -45,7 +45,7 @@ uint64_t CopyRangesOp(StreamImpl& s, Reader& r) {
   Napi::Array arr = bv.As<Napi::Array>();
   std::vector<std::shared_ptr<Block>> blocks(arr.Length());
   for (uint32_t q = 0; q < arr.Length(); ++q) {
-    blocks[q] = BufferWrap::FromValue(arr.Get(q), "buffers");
+    blocks[q] = BlockFromValue(arr.Get(q), "buffers");
     if (blocks[q]->ordinal() != device) {
       r.Fail("buffers[" + std::to_string(q) + "] is on device " + std::to_string(blocks[q]->ordinal()) + " but the stream belongs to device " +
                  std::to_string(device) + ". HINT: use copyPeer() to move it first.",

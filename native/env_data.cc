@@ -99,7 +99,7 @@ void EnvData::AddStream(std::shared_ptr<StreamImpl> stream) {
   streams_.swap(keep);
 }
 
-EnvData::~EnvData() = default;
+EnvData::~EnvData() { buffers->Detach(); }
 
 void EnvData::Teardown() {
   {

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <vector>
 
+#include "device/buffer_table.h"
 #include "errors.h"
 
 namespace ascent {
@@ -74,10 +75,16 @@ class EnvData {
   void Teardown();
 
   Napi::FunctionReference error_factory;
-  Napi::FunctionReference buffer_ctor;
   Napi::FunctionReference stream_ctor;
   Napi::FunctionReference event_ctor;
   Napi::FunctionReference comm_ctor;
+  // Device buffers (device/buffer_table.h, set by initBuffers): this env's slots, the JS
+  // symbol a buffer object keeps its handle under, and the Float64Array [id, device, size]
+  // through which a new handle's metadata reaches the JS constructor.
+  BufferTable* buffers = BufferTable::New();
+  Napi::Reference<Napi::Value> buffer_key;
+  Napi::Reference<Napi::Value> buffer_info_ref;
+  double* buffer_info = nullptr;
   // Set by InitComm; torn down before the streams.
   std::unique_ptr<comm::CommEnv> comm;
 

@@ -1,11 +1,13 @@
 /**
- * The native entry points recognise their own wrapped objects (device Buffer, Event, Stream) by
- * type tag: anything else in a buffer or event slot, including an object that only borrows the
- * class's prototype or an object of another wrapped class, fails with the argument's usual
- * InvalidArgumentError and nothing is enqueued; a Buffer made with `new` from JS reads as released.
+ * The native entry points recognise their own objects: Event and Stream by type tag, a device
+ * buffer by the native handle it holds (native/device/buffer_table.h). Anything else in a buffer
+ * or event slot, including an object that only borrows the class's prototype or an object of
+ * another wrapped class, fails with the argument's usual InvalidArgumentError and nothing is
+ * enqueued; a released buffer, or its handle carried by another object, reads as released.
  */
 import { describe, expect, it } from 'vitest';
-import { Device, loadNative } from '../src/runtime/device/device-index.js';
+import { Device, DeviceBuffer, loadNative } from '../src/runtime/device/device-index.js';
+import { BUFFER_HANDLE, type NativeBufferHandle } from '../src/runtime/native.js';
 import { InvalidArgumentError } from '../src/runtime/errors.js';
 
 const d0 = Device.get(0);
@@ -22,13 +24,14 @@ function thrown(fn: () => unknown): InvalidArgumentError {
 
 describe('type-tagged native arguments', () => {
   it('a buffer slot takes only a device Buffer: forged, foreign and primitive values are refused by name', () => {
-    const native = loadNative();
     const s = d0.newStream();
     const ev = d0.newEvent();
     const buf = d0.alloc(64);
     const before = s.stats().enqueued;
     const notBuffers: Array<[string, unknown]> = [
-      ['a forged Buffer (its prototype only)', Object.create(native.Buffer.prototype as object)],
+      ['a forged Buffer (its prototype only)', Object.create(DeviceBuffer.prototype as object)],
+      ['a Buffer built from JS around a fake handle', new DeviceBuffer({ id: buf.id } as unknown as NativeBufferHandle)],
+      ['an object with a number for a handle', { [BUFFER_HANDLE]: 1, id: buf.id }],
       ['a Stream', s.native],
       ['an Event', ev.native],
       ['a plain object', { id: buf.id, size: 64 }],
@@ -47,19 +50,23 @@ describe('type-tagged native arguments', () => {
     s.destroy();
   });
 
-  it('a released Buffer, and one constructed from JS (tagged, never given memory), read as released', () => {
-    const native = loadNative();
+  it('a released Buffer, and its handle carried by another object, read as released', () => {
     const s = d0.newStream();
     const buf = d0.alloc(64);
     const id = buf.id;
+    const handle = buf[BUFFER_HANDLE];
     buf.release();
     const e = thrown(() => s.native.fill(buf, 0, 4, 0, 1, 0, 0));
     expect(e.message).toBe(`Buffer ${id} passed as dst was already released. HINT: do not use a tensor after release().`);
     expect(e.details).toMatchObject({ argument: 'dst', buffer: id });
-    const fromJs = new (native.Buffer as unknown as new () => never)();
-    expect(thrown(() => s.native.fill(fromJs, 0, 4, 0, 1, 0, 0)).message).toBe(
-      'Buffer 0 passed as dst was already released. HINT: do not use a tensor after release().',
+    // The next buffer takes the released one's native slot; the old handle must not reach it.
+    const next = d0.alloc(64);
+    const stolen = { [BUFFER_HANDLE]: handle, id: 7 };
+    expect(thrown(() => s.native.fill(stolen as never, 0, 4, 0, 1, 0, 0)).message).toBe(
+      'Buffer 7 passed as dst was already released. HINT: do not use a tensor after release().',
     );
+    expect(() => s.native.fill(next, 0, 4, 0, 1, 0, 0)).not.toThrow();
+    next.release();
     s.destroy();
   });
 

@@ -2,9 +2,9 @@
 
 #include <string>
 
+#include "device/buffer_table.h"
 #include "env_data.h"
 #include "errors.h"
-#include "type_tags.h"
 
 namespace ascent {
 
@@ -21,61 +21,58 @@ Block::~Block() {
   device_.pool.Free(offset_);
 }
 
-Napi::Function BufferWrap::Define(Napi::Env env) {
-  return DefineClass(env, "Buffer",
-                     {InstanceMethod<&BufferWrap::Release>("release"),
-                      InstanceAccessor<&BufferWrap::GetId>("id"),
-                      InstanceAccessor<&BufferWrap::GetDevice>("device"),
-                      InstanceAccessor<&BufferWrap::GetSize>("size"),
-                      InstanceAccessor<&BufferWrap::GetReleased>("released")});
+namespace {
+
+[[noreturn]] void ThrowNotABuffer(const char* what) {
+  ThrowInvalidArgument(std::string("Expected a device Buffer for ") + what + ".", {Str("argument", what)});
 }
 
-Napi::Object BufferWrap::NewInstance(Napi::Env env, std::shared_ptr<Block> block) {
-  Napi::Object obj = EnvData::Get(env)->buffer_ctor.New({});
-  BufferWrap* wrap = Napi::ObjectWrap<BufferWrap>::Unwrap(obj);
-  wrap->id_ = block->id();
-  wrap->device_ = block->ordinal();
-  wrap->size_ = block->size();
-  wrap->block_ = std::move(block);
-  return obj;
-}
-
-std::shared_ptr<Block> BufferWrap::FromValue(Napi::Value value, const char* what) {
-  if (!HasTypeTag(value, kBufferTag)) {
-    ThrowInvalidArgument(std::string("Expected a device Buffer for ") + what + ".", {Str("argument", what)});
+// The id a released buffer shows in its error (its slot no longer knows it); 0 when the object
+// has no numeric id. Error path only.
+double IdOf(napi_env env, napi_value obj) {
+  napi_value v;
+  double id = 0;
+  if (napi_get_named_property(env, obj, "id", &v) != napi_ok || napi_get_value_double(env, v, &id) != napi_ok) {
+    napi_value ignored;
+    napi_get_and_clear_last_exception(env, &ignored);
+    return 0;
   }
-  BufferWrap* wrap = Napi::ObjectWrap<BufferWrap>::Unwrap(value.As<Napi::Object>());
-  if (!wrap->block_) {
-    ThrowInvalidArgument(std::string("Buffer ") + std::to_string(wrap->id_) + " passed as " + what +
-                             " was already released. HINT: do not use a tensor after release().",
-                         {Str("argument", what), Num("buffer", static_cast<double>(wrap->id_))});
+  return id;
+}
+
+}  // namespace
+
+std::shared_ptr<Block> BlockFromValue(Napi::Value value, const char* what) {
+  napi_env env = value.Env();
+  EnvData* data = EnvData::Get(value.Env());
+  napi_value obj = value;
+  napi_valuetype type;
+  if (data->buffer_key.IsEmpty() || napi_typeof(env, obj, &type) != napi_ok || type != napi_object) ThrowNotABuffer(what);
+  napi_value key;
+  napi_value handle;
+  void* ptr;
+  if (napi_get_reference_value(env, data->buffer_key, &key) != napi_ok || napi_get_property(env, obj, key, &handle) != napi_ok) {
+    napi_value ignored;  // a throwing getter or proxy: not ours
+    napi_get_and_clear_last_exception(env, &ignored);
+    ThrowNotABuffer(what);
   }
-  return wrap->block_;
+  if (napi_typeof(env, handle, &type) != napi_ok || type != napi_external || napi_get_value_external(env, handle, &ptr) != napi_ok) {
+    ThrowNotABuffer(what);
+  }
+  if (const std::shared_ptr<Block>* block = data->buffers->Find(ptr)) return *block;
+  const double id = IdOf(env, obj);
+  ThrowInvalidArgument(std::string("Buffer ") + std::to_string(static_cast<uint64_t>(id)) + " passed as " + what +
+                           " was already released. HINT: do not use a tensor after release().",
+                       {Str("argument", what), Num("buffer", id)});
 }
 
-// Only NewInstance creates usable buffers; `new Buffer()` from JS gives a released one (tagged
-// too, so passing it reads as "already released", as before).
-BufferWrap::BufferWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<BufferWrap>(info) {
-  info.This().As<Napi::Object>().TypeTag(&kBufferTag);
-}
-
-Napi::Value BufferWrap::Release(const Napi::CallbackInfo& info) {
-  block_.reset();
-  return info.Env().Undefined();
-}
-
-Napi::Value BufferWrap::GetId(const Napi::CallbackInfo& info) {
-  return Napi::Number::New(info.Env(), static_cast<double>(id_));
-}
-
-Napi::Value BufferWrap::GetDevice(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), device_); }
-
-Napi::Value BufferWrap::GetSize(const Napi::CallbackInfo& info) {
-  return Napi::Number::New(info.Env(), static_cast<double>(size_));
-}
-
-Napi::Value BufferWrap::GetReleased(const Napi::CallbackInfo& info) {
-  return Napi::Boolean::New(info.Env(), !block_);
+Napi::Value NewBufferHandle(Napi::Env env, std::shared_ptr<Block> block) {
+  EnvData* data = EnvData::Get(env);
+  if (data->buffer_info == nullptr) ThrowInvalidArgument("initBuffers() must be called before the first buffer is made.");
+  data->buffer_info[0] = static_cast<double>(block->id());
+  data->buffer_info[1] = block->ordinal();
+  data->buffer_info[2] = static_cast<double>(block->size());
+  return Napi::Value(env, data->buffers->NewHandle(env, std::move(block)));
 }
 
 }  // namespace ascent

@@ -1,5 +1,5 @@
-// Device memory blocks and their JS wrapper. A Block is owned through shared_ptr:
-// the JS Buffer holds one reference, every enqueued op that touches it holds
+// Device memory blocks and how JS arguments name them. A Block is owned through shared_ptr:
+// each JS buffer holds one reference (device/buffer_table.h), every enqueued op that touches it holds
 // another until the op has run, so memory returns to the pool only when the last
 // user is done. Blocks have process-unique ids; any thread can import a live block
 // by id (handles cross threads as numbers, never the data).
@@ -37,27 +37,15 @@ class Block {
   const uint64_t size_;  // as requested; the pool block may be larger
 };
 
-class BufferWrap : public Napi::ObjectWrap<BufferWrap> {
- public:
-  static Napi::Function Define(Napi::Env env);
-  static Napi::Object NewInstance(Napi::Env env, std::shared_ptr<Block> block);
-  // The live block behind a JS Buffer argument; InvalidArgument when `value` is not
-  // a Buffer or was released.
-  static std::shared_ptr<Block> FromValue(Napi::Value value, const char* what);
+// The live block behind a JS buffer argument (src/runtime/device/buffer.ts): reads the
+// object's handle property (its key is the JS symbol given to initBuffers) and looks the
+// handle up in this env's BufferTable. InvalidArgument when `value` is not a device buffer
+// (a primitive, a plain or forged object, another native wrapper) or was released.
+std::shared_ptr<Block> BlockFromValue(Napi::Value value, const char* what);
 
-  explicit BufferWrap(const Napi::CallbackInfo& info);
-
- private:
-  Napi::Value Release(const Napi::CallbackInfo& info);
-  Napi::Value GetId(const Napi::CallbackInfo& info);
-  Napi::Value GetDevice(const Napi::CallbackInfo& info);
-  Napi::Value GetSize(const Napi::CallbackInfo& info);
-  Napi::Value GetReleased(const Napi::CallbackInfo& info);
-
-  std::shared_ptr<Block> block_;
-  uint64_t id_ = 0;
-  int device_ = -1;
-  uint64_t size_ = 0;
-};
+// alloc / importBuffer: the handle of a new JS buffer holding a reference to `block`. Writes
+// the block's id, device and size to the env's buffer-info array, where the JS constructor
+// reads them: one native call per buffer, no object of properties to build and read.
+Napi::Value NewBufferHandle(Napi::Env env, std::shared_ptr<Block> block);
 
 }  // namespace ascent

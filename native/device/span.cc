@@ -12,7 +12,7 @@ uint64_t CheckedMul(uint64_t a, uint64_t b, const char* what) {
 
 Span ArgSpan(const Napi::CallbackInfo& info, size_t i, const char* name, uint64_t bytes, size_t align, int device,
              const std::string& owner, const char* owner_key, const std::string& prefix) {
-  std::shared_ptr<Block> block = BufferWrap::FromValue(Arg(info, i), name);
+  std::shared_ptr<Block> block = BlockFromValue(Arg(info, i), name);
   uint64_t offset = ArgIndex(info, i + 1, name);
   // "Expected" starts a sentence; after an "op: " prefix it continues one.
   const std::string expected = prefix.empty() ? "Expected" : "expected";

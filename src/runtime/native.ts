@@ -1,7 +1,7 @@
 /**
  * Loads the native addon (build/Release/ascent_native.node) and holds the typings
  * of everything it exports, in one place mirroring native/addon.cc, the Stream /
- * Event / Buffer classes (native/device/*.h) and the enqueue entry points
+ * Event classes and the buffer handles (native/device/*.h) and the enqueue entry points
  * (native/ops.cc). Arguments cross the boundary as plain numbers and native
  * handles; TS validates them first (ops.ts), native re-checks as a safety net.
  *
@@ -14,8 +14,29 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AscentError, errorFromCode, type ErrorDetails, InternalError } from './errors.js';
 
-/** A block of device memory; `id` is process-unique and importable from any thread. */
+/**
+ * The opaque native handle of a device buffer (an External naming a slot of the env's
+ * buffer table, native/device/buffer_table.h). Only alloc / importBuffer make one; JS cannot.
+ */
+export type NativeBufferHandle = { readonly __nativeBufferHandle: unique symbol };
+
+/**
+ * The property a device buffer keeps its handle under. A symbol, so no plain object
+ * ({ id, size }) passes for a buffer; native ops read it (initBuffers hands it over).
+ */
+export const BUFFER_HANDLE: unique symbol = Symbol('ascent.bufferHandle');
+
+/**
+ * [id, device, size] of the buffer alloc / importBuffer just made: written natively, read by
+ * the JS constructor, so making a buffer is one native call returning one value. Over an
+ * ArrayBuffer so its memory never moves (native keeps a pointer to it).
+ */
+export const BUFFER_INFO = new Float64Array(new ArrayBuffer(3 * 8));
+
+/** A block of device memory as native ops take it (src/runtime/device/buffer.ts). */
 export interface NativeBuffer {
+  readonly [BUFFER_HANDLE]: NativeBufferHandle;
+  /** Process-unique; importable from any thread. */
   readonly id: number;
   readonly device: number;
   /** Bytes requested (the pool block is rounded up to 64). */
@@ -835,7 +856,6 @@ export interface NativeStream {
 // ---- end of model kernels ----
 
 export interface NativeBinding extends NativeCommBinding {
-  readonly Buffer: new () => NativeBuffer;
   readonly Stream: (new (device: number) => NativeStream) & { nowUs(): number };
   readonly Event: new (device: number) => NativeEvent;
   init(
@@ -847,8 +867,14 @@ export interface NativeBinding extends NativeCommBinding {
   deviceConfigure(ordinal: number, capacity: number): { ordinal: number; capacity: number };
   deviceStats(ordinal: number): NativeDeviceStats;
   deviceResetPeak(ordinal: number): void;
-  alloc(ordinal: number, bytes: number): NativeBuffer;
-  importBuffer(id: number): NativeBuffer;
+  /** A new buffer's handle; its [id, device, size] are in BUFFER_INFO. */
+  alloc(ordinal: number, bytes: number): NativeBufferHandle;
+  /** A new handle (own reference) to live block `id`; its [id, device, size] are in BUFFER_INFO. */
+  importBuffer(id: number): NativeBufferHandle;
+  /** Drops the handle's reference to its block; a no-op the second time. */
+  releaseBuffer(handle: NativeBufferHandle): void;
+  /** Tells native where buffers keep their handle and where to write a new buffer's metadata. */
+  initBuffers(handleKey: symbol, info: Float64Array): void;
   hostMemory(): number;
   cpuFeatures(): { avx2: boolean; fma: boolean; avx512f: boolean; avx512bf16: boolean };
   /** Benchmark baseline (native/bench/blas_baseline.cc): OpenBLAS found by dlopen, if installed. */
@@ -941,6 +967,7 @@ export function loadNative(): NativeBinding {
   owner[OWNER] = import.meta.url;
   const b = createRequire(import.meta.url)(path) as NativeBinding;
   b.init((code, message, details) => errorFromCode(code, message, details), onComplete);
+  b.initBuffers(BUFFER_HANDLE, BUFFER_INFO);
   binding = b;
   return b;
 }

@@ -1,5 +1,5 @@
 /** Public API of the device layer, re-exported by src/index.ts. */
-export { Device, configureDevice, importBuffer, type DeviceStats, type DeviceBuffer, type ConfigureDeviceOptions } from './device.js';
+export { Device, configureDevice, importBuffer, DeviceBuffer, type DeviceStats, type ConfigureDeviceOptions } from './device.js';
 export { Stream, type SynchronizeOptions, type PendingOp, type StreamStats } from './stream.js';
 export { Event } from './event.js';
 export { Tensor, type TensorHandle, type HostArray, type HostData } from './tensor.js';

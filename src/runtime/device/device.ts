@@ -8,12 +8,13 @@ import { Event } from './event.js';
 import { checkOptions } from './options.js';
 
 export { checkOptions } from './options.js';
-import { loadNative, type NativeBuffer, type NativeDeviceStats } from '../native.js';
+import { loadNative, type NativeDeviceStats } from '../native.js';
+import { DeviceBuffer } from './buffer.js';
 import { Stream } from './stream.js';
 import { describe } from './dtype.js';
 
 export type DeviceStats = NativeDeviceStats;
-export type DeviceBuffer = NativeBuffer;
+export { DeviceBuffer } from './buffer.js';
 
 const DEFAULT_CAPACITY = 16 * 1024 ** 3;
 
@@ -91,7 +92,7 @@ export class Device {
   /** Raw device memory (64-byte aligned). Throws DeviceOOMError when it does not fit. */
   alloc(bytes: number): DeviceBuffer {
     checkSize(bytes, 'bytes');
-    return loadNative().alloc(this.ordinal, bytes);
+    return new DeviceBuffer(loadNative().alloc(this.ordinal, bytes));
   }
 
   stats(): DeviceStats {
@@ -126,5 +127,5 @@ export class Device {
 /** A new wrapper (own reference) for a live device buffer created in any thread. */
 export function importBuffer(id: number): DeviceBuffer {
   checkSize(id, 'buffer id');
-  return loadNative().importBuffer(id);
+  return new DeviceBuffer(loadNative().importBuffer(id));
 }
