@@ -3,54 +3,43 @@ import { defineConfig } from 'vitest/config';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 // The longest files, longest first: seconds of each file in the run of the whole suite on
-// 2026-11-27 (two workers, 2-core machine shared with other jobs, load average 12-60, so every
-// time is ~4x a quiet run's; the order is what matters). Two files run at a time, so the suite
-// ends when the longer queue does: starting the long ones first keeps a long file from starting
-// last beside an empty worker. Without vitest's cache of last durations (a fresh checkout) the
-// default order is by file size, which puts long files near the end (model-training, quickstart
-// and bench-trainer ended that run). Only the order depends on this list; a stale entry costs
-// time, not correctness. Files below ~45 s there keep vitest's default order with the rest.
+// 2026-11-27 11:45-12:11 UTC (branch suite2; two workers, 2-core machine shared with other jobs, load
+// average 8-30, so every time is ~2-4x a quiet run's; the order is what matters). Two files run at a
+// time, so the suite ends when the longer queue does: starting the long ones first keeps a long file
+// from starting last beside an empty worker. Without vitest's cache of last durations (a fresh
+// checkout) the default order is by file size, which puts long files near the end. Only the order
+// depends on this list; a stale entry costs time, not correctness. Files below 30 s there keep
+// vitest's default order with the rest.
 const LONGEST_FIRST = [
-  'lint', // 314 cold; with warm ESLint / Prettier caches ~9 s of CPU (it stays first: a fresh checkout runs it cold)
-  'mpi-grpo', // 213
-  'train-fsdp2', // 167
-  'model-training', // 144
-  'collectives', // 138
-  'launch', // 124
-  'matmul-bf16', // 118
-  'matmul-avx2', // 113
-  'megatron-qwen35', // 106
-  'grpo-scenarios', // 100
-  'sync-server-qwen35', // 89
-  'grpo-algorithm', // 87
-  'train-checkpoint-sharded-resume', // 87
-  'sync-verify-injection', // 87
-  'fsdp2-qwen35', // 86
-  'bench-collectives', // 85
-  'grpo-scenarios-qwen35', // 81
-  'dtensor', // 77
-  'sync-server', // 75
-  'comm-culprits', // 75
-  'train-checkpoint', // 74
-  'quickstart', // 69
-  'mpi-train', // 68
-  'grpo-log', // 65
-  'mpi-actors', // 62
-  'mpi-collectives', // 62
-  'sync-server-bf16', // 60
-  'train-megatron', // 59
-  'sharded-load', // 59
-  'install-native', // 57
-  'engine-qwen35-tp', // 57
-  'launch-collectives', // 56
-  'fused-norm-kernels', // 54
-  'mpi-launch', // 53
-  'train-trim', // 53
-  'package', // 50
-  'train-fsdp2-bf16', // 50
-  'readme', // 49
-  'train-router-aux', // 48
-  'rollout-engine', // 48
+  'lint', // 22 with warm ESLint / Prettier caches; cold (a fresh checkout) ~70 s of CPU, so it stays first
+  'train-fsdp2', // 162
+  'mpi-grpo', // 146
+  'launch', // 136
+  'grpo-scenarios', // 123
+  'model-training', // 109
+  'collectives', // 92
+  'bench-collectives', // 89
+  'train-checkpoint', // 69
+  'megatron-qwen35', // 66
+  'matmul-bf16', // 61
+  'grpo-algorithm', // 59
+  'grpo-scenarios-qwen35', // 55
+  'package', // 55
+  'matmul-avx2', // 52
+  'mpi-collectives', // 47
+  'mpi-train', // 46
+  'fsdp2-qwen35', // 45
+  'mpi-actors', // 43
+  'grpo-log', // 40
+  'launch-collectives', // 39
+  'train-checkpoint-sharded-resume', // 39
+  'sharded-load', // 38
+  'mpi-launch', // 37
+  'rollout-engine', // 33
+  'bench-trainer', // 32
+  'sync-verify-injection', // 31
+  'train-megatron', // 31
+  'dtensor', // 31
 ];
 
 class LongestFirst extends BaseSequencer {

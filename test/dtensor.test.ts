@@ -7,7 +7,7 @@
  * the no-implicit-communication errors in this process on one rank.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureParallelBuilt, launchFixture } from './helpers/parallel-launch.js';
+import { ensureParallelBuilt, launchFixture, type LaunchRun } from './helpers/parallel-launch.js';
 import { Communicator } from '../src/runtime/comm/comm.js';
 import { Device } from '../src/runtime/device/device.js';
 import { Tensor } from '../src/runtime/device/tensor.js';
@@ -57,24 +57,38 @@ describe('placements follow torch.chunk', () => {
 });
 
 describe('redistribute on real ranks', () => {
-  for (const [nproc, mesh, cases] of [
+  // The meshes of the same ranks share one launch (started by the first test that needs it), which
+  // checks them one after the other; each test reads its own mesh's results, one from every rank.
+  const launches = new Map<number, Promise<LaunchRun>>();
+  const MESHES = [
     [2, '2', 90],
     [4, '4', 90],
     [4, '2x2', 1466],
-  ] as const) {
+  ] as const;
+  const launchOf = (nproc: number) => {
+    let run = launches.get(nproc);
+    if (!run) {
+      const meshes = MESHES.filter(([n]) => n === nproc).map(([, m]) => m);
+      run = launchFixture(nproc, 'test/fixtures/parallel/dtensor-cases.mjs', [meshes.join(',')], {}, 110_000);
+      launches.set(nproc, run);
+    }
+    return run;
+  };
+  for (const [nproc, mesh, cases] of MESHES) {
     it(`mesh ${mesh}: every path, exact`, async () => {
-      const r = await launchFixture(nproc, 'test/fixtures/parallel/dtensor-cases.mjs', [mesh]);
+      const r = await launchOf(nproc);
       expect(r.stderr).toBe('');
       expect(r.code).toBe(0);
-      expect(r.results.length).toBe(nproc);
-      for (const x of r.results) {
+      const results = r.results.filter((x) => x.mesh === mesh);
+      expect(results.map((x) => x.rank)).toEqual(Array.from({ length: nproc }, (_, i) => i));
+      for (const x of results) {
         expect(x.wrong, `rank ${x.rank}`).toEqual([]);
         expect(x.cases).toBe(cases);
         expect(x.fullOk).toBe(true);
         // Only the three tensors the fixture still holds: no intermediate leaked.
         expect(x.live).toBe(3);
       }
-    });
+    }, 120_000);
   }
 });
 

@@ -17,6 +17,15 @@ import type { RopeTable } from '../src/model/kernels/index.js';
 const d = Device.get(0);
 const IMPLS: KernelImpl[] = ['fast', 'reference'];
 const VEC_PATHS = ['auto', 'portable'] as const;
+/**
+ * The (impl, mode) pairs worth running: the reference kernels are plain scalar loops that never read the
+ * matmul / vector-path mode (native ops.cc calls ref:: directly), so they run under one mode; the fast
+ * kernels run under every mode given, since each selects other micro-kernels.
+ */
+const underModes = <M extends string>(modes: readonly M[]): { impl: KernelImpl; mode: M }[] => [
+  ...modes.map((mode) => ({ impl: 'fast' as KernelImpl, mode })),
+  { impl: 'reference', mode: modes[0]! },
+];
 afterAll(() => loadNative().setMatmulKernel('auto'));
 
 let seed = 12345;
@@ -49,36 +58,35 @@ describe('qkvNormRope equals matmul row views → rmsNorm → rope, bitwise', ()
     { nH: 6, nKV: 1, D: 16, pos: [17, 3, 90], scale: 1.25 },
     { nH: 2, nKV: 2, D: 8, pos: [5], scale: 1 },
   ];
-  for (const vec of VEC_PATHS)
-    for (const impl of IMPLS)
-      for (const s of shapes)
-        it(`${impl}, vector path ${vec}, nH ${s.nH}, nKV ${s.nKV}, D ${s.D}, T ${s.pos.length}`, async () => {
-          loadNative().setMatmulKernel(vec);
-          const { nH, nKV, D } = s;
-          const T = s.pos.length,
-            Hd = 48,
-            W = (nH + 2 * nKV) * D;
-          const h = f32(rand(T * Hd), [T, Hd]);
-          const wqkv = f32(rand(W * Hd, 0.3), [W, Hd]);
-          const qw = f32(rand(D, 2), [D]);
-          const kw = f32(rand(D, 2), [D]);
-          const positions = i32(s.pos);
-          const tb = table(D, s.scale);
-          const o = { impl };
-          const rows = (start: number, n: number) => matmul(h, viewOf(wqkv, [n, Hd], start * Hd), { transB: true, ...o });
-          const normRope = (proj: Tensor, heads: number, w: Tensor) => {
-            const r = K.rmsNorm(proj.reshape([T * heads, D]), w, 1e-6, o);
-            return K.rope(r.y.reshape([T, heads, D]), positions, tb, o);
-          };
-          const wantQ = normRope(rows(0, nH * D), nH, qw);
-          const wantK = normRope(rows(nH * D, nKV * D), nKV, kw);
-          const wantV = rows((nH + nKV) * D, nKV * D);
-          const qkv = matmul(h, wqkv, { transB: true, ...o });
-          const got = K.qkvNormRope(qkv, nH, nKV, qw, kw, 1e-6, positions, tb, o);
-          await same(got.q, wantQ, 'q');
-          await same(got.k, wantK, 'k');
-          await same(got.v.reshape([T, nKV * D]), wantV, 'v');
-        });
+  for (const { impl, mode: vec } of underModes(VEC_PATHS))
+    for (const s of shapes)
+      it(`${impl}, vector path ${vec}, nH ${s.nH}, nKV ${s.nKV}, D ${s.D}, T ${s.pos.length}`, async () => {
+        loadNative().setMatmulKernel(vec);
+        const { nH, nKV, D } = s;
+        const T = s.pos.length,
+          Hd = 48,
+          W = (nH + 2 * nKV) * D;
+        const h = f32(rand(T * Hd), [T, Hd]);
+        const wqkv = f32(rand(W * Hd, 0.3), [W, Hd]);
+        const qw = f32(rand(D, 2), [D]);
+        const kw = f32(rand(D, 2), [D]);
+        const positions = i32(s.pos);
+        const tb = table(D, s.scale);
+        const o = { impl };
+        const rows = (start: number, n: number) => matmul(h, viewOf(wqkv, [n, Hd], start * Hd), { transB: true, ...o });
+        const normRope = (proj: Tensor, heads: number, w: Tensor) => {
+          const r = K.rmsNorm(proj.reshape([T * heads, D]), w, 1e-6, o);
+          return K.rope(r.y.reshape([T, heads, D]), positions, tb, o);
+        };
+        const wantQ = normRope(rows(0, nH * D), nH, qw);
+        const wantK = normRope(rows(nH * D, nKV * D), nKV, kw);
+        const wantV = rows((nH + nKV) * D, nKV * D);
+        const qkv = matmul(h, wqkv, { transB: true, ...o });
+        const got = K.qkvNormRope(qkv, nH, nKV, qw, kw, 1e-6, positions, tb, o);
+        await same(got.q, wantQ, 'q');
+        await same(got.k, wantK, 'k');
+        await same(got.v.reshape([T, nKV * D]), wantV, 'v');
+      });
 
   for (const impl of IMPLS)
     it(`${impl}: with options.cache it also does kvCacheWrite's write, and a bad cache position fails the op with the cache untouched`, async () => {
@@ -134,23 +142,22 @@ describe('qkvNormRope equals matmul row views → rmsNorm → rope, bitwise', ()
 });
 
 describe('addRmsNorm equals add → rmsNorm, bitwise', () => {
-  for (const vec of VEC_PATHS)
-    for (const impl of IMPLS)
-      for (const [T, H] of [
-        [1, 128],
-        [7, 37],
-      ] as const)
-        it(`${impl}, vector path ${vec}, [${T}, ${H}]`, async () => {
-          loadNative().setMatmulKernel(vec);
-          const x = f32(rand(T * H, 3), [T, H]);
-          const dx = f32(rand(T * H), [T, H]);
-          const w = f32(rand(H, 2), [H]);
-          const sum = add(x, dx);
-          const want = K.rmsNorm(sum, w, 1e-6, { impl });
-          const got = K.addRmsNorm(x, dx, w, 1e-6, { impl });
-          await same(got.sum, sum, 'sum');
-          await same(got.y, want.y, 'y');
-        });
+  for (const { impl, mode: vec } of underModes(VEC_PATHS))
+    for (const [T, H] of [
+      [1, 128],
+      [7, 37],
+    ] as const)
+      it(`${impl}, vector path ${vec}, [${T}, ${H}]`, async () => {
+        loadNative().setMatmulKernel(vec);
+        const x = f32(rand(T * H, 3), [T, H]);
+        const dx = f32(rand(T * H), [T, H]);
+        const w = f32(rand(H, 2), [H]);
+        const sum = add(x, dx);
+        const want = K.rmsNorm(sum, w, 1e-6, { impl });
+        const got = K.addRmsNorm(x, dx, w, 1e-6, { impl });
+        await same(got.sum, sum, 'sum');
+        await same(got.y, want.y, 'y');
+      });
 
   it('rejects mismatched shapes', () => {
     const x = f32(rand(12), [3, 4]);
@@ -167,27 +174,26 @@ describe('a matmul against a whole weight equals the matmuls against its row vie
     { M: 16, K: 300, blocks: [96, 40, 40] },
     { M: 512, K: 512, blocks: [512, 64, 64] },
   ];
-  for (const mode of ['auto', 'avx2', 'portable'] as const)
+  for (const { impl, mode } of underModes(['auto', 'avx2', 'portable'] as const))
     for (const dtype of ['fp32', 'bf16'] as const)
-      for (const impl of IMPLS)
-        for (const c of cases)
-          it(`${mode}, ${dtype}, ${impl}, M ${c.M}, K ${c.K}, N ${c.blocks.join(' + ')}`, async () => {
-            loadNative().setMatmulKernel(mode);
-            const N = c.blocks.reduce((a, b) => a + b, 0);
-            const as = (t: Tensor) => (dtype === 'fp32' ? t : cast(t, 'bf16'));
-            const x = as(f32(rand(c.M * c.K), [c.M, c.K]));
-            const w = as(f32(rand(N * c.K, 0.2), [N, c.K]));
-            const whole = await bits(matmul(x, w, { transB: true, impl }));
-            let at = 0;
-            for (const n of c.blocks) {
-              const part = await bits(matmul(x, viewOf(w, [n, c.K], at * c.K), { transB: true, impl }));
-              for (let m = 0; m < c.M; m++) {
-                const row = whole.subarray(m * N + at, m * N + at + n);
-                const want = part.subarray(m * n, (m + 1) * n);
-                const j = row.findIndex((v, i) => v !== want[i]);
-                expect(j, `row ${m}, columns from ${at}: first differing column`).toBe(-1);
-              }
-              at += n;
+      for (const c of cases)
+        it(`${mode}, ${dtype}, ${impl}, M ${c.M}, K ${c.K}, N ${c.blocks.join(' + ')}`, async () => {
+          loadNative().setMatmulKernel(mode);
+          const N = c.blocks.reduce((a, b) => a + b, 0);
+          const as = (t: Tensor) => (dtype === 'fp32' ? t : cast(t, 'bf16'));
+          const x = as(f32(rand(c.M * c.K), [c.M, c.K]));
+          const w = as(f32(rand(N * c.K, 0.2), [N, c.K]));
+          const whole = await bits(matmul(x, w, { transB: true, impl }));
+          let at = 0;
+          for (const n of c.blocks) {
+            const part = await bits(matmul(x, viewOf(w, [n, c.K], at * c.K), { transB: true, impl }));
+            for (let m = 0; m < c.M; m++) {
+              const row = whole.subarray(m * N + at, m * N + at + n);
+              const want = part.subarray(m * n, (m + 1) * n);
+              const j = row.findIndex((v, i) => v !== want[i]);
+              expect(j, `row ${m}, columns from ${at}: first differing column`).toBe(-1);
             }
-          });
+            at += n;
+          }
+        });
 });
