@@ -406,6 +406,28 @@ describe('attention', () => {
     }
   });
 
+  it('fast matches reference at every sequence length 1..20 (the score rows are computed in tiles of 4 rows x 8-key blocks)', async () => {
+    // Every residue of S mod 4 (row tiles) and mod 8 (key blocks, padded transposed K), with a
+    // head dim that is not a multiple of 8.
+    for (let S2 = 1; S2 <= 20; S2++) {
+      const D2 = S2 % 2 ? 12 : 8;
+      const q2 = f32(R.rand(2 * S2 * 4 * D2, 30 + S2), [2, S2, 4, D2]),
+        k2 = f32(R.rand(2 * S2 * 2 * D2, 60 + S2), [2, S2, 2, D2]);
+      const v2 = f32(R.rand(2 * S2 * 2 * D2, 90 + S2), [2, S2, 2, D2]),
+        dO2 = f32(R.rand(2 * S2 * 4 * D2, 120 + S2), [2, S2, 4, D2]);
+      const { o, lse } = K.attention(q2, k2, v2, { impl: 'reference' });
+      await parity(
+        (impl) => {
+          const r = K.attention(q2, k2, v2, { impl });
+          return [r.o, r.lse];
+        },
+        2e-5,
+        `attention S=${S2} D=${D2}`,
+      );
+      await parity((impl) => Object.values(K.attentionBackward(dO2, q2, k2, v2, o, lse, { impl })), 5e-5, `attentionBackward S=${S2} D=${D2}`);
+    }
+  });
+
   it('decode attends to the first lengths[b] cache positions and equals the last row of full attention', async () => {
     const Smax = 9,
       lengths = [7, 3];

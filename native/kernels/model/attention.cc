@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/model/attention_scores.h"
 #include "kernels/model/model_kernels.h"
 #include "kernels/model/vec.h"
 
@@ -42,19 +43,24 @@ void PackHead(const float* src, int64_t b, int64_t kh, int64_t n, int64_t S, int
   for (int64_t j = 0; j < n; ++j) std::memcpy(dst + j * D, src + Idx(b, j, S, kh, nKV, 0, D), static_cast<size_t>(D) * 4);
 }
 
-// Packs kv head `kh` of sequence b transposed: dst[d * S + j] = src[b, j, kh, d], so the
-// scores of one query against keys 0..i are D contiguous axpys (no horizontal sums).
-void PackHeadT(const float* src, int64_t b, int64_t kh, int64_t S, int64_t nKV, int64_t D, float* dst) {
+// Packs kv head `kh` of sequence b transposed: dst[d * ld + j] = src[b, j, kh, d] (ld >= S; the
+// columns from S on are left as they are), so the scores of one query against keys 0..i are D
+// contiguous axpys (no horizontal sums).
+void PackHeadT(const float* src, int64_t b, int64_t kh, int64_t S, int64_t nKV, int64_t D, int64_t ld, float* dst) {
   for (int64_t j = 0; j < S; ++j) {
     const float* row = src + Idx(b, j, S, kh, nKV, 0, D);
-    for (int64_t d = 0; d < D; ++d) dst[d * S + j] = row[d];
+    for (int64_t d = 0; d < D; ++d) dst[d * ld + j] = row[d];
   }
 }
 
-// p[j] = q . K[j] for j < n, with Kt = K transposed ([D, S]).
-inline void Scores(const VecOps& v, const float* q, const float* Kt, int64_t S, int64_t D, int64_t n, float* p) {
-  v.vecmat(q, Kt, S, D, n, p);
+// p[j] = q . K[j] for j < n, with Kt = K transposed ([D, ld]).
+inline void Scores(const VecOps& v, const float* q, const float* Kt, int64_t ld, int64_t D, int64_t n, float* p) {
+  v.vecmat(q, Kt, ld, D, n, p);
 }
+
+// The AVX2 table's vecmat is the chain ScoreRowsAvx2 reproduces for many rows at once; the
+// portable table's (no FMA) is not, so it keeps the per-row form.
+bool BlockedScores(const VecOps& v) { return std::strcmp(v.name, "avx2-fma") == 0; }
 
 }  // namespace
 
@@ -91,19 +97,26 @@ void fast::Attention(const AttentionArgs& a) {
   const VecOps& v = Vec();
   const int64_t group = a.nH / a.nKV, D = a.D, S = a.S;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  std::vector<float> Kt(static_cast<size_t>(S * D)), V(static_cast<size_t>(S * D)), p(static_cast<size_t>(S));
+  // Kt's padding columns (S .. ld) stay zero: the blocked scores read them. They come kChunk
+  // rows at a time (a long sequence's whole score matrix would not stay in cache).
+  constexpr int64_t kChunk = 32;
+  const int64_t ld = ScoreLd(S);
+  const bool blocked = BlockedScores(v);
+  std::vector<float> Kt(static_cast<size_t>(ld * D)), V(static_cast<size_t>(S * D)), P(static_cast<size_t>(blocked ? kChunk * ld : ld));
   for (int64_t b = 0; b < a.B; ++b) {
     for (int64_t kh = 0; kh < a.nKV; ++kh) {
-      PackHeadT(a.k, b, kh, S, a.nKV, D, Kt.data());
+      PackHeadT(a.k, b, kh, S, a.nKV, D, ld, Kt.data());
       PackHead(a.v, b, kh, S, S, a.nKV, D, V.data());
       for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
         for (int64_t i = 0; i < S; ++i) {
           const float* q = a.q + Idx(b, i, S, h, a.nH, 0, D);
           float* o = a.o + Idx(b, i, S, h, a.nH, 0, D);
-          Scores(v, q, Kt.data(), S, D, i + 1, p.data());
-          const float m = v.max(p.data(), i + 1) * scale;
-          const float l = v.expsum(p.data(), scale, m, p.data(), i + 1);
-          v.vecmat(p.data(), V.data(), D, i + 1, D, o);  // o = p^T V
+          if (blocked && i % kChunk == 0) ScoreRowsAvx2(q, a.nH * D, Kt.data(), ld, D, i, std::min(kChunk, S - i), P.data());
+          float* p = blocked ? P.data() + (i % kChunk) * ld : P.data();
+          if (!blocked) Scores(v, q, Kt.data(), ld, D, i + 1, p);
+          const float m = v.max(p, i + 1) * scale;
+          const float l = v.expsum(p, scale, m, p, i + 1);
+          v.vecmat(p, V.data(), D, i + 1, D, o);  // o = p^T V
           v.scale(o, 1.0f / l, D);
           a.lse[(b * a.nH + h) * S + i] = m + std::log(l);
         }
@@ -153,19 +166,28 @@ void fast::AttentionBackward(const AttentionBackwardArgs& a) {
   const int64_t group = a.nH / a.nKV, D = a.D, S = a.S;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const size_t sd = static_cast<size_t>(S * D);
-  std::vector<float> K(sd), Kt(sd), Vt(sd), dK(sd), dV(sd), p(static_cast<size_t>(S)), dp(static_cast<size_t>(S));
+  // Kt's and Vt's padding columns (S .. ld) stay zero: the blocked scores read them.
+  const int64_t ld = ScoreLd(S);
+  const bool blocked = BlockedScores(v);
+  const size_t rowsP = static_cast<size_t>(blocked ? kTile * ld : ld), sdT = static_cast<size_t>(ld * D);
+  std::vector<float> K(sd), Kt(sdT), Vt(sdT), dK(sd), dV(sd), P(rowsP), dP(rowsP);
   std::vector<float> Pt(static_cast<size_t>(S * kTile)), dSt(static_cast<size_t>(S * kTile));
   std::vector<float> Qt(static_cast<size_t>(kTile * D)), dOt(static_cast<size_t>(kTile * D)), tmp(static_cast<size_t>(D));
   for (int64_t b = 0; b < a.B; ++b) {
     for (int64_t kh = 0; kh < a.nKV; ++kh) {
       PackHead(a.k, b, kh, S, S, a.nKV, D, K.data());
-      PackHeadT(a.k, b, kh, S, a.nKV, D, Kt.data());
-      PackHeadT(a.v, b, kh, S, a.nKV, D, Vt.data());
+      PackHeadT(a.k, b, kh, S, a.nKV, D, ld, Kt.data());
+      PackHeadT(a.v, b, kh, S, a.nKV, D, ld, Vt.data());
       std::fill(dK.begin(), dK.end(), 0.0f);
       std::fill(dV.begin(), dV.end(), 0.0f);
       for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
         for (int64_t i0 = 0; i0 < S; i0 += kTile) {
           const int64_t rows = std::min(kTile, S - i0), i1 = i0 + rows;
+          if (blocked) {
+            // The tile's score rows (P = Q K^T, dP = dO V^T, before the softmax), kTile at a time.
+            ScoreRowsAvx2(a.q + Idx(b, i0, S, h, a.nH, 0, D), a.nH * D, Kt.data(), ld, D, i0, rows, P.data());
+            ScoreRowsAvx2(a.dout + Idx(b, i0, S, h, a.nH, 0, D), a.nH * D, Vt.data(), ld, D, i0, rows, dP.data());
+          }
           std::fill(Pt.begin(), Pt.begin() + i1 * kTile, 0.0f);
           std::fill(dSt.begin(), dSt.begin() + i1 * kTile, 0.0f);
           for (int64_t r = 0; r < rows; ++r) {
@@ -177,16 +199,20 @@ void fast::AttentionBackward(const AttentionBackwardArgs& a) {
             std::memcpy(dOt.data() + r * D, dO, static_cast<size_t>(D) * 4);
             const float lse = a.lse[(b * a.nH + h) * S + i];
             const float Di = v.dot(dO, a.o + qi, D);
-            Scores(v, q, Kt.data(), S, D, i + 1, p.data());
-            Scores(v, dO, Vt.data(), S, D, i + 1, dp.data());
-            v.expsum(p.data(), scale, lse, p.data(), i + 1);
+            float* p = blocked ? P.data() + r * ld : P.data();
+            float* dp = blocked ? dP.data() + r * ld : dP.data();
+            if (!blocked) {
+              Scores(v, q, Kt.data(), ld, D, i + 1, p);
+              Scores(v, dO, Vt.data(), ld, D, i + 1, dp);
+            }
+            v.expsum(p, scale, lse, p, i + 1);
             for (int64_t j = 0; j <= i; ++j) {
               const float ds = (dp[j] - Di) * p[j] * scale;
               dp[j] = ds;
               Pt[j * kTile + r] = p[j];
               dSt[j * kTile + r] = ds;
             }
-            v.vecmat(dp.data(), K.data(), D, i + 1, D, a.dq + qi);  // dq = dS K
+            v.vecmat(dp, K.data(), D, i + 1, D, a.dq + qi);  // dq = dS K
           }
           for (int64_t j = 0; j < i1; ++j) {
             float* dk = dK.data() + j * D;
