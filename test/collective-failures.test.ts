@@ -79,6 +79,17 @@ describe('collective failures', () => {
     }
   });
 
+  it("a failed collective's stack names the user's call site, not only the runtime's frames", async () => {
+    for (const r of await scenario(2, 'callerStack')) {
+      expect(r.code).toBe('ASCENT_COLLECTIVE_MISMATCH');
+      // The frame right after the communicator's own (comm.ts): the fixture function that made the call.
+      const frames = (r.stack as string).split('\n').filter((l) => l.trim().startsWith('at '));
+      const user = frames.findIndex((l) => /at userCallSite \(.*comm-worker\.mjs:\d+:\d+\)/.test(l));
+      expect(user).toBeGreaterThan(0);
+      expect(frames.slice(0, user).every((l) => l.includes('/runtime/comm/comm.'))).toBe(true);
+    }
+  });
+
   it('same op, different count', async () => {
     for (const r of await scenario(4, 'mismatchCount')) {
       const e = err(r);

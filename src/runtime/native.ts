@@ -919,17 +919,35 @@ export function addonPath(): string {
 
 let binding: NativeBinding | undefined;
 
-interface Pending {
-  resolve(bytes: ArrayBuffer | undefined): void;
-  reject(err: Error): void;
-  /** Keeps the event loop alive while it waits. */
+/**
+ * What waits for a registered completion token: settled once, by the completion callback.
+ * Ops that need more than a promise per completion (collectives: one promise per op, no
+ * wrapper around it) implement it themselves and register through registerCompletion().
+ */
+export interface CompletionWaiter {
+  settle(error: Error | undefined, bytes: ArrayBuffer | undefined): void;
+  /** Keeps the event loop alive while it waits (set through setAwaited only). */
   awaited: boolean;
 }
-const pending = new Map<number, Pending>();
+
+/** enqueueWithCompletion's waiter: a plain promise for the completion's bytes. */
+class PromiseWaiter implements CompletionWaiter {
+  awaited = false;
+  constructor(
+    readonly resolve: (bytes: ArrayBuffer | undefined) => void,
+    readonly reject: (err: Error) => void,
+  ) {}
+  settle(error: Error | undefined, bytes: ArrayBuffer | undefined): void {
+    if (error) this.reject(error);
+    else this.resolve(bytes);
+  }
+}
+
+const pending = new Map<number, CompletionWaiter>();
 let nextToken = 1;
 let awaitedCount = 0;
 
-function setAwaited(p: Pending, awaited: boolean): void {
+function setAwaited(p: CompletionWaiter, awaited: boolean): void {
   if (p.awaited === awaited) return;
   p.awaited = awaited;
   awaitedCount += awaited ? 1 : -1;
@@ -943,8 +961,7 @@ function onComplete(token: number, error: Error | undefined, bytes: ArrayBuffer 
   if (!p) return; // forgotten after a timeout
   pending.delete(token);
   setAwaited(p, false);
-  if (error) p.reject(error);
-  else p.resolve(bytes);
+  p.settle(error, bytes);
 }
 
 /** Loads the addon once per thread and installs this env's error factory and completion callback. */
@@ -991,9 +1008,9 @@ export function enqueueWithCompletion(enqueue: (token: number) => void, awaited 
     settled.catch(() => undefined); // as below: an unawaited failure is not an unhandled rejection
     return { token, promise: settled };
   }
-  let entry!: Pending;
+  let entry!: PromiseWaiter;
   const promise = new Promise<ArrayBuffer | undefined>((resolve, reject) => {
-    entry = { resolve, reject, awaited: false };
+    entry = new PromiseWaiter(resolve, reject);
   });
   // Handled here so an unawaited completion that fails is not an unhandled rejection;
   // callers that return the promise still see the rejection.
@@ -1001,6 +1018,22 @@ export function enqueueWithCompletion(enqueue: (token: number) => void, awaited 
   pending.set(token, entry);
   if (awaited) setAwaited(entry, true);
   return { token, promise };
+}
+
+/**
+ * A fresh completion token for an enqueue of an op that never runs inline (a collective:
+ * its completion always comes through the completion callback); pass it to the enqueue,
+ * then to registerCompletion(). An enqueue that throws leaves the token unused.
+ */
+export function newCompletionToken(): number {
+  loadNative();
+  return nextToken++;
+}
+
+/** Registers `waiter` (awaited: keeps the event loop alive) for `token`, just enqueued. */
+export function registerCompletion(token: number, waiter: CompletionWaiter): void {
+  pending.set(token, waiter);
+  setAwaited(waiter, true);
 }
 
 /** Marks a registered completion as awaited (keeps the loop alive until it arrives). */

@@ -40,10 +40,11 @@ import { join } from 'node:path';
 import { Device, checkOptions } from '../device/device.js';
 import { DTYPE_CODE, describe, type DType } from '../device/dtype.js';
 import { envInt, envString } from '../env.js';
-import { InvalidArgumentError, StreamError } from '../errors.js';
-import { enqueueWithCompletion, loadNative, withCallerStack, type NativeCommunicator } from '../native.js';
+import { InvalidArgumentError } from '../errors.js';
+import { enqueueWithCompletion, loadNative, newCompletionToken, registerCompletion, withCallerStack, type NativeCommunicator } from '../native.js';
 import { Stream } from '../device/stream.js';
 import { Tensor } from '../device/tensor.js';
+import { OpCompletion } from './op-completion.js';
 
 export type ReduceOp = 'sum' | 'prod' | 'max' | 'min' | 'avg';
 export const REDUCE_OPS: readonly ReduceOp[] = ['sum', 'prod', 'max', 'min', 'avg'];
@@ -320,27 +321,15 @@ export class Communicator {
   }
 
   /**
-   * Enqueues through `enqueue(token)` and returns the op's completion. The promise
-   * may be ignored (NCCL style: enqueue, then stream.synchronize()): a failure is
-   * then not an unhandled rejection, and the stream still reports it.
+   * The completion of the op just enqueued with `token` (from newCompletionToken()). The
+   * promise may be ignored (NCCL style: enqueue, then stream.synchronize()): a failure is
+   * then not an unhandled rejection, and the stream still reports it. Called by the public
+   * method itself, so the captured stack names its caller.
    */
-  #run(fn: string, stream: Stream, enqueue: (token: number) => void): Promise<void> {
-    const site = new Error();
-    const { promise } = enqueueWithCompletion(enqueue);
-    const done = promise.then(
-      () => undefined,
-      (err: Error) => {
-        // Skipped because the stream already failed in a non-communicator op: peers
-        // would wait for this rank until the exec timeout; abort them now instead.
-        // (The stream's skip already did natively: Op::on_skip; this stays as a backstop.)
-        if (err instanceof StreamError && !this.aborted) {
-          this.native.abort(`rank ${this.rank}'s stream ${stream.id} failed before its ${fn} could run: ${err.message}`);
-        }
-        throw withCallerStack(err, site);
-      },
-    );
-    done.catch(() => undefined);
-    return done;
+  #completion(token: number, fn: string, stream: Stream): Promise<void> {
+    const op = new OpCompletion(this, fn, stream, new Error());
+    registerCompletion(token, op);
+    return op.promise;
   }
 
   // ------------------------------------------------------------------ collectives
@@ -353,9 +342,9 @@ export class Communicator {
     const st = this.#stream(stream, fn);
     if (s.numel !== r.numel) throw new InvalidArgumentError(`${fn}: send has ${s.numel} elements but recv has ${r.numel}; they must be equal.`, { fn });
     this.#checkOverlap(s, r, fn, r.byteOffset);
-    return this.#run('allReduce', st, (tok) =>
-      this.native.allReduce(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], code, st.native, tok),
-    );
+    const token = newCompletionToken();
+    this.native.allReduce(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], code, st.native, token);
+    return this.#completion(token, 'allReduce', st);
   }
 
   /** recv = root's send on every rank. In place when send === recv; non-root sends are ignored. */
@@ -366,9 +355,9 @@ export class Communicator {
     const st = this.#stream(stream, fn);
     if (s.numel !== r.numel) throw new InvalidArgumentError(`${fn}: send has ${s.numel} elements but recv has ${r.numel}; they must be equal.`, { fn });
     this.#checkOverlap(s, r, fn, r.byteOffset);
-    return this.#run('broadcast', st, (tok) =>
-      this.native.broadcast(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], root, st.native, tok),
-    );
+    const token = newCompletionToken();
+    this.native.broadcast(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], root, st.native, token);
+    return this.#completion(token, 'broadcast', st);
   }
 
   /** recv (size x send.numel) = every rank's send, in rank order. */
@@ -382,9 +371,9 @@ export class Communicator {
       });
     }
     this.#checkOverlap(s, r, fn, r.byteOffset + this.rank * s.nbytes);
-    return this.#run('allGather', st, (tok) =>
-      this.native.allGather(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], st.native, tok),
-    );
+    const token = newCompletionToken();
+    this.native.allGather(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel, DTYPE_CODE[s.dtype], st.native, token);
+    return this.#completion(token, 'allGather', st);
   }
 
   /** recv = chunk `rank` (recv.numel elements) of op over every rank's send (size x recv.numel). */
@@ -399,9 +388,9 @@ export class Communicator {
       });
     }
     this.#checkOverlap(s, r, fn, r.byteOffset - this.rank * r.nbytes);
-    return this.#run('reduceScatter', st, (tok) =>
-      this.native.reduceScatter(s.buffer, s.byteOffset, r.buffer, r.byteOffset, r.numel, DTYPE_CODE[s.dtype], code, st.native, tok),
-    );
+    const token = newCompletionToken();
+    this.native.reduceScatter(s.buffer, s.byteOffset, r.buffer, r.byteOffset, r.numel, DTYPE_CODE[s.dtype], code, st.native, token);
+    return this.#completion(token, 'reduceScatter', st);
   }
 
   /** Chunk q (numel / size elements) of send goes to rank q; recv chunk q comes from rank q. */
@@ -415,9 +404,9 @@ export class Communicator {
       });
     }
     this.#checkOverlap(s, r, fn, r.byteOffset);
-    return this.#run('allToAll', st, (tok) =>
-      this.native.allToAll(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel / this.size, DTYPE_CODE[s.dtype], st.native, tok),
-    );
+    const token = newCompletionToken();
+    this.native.allToAll(s.buffer, s.byteOffset, r.buffer, r.byteOffset, s.numel / this.size, DTYPE_CODE[s.dtype], st.native, token);
+    return this.#completion(token, 'allToAll', st);
   }
 
   /**
@@ -458,27 +447,29 @@ export class Communicator {
         });
       }
     }
-    return this.#run('allToAllV', st, (tok) =>
-      this.native.allToAllV(
-        s.buffer,
-        s.byteOffset,
-        [...sendCounts],
-        [...sendDispls],
-        r.buffer,
-        r.byteOffset,
-        [...recvCounts],
-        [...recvDispls],
-        DTYPE_CODE[s.dtype],
-        st.native,
-        tok,
-      ),
+    const token = newCompletionToken();
+    this.native.allToAllV(
+      s.buffer,
+      s.byteOffset,
+      [...sendCounts],
+      [...sendDispls],
+      r.buffer,
+      r.byteOffset,
+      [...recvCounts],
+      [...recvDispls],
+      DTYPE_CODE[s.dtype],
+      st.native,
+      token,
     );
+    return this.#completion(token, 'allToAllV', st);
   }
 
   /** Resolves once every rank reached it. */
   barrier(stream?: Stream): Promise<void> {
     const st = this.#stream(stream, 'barrier()');
-    return this.#run('barrier', st, (tok) => this.native.barrier(st.native, tok));
+    const token = newCompletionToken();
+    this.native.barrier(st.native, token);
+    return this.#completion(token, 'barrier', st);
   }
 
   // ------------------------------------------------------------------ P2P
@@ -508,15 +499,16 @@ export class Communicator {
       );
     }
     const st = this.#stream(stream, fn);
-    const call = (tok: number): number =>
-      (isSend ? this.native.send : this.native.recv).call(this.native, x.buffer, x.byteOffset, x.numel, DTYPE_CODE[x.dtype], peer, st.native, tok);
+    const enqueue = isSend ? this.native.send : this.native.recv;
     const g = this.#group;
     if (g) {
-      call(0);
+      enqueue.call(this.native, x.buffer, x.byteOffset, x.numel, DTYPE_CODE[x.dtype], peer, st.native, 0);
       g.items++;
       return g.promise;
     }
-    return this.#run(isSend ? 'send' : 'recv', st, call);
+    const token = newCompletionToken();
+    enqueue.call(this.native, x.buffer, x.byteOffset, x.numel, DTYPE_CODE[x.dtype], peer, st.native, token);
+    return this.#completion(token, isSend ? 'send' : 'recv', st);
   }
 
   /** Starts (or nests) a group: send/recv until the matching groupEnd() run as one op that posts every send first. */
