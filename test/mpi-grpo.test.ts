@@ -149,6 +149,11 @@ describe.skipIf(skip !== null)('GRPO server mode across processes under mpirun (
     expect(r.stdout).not.toMatch(/step 8\/8 /);
     // Process 0 (the trainers and the controller) reports the engine process as gone.
     expect(r.stderr).toMatch(/\[launch process 0 \(ranks 0-1\)\] rank 0 failed: ActorDiedError: Rank [23] is gone: process 1 \(ranks 2-3\) is gone/);
-    expect(r.stderr).toMatch(/\[launch process 0 \(ranks 0-1\)\] FAILED: .*culprit: rank 0, failed with ActorDiedError/);
+    // The summary names the same cause either way round: rank 0's failure when it came before
+    // mpirun's SIGTERM, or the dead process itself when the SIGTERM came first (on a loaded
+    // machine mpirun can notice the death before rank 0's call fails).
+    expect(r.stderr).toMatch(
+      /\[launch process 0 \(ranks 0-1\)\] FAILED: (.*culprit: rank 0, failed with ActorDiedError|process 1 \(ranks 2-3\) is gone: its actor connection closed \(then mpirun stopped the job\))/,
+    );
   }, 300_000);
 });
