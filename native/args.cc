@@ -1,6 +1,7 @@
 #include "args.h"
 
 #include <cctype>
+#include <cstring>
 #include <cstdio>
 
 namespace ascent {
@@ -50,11 +51,12 @@ double ArgNumber(const Napi::CallbackInfo& info, size_t i, const char* name) {
 
 uint64_t ArgIndex(const Napi::CallbackInfo& info, size_t i, const char* name) {
   Napi::Value v = Arg(info, i);
-  if (!v.IsNumber() || !IsIndex(v.As<Napi::Number>().DoubleValue())) {
+  double d;
+  if (!GetNumber(v, &d) || !IsIndex(d)) {
     ThrowInvalidArgument(std::string("Expected a non-negative integer for ") + name + " but received " + Describe(v) + ".",
                          {Str("argument", name)});
   }
-  return static_cast<uint64_t>(v.As<Napi::Number>().DoubleValue());
+  return static_cast<uint64_t>(d);
 }
 
 bool ArgBool(const Napi::CallbackInfo& info, size_t i, const char* name) {
@@ -71,9 +73,9 @@ bool ArgBool(const Napi::CallbackInfo& info, size_t i, const char* name) {
 Reader::Reader(const Napi::CallbackInfo& info, std::string op, size_t first, bool prefix)
     : info_(info), op_(std::move(op)), prefix_(prefix ? op_ + ": " : ""), i_(first) {}
 
-void Reader::SetDevice(int device, std::string owner, const char* key) {
+void Reader::SetDevice(int device, const char* owner, const char* key) {
   device_ = device;
-  owner_ = std::move(owner);
+  owner_ = owner;
   owner_key_ = key;
 }
 
@@ -212,9 +214,12 @@ Span Reader::Buffer(const char* name, uint64_t bytes, size_t align, bool optiona
   }
   Span sp = ArgSpan(info_, i_, name, bytes, align, device_, owner_, owner_key_, prefix_);
   i_ += 2;
-  // Most ops read at most four buffers: one allocation, not one per growth (and none for ops without buffers).
-  if (spans_.capacity() == 0) spans_.reserve(4);
-  spans_.push_back({sp, name});
+  if (count_ < kInline) {
+    inline_[count_] = {sp, name};
+  } else {
+    more_.push_back({sp, name});
+  }
+  ++count_;
   return sp;
 }
 
@@ -224,21 +229,23 @@ Span Reader::Tensor(const char* name, uint64_t numel, DType t, bool optional) {
 }
 
 const Reader::Named* Reader::Find(const char* name) const {
-  for (const Named& n : spans_) {
-    if (n.name == name) return &n;
+  for (size_t q = 0; q < count_; q++) {
+    if (std::strcmp(SpanAt(q).name, name) == 0) return &SpanAt(q);
   }
   return nullptr;
 }
 
 void Reader::CheckOutputs(std::initializer_list<const char*> outs, Pairs same, Pairs skip) {
-  auto is_pair = [](const std::pair<const char*, const char*>& p, const std::string& a, const std::string& b) {
-    return (p.first == a && p.second == b) || (p.second == a && p.first == b);
+  auto eq = [](const char* a, const char* b) { return std::strcmp(a, b) == 0; };
+  auto is_pair = [&](const std::pair<const char*, const char*>& p, const char* a, const char* b) {
+    return (eq(p.first, a) && eq(p.second, b)) || (eq(p.second, a) && eq(p.first, b));
   };
   for (const char* o : outs) {
     const Named* on = Find(o);
     if (on == nullptr || !on->span.block) continue;
-    for (const Named& other : spans_) {
-      if (other.name == on->name || !Overlaps(on->span, other.span)) continue;
+    for (size_t q = 0; q < count_; q++) {
+      const Named& other = SpanAt(q);
+      if (eq(other.name, on->name) || !Overlaps(on->span, other.span)) continue;
       bool allowed = false;
       for (auto& p : skip) allowed = allowed || is_pair(p, on->name, other.name);
       for (auto& p : same) {
@@ -246,7 +253,7 @@ void Reader::CheckOutputs(std::initializer_list<const char*> outs, Pairs same, P
           allowed = allowed || (other.span.offset == on->span.offset && other.span.bytes == on->span.bytes);
         }
       }
-      if (!allowed) Fail(on->name + " overlaps " + other.name + "; this op cannot write in place.", {Str("argument", on->name)});
+      if (!allowed) Fail(std::string(on->name) + " overlaps " + other.name + "; this op cannot write in place.", {Str("argument", on->name)});
     }
   }
 }
@@ -257,15 +264,15 @@ void Reader::CheckNoOverlap(const Span& out, const Span& in, const char* out_nam
 
 uint64_t Reader::SpanBytes() const {
   uint64_t n = 0;
-  for (const Named& s : spans_) n += s.span.bytes;
+  for (size_t q = 0; q < count_; q++) n += SpanAt(q).span.bytes;
   return n;
 }
 
 std::vector<std::shared_ptr<Block>> Reader::Blocks() const {
   std::vector<std::shared_ptr<Block>> b;
-  b.reserve(spans_.size());
-  for (const Named& n : spans_) {
-    if (n.span.block) b.push_back(n.span.block);
+  b.reserve(count_);
+  for (size_t q = 0; q < count_; q++) {
+    if (SpanAt(q).span.block) b.push_back(SpanAt(q).span.block);
   }
   return b;
 }

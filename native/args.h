@@ -44,9 +44,9 @@ class Reader {
   Reader(const Napi::CallbackInfo& info, std::string op, size_t first = 0, bool prefix = false);
 
   // Buffers read from here on must live on `device` (no check when device < 0);
-  // `owner` says whose device that is ("stream belongs to device 2") and `key` is
-  // the details key carrying it ("streamDevice").
-  void SetDevice(int device, std::string owner, const char* key);
+  // `owner` says whose device that is ("stream belongs to device", the number follows)
+  // and `key` is the details key carrying it ("streamDevice"). String literals only.
+  void SetDevice(int device, const char* owner, const char* key);
 
   // Moves the cursor: entry points whose sizes follow their buffers read the sizes first.
   Reader& At(size_t i) {
@@ -98,8 +98,13 @@ class Reader {
  private:
   struct Named {
     Span span;
-    std::string name;
+    const char* name = nullptr;  // a string literal of the op's entry point
   };
+  // The spans read so far: the first kInline in place (every op but the multi-tensor ones),
+  // the rest in `more_`; no allocation per op for the common case.
+  static constexpr size_t kInline = 6;
+  size_t SpanCount() const { return count_; }
+  const Named& SpanAt(size_t q) const { return q < kInline ? inline_[q] : more_[q - kInline]; }
   const Named* Find(const char* name) const;
   // The message `sentence` in this reader's voice: "op: expected ..." or "Expected ...".
   std::string Say(std::string sentence) const;
@@ -113,9 +118,11 @@ class Reader {
   std::string prefix_;
   size_t i_;
   int device_ = -1;
-  std::string owner_;
+  const char* owner_ = "stream belongs to device";
   const char* owner_key_ = "streamDevice";
-  std::vector<Named> spans_;
+  Named inline_[kInline];
+  std::vector<Named> more_;
+  size_t count_ = 0;
 };
 
 }  // namespace ascent

@@ -18,7 +18,7 @@ namespace ascent {
 
 void BindToStream(Reader& r, const StreamImpl& s) {
   const int device = s.device().ordinal;
-  r.SetDevice(device, "stream belongs to device " + std::to_string(device), "streamDevice");
+  r.SetDevice(device, "stream belongs to device", "streamDevice");
 }
 
 uint64_t EnqueueOp(StreamImpl& s, const Reader& r, const std::string& name, uint64_t token, std::function<void(Op&)> run,
@@ -149,7 +149,7 @@ U CopyD2D(StreamImpl& s, Reader& r) {
 // touch two devices. The stream must belong to one of them.
 U CopyPeer(StreamImpl& s, Reader& r) {
   uint64_t n = r.At(4).Index("nbytes");
-  r.SetDevice(-1, "", "streamDevice");
+  r.SetDevice(-1, "stream belongs to device", "streamDevice");
   Span dst = r.At(0).Buffer("dst", n, 1), src = r.Buffer("src", n, 1);
   int sd = s.device().ordinal;
   if (dst.block->ordinal() != sd && src.block->ordinal() != sd) {

@@ -92,6 +92,41 @@ describe('device memory pool', () => {
     expect(d.stats()).toMatchObject({ allocated: 0, largestFreeBlock: MiB });
   });
 
+  // The pool's maps reuse the nodes of erased entries (native/device/node_cache.h): a node
+  // handed back with a stale key or value would show up as overlapping or lost blocks here.
+  it('random alloc / free churn: live blocks never overlap, and everything coalesces back', async () => {
+    const d = configureDevice(11, { capacityBytes: '4MiB' }); // 24 live blocks of at most 64 KiB fit however fragmented
+    const stream = d.defaultStream;
+    let x = 12345;
+    const rand = (n: number) => {
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      return (x >>> 0) % n;
+    };
+    const live: { t: Tensor; tag: number }[] = [];
+    let tags = 0;
+    for (let i = 0; i < 3000; i++) {
+      if (live.length > 0 && (live.length >= 24 || rand(3) === 0)) {
+        live.splice(rand(live.length), 1)[0]!.t.release();
+        continue;
+      }
+      const n = 16 * (1 + rand(1024)); // 64 B .. 64 KiB
+      const t = Tensor.empty(d, [n], 'fp32');
+      const tag = ++tags;
+      fill(t, tag, { stream });
+      live.push({ t, tag });
+    }
+    expect(d.stats().numAllocs).toBe(live.length);
+    for (const { t, tag } of live) {
+      const v = (await t.toArray({ stream })) as Float32Array;
+      expect(v.every((y) => y === tag)).toBe(true);
+    }
+    for (const { t } of live) t.release();
+    await stream.synchronize();
+    expect(d.stats()).toMatchObject({ allocated: 0, numAllocs: 0, largestFreeBlock: 4 * MiB });
+  });
+
   it('keeps memory alive while an op that uses it is pending, then returns it', async () => {
     const d = configureDevice(5, { capacityBytes: '1MiB' });
     const s = d.newStream();

@@ -91,7 +91,7 @@ Napi::Value CommWrap::Dispatch(const Napi::CallbackInfo& info) {
     const Row* row = static_cast<const Row*>(info.Data());
     if (row->usable) CheckUsable(row->name);
     Reader r(info, row->name);
-    r.SetDevice(impl_->device, "the communicator is on device " + std::to_string(impl_->device), "commDevice");
+    r.SetDevice(impl_->device, "the communicator is on device", "commDevice");
     return (this->*row->run)(r);
   });
 }

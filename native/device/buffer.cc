@@ -11,7 +11,14 @@ namespace ascent {
 std::shared_ptr<Block> Block::Allocate(Device& device, uint64_t bytes) {
   uint64_t offset = device.pool.Allocate(bytes);
   uint64_t id = Registry::Get().NextId();
-  std::shared_ptr<Block> block(new Block(id, device, offset, bytes));
+  // One allocation for the block and its reference count.
+  std::shared_ptr<Block> block;
+  try {
+    block = std::make_shared<Block>(Key{}, id, device, offset, bytes);
+  } catch (...) {
+    device.pool.Free(offset);
+    throw;
+  }
   Registry::Get().AddBlock(id, block);
   return block;
 }

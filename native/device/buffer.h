@@ -15,8 +15,12 @@
 namespace ascent {
 
 class Block {
+  struct Key {};  // only Allocate makes blocks (the constructor is public for make_shared)
+
  public:
   static std::shared_ptr<Block> Allocate(Device& device, uint64_t bytes);
+  Block(Key, uint64_t id, Device& device, uint64_t offset, uint64_t size)
+      : id_(id), device_(device), offset_(offset), size_(size) {}
   ~Block();
   Block(const Block&) = delete;
   Block& operator=(const Block&) = delete;
@@ -28,9 +32,6 @@ class Block {
   uint8_t* data() const { return device_.pool.base() + offset_; }
 
  private:
-  Block(uint64_t id, Device& device, uint64_t offset, uint64_t size)
-      : id_(id), device_(device), offset_(offset), size_(size) {}
-
   const uint64_t id_;
   Device& device_;
   const uint64_t offset_;

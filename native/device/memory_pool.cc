@@ -63,19 +63,19 @@ void MemoryPool::Unmap() {
 }
 
 void MemoryPool::InsertFree(uint64_t offset, uint64_t size) {
-  free_by_offset_.emplace(offset, size);
-  free_by_size_.emplace(size, offset);
+  offset_nodes_.Insert(free_by_offset_, offset, size);
+  size_nodes_.Insert(free_by_size_, size, offset);
 }
 
 void MemoryPool::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
   auto range = free_by_size_.equal_range(it->second);
   for (auto s = range.first; s != range.second; ++s) {
     if (s->second == it->first) {
-      free_by_size_.erase(s);
+      size_nodes_.Erase(free_by_size_, s);
       break;
     }
   }
-  free_by_offset_.erase(it);
+  offset_nodes_.Erase(free_by_offset_, it);
 }
 
 uint64_t MemoryPool::LargestFreeLocked() const {
@@ -106,7 +106,7 @@ uint64_t MemoryPool::Allocate(uint64_t bytes) {
   EraseFree(free_by_offset_.find(offset));
   if (size > need) InsertFree(offset + need, size - need);
   ForgetResidentLocked(offset, need);
-  used_.emplace(offset, need);
+  used_nodes_.Insert(used_, offset, need);
   allocated_ += need;
   if (allocated_ > peak_) peak_ = allocated_;
   if (allocated_ > cache_peak_) cache_peak_ = allocated_;
@@ -119,7 +119,7 @@ void MemoryPool::Free(uint64_t offset) {
   auto u = used_.find(offset);
   if (u == used_.end()) return;
   uint64_t size = u->second;
-  used_.erase(u);
+  used_nodes_.Erase(used_, u);
   allocated_ -= size;
   uint64_t start = offset, end = offset + size;
   auto next = free_by_offset_.lower_bound(offset);

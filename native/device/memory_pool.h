@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "device/node_cache.h"
+
 namespace ascent {
 
 struct PoolStats {
@@ -77,6 +79,10 @@ class MemoryPool {
   std::map<uint64_t, uint64_t> free_by_offset_;      // offset -> size
   std::multimap<uint64_t, uint64_t> free_by_size_;   // size -> offset
   std::unordered_map<uint64_t, uint64_t> used_;      // offset -> size
+  // Nodes of erased entries of the three maps above, reused by the next insert.
+  NodeCache<std::map<uint64_t, uint64_t>> offset_nodes_;
+  NodeCache<std::multimap<uint64_t, uint64_t>> size_nodes_;
+  NodeCache<std::unordered_map<uint64_t, uint64_t>> used_nodes_;
   // Removes [offset, offset + size) from unreleased_ (it is being handed out).
   void ForgetResidentLocked(uint64_t offset, uint64_t size);
   // Free ranges of at least kReleaseThreshold bytes whose pages may be resident (offset,

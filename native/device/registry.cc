@@ -58,19 +58,17 @@ Device& Registry::Existing(int ordinal) {
   return *devices_[ordinal];
 }
 
-uint64_t Registry::NextId() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return next_id_++;
-}
+uint64_t Registry::NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
 
 void Registry::AddBlock(uint64_t id, const std::shared_ptr<Block>& block) {
   std::lock_guard<std::mutex> lock(mu_);
-  blocks_[id] = block;
+  block_nodes_.Insert(blocks_, id, block);
 }
 
 void Registry::RemoveBlock(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
-  blocks_.erase(id);
+  auto it = blocks_.find(id);
+  if (it != blocks_.end()) block_nodes_.Erase(blocks_, it);
 }
 
 std::shared_ptr<Block> Registry::FindBlock(uint64_t id) {

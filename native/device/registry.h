@@ -6,10 +6,13 @@
 // and stream threads may outlive static destruction at process exit.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+
+#include "device/node_cache.h"
 
 #include "device/memory_pool.h"
 
@@ -50,7 +53,8 @@ class Registry {
   std::mutex mu_;
   Device* devices_[kMaxDevices] = {};
   std::unordered_map<uint64_t, std::weak_ptr<Block>> blocks_;
-  uint64_t next_id_ = 1;
+  NodeCache<std::unordered_map<uint64_t, std::weak_ptr<Block>>> block_nodes_;
+  std::atomic<uint64_t> next_id_{1};
 };
 
 }  // namespace ascent

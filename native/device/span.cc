@@ -11,27 +11,26 @@ uint64_t CheckedMul(uint64_t a, uint64_t b, const char* what) {
 }
 
 Span ArgSpan(const Napi::CallbackInfo& info, size_t i, const char* name, uint64_t bytes, size_t align, int device,
-             const std::string& owner, const char* owner_key, const std::string& prefix) {
+             const char* owner, const char* owner_key, const std::string& prefix) {
   std::shared_ptr<Block> block = BlockFromValue(Arg(info, i), name);
   uint64_t offset = ArgIndex(info, i + 1, name);
   // "Expected" starts a sentence; after an "op: " prefix it continues one.
-  const std::string expected = prefix.empty() ? "Expected" : "expected";
-  const std::string out = prefix.empty() ? "Out of bounds" : "out of bounds";
-  const std::string byte = prefix.empty() ? "Byte" : "byte";
+  const bool first = prefix.empty();
   if (device >= 0 && block->ordinal() != device) {
-    ThrowInvalidArgument(prefix + expected + " buffers on device " + std::to_string(device) + " but " + name + " is on device " +
-                             std::to_string(block->ordinal()) + " (" + owner + "). HINT: use copyPeer() to move it first.",
+    ThrowInvalidArgument(prefix + (first ? "Expected" : "expected") + " buffers on device " + std::to_string(device) + " but " + name +
+                             " is on device " + std::to_string(block->ordinal()) + " (" + owner + " " + std::to_string(device) +
+                             "). HINT: use copyPeer() to move it first.",
                          {Str("argument", name), Num("expectedDevice", device), Num("actualDevice", block->ordinal()),
                           Num(owner_key, device)});
   }
   if (align > 1 && offset % align != 0) {
-    ThrowInvalidArgument(prefix + byte + " offset " + std::to_string(offset) + " of " + name +
+    ThrowInvalidArgument(prefix + (first ? "Byte" : "byte") + " offset " + std::to_string(offset) + " of " + name +
                              " is not a multiple of the element size " + std::to_string(align) + ".",
                          {Str("argument", name), Num("byteOffset", static_cast<double>(offset))});
   }
   if (offset > block->size() || bytes > block->size() - offset) {
-    ThrowInvalidArgument(prefix + out + ": " + name + " needs bytes [" + std::to_string(offset) + ", " +
-                             std::to_string(offset + bytes) + ") but buffer " + std::to_string(block->id()) + " has " +
+    ThrowInvalidArgument(prefix + (first ? "Out of bounds" : "out of bounds") + ": " + name + " needs bytes [" + std::to_string(offset) +
+                             ", " + std::to_string(offset + bytes) + ") but buffer " + std::to_string(block->id()) + " has " +
                              std::to_string(block->size()) + " bytes.",
                          {Str("argument", name), Num("byteOffset", static_cast<double>(offset)),
                           Num("bytes", static_cast<double>(bytes)), Num("bufferSize", static_cast<double>(block->size()))});
