@@ -56,6 +56,27 @@ async function parity(make: (impl: KernelImpl) => Tensor[], tol: number, label: 
   return out;
 }
 
+/**
+ * Fast vs reference attention forward and backward at batch B, sequence S, 4 query and 2 KV heads
+ * of dim D, on random inputs from `seeds` (q, k, v, dO).
+ */
+async function attentionParity(B: number, S: number, D: number, seeds: readonly [number, number, number, number]): Promise<void> {
+  const q = f32(R.rand(B * S * 4 * D, seeds[0]), [B, S, 4, D]),
+    k = f32(R.rand(B * S * 2 * D, seeds[1]), [B, S, 2, D]);
+  const v = f32(R.rand(B * S * 2 * D, seeds[2]), [B, S, 2, D]),
+    dO = f32(R.rand(B * S * 4 * D, seeds[3]), [B, S, 4, D]);
+  const { o, lse } = K.attention(q, k, v, { impl: 'reference' });
+  await parity(
+    (impl) => {
+      const r = K.attention(q, k, v, { impl });
+      return [r.o, r.lse];
+    },
+    2e-5,
+    `attention S=${S} D=${D}`,
+  );
+  await parity((impl) => Object.values(K.attentionBackward(dO, q, k, v, o, lse, { impl })), 5e-5, `attentionBackward S=${S} D=${D}`);
+}
+
 /** A fresh stream for ops that are expected to fail (the error is sticky). */
 async function expectStreamError(run: (stream: Stream) => void, pattern: RegExp): Promise<void> {
   await d.defaultStream.synchronize(); // inputs made earlier on the default stream are ready
@@ -389,20 +410,7 @@ describe('attention', () => {
       [70, 20],
       [33, 40],
     ] as const) {
-      const q2 = f32(R.rand(S2 * 4 * D2, 18), [1, S2, 4, D2]),
-        k2 = f32(R.rand(S2 * 2 * D2, 19), [1, S2, 2, D2]);
-      const v2 = f32(R.rand(S2 * 2 * D2, 20), [1, S2, 2, D2]),
-        dO2 = f32(R.rand(S2 * 4 * D2, 21), [1, S2, 4, D2]);
-      const { o, lse } = K.attention(q2, k2, v2, { impl: 'reference' });
-      await parity(
-        (impl) => {
-          const r = K.attention(q2, k2, v2, { impl });
-          return [r.o, r.lse];
-        },
-        2e-5,
-        `attention S=${S2} D=${D2}`,
-      );
-      await parity((impl) => Object.values(K.attentionBackward(dO2, q2, k2, v2, o, lse, { impl })), 5e-5, `attentionBackward S=${S2} D=${D2}`);
+      await attentionParity(1, S2, D2, [18, 19, 20, 21]);
     }
   });
 
@@ -411,20 +419,7 @@ describe('attention', () => {
     // head dim that is not a multiple of 8.
     for (let S2 = 1; S2 <= 20; S2++) {
       const D2 = S2 % 2 ? 12 : 8;
-      const q2 = f32(R.rand(2 * S2 * 4 * D2, 30 + S2), [2, S2, 4, D2]),
-        k2 = f32(R.rand(2 * S2 * 2 * D2, 60 + S2), [2, S2, 2, D2]);
-      const v2 = f32(R.rand(2 * S2 * 2 * D2, 90 + S2), [2, S2, 2, D2]),
-        dO2 = f32(R.rand(2 * S2 * 4 * D2, 120 + S2), [2, S2, 4, D2]);
-      const { o, lse } = K.attention(q2, k2, v2, { impl: 'reference' });
-      await parity(
-        (impl) => {
-          const r = K.attention(q2, k2, v2, { impl });
-          return [r.o, r.lse];
-        },
-        2e-5,
-        `attention S=${S2} D=${D2}`,
-      );
-      await parity((impl) => Object.values(K.attentionBackward(dO2, q2, k2, v2, o, lse, { impl })), 5e-5, `attentionBackward S=${S2} D=${D2}`);
+      await attentionParity(2, S2, D2, [30 + S2, 60 + S2, 90 + S2, 120 + S2]);
     }
   });
 

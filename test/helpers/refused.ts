@@ -7,15 +7,18 @@ import { InvalidArgumentError } from '../../src/runtime/errors.js';
 
 export type RefusedCase = readonly [run: () => unknown, pattern: RegExp];
 
-export function expectEachRefused(cases: readonly RefusedCase[]): void {
-  for (const [run, pattern] of cases) {
-    let err: unknown;
-    try {
-      run();
-    } catch (e) {
-      err = e;
-    }
-    expect(err, String(pattern)).toBeInstanceOf(InvalidArgumentError);
-    expect((err as Error).message, String(pattern)).toMatch(pattern);
+/** One bad call: it must throw an InvalidArgumentError whose message matches `pattern`. */
+export function expectRefused(run: () => unknown, pattern: RegExp): void {
+  let err: unknown;
+  try {
+    run();
+  } catch (e) {
+    err = e;
   }
+  expect(err, String(pattern)).toBeInstanceOf(InvalidArgumentError);
+  expect((err as Error).message, String(pattern)).toMatch(pattern);
+}
+
+export function expectEachRefused(cases: readonly RefusedCase[]): void {
+  for (const [run, pattern] of cases) expectRefused(run, pattern);
 }
