@@ -49,8 +49,9 @@ double ArgNumber(const Napi::CallbackInfo& info, size_t i, const char* name) {
   return v.As<Napi::Number>().DoubleValue();
 }
 
-uint64_t ArgIndex(const Napi::CallbackInfo& info, size_t i, const char* name) {
-  Napi::Value v = Arg(info, i);
+uint64_t ArgIndex(const Napi::CallbackInfo& info, size_t i, const char* name) { return IndexValue(Arg(info, i), name); }
+
+uint64_t IndexValue(const Napi::Value& v, const char* name) {
   double d;
   if (!GetNumber(v, &d) || !IsIndex(d)) {
     ThrowInvalidArgument(std::string("Expected a non-negative integer for ") + name + " but received " + Describe(v) + ".",
@@ -70,8 +71,13 @@ bool ArgBool(const Napi::CallbackInfo& info, size_t i, const char* name) {
 
 // ---------------------------------------------------------------- Reader
 
-Reader::Reader(const Napi::CallbackInfo& info, std::string op, size_t first, bool prefix)
-    : info_(info), op_(std::move(op)), prefix_(prefix ? op_ + ": " : ""), i_(first) {}
+Reader::Reader(const Napi::CallbackInfo& info, const char* op, size_t first, bool prefix)
+    : info_(&info), env_(info.Env()), op_(op), prefixed_(prefix), i_(first) {}
+
+Reader::Reader(napi_env env, const napi_value* argv, size_t argc, const char* op)
+    : env_(env), argv_(argv), argc_(argc), op_(op), prefixed_(false), i_(0) {}
+
+std::string Reader::Prefix() const { return prefixed_ ? std::string(op_) + ": " : std::string(); }
 
 void Reader::SetDevice(int device, const char* owner, const char* key) {
   device_ = device;
@@ -81,14 +87,14 @@ void Reader::SetDevice(int device, const char* owner, const char* key) {
 
 std::string Reader::Say(std::string sentence) const {
   // After an "op: " prefix the sentence continues, so it starts in lower case.
-  if (!prefix_.empty() && !sentence.empty()) sentence[0] = static_cast<char>(std::tolower(sentence[0]));
-  return prefix_ + sentence;
+  if (prefixed_ && !sentence.empty()) sentence[0] = static_cast<char>(std::tolower(sentence[0]));
+  return Prefix() + sentence;
 }
 
 // Only a direct native call gets here (the TS API validates first), so the hint
 // points at where the native signatures are written down.
 std::string Reader::Hint() const {
-  return " HINT: pass " + op_ + "'s arguments in the order and types src/runtime/native.ts lists.";
+  return " HINT: pass " + std::string(op_) + "'s arguments in the order and types src/runtime/native.ts lists.";
 }
 
 void Reader::Expected(const char* what, const char* name, const Napi::Value& got) {
@@ -98,7 +104,7 @@ void Reader::Expected(const char* what, const char* name, const Napi::Value& got
 
 void Reader::Fail(const std::string& what, std::vector<Detail> details) {
   details.push_back(Str("op", op_));
-  ThrowInvalidArgument(prefix_.empty() ? what : prefix_ + what, std::move(details));
+  ThrowInvalidArgument(Prefix() + what, std::move(details));
 }
 
 double Reader::Number(const char* name) {
@@ -208,11 +214,12 @@ std::vector<double> Reader::Doubles(const char* name, size_t n) {
 }
 
 Span Reader::Buffer(const char* name, uint64_t bytes, size_t align, bool optional) {
-  if (optional && Arg(info_, i_).IsNull()) {
+  Napi::Value buffer = ValueAt(i_);
+  if (optional && buffer.IsNull()) {
     i_ += 2;
     return Span{};
   }
-  Span sp = ArgSpan(info_, i_, name, bytes, align, device_, owner_, owner_key_, prefix_);
+  Span sp = ArgSpan(buffer, ValueAt(i_ + 1), name, bytes, align, device_, owner_, owner_key_, op_, prefixed_);
   i_ += 2;
   if (count_ < kInline) {
     inline_[count_] = {sp, name};

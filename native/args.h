@@ -34,14 +34,19 @@ inline Napi::Value Arg(const Napi::CallbackInfo& info, size_t i) {
 double ArgNumber(const Napi::CallbackInfo& info, size_t i, const char* name);
 // Non-negative safe integer.
 uint64_t ArgIndex(const Napi::CallbackInfo& info, size_t i, const char* name);
+// The same check of a value already read.
+uint64_t IndexValue(const Napi::Value& v, const char* name);
 bool ArgBool(const Napi::CallbackInfo& info, size_t i, const char* name);
 inline uint64_t ArgToken(const Napi::CallbackInfo& info, size_t i) { return ArgIndex(info, i, "token"); }
 
 class Reader {
  public:
-  // `op` names the call in details; with `prefix`, every message starts "op: ".
-  // Reading starts at argument `first` (1 when argument 0 named the handler).
-  Reader(const Napi::CallbackInfo& info, std::string op, size_t first = 0, bool prefix = false);
+  // `op` names the call in details (a string that outlives the Reader: a table row's literal);
+  // with `prefix`, every message starts "op: ". Reading starts at argument `first` (1 when
+  // argument 0 named the handler). No string is built unless a message is.
+  Reader(const Napi::CallbackInfo& info, const char* op, size_t first = 0, bool prefix = false);
+  // The same over the arguments of a raw N-API callback (`argv` outlives the Reader).
+  Reader(napi_env env, const napi_value* argv, size_t argc, const char* op);
 
   // Buffers read from here on must live on `device` (no check when device < 0);
   // `owner` says whose device that is ("stream belongs to device", the number follows)
@@ -54,10 +59,10 @@ class Reader {
     return *this;
   }
   size_t pos() const { return i_; }
-  Napi::Env Env() const { return info_.Env(); }
-  const std::string& op() const { return op_; }
+  Napi::Env Env() const { return Napi::Env(env_); }
+  std::string op() const { return op_; }
   // The next argument as it is (an event, a host array ...).
-  Napi::Value Value() { return Arg(info_, i_++); }
+  Napi::Value Value() { return ValueAt(i_++); }
 
   uint64_t Index(const char* name);     // non-negative safe integer
   uint64_t Positive(const char* name);  // integer >= 1
@@ -108,14 +113,25 @@ class Reader {
   const Named* Find(const char* name) const;
   // The message `sentence` in this reader's voice: "op: expected ..." or "Expected ...".
   std::string Say(std::string sentence) const;
+  // "op: " when messages are prefixed, else empty.
+  std::string Prefix() const;
   // " HINT: ..." of argument errors.
   std::string Hint() const;
   // Throws "Expected <what> for <name> but received <value>. HINT: ...".
   [[noreturn]] void Expected(const char* what, const char* name, const Napi::Value& got);
 
-  const Napi::CallbackInfo& info_;
-  std::string op_;
-  std::string prefix_;
+  Napi::Value ValueAt(size_t i) const {
+    if (info_ != nullptr) return Arg(*info_, i);
+    return i < argc_ ? Napi::Value(env_, argv_[i]) : Napi::Env(env_).Undefined();
+  }
+
+  // The arguments: a CallbackInfo's, or a raw callback's array.
+  const Napi::CallbackInfo* info_ = nullptr;
+  napi_env env_;
+  const napi_value* argv_ = nullptr;
+  size_t argc_ = 0;
+  const char* op_;
+  bool prefixed_;
   size_t i_;
   int device_ = -1;
   const char* owner_ = "stream belongs to device";

@@ -503,14 +503,21 @@ Napi::Value StreamWrap::ModelOp(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&]() -> Napi::Value {
     Napi::Value n = Arg(info, 0);
     if (!n.IsString()) ThrowInvalidArgument("modelOp: expected the kernel name as the first argument but received " + Describe(n) + ".");
-    std::string name = n.As<Napi::String>().Utf8Value();
-    if (name == "philox") return Philox(info);
-    for (const OpRow& row : ModelOps()) {
-      if (name != row.name) continue;
-      Reader r(info, name, 1, true);
-      BindToStream(r, *impl_);
-      return Napi::Number::New(info.Env(), static_cast<double>(row.run(*impl_, r)));
+    // The name into a stack buffer (no std::string per op); a name that does not fit is no
+    // kernel's, and is read whole only for the message.
+    char buf[64];
+    size_t len = 0;
+    napi_get_value_string_utf8(info.Env(), n, buf, sizeof buf, &len);
+    if (len + 1 < sizeof buf && std::strlen(buf) == len) {  // (an embedded NUL is no name either)
+      if (std::strcmp(buf, "philox") == 0) return Philox(info);
+      for (const OpRow& row : ModelOps()) {
+        if (std::strcmp(buf, row.name) != 0) continue;
+        Reader r(info, row.name, 1, true);
+        BindToStream(r, *impl_);
+        return Napi::Number::New(info.Env(), static_cast<double>(row.run(*impl_, r)));
+      }
     }
+    std::string name = n.As<Napi::String>().Utf8Value();
     ThrowInvalidArgument("modelOp: unknown kernel '" + name + "'.", {Str("op", name)});
   });
 }

@@ -27,8 +27,12 @@ uint64_t EnqueueOp(StreamImpl& s, const Reader& r, const std::string& name, uint
   op->name = name;
   op->token = token;
   op->run = std::move(run);
-  op->keep = r.Blocks();
   op->may_inline = may_inline && r.SpanBytes() <= kInlineMaxBytes;
+  // Only an op that waits in the queue needs its keep list: one that runs inline has finished
+  // before `r`, whose spans hold the blocks, goes away (no vector and reference counts per op).
+  uint64_t seq;
+  if (op->may_inline && s.TryRunInline(op, &seq)) return seq;
+  op->keep = r.Blocks();
   return s.Enqueue(std::move(op));
 }
 
@@ -303,13 +307,36 @@ const std::vector<OpRow>& BaseOps() {
 }
 
 // One JS method per row (Define passes the row as the method's data).
-Napi::Value StreamWrap::RunOp(const Napi::CallbackInfo& info) {
-  return Guard(info.Env(), [&] {
-    const auto* row = static_cast<const OpRow*>(info.Data());
-    Reader r(info, row->name);
-    BindToStream(r, *impl_);
-    return Napi::Number::New(info.Env(), static_cast<double>(row->run(*impl_, r)));
-  });
+napi_value StreamWrap::RunOp(napi_env env, napi_callback_info info) {
+  // More than any base op takes (matmul: 16); extra arguments are ignored, as before.
+  constexpr size_t kMaxArgs = 20;
+  napi_value argv[kMaxArgs];
+  size_t argc = kMaxArgs;
+  napi_value self;
+  void* data = nullptr;
+  void* wrap = nullptr;
+  if (napi_get_cb_info(env, info, &argc, argv, &self, &data) != napi_ok) return nullptr;
+  if (napi_unwrap(env, self, &wrap) != napi_ok || wrap == nullptr) {
+    // What node-addon-api's method wrapper throws for a call on another object.
+    napi_value ignored;
+    napi_get_and_clear_last_exception(env, &ignored);
+    napi_throw_error(env, nullptr, "Invalid argument");
+    return nullptr;
+  }
+  auto* stream = static_cast<StreamWrap*>(wrap);
+  const auto* row = static_cast<const OpRow*>(data);
+  try {
+    return Guard(Napi::Env(env), [&]() -> napi_value {
+      Reader r(env, argv, argc < kMaxArgs ? argc : kMaxArgs, row->name);
+      BindToStream(r, *stream->impl_);
+      return Napi::Number::New(env, static_cast<double>(row->run(*stream->impl_, r)));
+    });
+  } catch (const Napi::Error& e) {
+    e.ThrowAsJavaScriptException();
+  } catch (const std::exception& e) {
+    napi_throw_error(env, nullptr, e.what());
+  }
+  return nullptr;
 }
 
 }  // namespace ascent

@@ -38,10 +38,11 @@ class Block {
   const uint64_t size_;  // as requested; the pool block may be larger
 };
 
-// The live block behind a JS buffer argument (src/runtime/device/buffer.ts): reads the
-// object's handle property (its key is the JS symbol given to initBuffers) and looks the
-// handle up in this env's BufferTable. InvalidArgument when `value` is not a device buffer
-// (a primitive, a plain or forged object, another native wrapper) or was released.
+// The live block behind a JS buffer argument (src/runtime/device/buffer.ts): the buffer's
+// handle itself, or the buffer object, whose handle property (its key is the JS symbol given
+// to initBuffers) is read first; the handle is looked up in this env's BufferTable.
+// InvalidArgument when `value` is not a device buffer (a primitive, a plain or forged object,
+// another native wrapper, another addon's External) or was released.
 std::shared_ptr<Block> BlockFromValue(Napi::Value value, const char* what);
 
 // alloc / importBuffer: the handle of a new JS buffer holding a reference to `block`. Writes

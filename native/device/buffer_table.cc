@@ -79,11 +79,23 @@ const std::shared_ptr<Block>* BufferTable::Find(void* handle) const {
   return slot ? &slot->block : nullptr;
 }
 
+bool BufferTable::Stale(void* handle, uint64_t* id) const {
+  uint64_t index;
+  uint32_t generation;
+  Unpack(handle, &index, &generation);
+  if (index >= slots_.size()) return false;
+  const Slot& slot = slots_[index];
+  if (generation >= slot.generation) return false;
+  *id = generation + 1 == slot.generation ? slot.released_id : 0;
+  return true;
+}
+
 void BufferTable::Free(napi_env env, Slot& slot, uint32_t index) {
   napi_delete_reference(env, slot.finalizer);
   slot.finalizer = nullptr;
   // A new generation: every handle of the old one now reads as released.
   ++slot.generation;
+  slot.released_id = slot.block->id();
   free_.push_back(index);
   --live_;
   // Last: dropping the block may free it (the pool and the registry), which cannot touch us.

@@ -40,6 +40,10 @@ class BufferTable {
   // The block behind `handle` (an External's value), or null when the handle was released,
   // collected or is not one of this table's.
   const std::shared_ptr<Block>* Find(void* handle) const;
+  // A stale handle of this table (its slot was released since): true, with the id of the block
+  // it named when that is still known (the slot's last release), else 0. False for anything
+  // else (a live handle, a foreign External). Error path only.
+  bool Stale(void* handle, uint64_t* id) const;
   // Drops the handle's reference and cancels its finalizer; a no-op for a stale handle, so
   // release is idempotent.
   void Release(napi_env env, void* handle);
@@ -52,6 +56,7 @@ class BufferTable {
     std::shared_ptr<Block> block;  // null: free
     napi_ref finalizer = nullptr;
     uint32_t generation = 0;
+    uint64_t released_id = 0;  // the id of the block generation - 1 held (Stale's message)
   };
 
   BufferTable() = default;

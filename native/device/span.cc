@@ -10,26 +10,27 @@ uint64_t CheckedMul(uint64_t a, uint64_t b, const char* what) {
   return a * b;
 }
 
-Span ArgSpan(const Napi::CallbackInfo& info, size_t i, const char* name, uint64_t bytes, size_t align, int device,
-             const char* owner, const char* owner_key, const std::string& prefix) {
-  std::shared_ptr<Block> block = BlockFromValue(Arg(info, i), name);
-  uint64_t offset = ArgIndex(info, i + 1, name);
+Span ArgSpan(const Napi::Value& buffer, const Napi::Value& byte_offset, const char* name, uint64_t bytes, size_t align, int device,
+             const char* owner, const char* owner_key, const char* op, bool prefixed) {
+  std::shared_ptr<Block> block = BlockFromValue(buffer, name);
+  uint64_t offset = IndexValue(byte_offset, name);
   // "Expected" starts a sentence; after an "op: " prefix it continues one.
-  const bool first = prefix.empty();
+  const bool first = !prefixed;
+  auto prefix = [&] { return prefixed ? std::string(op) + ": " : std::string(); };
   if (device >= 0 && block->ordinal() != device) {
-    ThrowInvalidArgument(prefix + (first ? "Expected" : "expected") + " buffers on device " + std::to_string(device) + " but " + name +
+    ThrowInvalidArgument(prefix() + (first ? "Expected" : "expected") + " buffers on device " + std::to_string(device) + " but " + name +
                              " is on device " + std::to_string(block->ordinal()) + " (" + owner + " " + std::to_string(device) +
                              "). HINT: use copyPeer() to move it first.",
                          {Str("argument", name), Num("expectedDevice", device), Num("actualDevice", block->ordinal()),
                           Num(owner_key, device)});
   }
   if (align > 1 && offset % align != 0) {
-    ThrowInvalidArgument(prefix + (first ? "Byte" : "byte") + " offset " + std::to_string(offset) + " of " + name +
+    ThrowInvalidArgument(prefix() + (first ? "Byte" : "byte") + " offset " + std::to_string(offset) + " of " + name +
                              " is not a multiple of the element size " + std::to_string(align) + ".",
                          {Str("argument", name), Num("byteOffset", static_cast<double>(offset))});
   }
   if (offset > block->size() || bytes > block->size() - offset) {
-    ThrowInvalidArgument(prefix + (first ? "Out of bounds" : "out of bounds") + ": " + name + " needs bytes [" + std::to_string(offset) +
+    ThrowInvalidArgument(prefix() + (first ? "Out of bounds" : "out of bounds") + ": " + name + " needs bytes [" + std::to_string(offset) +
                              ", " + std::to_string(offset + bytes) + ") but buffer " + std::to_string(block->id()) + " has " +
                              std::to_string(block->size()) + " bytes.",
                          {Str("argument", name), Num("byteOffset", static_cast<double>(offset)),

@@ -34,13 +34,13 @@ inline bool Overlaps(const Span& a, const Span& b) {
 // a * b, or InvalidArgument naming `what` on overflow.
 uint64_t CheckedMul(uint64_t a, uint64_t b, const char* what);
 
-// Reads (buffer, byteOffset) at info[i], info[i + 1]; checks that the block is on
+// Reads the (buffer, byteOffset) argument pair; checks that the block is on
 // `device` (skipped when device < 0, e.g. an explicit peer copy), that the offset is a multiple of `align` and that the range lies inside
-// the block. Messages start with `prefix` (e.g. "attention: ", or empty) and name
+// the block. With `prefixed`, messages start with "op: " (e.g. "attention: "); they name
 // whose device it is (`owner` and the device, e.g. "stream belongs to device" 2); the
 // error's details carry the owner's device under `owner_key` (e.g. "streamDevice").
 // Strings are built only when the check fails: this runs for every buffer of every op.
-Span ArgSpan(const Napi::CallbackInfo& info, size_t i, const char* name, uint64_t bytes, size_t align, int device,
-             const char* owner, const char* owner_key, const std::string& prefix = {});
+Span ArgSpan(const Napi::Value& buffer, const Napi::Value& byte_offset, const char* name, uint64_t bytes, size_t align, int device,
+             const char* owner, const char* owner_key, const char* op = "", bool prefixed = false);
 
 }  // namespace ascent

@@ -362,10 +362,18 @@ Napi::Function StreamWrap::Define(Napi::Env env) {
                                            InstanceMethod<&StreamWrap::DrainProfile>("drainProfile"),
                                            StaticMethod<&StreamWrap::NowUs>("nowUs"),
                                            InstanceMethod<&StreamWrap::ModelOp>("modelOp")};
+  Napi::Function cls = DefineClass(env, "Stream", props);
+  // The base ops as raw callbacks on the prototype (see RunOp), with the attributes an
+  // InstanceMethod gets (not writable, enumerable or configurable).
+  std::vector<napi_property_descriptor> ops;
   for (const OpRow& row : BaseOps()) {
-    props.push_back(InstanceMethod<&StreamWrap::RunOp>(row.name, napi_default, const_cast<OpRow*>(&row)));
+    ops.push_back({row.name, nullptr, &StreamWrap::RunOp, nullptr, nullptr, nullptr, napi_default, const_cast<OpRow*>(&row)});
   }
-  return DefineClass(env, "Stream", props);
+  Napi::Object proto = cls.Get("prototype").As<Napi::Object>();
+  if (napi_define_properties(env, proto, ops.size(), ops.data()) != napi_ok) {
+    throw Napi::Error::New(env, "Internal: defining the Stream ops failed.");
+  }
+  return cls;
 }
 
 StreamWrap::StreamWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<StreamWrap>(info) {

@@ -105,6 +105,9 @@ class StreamImpl {
   void Start();
   // Throws InvalidArgument when the stream was destroyed. Returns the op's seq.
   uint64_t Enqueue(std::unique_ptr<Op> op);
+  // Runs op on the calling thread if the stream is idle; false (op untouched) otherwise.
+  // Enqueue tries it first for a may_inline op.
+  bool TryRunInline(std::unique_ptr<Op>& op, uint64_t* seq);
   void Stop();
   // The thread exits once the queue is empty (wrapper collected); Stop() reaps it.
   void RequestDrainExit();
@@ -149,8 +152,6 @@ class StreamImpl {
   // Bookkeeping after an op ran (sticky error, profile, counters, completion); the
   // stream thread and the inline path share it so both report alike.
   void Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inline);
-  // Runs op on the calling thread if the stream is idle; false (op untouched) otherwise.
-  bool TryRunInline(std::unique_ptr<Op>& op, uint64_t* seq);
 
   const uint64_t id_;
   Device& device_;
@@ -221,8 +222,10 @@ class StreamWrap : public Napi::ObjectWrap<StreamWrap> {
   static Napi::Value NowUs(const Napi::CallbackInfo& info);
 
   // ops.cc: every base op (a row of BaseOps(), op_table.h) is a JS method running
-  // this with its row as the method's data: the one checked enqueue point.
-  Napi::Value RunOp(const Napi::CallbackInfo& info);
+  // this with its row as the method's data: the one checked enqueue point. A raw N-API
+  // callback reading its arguments into a stack array: Napi::CallbackInfo heap-allocates
+  // the array of a call with more than 6 arguments (matmul passes 16), once per op.
+  static napi_value RunOp(napi_env env, napi_callback_info info);
   // model_ops.cc: modelOp(name, ...args), the checked enqueue point of the model kernels.
   Napi::Value ModelOp(const Napi::CallbackInfo& info);
 

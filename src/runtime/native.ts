@@ -33,6 +33,12 @@ export const BUFFER_HANDLE: unique symbol = Symbol('ascent.bufferHandle');
  */
 export const BUFFER_INFO = new Float64Array(new ArrayBuffer(3 * 8));
 
+/**
+ * A buffer argument of the base stream ops: the buffer, or its handle itself (the TS ops pass the
+ * handle, which native reads without a property lookup; direct callers may pass either).
+ */
+export type NativeBufferArg = NativeBuffer | NativeBufferHandle;
+
 /** A block of device memory as native ops take it (src/runtime/device/buffer.ts). */
 export interface NativeBuffer {
   readonly [BUFFER_HANDLE]: NativeBufferHandle;
@@ -97,22 +103,22 @@ export interface NativeStream {
   fail(message: string, token: number): number;
   recordEvent(event: NativeEvent, token: number): number;
   waitEvent(event: NativeEvent, token: number): number;
-  copyH2D(dst: NativeBuffer, dstOffset: number, src: ArrayBufferView | ArrayBuffer, token: number): number;
-  copyD2H(src: NativeBuffer, srcOffset: number, nbytes: number, token: number): number;
-  copyD2D(dst: NativeBuffer, dstOffset: number, src: NativeBuffer, srcOffset: number, nbytes: number, token: number): number;
+  copyH2D(dst: NativeBufferArg, dstOffset: number, src: ArrayBufferView | ArrayBuffer, token: number): number;
+  copyD2H(src: NativeBufferArg, srcOffset: number, nbytes: number, token: number): number;
+  copyD2D(dst: NativeBufferArg, dstOffset: number, src: NativeBufferArg, srcOffset: number, nbytes: number, token: number): number;
   /**
    * One op for many copies: `ranges` holds (dstBuffer, dstByteOffset, srcBuffer, srcByteOffset, nbytes)
    * per range, buffers as indices into `buffers`; run in order, each a memcpy (native/copy_ranges_op.cc).
    */
   copyRanges(buffers: NativeBuffer[], ranges: Float64Array, token: number): number;
-  copyPeer(dst: NativeBuffer, dstOffset: number, src: NativeBuffer, srcOffset: number, nbytes: number, token: number): number;
-  fill(dst: NativeBuffer, dstOffset: number, count: number, dtype: number, value: number, impl: number, token: number): number;
-  arange(dst: NativeBuffer, dstOffset: number, count: number, dtype: number, start: number, step: number, impl: number, token: number): number;
+  copyPeer(dst: NativeBufferArg, dstOffset: number, src: NativeBufferArg, srcOffset: number, nbytes: number, token: number): number;
+  fill(dst: NativeBufferArg, dstOffset: number, count: number, dtype: number, value: number, impl: number, token: number): number;
+  arange(dst: NativeBufferArg, dstOffset: number, count: number, dtype: number, start: number, step: number, impl: number, token: number): number;
   cast(
-    dst: NativeBuffer,
+    dst: NativeBufferArg,
     dstOffset: number,
     dstDtype: number,
-    src: NativeBuffer,
+    src: NativeBufferArg,
     srcOffset: number,
     srcDtype: number,
     count: number,
@@ -123,11 +129,11 @@ export interface NativeStream {
   binary(
     op: number,
     dtype: number,
-    out: NativeBuffer,
+    out: NativeBufferArg,
     outOffset: number,
-    a: NativeBuffer,
+    a: NativeBufferArg,
     aOffset: number,
-    b: NativeBuffer,
+    b: NativeBufferArg,
     bOffset: number,
     count: number,
     impl: number,
@@ -135,21 +141,31 @@ export interface NativeStream {
   ): number;
   scale(
     dtype: number,
-    out: NativeBuffer,
+    out: NativeBufferArg,
     outOffset: number,
-    x: NativeBuffer,
+    x: NativeBufferArg,
     xOffset: number,
     count: number,
     alpha: number,
     impl: number,
     token: number,
   ): number;
-  axpy(dtype: number, y: NativeBuffer, yOffset: number, x: NativeBuffer, xOffset: number, count: number, alpha: number, impl: number, token: number): number;
+  axpy(
+    dtype: number,
+    y: NativeBufferArg,
+    yOffset: number,
+    x: NativeBufferArg,
+    xOffset: number,
+    count: number,
+    alpha: number,
+    impl: number,
+    token: number,
+  ): number;
   permute(
     elemSize: number,
-    dst: NativeBuffer,
+    dst: NativeBufferArg,
     dstOffset: number,
-    src: NativeBuffer,
+    src: NativeBufferArg,
     srcOffset: number,
     shape: number[],
     srcStrides: number[],
@@ -159,11 +175,11 @@ export interface NativeStream {
   matmul(
     inDtype: number,
     outDtype: number,
-    a: NativeBuffer,
+    a: NativeBufferArg,
     aOffset: number,
-    b: NativeBuffer,
+    b: NativeBufferArg,
     bOffset: number,
-    c: NativeBuffer,
+    c: NativeBufferArg,
     cOffset: number,
     batch: number,
     m: number,

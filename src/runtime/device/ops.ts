@@ -1,12 +1,15 @@
 /**
  * Device ops. Each validates everything in TS with precise messages (tensors live,
  * on the stream's device, dtypes and shapes), then enqueues one native op with
- * plain numbers. Nothing is allocated or enqueued when validation fails.
+ * plain numbers and buffer handles (buffer[BUFFER_HANDLE]: native reads a handle without the
+ * property lookup a buffer object costs it, ~1k instructions per buffer argument). Nothing is
+ * allocated or enqueued when validation fails.
  * `impl: 'reference'` runs the plain reference kernel (tests compare the two).
  */
 import { Device, checkOptions } from './device.js';
 import { DTYPE_CODE, checkDType, describe, dtypeSize, isFloatDType, type DType } from './dtype.js';
 import { InvalidArgumentError } from '../errors.js';
+import { BUFFER_HANDLE } from '../native.js';
 import type { Stream } from './stream.js';
 import { Tensor, resolveStream } from './tensor.js';
 
@@ -106,7 +109,7 @@ export function fill(t: Tensor, value: number, options?: OpOptions): void {
   checkTensor(t, 't');
   checkNumber(value, 'value');
   const { stream, impl } = placement('fill', { t }, options);
-  stream.native.fill(t.buffer, t.byteOffset, t.numel, DTYPE_CODE[t.dtype], value, impl, 0);
+  stream.native.fill(t.buffer[BUFFER_HANDLE], t.byteOffset, t.numel, DTYPE_CODE[t.dtype], value, impl, 0);
 }
 
 export interface ArangeOptions extends OpOptions {
@@ -132,7 +135,7 @@ export function arange(device: Device, n: number, options?: ArangeOptions): Tens
     });
   }
   const impl = implCode(options?.impl);
-  return withOutput(device, [n], dtype, (out) => stream.native.arange(out.buffer, 0, n, DTYPE_CODE[dtype], start, step, impl, 0));
+  return withOutput(device, [n], dtype, (out) => stream.native.arange(out.buffer[BUFFER_HANDLE], 0, n, DTYPE_CODE[dtype], start, step, impl, 0));
 }
 
 /** Converts to `dtype` (fp32 -> bf16/fp16 round to nearest even; float -> int truncates and saturates). */
@@ -141,7 +144,7 @@ export function cast(x: Tensor, dtype: DType, options?: OpOptions): Tensor {
   const dt = checkDType(dtype);
   const { stream, impl } = placement('cast', { x }, options);
   return withOutput(x.device, x.shape, dt, (out) =>
-    stream.native.cast(out.buffer, 0, DTYPE_CODE[dt], x.buffer, x.byteOffset, DTYPE_CODE[x.dtype], x.numel, impl, 0),
+    stream.native.cast(out.buffer[BUFFER_HANDLE], 0, DTYPE_CODE[dt], x.buffer[BUFFER_HANDLE], x.byteOffset, DTYPE_CODE[x.dtype], x.numel, impl, 0),
   );
 }
 
@@ -152,7 +155,19 @@ function binary(fn: 'add' | 'mul', code: number, a: Tensor, b: Tensor, options?:
   const dtype = sameDType(fn, { a, b });
   sameShape(fn, a, b, 'a', 'b');
   return withOutput(a.device, a.shape, dtype, (out) =>
-    stream.native.binary(code, DTYPE_CODE[dtype], out.buffer, 0, a.buffer, a.byteOffset, b.buffer, b.byteOffset, a.numel, impl, 0),
+    stream.native.binary(
+      code,
+      DTYPE_CODE[dtype],
+      out.buffer[BUFFER_HANDLE],
+      0,
+      a.buffer[BUFFER_HANDLE],
+      a.byteOffset,
+      b.buffer[BUFFER_HANDLE],
+      b.byteOffset,
+      a.numel,
+      impl,
+      0,
+    ),
   );
 }
 
@@ -173,7 +188,7 @@ export function scale(x: Tensor, alpha: number, options?: OpOptions): Tensor {
   const { stream, impl } = placement('scale', { x }, options);
   checkFloatDType('scale', x.dtype);
   return withOutput(x.device, x.shape, x.dtype, (out) =>
-    stream.native.scale(DTYPE_CODE[x.dtype], out.buffer, 0, x.buffer, x.byteOffset, x.numel, alpha, impl, 0),
+    stream.native.scale(DTYPE_CODE[x.dtype], out.buffer[BUFFER_HANDLE], 0, x.buffer[BUFFER_HANDLE], x.byteOffset, x.numel, alpha, impl, 0),
   );
 }
 
@@ -187,7 +202,7 @@ export function scaleElementsInPlace(x: Tensor, alpha: number, options?: OpOptio
   checkNumber(alpha, 'alpha');
   const { stream, impl } = placement('scale', { x }, options);
   checkFloatDType('scale', x.dtype);
-  stream.native.scale(DTYPE_CODE[x.dtype], x.buffer, x.byteOffset, x.buffer, x.byteOffset, x.numel, alpha, impl, 0);
+  stream.native.scale(DTYPE_CODE[x.dtype], x.buffer[BUFFER_HANDLE], x.byteOffset, x.buffer[BUFFER_HANDLE], x.byteOffset, x.numel, alpha, impl, 0);
 }
 
 /** y += alpha * x, in place (float dtypes, computed in fp32). */
@@ -199,7 +214,7 @@ export function axpy(y: Tensor, alpha: number, x: Tensor, options?: OpOptions): 
   const dtype = sameDType('axpy', { y, x });
   checkFloatDType('axpy', dtype);
   sameShape('axpy', y, x, 'y', 'x');
-  stream.native.axpy(DTYPE_CODE[dtype], y.buffer, y.byteOffset, x.buffer, x.byteOffset, x.numel, alpha, impl, 0);
+  stream.native.axpy(DTYPE_CODE[dtype], y.buffer[BUFFER_HANDLE], y.byteOffset, x.buffer[BUFFER_HANDLE], x.byteOffset, x.numel, alpha, impl, 0);
 }
 
 /** Contiguous copy of x with its dims reordered: out.shape[i] = x.shape[dims[i]]. */
@@ -216,7 +231,7 @@ export function permute(x: Tensor, dims: readonly number[], options?: OpOptions)
   const shape = dims.map((d) => x.shape[d]!);
   const srcStrides = dims.map((d) => x.strides[d]!);
   return withOutput(x.device, shape, x.dtype, (out) =>
-    stream.native.permute(dtypeSize(x.dtype), out.buffer, 0, x.buffer, x.byteOffset, shape, srcStrides, impl, 0),
+    stream.native.permute(dtypeSize(x.dtype), out.buffer[BUFFER_HANDLE], 0, x.buffer[BUFFER_HANDLE], x.byteOffset, shape, srcStrides, impl, 0),
   );
 }
 
@@ -330,11 +345,11 @@ export function matmul(a: Tensor, b: Tensor, options?: MatmulOptions): Tensor {
     stream.native.matmul(
       DTYPE_CODE[dtype],
       DTYPE_CODE[outDtype],
-      a.buffer,
+      a.buffer[BUFFER_HANDLE],
       a.byteOffset,
-      b.buffer,
+      b.buffer[BUFFER_HANDLE],
       b.byteOffset,
-      out.buffer,
+      out.buffer[BUFFER_HANDLE],
       0,
       batch,
       m,
@@ -358,7 +373,7 @@ export function copy(dst: Tensor, src: Tensor, options?: { stream?: Stream }): v
   checkTensor(src, 'src');
   const { stream } = placement('copy', { dst, src }, options);
   checkCopy('copy', dst, src);
-  stream.native.copyD2D(dst.buffer, dst.byteOffset, src.buffer, src.byteOffset, src.nbytes, 0);
+  stream.native.copyD2D(dst.buffer[BUFFER_HANDLE], dst.byteOffset, src.buffer[BUFFER_HANDLE], src.byteOffset, src.nbytes, 0);
 }
 
 /**
@@ -378,7 +393,7 @@ export function copyPeer(dst: Tensor, src: Tensor, options?: { stream?: Stream }
     );
   }
   checkCopy('copyPeer', dst, src);
-  stream.native.copyPeer(dst.buffer, dst.byteOffset, src.buffer, src.byteOffset, src.nbytes, 0);
+  stream.native.copyPeer(dst.buffer[BUFFER_HANDLE], dst.byteOffset, src.buffer[BUFFER_HANDLE], src.byteOffset, src.nbytes, 0);
 }
 
 function checkCopy(fn: string, dst: Tensor, src: Tensor): void {

@@ -7,7 +7,7 @@
 import { Device, checkOptions, checkOrdinal, checkSize, importBuffer, type DeviceBuffer } from './device.js';
 import { DTYPE_CODE, checkDType, describe, dtypeSize, isFloatDType, type DType } from './dtype.js';
 import { InvalidArgumentError, InvalidStateError } from '../errors.js';
-import { enqueueWithCompletion } from '../native.js';
+import { BUFFER_HANDLE, enqueueWithCompletion } from '../native.js';
 import type { Stream } from './stream.js';
 import { checkTimeout } from './stream.js';
 
@@ -170,7 +170,7 @@ export class Tensor {
     const stream = resolveStream(options?.stream, device, 'Tensor.zeros()');
     checkStreamDevice(stream, device, 'Tensor.zeros()');
     const t = Tensor.empty(device, shape, dtype);
-    stream.native.fill(t.buffer, 0, t.numel, DTYPE_CODE[t.dtype], 0, 0, 0);
+    stream.native.fill(t.buffer[BUFFER_HANDLE], 0, t.numel, DTYPE_CODE[t.dtype], 0, 0, 0);
     return t;
   }
 
@@ -211,14 +211,14 @@ export class Tensor {
     }
     const t = Tensor.empty(device, s, dtype);
     if (hostDType === dtype) {
-      stream.native.copyH2D(t.buffer, 0, host, 0);
+      stream.native.copyH2D(t.buffer[BUFFER_HANDLE], 0, host, 0);
     } else {
       // Upload as is, convert on the device; the staging buffer is released at once
       // (the pending ops keep it alive).
       const staging = device.alloc(host.byteLength);
       try {
         stream.native.copyH2D(staging, 0, host, 0);
-        stream.native.cast(t.buffer, 0, DTYPE_CODE[dtype], staging, 0, DTYPE_CODE[hostDType], n, 0, 0);
+        stream.native.cast(t.buffer[BUFFER_HANDLE], 0, DTYPE_CODE[dtype], staging, 0, DTYPE_CODE[hostDType], n, 0, 0);
       } finally {
         staging.release();
       }
@@ -276,7 +276,7 @@ export class Tensor {
     if (this.dtype === 'bf16' || this.dtype === 'fp16') {
       staging = this.device.alloc(this.numel * 4);
       try {
-        stream.native.cast(staging, 0, DTYPE_CODE.fp32, this.buffer, this.byteOffset, DTYPE_CODE[this.dtype], this.numel, 0, 0);
+        stream.native.cast(staging, 0, DTYPE_CODE.fp32, this.buffer[BUFFER_HANDLE], this.byteOffset, DTYPE_CODE[this.dtype], this.numel, 0, 0);
       } catch (e) {
         staging.release();
         throw e;
@@ -313,7 +313,7 @@ export class Tensor {
     this.checkLive('tensor');
     const stream = resolveStream(options?.stream, this.device, 'tensor.toBytes()');
     checkStreamDevice(stream, this.device, 'tensor.toBytes()');
-    const { token, promise } = enqueueWithCompletion((tok) => stream.native.copyD2H(this.buffer, this.byteOffset, this.nbytes, tok));
+    const { token, promise } = enqueueWithCompletion((tok) => stream.native.copyD2H(this.buffer[BUFFER_HANDLE], this.byteOffset, this.nbytes, tok));
     return new Uint8Array((await stream.awaitToken(token, promise, timeoutMs, site, 'toBytes'))!);
   }
 
