@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { packageValueImports } from '../src/runtime/actor-system/module-loader.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const fx = (f: string) => `test/fixtures/launch/${f}`;
@@ -332,5 +333,21 @@ describe('launch', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('[launch] rank 1 hung: it did not stop within the grace period of 500 ms and was terminated');
     expect(r.stderr).toContain('FAILED: 1 of 3 ranks failed (culprit: rank 0,');
+  });
+});
+
+describe('TS entries: the package is loaded before tsx only when the entry imports values from it', () => {
+  it('finds value imports and re-exports of ascent and ascent/internal, not type-only ones or other packages', () => {
+    expect(packageValueImports(readFileSync(join(ROOT, 'examples', 'grpo.ts'), 'utf8'))).toEqual(['ascent']);
+    expect(packageValueImports(readFileSync(join(ROOT, fx('hello.ts')), 'utf8'))).toEqual([]);
+    const src = [
+      "import type { RankContext } from 'ascent';",
+      "import {\n  Tensor,\n  type Device,\n} from 'ascent/internal';",
+      "import { z } from 'zod'; export { launch } from 'ascent';",
+      "import * as all from 'ascent/internal';",
+      "import { x } from './ascent.js';",
+    ].join('\n');
+    expect(packageValueImports(src)).toEqual(['ascent/internal', 'ascent']);
+    expect(packageValueImports("import type { A } from 'ascent';\nimport type { B } from 'ascent/internal';\n")).toEqual([]);
   });
 });

@@ -247,17 +247,21 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   expose('grpo-control', control);
 
   if (rank !== 0) {
-    const aborted = new Promise<never>((_, rej) =>
-      ctx.signal.addEventListener(
-        'abort',
-        () => rej(new InvalidArgumentError(`rank ${rank}: stopped while waiting for the GRPO controller (${String(ctx.signal.reason ?? 'abort')}).`)),
-        { once: true },
-      ),
-    );
+    // Stopped by the world (another rank failed, a peer process died, a signal): end quietly.
+    // That failure is the one to report; an error of our own here could arrive at the launcher
+    // first and be named the culprit of a run it did not break.
+    let onStop!: () => void;
+    const stopped = new Promise<'stopped'>((res) => {
+      onStop = () => res('stopped');
+      if (ctx.signal.aborted) res('stopped');
+      else ctx.signal.addEventListener('abort', onStop, { once: true });
+    });
     try {
-      await Promise.race([control.done, aborted]);
-      if (control.failure) ctx.log.info(`stopping: the GRPO controller (rank 0) failed: ${control.failure}`);
+      const how = await Promise.race([control.done.then(() => 'done' as const), stopped]);
+      if (how === 'stopped') ctx.log.info(`rank ${rank}: stopped while waiting for the GRPO controller (${String(ctx.signal.reason ?? 'abort')}).`);
+      else if (control.failure) ctx.log.info(`stopping: the GRPO controller (rank 0) failed: ${control.failure}`);
     } finally {
+      ctx.signal.removeEventListener('abort', onStop);
       unexposeAll();
       sync.release();
       trainer?.shutdown();
