@@ -4,6 +4,7 @@
  * dependency of Ascent, registered once per thread on first use.
  */
 import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { InvalidArgumentError } from '../errors.js';
@@ -51,8 +52,18 @@ async function preloadPackageEntries(url: string): Promise<void> {
     return; // the import below reports an unreadable module itself
   }
   for (const spec of packageValueImports(source)) {
-    const entry = new URL(PACKAGE_ENTRIES[spec]!, import.meta.url);
-    if (existsSync(fileURLToPath(entry))) await import(entry.href);
+    const entry = fileURLToPath(new URL(PACKAGE_ENTRIES[spec]!, import.meta.url));
+    // Only when the module's own `from 'ascent'` resolves to this very copy (a project with its own
+    // install of Ascent beside a launcher from another would otherwise load the library twice).
+    if (existsSync(entry) && resolvesTo(url, spec, entry)) await import(pathToFileURL(entry).href);
+  }
+}
+
+function resolvesTo(moduleUrl: string, spec: string, file: string): boolean {
+  try {
+    return createRequire(moduleUrl).resolve(spec) === file;
+  } catch {
+    return false; // not resolvable from there: the module's import reports that itself
   }
 }
 
