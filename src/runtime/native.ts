@@ -956,17 +956,20 @@ function setAwaited(p: CompletionWaiter, awaited: boolean): void {
   awaitedCount += awaited ? 1 : -1;
   // The TSFN is ref'd only while something is awaited, so an idle thread can exit. Ops
   // awaited one after another (the next enqueued by the continuation of the last) would
-  // toggle it twice per op: the unref waits for a microtask, by which the next op is
-  // usually registered, so it toggles once per burst.
+  // toggle it twice per op: the unref waits for a promise job queued after the settled
+  // op's own reactions, by which the next op is usually registered, so it toggles once per
+  // burst. (A promise job, not queueMicrotask(): that one makes an AsyncResource per call.)
   if (awaited && !refd) {
     refd = true;
     binding!.setCompletionRef(true);
   }
   if (!awaited && awaitedCount === 0 && !unrefQueued) {
     unrefQueued = true;
-    queueMicrotask(unrefIfIdle);
+    void RESOLVED.then(unrefIfIdle);
   }
 }
+
+const RESOLVED = Promise.resolve();
 
 function unrefIfIdle(): void {
   unrefQueued = false;
@@ -980,8 +983,13 @@ function completeOne(token: number, error: Error | undefined, bytes: ArrayBuffer
   const p = pending.get(token);
   if (!p) return; // forgotten after a timeout
   pending.delete(token);
-  setAwaited(p, false);
-  p.settle(error, bytes);
+  // Settled first: its reactions (an awaiting caller's continuation) run before the
+  // deferred unref setAwaited may queue.
+  try {
+    p.settle(error, bytes);
+  } finally {
+    setAwaited(p, false);
+  }
 }
 
 /** From native: one completion, or a run of successes without bytes as an array of tokens (native/env_data.h). */
