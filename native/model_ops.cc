@@ -16,6 +16,7 @@
 #include "args.h"
 #include "device/span.h"
 #include "device/stream.h"
+#include "kernels/model/decode_layer.h"
 #include "kernels/model/fused_norm.h"
 #include "kernels/model/gdn.h"
 #include "kernels/model/model_kernels.h"
@@ -429,6 +430,7 @@ U Sample(StreamImpl& s, Reader& r) {
 #include "model_ops_fused.inc"
 #include "model_ops_gdn.inc"
 #include "model_ops_multi.inc"
+#include "model_ops_decode.inc"
 
 #undef RUN
 
@@ -475,6 +477,7 @@ const std::vector<OpRow>& ModelOps() {
       {"gdnGatingBackward", GdnGatingBackward},
       {"qkvNormRope", QkvNormRope},
       {"addRmsNorm", AddRmsNorm},
+      {"decodeLayer", DecodeLayer},
   };
   return *table;
 }

@@ -8,6 +8,8 @@
  *   w13 / w2 in the grouped-matmul layout → all-reduce → residual] → final RMSNorm → LM head.
  * The math is Qwen3Model's (src/model/qwen3.ts) restricted to the rank's heads and
  * intermediate columns; the all-reduces add the partial sums back.
+ * A decode step at tp = 1 with fp32 weights runs each dense layer as one op (K.decodeLayer: the nine
+ * kernels below, in the same order, the same bits).
  * Each residual add is fused with the RMSNorm after it (K.addRmsNorm). At a tiny model's size an op
  * costs mostly its dispatch, so fewer ops per token is less CPU; the fused kernels give the separate
  * kernels' bits.
@@ -20,6 +22,7 @@ import type { Communicator } from '../runtime/comm/comm.js';
 import { isMoeLayer, type ModelConfig } from '../model/config.js';
 import * as K from '../model/kernels/index.js';
 import { PATCHES } from '../model/functional.js';
+import { patchImpl } from '../runtime/patches.js';
 import { ropeTable } from '../model/rope-scaling.js';
 import { forwardOps } from './forward-ops.js';
 import type { KvCache } from './kv-cache.js';
@@ -81,8 +84,29 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
     return own(r.y);
   };
   let h = norm(x, 'model.layers.0.input_layernorm.weight');
+  const fused = fusedDecode(ctx, inp);
   for (let i = 0; i < cfg.numLayers; i++) {
     const pre = `model.layers.${i}`;
+    const nextLn = i + 1 < cfg.numLayers ? `model.layers.${i + 1}.input_layernorm.weight` : 'model.norm.weight';
+    if (fused && !isMoeLayer(cfg, i)) {
+      // The nine ops below in one (K.decodeLayer: the same kernels in the same order, the same bits).
+      const c = inp.kv!.cache.views(i, B);
+      const nw = (n: string) => w(`${pre}.self_attn.${n}.weight`);
+      const weights = {
+        qkv: nw('qkv_proj'),
+        qNorm: nw('q_norm'),
+        kNorm: nw('k_norm'),
+        o: nw('o_proj'),
+        postLn: w(`${pre}.post_attention_layernorm.weight`),
+        gateUp: w(`${pre}.mlp.gate_up_proj.weight`),
+        down: w(`${pre}.mlp.down_proj.weight`),
+        nextLn: w(nextLn),
+      };
+      const r = K.decodeLayer(x, h, weights, nH, nKV, cfg.rmsNormEps, inp.positions, inp.lengths!, table, { kCache: c.k, vCache: c.v }, { stream });
+      x = own(r.x);
+      h = own(r.h);
+      continue;
+    }
     // One matmul against the whole qkv_proj (each output element is the same FMA chain over H as
     // on a row view), then one op for the per-head q/k RMSNorm + RoPE, the v split and this step's
     // KV cache write.
@@ -110,12 +134,33 @@ export function forward(ctx: ForwardContext, inp: ForwardInput, scratch: Tensor[
       mlpOut = linear(act, w(`${pre}.mlp.down_proj.weight`));
     }
     allReduce(mlpOut);
-    if (i + 1 < cfg.numLayers) h = addNorm(mlpOut, `model.layers.${i + 1}.input_layernorm.weight`);
-    else if (!inp.outRows) h = addNorm(mlpOut, 'model.norm.weight');
+    if (i + 1 < cfg.numLayers || !inp.outRows) h = addNorm(mlpOut, nextLn);
     else x = own(add(x, mlpOut, { stream }));
   }
   // With outRows, the final norm runs on the gathered rows only (the same per-row result).
   const hf = inp.outRows ? norm(own(K.embedding(inp.outRows, x.reshape([T, H]), o(PATCHES.embedding))), 'model.norm.weight') : h;
   const lmHead = cfg.tieWordEmbeddings ? w('model.embed_tokens.weight') : w('lm_head.weight');
   return headOf(hf, lmHead);
+}
+
+/**
+ * Whether a decode step's dense layers may run as K.decodeLayer: one token per row written to the
+ * KV cache at its position, no tensor parallelism (no all-reduce between the kernels), fp32
+ * weights, and every kernel the layer uses on its fast implementation (the fused op has no other).
+ */
+function fusedDecode(ctx: ForwardContext, inp: ForwardInput): boolean {
+  const { params, shard } = ctx;
+  return (
+    inp.mode === 'decode' &&
+    inp.seqLen === 1 &&
+    inp.kv !== undefined &&
+    inp.kv.cachePos === inp.positions &&
+    inp.lengths !== undefined &&
+    inp.outRows === undefined &&
+    shard.tpSize === 1 &&
+    params.get('model.layers.0.self_attn.qkv_proj.weight').view('processed').dtype === 'fp32' &&
+    patchImpl(PATCHES.linear) === 'fast' &&
+    patchImpl(PATCHES.rmsNorm) === 'fast' &&
+    patchImpl(PATCHES.swiglu) === 'fast'
+  );
 }

@@ -57,3 +57,4 @@ export {
   type GatedDeltaRuleGrads,
   type CausalConvOptions,
 } from './gdn.js';
+export { decodeLayer, type DecodeLayerWeights, type DecodeLayerResult } from './decode-layer.js';
