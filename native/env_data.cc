@@ -6,50 +6,21 @@
 namespace ascent {
 
 void CallCompletion(Napi::Env env, Napi::Function callback, EnvData* context, Completion* data) {
-  // Post queues the completions itself and calls the TSFN with no data: one call per batch.
-  // Env teardown drains the TSFN queue with a null env (and EnvData may be gone by then);
-  // the completions still queued are freed with EnvData.
-  delete data;
-  if (env == nullptr || callback.IsEmpty() || context == nullptr) return;
-  context->Deliver(env, callback);
-}
-
-void EnvData::Deliver(Napi::Env env, Napi::Function callback) {
-  std::vector<std::unique_ptr<Completion>> batch;
-  {
-    std::lock_guard<std::mutex> lock(tsfn_state_->mu);
-    batch.swap(posted_);
-    call_queued_ = false;
-  }
-  Napi::HandleScope scope(env);
-  size_t i = 0;
-  while (i < batch.size()) {
-    // A run of plain successes goes as one call with their tokens (the common case,
-    // back-to-back collectives), instead of one call (and one microtask checkpoint) each.
-    size_t j = i;
-    while (j < batch.size() && batch[j]->ok && !batch[j]->has_bytes) ++j;
-    // Nothing may escape into the TSFN machinery (std::terminate); during env teardown
-    // calling into JS fails and the completions have nobody left to resolve.
-    try {
-      if (j - i > 1) {
-        Napi::Array tokens = Napi::Array::New(env, j - i);
-        for (size_t k = i; k < j; ++k) tokens.Set(static_cast<uint32_t>(k - i), static_cast<double>(batch[k]->token));
-        i = j;
-        callback.Call({tokens});
-        continue;
-      }
-      Completion& c = *batch[i++];
-      Napi::Value err = env.Undefined();
-      Napi::Value bytes = env.Undefined();
-      if (!c.ok) err = MakeJsError(env, c.error);
-      if (c.has_bytes) {
-        Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, c.bytes.size());
-        if (!c.bytes.empty()) std::memcpy(ab.Data(), c.bytes.data(), c.bytes.size());
-        bytes = ab;
-      }
-      callback.Call({Napi::Number::New(env, static_cast<double>(c.token)), err, bytes});
-    } catch (const Napi::Error&) {
+  std::unique_ptr<Completion> c(data);
+  if (env == nullptr || callback.IsEmpty()) return;  // env teardown drains the queue with a null env
+  // Nothing may escape into the TSFN machinery (std::terminate); during env teardown
+  // calling into JS fails and the completion has nobody left to resolve.
+  try {
+    Napi::Value err = env.Undefined();
+    Napi::Value bytes = env.Undefined();
+    if (!c->ok) err = MakeJsError(env, c->error);
+    if (c->has_bytes) {
+      Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, c->bytes.size());
+      if (!c->bytes.empty()) std::memcpy(ab.Data(), c->bytes.data(), c->bytes.size());
+      bytes = ab;
     }
+    callback.Call({Napi::Number::New(env, static_cast<double>(c->token)), err, bytes});
+  } catch (const Napi::Error&) {
   }
 }
 
@@ -95,11 +66,7 @@ void EnvData::SetRef(Napi::Env env, bool ref) {
 void EnvData::Post(std::unique_ptr<Completion> completion) {
   std::lock_guard<std::mutex> lock(tsfn_state_->mu);
   if (!tsfn_state_->alive) return;
-  posted_.push_back(std::move(completion));
-  if (call_queued_) return;  // the call on its way takes this one too
-  // A null item: Deliver takes what is queued by then. On failure (the TSFN is closing)
-  // the next post tries again; teardown frees what is left.
-  call_queued_ = tsfn_.NonBlockingCall(static_cast<Completion*>(nullptr)) == napi_ok;
+  if (tsfn_.NonBlockingCall(completion.get()) == napi_ok) completion.release();
 }
 
 void EnvData::StoreInline(std::unique_ptr<Completion> completion) {

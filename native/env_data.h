@@ -56,19 +56,13 @@ class EnvData {
   ~EnvData();
 
   // Installs the JS side: errorFactory(code, message, details) and
-  // onComplete(token, error | undefined, ArrayBuffer | undefined), which is also called
-  // with an array of tokens for a run of successes without bytes (see Post).
+  // onComplete(token, error | undefined, ArrayBuffer | undefined).
   void Init(Napi::Env env, Napi::Function error_factory, Napi::Function on_complete);
   bool initialized() const { return initialized_; }
   // The TSFN keeps the event loop alive only while JS awaits a completion.
   void SetRef(Napi::Env env, bool ref);
-  // Any thread. Dropped silently once the env is being torn down. Completions posted
-  // while an earlier post is still waiting for the JS thread join it: the JS thread is
-  // called once for all of them (Deliver), not once per completion.
+  // Any thread. Dropped silently once the env is being torn down.
   void Post(std::unique_ptr<Completion> completion);
-  // On the JS thread (the TSFN callback): hands every posted completion to `callback`, in
-  // post order; a run of plain successes goes as one array of tokens.
-  void Deliver(Napi::Env env, Napi::Function callback);
   // The completion of an op that ran inline (device/stream.h) on this env's own thread, kept
   // for the enqueueing JS call to take at once (takeInlineCompletion) instead of a trip
   // through the thread-safe function and the event loop (~20 us of a 23 us round trip).
@@ -103,10 +97,6 @@ class EnvData {
   bool torn_down_ = false;
   std::shared_ptr<TsfnState> tsfn_state_ = std::make_shared<TsfnState>();
   CompletionTsfn tsfn_;
-  // Posted completions the JS thread has not taken yet (guarded by tsfn_state_->mu), and
-  // whether a TSFN call that will take them is on its way.
-  std::vector<std::unique_ptr<Completion>> posted_;
-  bool call_queued_ = false;
   std::mutex inline_mu_;
   std::vector<std::unique_ptr<Completion>> inline_done_;
   std::mutex streams_mu_;

@@ -920,7 +920,7 @@ export interface NativeBinding extends NativeCommBinding {
   readonly Event: new (device: number) => NativeEvent;
   init(
     errorFactory: (code: string, message: string, details: ErrorDetails) => Error,
-    onComplete: (token: number | number[], error: Error | undefined, bytes: ArrayBuffer | undefined) => void,
+    onComplete: (token: number, error: Error | undefined, bytes: ArrayBuffer | undefined) => void,
   ): void;
   setCompletionRef(ref: boolean): void;
   deviceGet(ordinal: number, defaultCapacity: number): { ordinal: number; capacity: number };
@@ -1007,58 +1007,21 @@ const pending = new Map<number, CompletionWaiter>();
 let nextToken = 1;
 let awaitedCount = 0;
 
-let refd = false;
-let unrefQueued = false;
-
 function setAwaited(p: CompletionWaiter, awaited: boolean): void {
   if (p.awaited === awaited) return;
   p.awaited = awaited;
   awaitedCount += awaited ? 1 : -1;
-  // The TSFN is ref'd only while something is awaited, so an idle thread can exit. Ops
-  // awaited one after another (the next enqueued by the continuation of the last) would
-  // toggle it twice per op: the unref waits for a promise job queued after the settled
-  // op's own reactions, by which the next op is usually registered, so it toggles once per
-  // burst. (A promise job, not queueMicrotask(): that one makes an AsyncResource per call.)
-  if (awaited && !refd) {
-    refd = true;
-    binding!.setCompletionRef(true);
-  }
-  if (!awaited && awaitedCount === 0 && !unrefQueued) {
-    unrefQueued = true;
-    void RESOLVED.then(unrefIfIdle);
-  }
+  // The TSFN is ref'd only while something is awaited, so an idle thread can exit.
+  if (awaited && awaitedCount === 1) binding!.setCompletionRef(true);
+  if (!awaited && awaitedCount === 0) binding!.setCompletionRef(false);
 }
 
-const RESOLVED = Promise.resolve();
-
-function unrefIfIdle(): void {
-  unrefQueued = false;
-  if (awaitedCount === 0 && refd) {
-    refd = false;
-    binding!.setCompletionRef(false);
-  }
-}
-
-function completeOne(token: number, error: Error | undefined, bytes: ArrayBuffer | undefined): void {
+function onComplete(token: number, error: Error | undefined, bytes: ArrayBuffer | undefined): void {
   const p = pending.get(token);
   if (!p) return; // forgotten after a timeout
   pending.delete(token);
-  // Settled first: its reactions (an awaiting caller's continuation) run before the
-  // deferred unref setAwaited may queue.
-  try {
-    p.settle(error, bytes);
-  } finally {
-    setAwaited(p, false);
-  }
-}
-
-/** From native: one completion, or a run of successes without bytes as an array of tokens (native/env_data.h). */
-function onComplete(token: number | number[], error: Error | undefined, bytes: ArrayBuffer | undefined): void {
-  if (typeof token === 'number') {
-    completeOne(token, error, bytes);
-    return;
-  }
-  for (let i = 0; i < token.length; i++) completeOne(token[i]!, undefined, undefined);
+  setAwaited(p, false);
+  p.settle(error, bytes);
 }
 
 /** Loads the addon once per thread and installs this env's error factory and completion callback. */

@@ -50,13 +50,6 @@ export type ReduceOp = 'sum' | 'prod' | 'max' | 'min' | 'avg';
 export const REDUCE_OPS: readonly ReduceOp[] = ['sum', 'prod', 'max', 'min', 'avg'];
 const REDUCE_CODE: Readonly<Record<ReduceOp, number>> = { sum: 0, prod: 1, max: 2, min: 3, avg: 4 };
 
-/**
- * Frames of the stack a collective or P2P op captures for its failure to report (at most;
- * a lower Error.stackTraceLimit wins): this file's two or three, then the user's call site
- * and a few of its callers.
- */
-const SITE_FRAMES = 6;
-
 /** Dtypes collectives accept. */
 export const COMM_DTYPES: readonly DType[] = ['fp32', 'bf16', 'fp16', 'int32', 'int64'];
 
@@ -334,15 +327,7 @@ export class Communicator {
    * method itself, so the captured stack names its caller.
    */
   #completion(token: number, fn: string, stream: Stream): Promise<void> {
-    // The caller's stack, for a failure to report: captured now (the only time it is known),
-    // but only as deep as naming the call site needs. Each captured frame costs: a full-depth
-    // capture was a quarter of a small collective's host instructions.
-    const limit = Error.stackTraceLimit;
-    const shorten = typeof limit === 'number' && limit > SITE_FRAMES;
-    if (shorten) Error.stackTraceLimit = SITE_FRAMES;
-    const site = new Error();
-    if (shorten) Error.stackTraceLimit = limit;
-    const op = new OpCompletion(this, fn, stream, site);
+    const op = new OpCompletion(this, fn, stream, new Error());
     registerCompletion(token, op);
     return op.promise;
   }
