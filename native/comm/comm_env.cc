@@ -55,15 +55,50 @@ void CommEnv::AddComm(const std::shared_ptr<CommImpl>& impl) {
   }
   live.push_back(impl);
   comms_.swap(live);
+  if (!departures_) departures_ = std::make_shared<Departures>();
+  impl->departures = departures_;
+}
+
+namespace {
+
+void AbortLeft(const std::shared_ptr<CommGroup>& g, int rank, int device) {
+  if (!g || g->aborted()) return;
+  ErrorInfo info{kCommAborted,
+                 g->Who(rank) + "'s worker exited (device " + std::to_string(device) + ") while communicator " + g->short_id() +
+                     " was live.",
+                 {Num("deadRank", g->WorldRank(rank)), Num("device", device)}};
+  g->SetCulprits(info, {rank});  // the rank that left, never the peers it left waiting
+  g->Abort(std::move(info), 0, g->AnyInFlight());
+}
+
+}  // namespace
+
+void Departures::Add(const std::shared_ptr<CommGroup>& group, int rank, int device) {
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<Entry> live;
+  for (auto& e : entries) {
+    if (!e.group.expired()) live.push_back(std::move(e));
+  }
+  live.push_back(Entry{group, rank, device});
+  entries.swap(live);
+}
+
+std::vector<Departures::Entry> Departures::Take() {
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<Entry> out;
+  out.swap(entries);
+  return out;
 }
 
 void CommEnv::AbortAll() {
   std::vector<std::shared_ptr<CommImpl>> comms;
+  std::shared_ptr<Departures> departures;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& w : comms_) {
       if (auto p = w.lock()) comms.push_back(std::move(p));
     }
+    departures = departures_;
   }
   for (auto& c : comms) {
     std::shared_ptr<CommGroup> g;
@@ -74,13 +109,11 @@ void CommEnv::AbortAll() {
       rank = c->rank;
       device = c->device;
     }
-    if (!g || c->destroyed || g->aborted()) continue;
-    ErrorInfo info{kCommAborted,
-                   g->Who(rank) + "'s worker exited (device " + std::to_string(device) + ") while communicator " +
-                       g->short_id() + " was live.",
-                   {Num("deadRank", g->WorldRank(rank)), Num("device", device)}};
-    g->SetCulprits(info, {rank});  // the rank that left, never the peers it left waiting
-    g->Abort(std::move(info), 0, g->AnyInFlight());
+    if (c->destroyed) continue;
+    AbortLeft(g, rank, device);
+  }
+  if (departures) {
+    for (auto& e : departures->Take()) AbortLeft(e.group.lock(), e.rank, e.device);
   }
 }
 

@@ -23,6 +23,7 @@ class EnvData;
 namespace comm {
 
 struct CommImpl;
+struct Departures;
 
 class CommEnv {
  public:
@@ -46,6 +47,7 @@ class CommEnv {
 
   std::mutex mu_;
   std::vector<std::weak_ptr<CommImpl>> comms_;
+  std::shared_ptr<Departures> departures_;
   std::vector<Task> tasks_;
 };
 

@@ -96,6 +96,11 @@ Napi::Value CommWrap::Dispatch(const Napi::CallbackInfo& info) {
   });
 }
 
+CommImpl::~CommImpl() {
+  // Gone without destroy() while its group may still be in use by its peers (see Departures).
+  if (departures && !destroyed && group && !group->aborted()) departures->Add(group, rank, device);
+}
+
 Napi::Object CommWrap::NewInstance(Napi::Env env, std::shared_ptr<CommImpl> impl) {
   CommEnv& ce = GetCommEnv(env);
   Napi::Object obj = EnvData::Get(env)->comm_ctor.New({});

@@ -32,7 +32,26 @@ class StreamImpl;
 
 namespace comm {
 
+// The communicators of an env that went away (their JS object was collected) without
+// destroy(), while their group was still live: an env's teardown aborts those groups too,
+// exactly as it aborts its live communicators'. The wrapper of a worker that exits can be
+// collected before the env's cleanup hook runs; without this its peers waited in the
+// collective until the exec timeout. Shared by the env and its communicators, so a
+// communicator freed on a stream thread, or after the env, still has it.
+struct Departures {
+  struct Entry {
+    std::weak_ptr<CommGroup> group;
+    int rank;
+    int device;
+  };
+  std::mutex mu;
+  std::vector<Entry> entries;
+  void Add(const std::shared_ptr<CommGroup>& group, int rank, int device);
+  std::vector<Entry> Take();
+};
+
 struct CommImpl {
+  ~CommImpl();
   // Set once: at creation (initRank) or by the split thread before `ready`
   // (guarded by mu until ready; read freely on the JS thread after the completion).
   std::mutex mu;
@@ -44,6 +63,9 @@ struct CommImpl {
   double connect_timeout_ms = 0;
   std::string trace_dir;
   std::atomic<bool> ready{false};
+
+  // Set by CommEnv::AddComm: where this communicator is recorded when it goes away.
+  std::shared_ptr<Departures> departures;
 
   // JS thread only.
   bool destroyed = false;
