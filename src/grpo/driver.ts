@@ -20,7 +20,7 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { availableParallelism } from 'node:os';
 import type { Communicator } from '../runtime/comm/comm.js';
-import { ConfigError, InvalidArgumentError } from '../runtime/errors.js';
+import { ConfigError } from '../runtime/errors.js';
 import type { RankContext } from '../runtime/actor-system/rank-context.js';
 import { TaskPool } from '../runtime/actor-system/task-pool.js';
 import { loadModelConfig } from '../model/config.js';
