@@ -6,19 +6,9 @@
 import { describe, expect, it } from 'vitest';
 import { Device, Tensor, matmul } from '../src/runtime/device/device-index.js';
 import { BUFFER_HANDLE } from '../src/runtime/native.js';
-import { InvalidArgumentError } from '../src/runtime/errors.js';
+import { thrown } from './helpers/refused.js';
 
 const d0 = Device.get(0);
-
-function thrown(fn: () => unknown): InvalidArgumentError {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(InvalidArgumentError);
-    return e as InvalidArgumentError;
-  }
-  throw new Error('expected the call to throw');
-}
 
 describe('buffer handles as native op arguments', () => {
   it('a handle and its buffer object name the same memory', async () => {

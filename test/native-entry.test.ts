@@ -7,19 +7,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Device, loadNative } from '../src/runtime/device/device-index.js';
-import { InvalidArgumentError } from '../src/runtime/errors.js';
+import { thrown } from './helpers/refused.js';
 
 const d0 = Device.get(0);
-
-function thrown(fn: () => unknown): InvalidArgumentError {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(InvalidArgumentError);
-    return e as InvalidArgumentError;
-  }
-  throw new Error('expected the call to throw');
-}
 
 describe('native entry points', () => {
   it('base ops: the argument, what was expected and what was received, with a HINT; nothing enqueued', () => {

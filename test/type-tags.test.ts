@@ -8,19 +8,9 @@
 import { describe, expect, it } from 'vitest';
 import { Device, DeviceBuffer, loadNative } from '../src/runtime/device/device-index.js';
 import { BUFFER_HANDLE, type NativeBufferHandle } from '../src/runtime/native.js';
-import { InvalidArgumentError } from '../src/runtime/errors.js';
+import { thrown } from './helpers/refused.js';
 
 const d0 = Device.get(0);
-
-function thrown(fn: () => unknown): InvalidArgumentError {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(InvalidArgumentError);
-    return e as InvalidArgumentError;
-  }
-  throw new Error('expected the call to throw');
-}
 
 describe('type-tagged native arguments', () => {
   it('a buffer slot takes only a device Buffer: forged, foreign and primitive values are refused by name', () => {

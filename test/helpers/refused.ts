@@ -22,3 +22,14 @@ export function expectRefused(run: () => unknown, pattern: RegExp): void {
 export function expectEachRefused(cases: readonly RefusedCase[]): void {
   for (const [run, pattern] of cases) expectRefused(run, pattern);
 }
+
+/** The InvalidArgumentError `fn` throws (for checks on its details); fails the test when it throws none or another kind. */
+export function thrown(fn: () => unknown): InvalidArgumentError {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(InvalidArgumentError);
+    return e as InvalidArgumentError;
+  }
+  throw new Error('expected the call to throw');
+}
