@@ -11,19 +11,14 @@ import { matmul } from '../src/runtime/device/ops.js';
 import * as K from '../src/model/kernels/index.js';
 import type { DecodeLayerWeights, RopeTable } from '../src/model/kernels/index.js';
 import { expectEachRefused } from './helpers/refused.js';
+import { bits, f32On, i32On, seededRand } from './helpers/device-data.js';
 
 const d = Device.get(0);
 afterAll(() => loadNative().setMatmulKernel('auto'));
 
-let seed = 777;
-const rand = (n: number, scale = 1) =>
-  Float32Array.from({ length: n }, () => {
-    seed = (seed * 1103515245 + 12345) >>> 0;
-    return ((seed / 2 ** 32) * 2 - 1) * scale;
-  });
-const f32 = (data: Float32Array, shape: number[]) => Tensor.fromArray(d, data, shape);
-const i32 = (data: number[]) => Tensor.fromArray(d, Int32Array.from(data), [data.length]);
-const bits = async (t: Tensor) => new Uint32Array((await t.toArray()).slice().buffer);
+const rand = seededRand(777);
+const f32 = f32On(d);
+const i32 = i32On(d);
 const table = (D: number): RopeTable => ({ invFreq: Float64Array.from({ length: D / 2 }, (_, i) => 10000 ** ((-2 * i) / D)), scale: 1 });
 
 async function same(got: Tensor, want: Tensor, label: string): Promise<void> {

@@ -13,6 +13,7 @@ import { viewOf } from '../src/runtime/device/views.js';
 import { InvalidArgumentError } from '../src/runtime/errors.js';
 import * as K from '../src/model/kernels/index.js';
 import type { RopeTable } from '../src/model/kernels/index.js';
+import { bits, f32On, i32On, seededRand } from './helpers/device-data.js';
 
 const d = Device.get(0);
 const IMPLS: KernelImpl[] = ['fast', 'reference'];
@@ -28,15 +29,9 @@ const underModes = <M extends string>(modes: readonly M[]): { impl: KernelImpl; 
 ];
 afterAll(() => loadNative().setMatmulKernel('auto'));
 
-let seed = 12345;
-const rand = (n: number, scale = 1) =>
-  Float32Array.from({ length: n }, () => {
-    seed = (seed * 1103515245 + 12345) >>> 0;
-    return ((seed / 2 ** 32) * 2 - 1) * scale;
-  });
-const f32 = (data: Float32Array, shape: number[]) => Tensor.fromArray(d, data, shape);
-const i32 = (data: number[]) => Tensor.fromArray(d, Int32Array.from(data), [data.length]);
-const bits = async (t: Tensor) => new Uint32Array((await t.toArray()).slice().buffer);
+const rand = seededRand(12345);
+const f32 = f32On(d);
+const i32 = i32On(d);
 const table = (D: number, scale: number): RopeTable => ({
   invFreq: Float64Array.from({ length: D / 2 }, (_, i) => 10000 ** ((-2 * i) / D)),
   scale,
