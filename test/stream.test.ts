@@ -126,6 +126,40 @@ describe('streams and events', () => {
     expect(() => s.sleep(1)).toThrow(InvalidArgumentError);
   });
 
+  it('replaces a destroyed default stream, and resolving it per op reads no native stats', () => {
+    const first = d.defaultStream;
+    expect(first.destroyed).toBe(false);
+    // Every op that names no stream resolves the default stream; a native stats() object per
+    // resolution cost more than the rest of a small op's JS path together.
+    const native = first.native;
+    const stats = native.stats.bind(native);
+    let calls = 0;
+    // An own property shadows the (read-only) prototype method.
+    Object.defineProperty(native, 'stats', {
+      configurable: true,
+      value: () => {
+        calls++;
+        return stats();
+      },
+    });
+    try {
+      const a = Tensor.zeros(d, [4], 'fp32');
+      fill(a, 2);
+      scale(a, 3).release();
+      a.release();
+      expect(calls).toBe(0);
+    } finally {
+      delete (native as { stats?: unknown }).stats;
+    }
+    first.destroy();
+    expect(first.destroyed).toBe(true);
+    expect(first.stats().destroyed).toBe(true);
+    const second = d.defaultStream;
+    expect(second).not.toBe(first);
+    expect(second.destroyed).toBe(false);
+    expect(d.defaultStream).toBe(second);
+  });
+
   it('validates options', () => {
     const s = d.newStream();
     expect(() => s.synchronize({ timeout: 5 } as never)).toThrow(/Unknown option 'timeout'/);

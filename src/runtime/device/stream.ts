@@ -28,6 +28,7 @@ export class Stream {
   readonly device: Device;
   /** @internal */
   readonly native: NativeStream;
+  #destroyed = false;
 
   /** Use `device.newStream()`. */
   constructor(device: Device) {
@@ -40,8 +41,15 @@ export class Stream {
     return this.native.id;
   }
 
+  /**
+   * Whether destroy() was called. A JS field, not a native stats() call: `device.defaultStream`
+   * reads it on every op that names no stream, and stats() builds a fresh object each time
+   * (~10k instructions per op when an op resolved the default stream for each argument). While
+   * JS holds this wrapper only destroy() stops the native stream (the other stops are the
+   * wrapper's collection and the thread's teardown, after which no JS runs here).
+   */
   get destroyed(): boolean {
-    return this.native.stats().destroyed;
+    return this.#destroyed;
   }
 
   /**
@@ -128,6 +136,7 @@ export class Stream {
    * ops are dropped and their awaiters reject with StreamError. Idempotent.
    */
   destroy(): void {
+    this.#destroyed = true;
     profiler()?.releaseStream(this.native);
     this.native.destroy();
   }
