@@ -40,6 +40,11 @@
  * target = the speed targets of the collectives (TARGETS): measured / target as a ratio
  * where >= 1 means the target holds, on the rows a target names.
  *
+ * native floor = the same allReduce (fp32 sum, up to 64 KiB) on as many plain threads running the
+ * native collective with no JS and no stream threads (native/bench/comm_floor.cc), measured in the
+ * same run: what the ranks' synchronization itself costs, beside what the rows above add to it
+ * (the JS <-> stream-thread hand-offs). sleeps/op = voluntary context switches of all its ranks.
+ *
  * Then, with --processes P (default 2; 0 skips), the same ranks as P processes under
  * mpirun (allReduce fp32 sum up to 16 MiB, each op awaited) beside Open MPI's own
  * MPI_Allreduce on as many processes, measured in the same run (bench/collectives-mpi.ts);
@@ -47,7 +52,7 @@
  */
 import { availableParallelism, hostname, loadavg } from 'node:os';
 import { Command, Option } from 'commander';
-import { World, type DType, type ReduceOp } from '../src/internal.js';
+import { World, loadNative, type DType, type ReduceOp } from '../src/internal.js';
 import { counts, type BenchOp, type CollectivesBench, type Completions } from './collectives-actor.js';
 import { runSpanRows, spanSkipReason, type SpanRow } from './collectives-mpi.js';
 import { BenchUsageError } from './args.js';
@@ -234,6 +239,54 @@ const NEAR_COPY_TRAFFIC = 256 * 1024 * 1024;
 const SPAN_MAX_BYTES = 16 * 1024 * 1024;
 const SPAN_ITERS = 20;
 
+/** The native floor of one allReduce size (see the file comment). */
+export interface FloorRow {
+  bytes: number;
+  iters: number;
+  timeUs: number;
+  p10Us: number;
+  p90Us: number;
+  cpuUsPerOp: number;
+  sleepsPerOp: number;
+}
+
+/** Largest result the floor measures: the one-barrier algorithm's limit (native kSmallBytes). */
+const FLOOR_MAX_BYTES = 64 * 1024;
+const FLOOR_ITERS = 2000;
+
+/** The native floor rows (fp32 sum allReduce only), or the printed reason they were skipped. */
+function floorRows(opts: ReturnType<typeof parse>, sizes: number[], print: (line: string) => void): FloorRow[] {
+  const reason = !opts.ops.includes('allReduce')
+    ? '--op excludes allReduce'
+    : opts.dtype !== 'fp32' || opts.redop !== 'sum'
+      ? 'it runs fp32 sum only'
+      : sizes.some((b) => b <= FLOOR_MAX_BYTES)
+        ? undefined
+        : `no size up to ${FLOOR_MAX_BYTES} B`;
+  if (reason) {
+    print(`# native floor skipped: ${reason}`);
+    return [];
+  }
+  const rows: FloorRow[] = [];
+  for (const bytes of sizes.filter((b) => b <= FLOOR_MAX_BYTES && b % 4 === 0)) {
+    const f = loadNative().commFloorBench(opts.ranks, bytes, FLOOR_ITERS);
+    const row = {
+      bytes,
+      iters: FLOOR_ITERS,
+      timeUs: round(f.p50Us, 1),
+      p10Us: round(f.p10Us, 1),
+      p90Us: round(f.p90Us, 1),
+      cpuUsPerOp: round(f.cpuUsPerOp, 1),
+      sleepsPerOp: round(f.sleepsPerOp, 2),
+    };
+    rows.push(row);
+    print(
+      `# native floor, allReduce ${bytes} B on ${opts.ranks} threads (no JS, no stream threads): p50 ${row.timeUs} us (p10 ${row.p10Us}, p90 ${row.p90Us}), cpu ${row.cpuUsPerOp} us/op, ${row.sleepsPerOp} sleeps/op`,
+    );
+  }
+  return rows;
+}
+
 /** The rows on several processes, or the printed reason they were skipped. */
 async function processRows(opts: ReturnType<typeof parse>, sizes: number[], print: (line: string) => void): Promise<{ rows: SpanRow[]; skipped?: string }> {
   const reason = !opts.ops.includes('allReduce') ? 'they run allReduce only (--op excludes it)' : spanSkipReason();
@@ -386,6 +439,7 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
       for (const line of ncclFooterLines(op, printed)) print(line);
     }
     await Promise.all(copiers.map((r) => mesh.callOne(r, 'copyDone')));
+    const floor = floorRows(opts, sizes, print);
     const span = opts.processes > 0 ? await processRows(opts, sizes, print) : { rows: [], skipped: '--processes 0' };
     // Load average (1, 5, 15 min) at the end of the run: the machine is shared, and the
     // efficiency of memory-bound rows moves with what else runs.
@@ -397,6 +451,7 @@ export async function runCollectivesBench(argv: string[], print: (line: string) 
       completions: opts.completions,
       loadAvgEnd: load,
       rows,
+      floorRows: floor,
       processRows: span.rows,
       ...(span.skipped ? { processRowsSkipped: span.skipped } : {}),
     };

@@ -7,6 +7,7 @@
 
 #include "args.h"
 #include "bench/blas_baseline.h"
+#include "bench/comm_floor.h"
 #include "comm/communicator.h"
 #include "device/buffer.h"
 #include "device/event.h"
@@ -236,6 +237,7 @@ Napi::Object ModuleInit(Napi::Env env, Napi::Object exports) {
   exports.Set("setMatmulKernel", Napi::Function::New<SetMatmulKernel>(env, "setMatmulKernel"));
   exports.Set("takeInlineCompletion", Napi::Function::New<TakeInlineCompletion>(env, "takeInlineCompletion"));
   InitBlasBaseline(env, exports);
+  InitCommFloor(env, exports);
   return exports;
 }
 

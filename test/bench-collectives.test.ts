@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 // The bench spawns its actor module from dist/, as `npm run bench` does.
 import { busFactor, checkTarget, runCollectivesBench, TARGETS, trafficBytes } from '../dist/bench/collectives.js';
 import { spanSkipReason } from '../dist/bench/collectives-mpi.js';
+import { loadNative } from '../dist/src/internal.js';
 
 const spanSkip = spanSkipReason();
 if (spanSkip) console.warn(`[bench-collectives] skipping the 2-process rows: ${spanSkip}`);
@@ -54,7 +55,26 @@ describe('collectives benchmark harness', () => {
     const arRows = r.rows.filter((x) => x.op === 'allReduce');
     expect(avg[0]).toBeCloseTo(arRows.reduce((a, x) => a + x.busbwGBs, 0) / arRows.length, 3);
     expect(printed.filter((l) => /^# {2}Rank {2}\d Group {2}0 Pid +\d+ on +\S+ device {2}\d \[0x00\] /.test(l))).toHaveLength(5 * 3);
+
+    // The native floor of the allReduce sizes (every rank's sum is checked natively: a wrong one throws).
+    expect(r.floorRows.map((x) => x.bytes)).toEqual([1024, 65536]);
+    for (const f of r.floorRows) {
+      expect(f.iters).toBe(2000);
+      expect(f.p10Us).toBeGreaterThan(0);
+      expect(f.p10Us).toBeLessThanOrEqual(f.timeUs);
+      expect(f.timeUs).toBeLessThanOrEqual(f.p90Us);
+      expect(f.cpuUsPerOp).toBeGreaterThan(0);
+      expect(f.sleepsPerOp).toBeGreaterThanOrEqual(0);
+      expect(printed).toContain(
+        `# native floor, allReduce ${f.bytes} B on 3 threads (no JS, no stream threads): p50 ${f.timeUs} us (p10 ${f.p10Us}, p90 ${f.p90Us}), cpu ${f.cpuUsPerOp} us/op, ${f.sleepsPerOp} sleeps/op`,
+      );
+    }
   }, 180_000);
+
+  it('refuses a native floor it cannot measure, saying what it expects', () => {
+    expect(() => loadNative().commFloorBench(3, 6, 10)).toThrow(/commFloorBench expects nranks <= 1024, bytes a multiple of 4 up to 65536/);
+    expect(() => loadNative().commFloorBench(3, 4096, 1)).toThrow(/2 <= iters <= 1000000/);
+  });
 
   it.skipIf(spanSkip !== null)(
     "runs allReduce on 2 processes under mpirun beside Open MPI's MPI_Allreduce, both exact",

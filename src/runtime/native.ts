@@ -941,6 +941,11 @@ export interface NativeBinding extends NativeCommBinding {
   blasInfo(): { available: boolean; library: string | null; config: string | null };
   /** Seconds of one single-threaded OpenBLAS sgemm C[m,n] = op(A)·op(B) (A stored [k,m] when transA, B [n,k] when transB): best of 3 rounds of `reps` calls. */
   blasSgemmSeconds(m: number, n: number, k: number, reps: number, transA?: boolean, transB?: boolean): number;
+  /**
+   * Benchmark floor (native/bench/comm_floor.cc): `iters` back-to-back fp32 sum allReduces of `bytes` on `nranks`
+   * plain threads running the real native collective (no JS, no stream threads); blocks the caller.
+   */
+  commFloorBench(nranks: number, bytes: number, iters: number): { p10Us: number; p50Us: number; p90Us: number; cpuUsPerOp: number; sleepsPerOp: number };
   /** The completion of the op with `token` if it ran inline during the enqueue call just made (else undefined); taken once. */
   takeInlineCompletion(token: number): { error: Error | undefined; bytes: ArrayBuffer | undefined } | undefined;
   /**
