@@ -340,11 +340,12 @@ export interface NativeCommBinding {
 
 // ---- model kernels (native/model_ops.cc; owned by src/model/kernels/) ----
 
-type B = NativeBuffer;
+type B = NativeBufferArg;
 /**
  * Arguments of stream.modelOp(name, ...args, impl, token) per kernel, in the order
  * native/model_ops.cc reads them: dims and scalars first, then each tensor as
- * (buffer, byteOffset). dtype codes from DTYPE_CODE; every tensor is contiguous.
+ * (buffer, byteOffset). The kernels in src/model/kernels pass buffer[BUFFER_HANDLE], which native reads
+ * without the property lookup a buffer object costs. dtype codes from DTYPE_CODE; every tensor is contiguous.
  */
 export interface NativeModelOps {
   embedding: [dtype: number, T: number, V: number, H: number, ids: B, idsOff: number, table: B, tableOff: number, out: B, outOff: number];

@@ -2,7 +2,7 @@
 import { checkOptions } from '../../runtime/device/device.js';
 import { describe } from '../../runtime/device/dtype.js';
 import { InvalidArgumentError } from '../../runtime/errors.js';
-import type { NativeBuffer, NativeModelOps } from '../../runtime/native.js';
+import { BUFFER_HANDLE, type NativeBufferHandle, type NativeModelOps } from '../../runtime/native.js';
 import type { Tensor } from '../../runtime/device/tensor.js';
 import { deviceArg, enqueue, intArg, KERNEL_KEYS, numberArg, placement, shapeArg, tensorArg, type KernelOptions } from './common.js';
 
@@ -71,7 +71,20 @@ export function adamw(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, options
     ['v', v],
   ] as const)
     shapeArg(fn, t, n, param.shape, 'shape of param');
-  enqueue(p, 'adamw', param.numel, ...h, param.buffer, param.byteOffset, grad.buffer, grad.byteOffset, m.buffer, m.byteOffset, v.buffer, v.byteOffset);
+  enqueue(
+    p,
+    'adamw',
+    param.numel,
+    ...h,
+    param.buffer[BUFFER_HANDLE],
+    param.byteOffset,
+    grad.buffer[BUFFER_HANDLE],
+    grad.byteOffset,
+    m.buffer[BUFFER_HANDLE],
+    m.byteOffset,
+    v.buffer[BUFFER_HANDLE],
+    v.byteOffset,
+  );
 }
 
 /**
@@ -84,7 +97,7 @@ export function adamw(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, options
 export function adamwMulti(list: readonly AdamWEntry[], options: AdamWOptions): void {
   const fn = 'adamwMulti';
   if (!Array.isArray(list)) throw new InvalidArgumentError(`${fn}() expects an array of { param, grad, m, v } but received ${describe(list)}.`, { op: fn });
-  const args: Array<number | NativeBuffer> = [list.length];
+  const args: Array<number | NativeBufferHandle> = [list.length];
   for (let i = 0; i < list.length; i++) {
     const e = list[i] as AdamWEntry | undefined;
     if (e === null || typeof e !== 'object')
@@ -106,7 +119,17 @@ export function adamwMulti(list: readonly AdamWEntry[], options: AdamWOptions): 
       deviceArg(fn, t, `${role}[${i}]`, p.stream);
       if (role !== 'param') shapeArg(fn, t, `${role}[${i}]`, e.param.shape, `shape of param[${i}]`);
     }
-    args.push(e.param.numel, e.param.buffer, e.param.byteOffset, e.grad.buffer, e.grad.byteOffset, e.m.buffer, e.m.byteOffset, e.v.buffer, e.v.byteOffset);
+    args.push(
+      e.param.numel,
+      e.param.buffer[BUFFER_HANDLE],
+      e.param.byteOffset,
+      e.grad.buffer[BUFFER_HANDLE],
+      e.grad.byteOffset,
+      e.m.buffer[BUFFER_HANDLE],
+      e.m.byteOffset,
+      e.v.buffer[BUFFER_HANDLE],
+      e.v.byteOffset,
+    );
   }
   enqueue(p, 'adamwMulti', ...(args as NativeModelOps['adamwMulti']));
 }

@@ -1,5 +1,6 @@
 /** Causal grouped-query attention: forward, backward, KV-cache decode (native/kernels/model/attention.cc). */
 import type { Tensor } from '../../runtime/device/tensor.js';
+import { BUFFER_HANDLE } from '../../runtime/native.js';
 import { enqueue, fail, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 function dims(fn: string, q: Tensor, k: Tensor): { B: number; S: number; nH: number; nKV: number; D: number } {
@@ -37,7 +38,25 @@ export function attention(q: Tensor, k: Tensor, v: Tensor, options?: KernelOptio
   shapeArg(fn, k, 'k', [B, S, nKV, D], 'B, S, nKV, D');
   shapeArg(fn, v, 'v', [B, S, nKV, D], 'B, S, nKV, D');
   return withOutputs(p.device, { o: [q.shape, 'fp32'], lse: [[B, nH, S], 'fp32'] }, ({ o, lse }) =>
-    enqueue(p, 'attention', B, S, nH, nKV, D, q.buffer, q.byteOffset, k.buffer, k.byteOffset, v.buffer, v.byteOffset, o.buffer, 0, lse.buffer, 0),
+    enqueue(
+      p,
+      'attention',
+      B,
+      S,
+      nH,
+      nKV,
+      D,
+      q.buffer[BUFFER_HANDLE],
+      q.byteOffset,
+      k.buffer[BUFFER_HANDLE],
+      k.byteOffset,
+      v.buffer[BUFFER_HANDLE],
+      v.byteOffset,
+      o.buffer[BUFFER_HANDLE],
+      0,
+      lse.buffer[BUFFER_HANDLE],
+      0,
+    ),
   );
 }
 
@@ -76,23 +95,23 @@ export function attentionBackward(dO: Tensor, q: Tensor, k: Tensor, v: Tensor, o
       nH,
       nKV,
       D,
-      dO.buffer,
+      dO.buffer[BUFFER_HANDLE],
       dO.byteOffset,
-      q.buffer,
+      q.buffer[BUFFER_HANDLE],
       q.byteOffset,
-      k.buffer,
+      k.buffer[BUFFER_HANDLE],
       k.byteOffset,
-      v.buffer,
+      v.buffer[BUFFER_HANDLE],
       v.byteOffset,
-      o.buffer,
+      o.buffer[BUFFER_HANDLE],
       o.byteOffset,
-      lse.buffer,
+      lse.buffer[BUFFER_HANDLE],
       lse.byteOffset,
-      dq.buffer,
+      dq.buffer[BUFFER_HANDLE],
       0,
-      dk.buffer,
+      dk.buffer[BUFFER_HANDLE],
       0,
-      dv.buffer,
+      dv.buffer[BUFFER_HANDLE],
       0,
     ),
   );
@@ -131,15 +150,15 @@ export function attentionDecode(q: Tensor, kCache: Tensor, vCache: Tensor, lengt
       nH,
       nKV,
       D,
-      q.buffer,
+      q.buffer[BUFFER_HANDLE],
       q.byteOffset,
-      kCache.buffer,
+      kCache.buffer[BUFFER_HANDLE],
       kCache.byteOffset,
-      vCache.buffer,
+      vCache.buffer[BUFFER_HANDLE],
       vCache.byteOffset,
-      lengths.buffer,
+      lengths.buffer[BUFFER_HANDLE],
       lengths.byteOffset,
-      o.buffer,
+      o.buffer[BUFFER_HANDLE],
       0,
     ),
   ).o;

@@ -1,5 +1,6 @@
 /** Token embedding lookup and its scatter-add backward (native/kernels/model/embedding.cc). */
 import { DTYPE_CODE } from '../../runtime/device/dtype.js';
+import { BUFFER_HANDLE } from '../../runtime/native.js';
 import type { Tensor } from '../../runtime/device/tensor.js';
 import { enqueue, intArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
@@ -17,7 +18,20 @@ export function embedding(ids: Tensor, table: Tensor, options?: KernelOptions): 
   const [V, H] = shapeArg(fn, table, 'table', [null, null], 'V, H') as [number, number];
   const T = ids.numel;
   return withOutputs(p.device, { out: [[...ids.shape, H], table.dtype] }, ({ out }) =>
-    enqueue(p, 'embedding', DTYPE_CODE[table.dtype], T, V, H, ids.buffer, ids.byteOffset, table.buffer, table.byteOffset, out.buffer, 0),
+    enqueue(
+      p,
+      'embedding',
+      DTYPE_CODE[table.dtype],
+      T,
+      V,
+      H,
+      ids.buffer[BUFFER_HANDLE],
+      ids.byteOffset,
+      table.buffer[BUFFER_HANDLE],
+      table.byteOffset,
+      out.buffer[BUFFER_HANDLE],
+      0,
+    ),
   ).out;
 }
 
@@ -34,6 +48,18 @@ export function embeddingBackward(dY: Tensor, ids: Tensor, vocabSize: number, op
   const H = dY.shape[dY.shape.length - 1] ?? 0;
   shapeArg(fn, dY, 'dY', [...ids.shape, null], [...ids.shape.map(() => '.'), 'H'].join(', '));
   return withOutputs(p.device, { dTable: [[V, H], 'fp32'] }, ({ dTable }) =>
-    enqueue(p, 'embeddingBackward', ids.numel, V, H, ids.buffer, ids.byteOffset, dY.buffer, dY.byteOffset, dTable.buffer, 0),
+    enqueue(
+      p,
+      'embeddingBackward',
+      ids.numel,
+      V,
+      H,
+      ids.buffer[BUFFER_HANDLE],
+      ids.byteOffset,
+      dY.buffer[BUFFER_HANDLE],
+      dY.byteOffset,
+      dTable.buffer[BUFFER_HANDLE],
+      0,
+    ),
   ).dTable;
 }

@@ -4,6 +4,7 @@
  * bonus. The log-prob half equals tokenLogprobs() bit for bit on the fast path.
  */
 import type { Tensor } from '../../runtime/device/tensor.js';
+import { BUFFER_HANDLE } from '../../runtime/native.js';
 import { enqueue, intArg, numberArg, placement, shapeArg, tensorArg, withOutputs } from './common.js';
 import { IGNORE_INDEX, type CrossEntropyOptions } from './loss.js';
 
@@ -33,7 +34,22 @@ export function tokenLogprobsEntropy(logits: Tensor, targets: Tensor, options?: 
   const { T, V, ignore, scale } = args(fn, logits, targets, options);
   const p = placement(fn, { logits, targets }, options, KEYS);
   return withOutputs(p.device, { out: [[2, T], 'fp32'], lse: [[T], 'fp32'] }, ({ out, lse }) =>
-    enqueue(p, 'tokenLogprobsEntropy', T, V, ignore, scale, logits.buffer, logits.byteOffset, targets.buffer, targets.byteOffset, out.buffer, 0, lse.buffer, 0),
+    enqueue(
+      p,
+      'tokenLogprobsEntropy',
+      T,
+      V,
+      ignore,
+      scale,
+      logits.buffer[BUFFER_HANDLE],
+      logits.byteOffset,
+      targets.buffer[BUFFER_HANDLE],
+      targets.byteOffset,
+      out.buffer[BUFFER_HANDLE],
+      0,
+      lse.buffer[BUFFER_HANDLE],
+      0,
+    ),
   );
 }
 
@@ -60,17 +76,17 @@ export function tokenLogprobsEntropyBackward(dOut: Tensor, logits: Tensor, targe
       V,
       ignore,
       scale,
-      dOut.buffer,
+      dOut.buffer[BUFFER_HANDLE],
       dOut.byteOffset,
-      logits.buffer,
+      logits.buffer[BUFFER_HANDLE],
       logits.byteOffset,
-      targets.buffer,
+      targets.buffer[BUFFER_HANDLE],
       targets.byteOffset,
-      r.lse.buffer,
+      r.lse.buffer[BUFFER_HANDLE],
       r.lse.byteOffset,
-      r.out.buffer,
+      r.out.buffer[BUFFER_HANDLE],
       r.out.byteOffset,
-      dLogits.buffer,
+      dLogits.buffer[BUFFER_HANDLE],
       0,
     ),
   ).dLogits;

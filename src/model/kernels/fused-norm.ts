@@ -4,6 +4,7 @@
  * so the engine cuts stream ops per token without changing a result.
  */
 import type { Tensor } from '../../runtime/device/tensor.js';
+import { BUFFER_HANDLE, type NativeBufferHandle } from '../../runtime/native.js';
 import { enqueue, fail, numberArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 import { tableArg, type RopeTable } from './rope.js';
 
@@ -83,7 +84,7 @@ export function qkvNormRope(
     if (B === 0 || T % B !== 0 || T / B > Smax)
       fail(fn, `writes T = ${T} tokens into a cache of B = ${B} rows of Smax = ${Smax}: T must be B·count with 0 < B and count <= Smax.`, { T, B, Smax });
   }
-  const nb = (t: Tensor | undefined): [Tensor['buffer'] | null, number] => (t ? [t.buffer, t.byteOffset] : [null, 0]);
+  const nb = (t: Tensor | undefined): [NativeBufferHandle | null, number] => (t ? [t.buffer[BUFFER_HANDLE], t.byteOffset] : [null, 0]);
   return withOutputs(p.device, { q: [[T, nH, D], 'fp32'], k: [[T, nKV, D], 'fp32'], v: [[T, nKV, D], 'fp32'] }, ({ q, k, v }) =>
     enqueue(
       p,
@@ -95,19 +96,19 @@ export function qkvNormRope(
       eps,
       table.invFreq,
       table.scale,
-      qkv.buffer,
+      qkv.buffer[BUFFER_HANDLE],
       qkv.byteOffset,
-      qw.buffer,
+      qw.buffer[BUFFER_HANDLE],
       qw.byteOffset,
-      kw.buffer,
+      kw.buffer[BUFFER_HANDLE],
       kw.byteOffset,
-      positions.buffer,
+      positions.buffer[BUFFER_HANDLE],
       positions.byteOffset,
-      q.buffer,
+      q.buffer[BUFFER_HANDLE],
       0,
-      k.buffer,
+      k.buffer[BUFFER_HANDLE],
       0,
-      v.buffer,
+      v.buffer[BUFFER_HANDLE],
       0,
       B,
       Smax,
@@ -140,6 +141,22 @@ export function addRmsNorm(x: Tensor, d: Tensor, w: Tensor, eps = 1e-6, options?
   shapeArg(fn, w, 'w', [H], 'H');
   const T = x.numel / H;
   return withOutputs(p.device, { sum: [x.shape, 'fp32'], y: [x.shape, 'fp32'] }, ({ sum, y }) =>
-    enqueue(p, 'addRmsNorm', T, H, eps, x.buffer, x.byteOffset, d.buffer, d.byteOffset, w.buffer, w.byteOffset, sum.buffer, 0, y.buffer, 0),
+    enqueue(
+      p,
+      'addRmsNorm',
+      T,
+      H,
+      eps,
+      x.buffer[BUFFER_HANDLE],
+      x.byteOffset,
+      d.buffer[BUFFER_HANDLE],
+      d.byteOffset,
+      w.buffer[BUFFER_HANDLE],
+      w.byteOffset,
+      sum.buffer[BUFFER_HANDLE],
+      0,
+      y.buffer[BUFFER_HANDLE],
+      0,
+    ),
   );
 }

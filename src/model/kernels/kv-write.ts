@@ -1,5 +1,6 @@
 /** The rollout KV cache's write (native/kernels/model/kv_write.cc). */
 import type { Tensor } from '../../runtime/device/tensor.js';
+import { BUFFER_HANDLE } from '../../runtime/native.js';
 import { enqueue, fail, placement, shapeArg, tensorArg, type KernelOptions } from './common.js';
 
 /**
@@ -48,15 +49,15 @@ export function kvCacheWrite(kCache: Tensor, vCache: Tensor, k: Tensor, v: Tenso
     count,
     Smax,
     nKV * D,
-    k.buffer,
+    k.buffer[BUFFER_HANDLE],
     k.byteOffset,
-    v.buffer,
+    v.buffer[BUFFER_HANDLE],
     v.byteOffset,
-    positions.buffer,
+    positions.buffer[BUFFER_HANDLE],
     positions.byteOffset,
-    kCache.buffer,
+    kCache.buffer[BUFFER_HANDLE],
     kCache.byteOffset,
-    vCache.buffer,
+    vCache.buffer[BUFFER_HANDLE],
     vCache.byteOffset,
   );
 }

@@ -1,5 +1,6 @@
 /** Log-softmax, cross-entropy, token log-probs and their backward (native/kernels/model/softmax_ce.cc). */
 import { scale as scaleOp } from '../../runtime/device/ops.js';
+import { BUFFER_HANDLE } from '../../runtime/native.js';
 import type { Tensor } from '../../runtime/device/tensor.js';
 import { enqueue, intArg, numberArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
@@ -33,7 +34,9 @@ export function logSoftmax(logits: Tensor, options?: KernelOptions): Tensor {
   const p = placement(fn, { logits }, options);
   const [T, V] = shapeArg(fn, logits, 'logits', [null, null], 'T, V') as [number, number];
   intArg(fn, V, 'V (logits.shape[1])', 1);
-  return withOutputs(p.device, { out: [[T, V], 'fp32'] }, ({ out }) => enqueue(p, 'logSoftmax', T, V, logits.buffer, logits.byteOffset, out.buffer, 0)).out;
+  return withOutputs(p.device, { out: [[T, V], 'fp32'] }, ({ out }) =>
+    enqueue(p, 'logSoftmax', T, V, logits.buffer[BUFFER_HANDLE], logits.byteOffset, out.buffer[BUFFER_HANDLE], 0),
+  ).out;
 }
 
 export interface CrossEntropyResult {
@@ -53,7 +56,23 @@ function ce(fn: string, mode: number, logits: Tensor, targets: Tensor, options?:
   intArg(fn, V, 'V (logits.shape[1])', 1);
   shapeArg(fn, targets, 'targets', [T], 'T');
   return withOutputs(p.device, { loss: [[T], 'fp32'], lse: [[T], 'fp32'] }, ({ loss, lse }) =>
-    enqueue(p, 'crossEntropy', mode, T, V, ignore, scale, logits.buffer, logits.byteOffset, targets.buffer, targets.byteOffset, loss.buffer, 0, lse.buffer, 0),
+    enqueue(
+      p,
+      'crossEntropy',
+      mode,
+      T,
+      V,
+      ignore,
+      scale,
+      logits.buffer[BUFFER_HANDLE],
+      logits.byteOffset,
+      targets.buffer[BUFFER_HANDLE],
+      targets.byteOffset,
+      loss.buffer[BUFFER_HANDLE],
+      0,
+      lse.buffer[BUFFER_HANDLE],
+      0,
+    ),
   );
 }
 
@@ -88,15 +107,15 @@ export function crossEntropyBackward(dLoss: Tensor, logits: Tensor, targets: Ten
       V,
       ignore,
       scale,
-      dLoss.buffer,
+      dLoss.buffer[BUFFER_HANDLE],
       dLoss.byteOffset,
-      logits.buffer,
+      logits.buffer[BUFFER_HANDLE],
       logits.byteOffset,
-      targets.buffer,
+      targets.buffer[BUFFER_HANDLE],
       targets.byteOffset,
-      lse.buffer,
+      lse.buffer[BUFFER_HANDLE],
       lse.byteOffset,
-      dLogits.buffer,
+      dLogits.buffer[BUFFER_HANDLE],
       0,
     ),
   ).dLogits;

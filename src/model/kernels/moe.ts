@@ -11,6 +11,7 @@
  *   y   = moeCombine(ys, order, weights)                           [T, H]
  */
 import { DTYPE_CODE, type DType } from '../../runtime/device/dtype.js';
+import { BUFFER_HANDLE } from '../../runtime/native.js';
 import { checkDType } from '../../runtime/device/dtype.js';
 import type { Tensor } from '../../runtime/device/tensor.js';
 import { boolArg, enqueue, fail, intArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
@@ -33,7 +34,20 @@ export function moeDispatch(indices: Tensor, numExperts: number, options?: Kerne
   shapeArg(fn, indices, 'indices', [null, null], 'T, k');
   const slots = indices.numel;
   return withOutputs(p.device, { counts: [[E], 'int32'], offsets: [[E + 1], 'int32'], order: [[slots], 'int32'] }, ({ counts, offsets, order }) =>
-    enqueue(p, 'moeDispatch', slots, E, indices.buffer, indices.byteOffset, counts.buffer, 0, offsets.buffer, 0, order.buffer, 0),
+    enqueue(
+      p,
+      'moeDispatch',
+      slots,
+      E,
+      indices.buffer[BUFFER_HANDLE],
+      indices.byteOffset,
+      counts.buffer[BUFFER_HANDLE],
+      0,
+      offsets.buffer[BUFFER_HANDLE],
+      0,
+      order.buffer[BUFFER_HANDLE],
+      0,
+    ),
   );
 }
 
@@ -51,7 +65,7 @@ export function moeGather(x: Tensor, order: Tensor, k: number, options?: KernelO
   const [T, H] = shapeArg(fn, x, 'x', [null, null], 'T, H') as [number, number];
   orderDims(fn, order, k, T);
   return withOutputs(p.device, { xs: [[T * k, H], 'fp32'] }, ({ xs }) =>
-    enqueue(p, 'moeGather', T, k, H, x.buffer, x.byteOffset, order.buffer, order.byteOffset, xs.buffer, 0),
+    enqueue(p, 'moeGather', T, k, H, x.buffer[BUFFER_HANDLE], x.byteOffset, order.buffer[BUFFER_HANDLE], order.byteOffset, xs.buffer[BUFFER_HANDLE], 0),
   ).xs;
 }
 
@@ -67,7 +81,19 @@ export function moeGatherBackward(dXs: Tensor, order: Tensor, k: number, options
   const T = N / k;
   orderDims(fn, order, k, T);
   return withOutputs(p.device, { dX: [[T, H], 'fp32'] }, ({ dX }) =>
-    enqueue(p, 'moeGatherBackward', T, k, H, dXs.buffer, dXs.byteOffset, order.buffer, order.byteOffset, dX.buffer, 0),
+    enqueue(
+      p,
+      'moeGatherBackward',
+      T,
+      k,
+      H,
+      dXs.buffer[BUFFER_HANDLE],
+      dXs.byteOffset,
+      order.buffer[BUFFER_HANDLE],
+      order.byteOffset,
+      dX.buffer[BUFFER_HANDLE],
+      0,
+    ),
   ).dX;
 }
 
@@ -83,7 +109,21 @@ export function moeCombine(ys: Tensor, order: Tensor, weights: Tensor, options?:
   const [, H] = shapeArg(fn, ys, 'ys', [T * k, null], 'T * k, H') as [number, number];
   orderDims(fn, order, k, T);
   return withOutputs(p.device, { y: [[T, H], 'fp32'] }, ({ y }) =>
-    enqueue(p, 'moeCombine', T, k, H, ys.buffer, ys.byteOffset, order.buffer, order.byteOffset, weights.buffer, weights.byteOffset, y.buffer, 0),
+    enqueue(
+      p,
+      'moeCombine',
+      T,
+      k,
+      H,
+      ys.buffer[BUFFER_HANDLE],
+      ys.byteOffset,
+      order.buffer[BUFFER_HANDLE],
+      order.byteOffset,
+      weights.buffer[BUFFER_HANDLE],
+      weights.byteOffset,
+      y.buffer[BUFFER_HANDLE],
+      0,
+    ),
   ).y;
 }
 
@@ -116,17 +156,17 @@ export function moeCombineBackward(dY: Tensor, ys: Tensor, order: Tensor, weight
       T,
       k,
       H,
-      dY.buffer,
+      dY.buffer[BUFFER_HANDLE],
       dY.byteOffset,
-      ys.buffer,
+      ys.buffer[BUFFER_HANDLE],
       ys.byteOffset,
-      order.buffer,
+      order.buffer[BUFFER_HANDLE],
       order.byteOffset,
-      weights.buffer,
+      weights.buffer[BUFFER_HANDLE],
       weights.byteOffset,
-      dYs.buffer,
+      dYs.buffer[BUFFER_HANDLE],
       0,
-      dWeights.buffer,
+      dWeights.buffer[BUFFER_HANDLE],
       0,
     ),
   );
@@ -180,13 +220,13 @@ export function groupedMatmul(x: Tensor, w: Tensor, offsets: Tensor, options?: G
       M,
       E,
       transB,
-      x.buffer,
+      x.buffer[BUFFER_HANDLE],
       x.byteOffset,
-      w.buffer,
+      w.buffer[BUFFER_HANDLE],
       w.byteOffset,
-      offsets.buffer,
+      offsets.buffer[BUFFER_HANDLE],
       offsets.byteOffset,
-      y.buffer,
+      y.buffer[BUFFER_HANDLE],
       0,
     ),
   ).y;
@@ -234,17 +274,17 @@ export function groupedMatmulBackward(dY: Tensor, x: Tensor, w: Tensor, offsets:
       M,
       E,
       transB,
-      dY.buffer,
+      dY.buffer[BUFFER_HANDLE],
       dY.byteOffset,
-      x.buffer,
+      x.buffer[BUFFER_HANDLE],
       x.byteOffset,
-      w.buffer,
+      w.buffer[BUFFER_HANDLE],
       w.byteOffset,
-      offsets.buffer,
+      offsets.buffer[BUFFER_HANDLE],
       offsets.byteOffset,
-      o.dX?.buffer ?? null,
+      o.dX?.buffer[BUFFER_HANDLE] ?? null,
       0,
-      o.dW?.buffer ?? null,
+      o.dW?.buffer[BUFFER_HANDLE] ?? null,
       0,
     ),
   );

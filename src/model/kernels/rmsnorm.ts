@@ -1,5 +1,6 @@
 /** RMSNorm forward and backward (native/kernels/model/rmsnorm.cc). */
 import type { Tensor } from '../../runtime/device/tensor.js';
+import { BUFFER_HANDLE } from '../../runtime/native.js';
 import { enqueue, numberArg, placement, prod, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 export interface RmsNormResult {
@@ -23,7 +24,21 @@ export function rmsNorm(x: Tensor, w: Tensor, eps = 1e-6, options?: KernelOption
   const lead = x.shape.slice(0, -1);
   const T = prod(lead);
   return withOutputs(p.device, { y: [x.shape, 'fp32'], rstd: [lead, 'fp32'] }, ({ y, rstd }) =>
-    enqueue(p, 'rmsNorm', T, H, eps, x.buffer, x.byteOffset, w.buffer, w.byteOffset, y.buffer, 0, rstd.buffer, 0),
+    enqueue(
+      p,
+      'rmsNorm',
+      T,
+      H,
+      eps,
+      x.buffer[BUFFER_HANDLE],
+      x.byteOffset,
+      w.buffer[BUFFER_HANDLE],
+      w.byteOffset,
+      y.buffer[BUFFER_HANDLE],
+      0,
+      rstd.buffer[BUFFER_HANDLE],
+      0,
+    ),
   );
 }
 
@@ -56,17 +71,17 @@ export function rmsNormBackward(dY: Tensor, x: Tensor, w: Tensor, rstd: Tensor, 
       'rmsNormBackward',
       prod(lead),
       H,
-      dY.buffer,
+      dY.buffer[BUFFER_HANDLE],
       dY.byteOffset,
-      x.buffer,
+      x.buffer[BUFFER_HANDLE],
       x.byteOffset,
-      w.buffer,
+      w.buffer[BUFFER_HANDLE],
       w.byteOffset,
-      rstd.buffer,
+      rstd.buffer[BUFFER_HANDLE],
       rstd.byteOffset,
-      dx.buffer,
+      dx.buffer[BUFFER_HANDLE],
       0,
-      dw.buffer,
+      dw.buffer[BUFFER_HANDLE],
       0,
     ),
   );

@@ -1,5 +1,6 @@
 /** Rotary position embedding, rotate-half convention (native/kernels/model/rope.cc). */
 import type { Tensor } from '../../runtime/device/tensor.js';
+import { BUFFER_HANDLE } from '../../runtime/native.js';
 import { describe } from '../../runtime/device/dtype.js';
 import { InvalidArgumentError } from '../../runtime/errors.js';
 import { enqueue, fail, placement, prod, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
@@ -46,7 +47,22 @@ function ropeImpl(fn: string, x: Tensor, positions: Tensor, table: RopeTable, in
   const lead = x.shape.slice(0, -2);
   shapeArg(fn, positions, 'positions', lead, 'leading dims of x');
   return withOutputs(p.device, { y: [x.shape, 'fp32'] }, ({ y }) =>
-    enqueue(p, 'rope', prod(lead), heads, D, table.invFreq, table.scale, inverse, x.buffer, x.byteOffset, positions.buffer, positions.byteOffset, y.buffer, 0),
+    enqueue(
+      p,
+      'rope',
+      prod(lead),
+      heads,
+      D,
+      table.invFreq,
+      table.scale,
+      inverse,
+      x.buffer[BUFFER_HANDLE],
+      x.byteOffset,
+      positions.buffer[BUFFER_HANDLE],
+      positions.byteOffset,
+      y.buffer[BUFFER_HANDLE],
+      0,
+    ),
   ).y;
 }
 

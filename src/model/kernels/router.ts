@@ -1,5 +1,6 @@
 /** MoE router: softmax, top-k, optional renormalisation, and backward (native/kernels/model/router.cc). */
 import type { Tensor } from '../../runtime/device/tensor.js';
+import { BUFFER_HANDLE } from '../../runtime/native.js';
 import { boolArg, enqueue, fail, intArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 export interface RouterResult {
@@ -25,7 +26,22 @@ export function routerTopK(logits: Tensor, k: number, renorm: boolean, options?:
   boolArg(fn, renorm, 'renorm');
   if (E === 0 || k > E) fail(fn, `k (${k}) must be at most the number of experts E (${E}).`, { k, E });
   return withOutputs(p.device, { weights: [[T, k], 'fp32'], indices: [[T, k], 'int32'], probs: [[T, E], 'fp32'] }, ({ weights, indices, probs }) =>
-    enqueue(p, 'router', T, E, k, renorm, logits.buffer, logits.byteOffset, probs.buffer, 0, weights.buffer, 0, indices.buffer, 0),
+    enqueue(
+      p,
+      'router',
+      T,
+      E,
+      k,
+      renorm,
+      logits.buffer[BUFFER_HANDLE],
+      logits.byteOffset,
+      probs.buffer[BUFFER_HANDLE],
+      0,
+      weights.buffer[BUFFER_HANDLE],
+      0,
+      indices.buffer[BUFFER_HANDLE],
+      0,
+    ),
   );
 }
 
@@ -49,13 +65,13 @@ export function routerBackward(dWeights: Tensor, probs: Tensor, indices: Tensor,
       E,
       k,
       renorm,
-      dWeights.buffer,
+      dWeights.buffer[BUFFER_HANDLE],
       dWeights.byteOffset,
-      probs.buffer,
+      probs.buffer[BUFFER_HANDLE],
       probs.byteOffset,
-      indices.buffer,
+      indices.buffer[BUFFER_HANDLE],
       indices.byteOffset,
-      dLogits.buffer,
+      dLogits.buffer[BUFFER_HANDLE],
       0,
     ),
   ).dLogits;

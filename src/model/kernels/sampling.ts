@@ -5,7 +5,7 @@
  * same tokens on any stream, thread or rank; advance `offset` by one per step.
  */
 import { InvalidArgumentError } from '../../runtime/errors.js';
-import { loadNative } from '../../runtime/native.js';
+import { BUFFER_HANDLE, loadNative } from '../../runtime/native.js';
 import type { Tensor } from '../../runtime/device/tensor.js';
 import { Device } from '../../runtime/device/device.js';
 import { enqueue, intArg, numberArg, placement, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
@@ -43,7 +43,7 @@ export function sample(logits: Tensor, options?: SampleOptions): Tensor {
   const [sLo, sHi] = words(fn, options?.seed ?? 0, 'seed');
   const [oLo, oHi] = words(fn, options?.offset ?? 0, 'offset');
   return withOutputs(p.device, { out: [[B], 'int32'] }, ({ out }) =>
-    enqueue(p, 'sample', B, V, temperature, topK, topP, sLo, sHi, oLo, oHi, logits.buffer, logits.byteOffset, out.buffer, 0),
+    enqueue(p, 'sample', B, V, temperature, topK, topP, sLo, sHi, oLo, oHi, logits.buffer[BUFFER_HANDLE], logits.byteOffset, out.buffer[BUFFER_HANDLE], 0),
   ).out;
 }
 

@@ -1,7 +1,7 @@
 /** Σ x² over a list of fp32 tensors as one op (native/kernels/model/sum_squares.cc). */
 import { describe } from '../../runtime/device/dtype.js';
 import { InvalidArgumentError } from '../../runtime/errors.js';
-import type { NativeBuffer, NativeModelOps } from '../../runtime/native.js';
+import { BUFFER_HANDLE, type NativeBufferHandle, type NativeModelOps } from '../../runtime/native.js';
 import type { Tensor } from '../../runtime/device/tensor.js';
 import { deviceArg, enqueue, placement, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
@@ -28,10 +28,10 @@ export function sumSquares(tensors: readonly Tensor[], options?: KernelOptions):
   }
   const p = placement(fn, { [`tensors[${first}]`]: tensors[first]! }, options);
   for (let i = 0; i < tensors.length; i++) deviceArg(fn, tensors[i]!, `tensors[${i}]`, p.stream);
-  const args: Array<number | NativeBuffer> = [tensors.length];
+  const args: Array<number | NativeBufferHandle> = [tensors.length];
   return withOutputs(p.device, { out: [[1, 1], 'fp32'] }, ({ out }) => {
-    args.push(out.buffer, out.byteOffset);
-    for (const t of tensors) args.push(t.numel, t.buffer, t.byteOffset);
+    args.push(out.buffer[BUFFER_HANDLE], out.byteOffset);
+    for (const t of tensors) args.push(t.numel, t.buffer[BUFFER_HANDLE], t.byteOffset);
     enqueue(p, 'sumSquares', ...(args as NativeModelOps['sumSquares']));
   }).out;
 }

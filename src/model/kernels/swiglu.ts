@@ -1,5 +1,6 @@
 /** SwiGLU activation, separate or fused gate_up, and backward (native/kernels/model/swiglu.cc). */
 import type { Tensor } from '../../runtime/device/tensor.js';
+import { BUFFER_HANDLE } from '../../runtime/native.js';
 import { enqueue, fail, placement, prod, shapeArg, tensorArg, withOutputs, type KernelOptions } from './common.js';
 
 function rows(fn: string, t: Tensor, name: string): [number, number] {
@@ -16,7 +17,7 @@ export function swiglu(gate: Tensor, up: Tensor, options?: KernelOptions): Tenso
   shapeArg(fn, up, 'up', gate.shape, 'shape of gate');
   const [N, I] = rows(fn, gate, 'gate');
   return withOutputs(p.device, { h: [gate.shape, 'fp32'] }, ({ h }) =>
-    enqueue(p, 'swiglu', N, I, I, I, gate.buffer, gate.byteOffset, up.buffer, up.byteOffset, h.buffer, 0),
+    enqueue(p, 'swiglu', N, I, I, I, gate.buffer[BUFFER_HANDLE], gate.byteOffset, up.buffer[BUFFER_HANDLE], up.byteOffset, h.buffer[BUFFER_HANDLE], 0),
   ).h;
 }
 
@@ -38,7 +39,24 @@ export function swigluBackward(dH: Tensor, gate: Tensor, up: Tensor, options?: K
   shapeArg(fn, dH, 'dH', gate.shape, 'shape of gate');
   const [N, I] = rows(fn, gate, 'gate');
   return withOutputs(p.device, { dGate: [gate.shape, 'fp32'], dUp: [up.shape, 'fp32'] }, ({ dGate, dUp }) =>
-    enqueue(p, 'swigluBackward', N, I, I, I, dH.buffer, dH.byteOffset, gate.buffer, gate.byteOffset, up.buffer, up.byteOffset, dGate.buffer, 0, dUp.buffer, 0),
+    enqueue(
+      p,
+      'swigluBackward',
+      N,
+      I,
+      I,
+      I,
+      dH.buffer[BUFFER_HANDLE],
+      dH.byteOffset,
+      gate.buffer[BUFFER_HANDLE],
+      gate.byteOffset,
+      up.buffer[BUFFER_HANDLE],
+      up.byteOffset,
+      dGate.buffer[BUFFER_HANDLE],
+      0,
+      dUp.buffer[BUFFER_HANDLE],
+      0,
+    ),
   );
 }
 
@@ -55,7 +73,20 @@ export function swigluFused(gateUp: Tensor, options?: KernelOptions): Tensor {
   const I = I2 / 2;
   const upOff = N > 0 ? I * 4 : 0; // an empty tensor has no second half to point at
   return withOutputs(p.device, { h: [[...gateUp.shape.slice(0, -1), I], 'fp32'] }, ({ h }) =>
-    enqueue(p, 'swiglu', N, I, I2, I2, gateUp.buffer, gateUp.byteOffset, gateUp.buffer, gateUp.byteOffset + upOff, h.buffer, 0),
+    enqueue(
+      p,
+      'swiglu',
+      N,
+      I,
+      I2,
+      I2,
+      gateUp.buffer[BUFFER_HANDLE],
+      gateUp.byteOffset,
+      gateUp.buffer[BUFFER_HANDLE],
+      gateUp.byteOffset + upOff,
+      h.buffer[BUFFER_HANDLE],
+      0,
+    ),
   ).h;
 }
 
@@ -78,15 +109,15 @@ export function swigluFusedBackward(dH: Tensor, gateUp: Tensor, options?: Kernel
       I,
       I2,
       I2,
-      dH.buffer,
+      dH.buffer[BUFFER_HANDLE],
       dH.byteOffset,
-      gateUp.buffer,
+      gateUp.buffer[BUFFER_HANDLE],
       gateUp.byteOffset,
-      gateUp.buffer,
+      gateUp.buffer[BUFFER_HANDLE],
       gateUp.byteOffset + upOff,
-      d.buffer,
+      d.buffer[BUFFER_HANDLE],
       0,
-      d.buffer,
+      d.buffer[BUFFER_HANDLE],
       upOff,
     ),
   ).d;
