@@ -3,43 +3,50 @@ import { defineConfig } from 'vitest/config';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 // The longest files, longest first: seconds of each file in the run of the whole suite on
-// 2026-11-27 11:45-12:11 UTC (branch suite2; two workers, 2-core machine shared with other jobs, load
-// average 8-30, so every time is ~2-4x a quiet run's; the order is what matters). Two files run at a
-// time, so the suite ends when the longer queue does: starting the long ones first keeps a long file
-// from starting last beside an empty worker. Without vitest's cache of last durations (a fresh
-// checkout) the default order is by file size, which puts long files near the end. Only the order
-// depends on this list; a stale entry costs time, not correctness. Files below 30 s there keep
+// 2026-11-27 17:16-18:01 UTC (branch suite3 before its fixture change; two workers, 2-core machine shared
+// with other jobs, load average 11-47, so every time is ~3-6x a quiet run's; the order is what matters).
+// Two files run at a time, so the suite ends when the longer queue does: starting the long ones first
+// keeps a long file from starting last beside an empty worker. Without vitest's cache of last durations
+// (a fresh checkout) the default order is by file size, which puts long files near the end. Only the
+// order depends on this list; a stale entry costs time, not correctness. Files below 45 s there keep
 // vitest's default order with the rest.
 const LONGEST_FIRST = [
-  'lint', // 22 with warm ESLint / Prettier caches; cold (a fresh checkout) ~70 s of CPU, so it stays first
-  'train-fsdp2', // 162
-  'mpi-grpo', // 146
-  'launch', // 136
-  'grpo-scenarios', // 123
-  'model-training', // 109
-  'collectives', // 92
-  'bench-collectives', // 89
-  'train-checkpoint', // 69
-  'megatron-qwen35', // 66
-  'matmul-bf16', // 61
-  'grpo-algorithm', // 59
-  'grpo-scenarios-qwen35', // 55
-  'package', // 55
-  'matmul-avx2', // 52
-  'mpi-collectives', // 47
-  'mpi-train', // 46
-  'fsdp2-qwen35', // 45
-  'mpi-actors', // 43
-  'grpo-log', // 40
-  'launch-collectives', // 39
-  'train-checkpoint-sharded-resume', // 39
-  'sharded-load', // 38
-  'mpi-launch', // 37
-  'rollout-engine', // 33
-  'bench-trainer', // 32
-  'sync-verify-injection', // 31
-  'train-megatron', // 31
-  'dtensor', // 31
+  'lint', // 236 cold (a fresh checkout: no ESLint / Prettier cache); ~35 s with warm caches, so it stays first
+  'launch', // 231
+  'train-fsdp2', // 180
+  'grpo-scenarios', // 166
+  'collectives', // 159
+  'model-training', // 140
+  'package', // 110
+  'bench-format', // 107
+  'train-checkpoint', // 85
+  'matmul-avx2', // 81
+  'inspect', // 74
+  'mpi-grpo', // 72
+  'fsdp2-qwen35', // 70
+  'matmul-bf16', // 67
+  'bench-collectives', // 65
+  'grpo-algorithm', // 65
+  'mpi-train', // 64
+  'train-checkpoint-sharded-resume', // 61
+  'grpo-scenarios-qwen35', // 61
+  'train-trim', // 60
+  'launch-collectives', // 60
+  'install-native', // 59
+  'public-api', // 59
+  'rollout-engine', // 57
+  'sharded-load', // 56
+  'train-megatron', // 55
+  'sync-server', // 54
+  'megatron-qwen35', // 52
+  'mpi-collectives', // 51
+  'profiler', // 48
+  'data-tokenizer', // 48
+  'readme', // 48
+  'mpi-actors', // 47
+  'sync-server-qwen35', // 47
+  'grpo-log', // 45
+  'train-fsdp2-bf16', // 45
 ];
 
 class LongestFirst extends BaseSequencer {
