@@ -254,15 +254,17 @@ export interface FloorRow {
 const FLOOR_MAX_BYTES = 64 * 1024;
 const FLOOR_ITERS = 2000;
 
+/** Why the floor is not measured for these options, or undefined when it is. */
+function floorSkipReason(opts: ReturnType<typeof parse>, sizes: number[]): string | undefined {
+  if (!opts.ops.includes('allReduce')) return '--op excludes allReduce';
+  if (opts.dtype !== 'fp32' || opts.redop !== 'sum') return 'it runs fp32 sum only';
+  if (!sizes.some((b) => b <= FLOOR_MAX_BYTES)) return `no size up to ${FLOOR_MAX_BYTES} B`;
+  return undefined;
+}
+
 /** The native floor rows (fp32 sum allReduce only), or the printed reason they were skipped. */
 function floorRows(opts: ReturnType<typeof parse>, sizes: number[], print: (line: string) => void): FloorRow[] {
-  const reason = !opts.ops.includes('allReduce')
-    ? '--op excludes allReduce'
-    : opts.dtype !== 'fp32' || opts.redop !== 'sum'
-      ? 'it runs fp32 sum only'
-      : sizes.some((b) => b <= FLOOR_MAX_BYTES)
-        ? undefined
-        : `no size up to ${FLOOR_MAX_BYTES} B`;
+  const reason = floorSkipReason(opts, sizes);
   if (reason) {
     print(`# native floor skipped: ${reason}`);
     return [];
