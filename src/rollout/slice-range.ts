@@ -47,8 +47,11 @@ export function writeSliceRange(dst: Tensor, piece: Tensor, from: number, w: Sli
   const first = Math.max(0, Math.ceil((a - s0 - L + 1) / V));
   const last = Math.min(outer - 1, Math.floor((b - 1 - s0) / V));
   if (last < first) return 0;
-  const flatDst = dst.reshape([dst.numel]);
-  const flatSrc = piece.reshape([piece.numel]);
+  // Ranges and views address a contiguous tensor by element whatever its shape; a
+  // non-contiguous one gets reshape()'s error. (A flat reshape per call was two tensor
+  // objects per segment of every sync, a visible share of an engine rank's receive.)
+  const flatDst = dst.isContiguous ? dst : dst.reshape([dst.numel]);
+  const flatSrc = piece.isContiguous ? piece : piece.reshape([piece.numel]);
   const runs = list ?? new CopyRanges();
   let written = 0;
   const part = (o: number) => {

@@ -45,18 +45,19 @@ import { serverAdapterSync } from './server-lora.js';
 import { engineBaseCopies, markEngineBaseWeights } from '../rollout/lora.js';
 import type { TrainStrategy } from '../train/strategy.js';
 import { describeSource, type RankSources, type SourceDescriptor } from '../parallel/weight-sources.js';
-import { packSmall, planBuckets, type Bucket, type Segment } from './buckets.js';
+import type { Bucket, Segment } from './buckets.js';
 import { checkBucketBytes, DEFAULT_BUCKET_BYTES, finishReport, MemoryMeter, type SyncOptions, type SyncReport, type Verified } from './report.js';
-import { onWire, wireBytes, wireDtype } from './wire.js';
+import { onWire } from './wire.js';
 import { dtypeSize, type DType } from '../runtime/device/dtype.js';
 import { checkEngineDtype, type EngineDtype } from '../rollout/weight-dtype.js';
-import { assemblies, checkRankSources, piecesOf } from './server-plan.js';
+import { checkRankSources } from './server-plan.js';
 import { Receiver } from './server-receiver.js';
 import { checkVerify, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerify } from './verify.js';
 import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js';
 import { syncFault } from './faults.js';
 import { settle } from './settle.js';
-import { enqueueGather, planGatherRounds } from './server-gather.js';
+import { enqueueGather } from './server-gather.js';
+import { buildProgram, type SyncProgram } from './server-program.js';
 import { profiler } from '../runtime/profiler.js';
 
 export interface ServerSyncOptions {
@@ -247,23 +248,11 @@ export class ServerSync {
     endPhase = profiler()?.begin('sync', 'weightSync.plan');
     const meter = new MemoryMeter(device);
     const t0 = performance.now();
-    const ranks = await this.exchangeSources();
-    // Each source travels in the dtype the engine holds it in (wire.ts): bf16 for a bf16 engine's matmul weights.
-    const wire = (d: SourceDescriptor) => wireDtype(this.cfg, d, this.engineDtype);
-    const wires = new Map(ranks.flatMap((rs) => rs.sources.map((d) => [d.key, wire(d)] as const)));
-    const wireOf = (seg: Segment) => wires.get(seg.name.slice(0, seg.name.lastIndexOf('#')))!;
-    const plans = ranks.map((rs) =>
-      planBuckets(
-        piecesOf(rs.sources, (d) => dtypeSize(wire(d))).map((p) => ({ name: key(p.name, p.part), bytes: p.bytes })),
-        this.bucketBytes,
-        { keepWhole: true },
-      ),
-    );
+    const prog = await this.program();
+    const { plans, rounds, gathers, wireOf } = prog;
     const casts: Tensor[] = [];
     // Rounds whose segments are all small go as one allToAllV over `comm` (server-gather.ts);
     // the per-trainer-rank communicators are made only when some round is broadcast.
-    const rounds = Math.max(...plans.map((p) => p.length));
-    const gathers = comm instanceof SpanningCommunicator ? new Array<null>(rounds).fill(null) : planGatherRounds(plans, this.coalesceBytes, this.bucketBytes);
     const fanout = gathers.every((g) => g) ? null : await this.fanoutComms();
     // Engine ranks: the whole sync is one reload session, whose finish() processes it once;
     // a failure aborts it (finally), so the engine takes the next attempt.
@@ -272,9 +261,9 @@ export class ServerSync {
     // Every transfer of this rank is enqueued: from here a failure leaves no peer waiting.
     let issued = false;
     try {
-      const sources = this.role === 'trainer' ? this.sourceTensors(wire, casts) : null;
+      const sources = this.role === 'trainer' ? this.sourceTensors(prog.wire, casts) : null;
       const fault = session ? syncFault(this.engine!, (name) => session.entry(name).writes[0], 'server') : null;
-      const rx = (receiver = session ? new Receiver(this.engine!, session, assemblies(ranks, wire), stream) : null);
+      const rx = (receiver = session ? new Receiver(this.engine!, session, prog.assemblies, stream) : null);
       // Engine ranks: where each segment is received — straight into a parameter, or into a
       // slot (two slots alternate, each as large as the most any bucket puts there, at most
       // one bucket): the bucket's packed small segments first, then the other pieces that are
@@ -283,8 +272,7 @@ export class ServerSync {
       // parameter it owns (the broadcast never writes the root's buffer) and the small ones
       // packed into one staging buffer (stream order lets one buffer serve every bucket: the
       // next bucket's copies run after this bucket's collective read it).
-      const mineOrRx = (r: number) => !!rx || r === comm.rank;
-      const packs = plans.map((pl, r) => (mineOrRx(r) ? pl.map((bk, b) => gathers[b]?.packs[r] ?? packSmall(bk, this.coalesceBytes)) : []));
+      const packs = prog.packs;
       const routes = rx ? plans.map((pl, r) => pl.map((bk, b) => (gathers[b] ? null : rx.route(bk, packs[r]![b]!)))) : null;
       const slotElems = routes ? Math.max(16, ...routes.flat().map((x) => x?.elems ?? 0), ...gathers.map((g) => g?.elems ?? 0)) : 0;
       const slots = rx ? [0, 1].map(() => Tensor.empty(device, [slotElems], 'fp32')) : [];
@@ -411,7 +399,7 @@ export class ServerSync {
     const report = finishReport({
       mode: 'server',
       kind: 'full',
-      bytes: wireBytes(this.cfg, this.engineDtype),
+      bytes: prog.bytes,
       dtype: this.engineDtype,
       seconds,
       peakExtraBytes: meter.peakExtra(),
@@ -423,6 +411,25 @@ export class ServerSync {
 
   /** The trainer ranks' sources, exchanged at the first full sync (a strategy's placements do not change). */
   private ranks: RankSources[] | null = null;
+
+  /** The plan of a full sync (server-program.ts): built at the first, reused while the sources and the engine precision stay. */
+  private prog: SyncProgram | null = null;
+
+  /** Collective at the first full sync (the sources' exchange); local after. */
+  private async program(): Promise<SyncProgram> {
+    const ranks = await this.exchangeSources();
+    const p = this.prog;
+    if (p && p.ranks === ranks && p.engineDtype === this.engineDtype) return p;
+    return (this.prog = buildProgram({
+      ranks,
+      engineDtype: this.engineDtype,
+      cfg: this.cfg,
+      bucketBytes: this.bucketBytes,
+      coalesceBytes: this.coalesceBytes,
+      gather: !(this.comm instanceof SpanningCommunicator),
+      trainerRank: this.role === 'trainer' ? this.comm.rank : null,
+    }));
+  }
 
   /**
    * Every trainer rank's weight-source descriptors (plain JSON, no tensors), all-gathered to

@@ -275,10 +275,26 @@ export class Fsdp2Strategy implements TrainStrategy {
     return this.lora ? adapterSourcesOf(this.layout, this.lora.adapters, () => this.loraState()) : null;
   }
 
+  /**
+   * This rank's source descriptors: a pure function of the layout and the rank, so computed once
+   * (every sync reads them). Their arrays and maps are shared by every weightSources() result, so frozen.
+   */
+  private sourceDescriptors(): ReturnType<typeof fsdp2SourceDescriptors> {
+    if (!this.#descriptors) {
+      this.#descriptors = fsdp2SourceDescriptors(this.plan, this.comm.rank);
+      for (const d of this.#descriptors) {
+        Object.freeze(d.shape);
+        Object.freeze(d.map);
+      }
+    }
+    return this.#descriptors;
+  }
+  #descriptors: ReturnType<typeof fsdp2SourceDescriptors> | undefined;
+
   /** Every model parameter's padded dim-0 chunk on this rank, Shard(0) over `comm` (weight-sources.ts). */
   weightSources(): WeightSource[] {
     const shards = this.localShards();
-    return fsdp2SourceDescriptors(this.plan, this.comm.rank).map(({ unit, offset, ...d }) => ({
+    return this.sourceDescriptors().map(({ unit, offset, ...d }) => ({
       ...d,
       comm: this.comm,
       local: viewOf(shards.get(unit)!.param, [d.localNumel], offset),
