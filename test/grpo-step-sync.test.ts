@@ -13,7 +13,7 @@ import type { SyncReport } from '../src/sync/index.js';
 import type { TrainerActor, TrainStepResult } from '../src/actors/trainer.js';
 import type { TrainBatch } from '../src/train/strategy.js';
 import { StepSync } from '../src/grpo/step-sync.js';
-import { UpdateSyncActor } from '../src/grpo/update-sync.js';
+import { epochMs, syncInUpdate, UpdateSyncActor } from '../src/grpo/update-sync.js';
 import { policyUpdate } from '../src/grpo/update.js';
 
 interface Call {
@@ -160,10 +160,28 @@ describe('UpdateSyncActor (the update last step and the sync in one call)', () =
       lossSteps: async (name: string) => (order.push(`lossSteps ${name}`), result(2)),
     } as unknown as TrainerActor;
     const syncer = { sync: async (o: SyncCallOptions) => (order.push(`sync ${JSON.stringify(o)}`), report(3)) } as unknown as SyncActor;
+    const before = epochMs();
     const r = await new UpdateSyncActor(trainer, syncer).lossStepsThenSync('grpo', [], {}, OPTS);
     expect(order).toEqual(['lossSteps grpo', `sync ${JSON.stringify(OPTS)}`]);
     expect(r.step.loss).toBe(2);
     expect(r.sync.bytes).toBe(3);
+    // When the update ended: between the call and now, on the clock the controller compares it with.
+    expect(r.trainEndMs).toBeGreaterThanOrEqual(before);
+    expect(r.trainEndMs).toBeLessThanOrEqual(epochMs());
+  });
+
+  it('records the end of the update before the sync starts (a slow sync is not training time)', async () => {
+    const trainer = { lossSteps: async () => result(1) } as unknown as TrainerActor;
+    let syncStarted = 0;
+    const syncer = {
+      sync: async () => {
+        syncStarted = epochMs();
+        await new Promise((r) => setTimeout(r, 30));
+        return report(0);
+      },
+    } as unknown as SyncActor;
+    const r = await new UpdateSyncActor(trainer, syncer).lossStepsThenSync('grpo', [], {}, OPTS);
+    expect(r.trainEndMs).toBeLessThanOrEqual(syncStarted);
   });
 
   it('a failed update never starts the sync (the controller cancels the engines instead)', async () => {
@@ -212,5 +230,25 @@ describe('policyUpdate(..., last)', () => {
     expect(seen).toEqual(['lossSteps rank 0 lr 0.5', 'lossSteps rank 1 lr 0.5', 'last rows 2 lr 0.5']);
     expect(r.optimizerSteps).toBe(2);
     expect(r.loss).toBe(2); // mean of the two steps' losses (1 and 3)
+  });
+});
+
+describe('syncInUpdate (how much of the update phase was the sync)', () => {
+  it('counts from the last trainer rank to finish its update, not from rank 0', () => {
+    // Phase ended at t = 1000 ms and lasted 0.2 s; rank 0 finished at 900, the slowest rank at 960.
+    expect(syncInUpdate([900, 940, 960], 1000, 0.2, 0.1)).toBeCloseTo(0.04, 12);
+    // Rank 0 the slowest: its own end starts the sync.
+    expect(syncInUpdate([960, 900], 1000, 0.2, 0.03)).toBeCloseTo(0.04, 12);
+  });
+
+  it("falls back to rank 0's own sync time when the clocks cannot vouch for the value", () => {
+    // A rank's end after the phase ended (another host's clock ahead): rank 0's side, as before.
+    expect(syncInUpdate([900, 1005], 1000, 0.2, 0.03)).toBe(0.03);
+    // Before the phase began (a clock behind): the same fallback, never more than the phase.
+    expect(syncInUpdate([700], 1000, 0.2, 0.03)).toBe(0.03);
+    expect(syncInUpdate([700], 1000, 0.2, 0.5)).toBe(0.2);
+    // No ranks reported, or a missing value.
+    expect(syncInUpdate([], 1000, 0.2, 0.03)).toBe(0.03);
+    expect(syncInUpdate([Number.NaN], 1000, 0.2, 0.03)).toBe(0.03);
   });
 });

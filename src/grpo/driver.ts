@@ -42,7 +42,7 @@ import { checkRunLogTarget, RunLog, runLogMode } from './run-log.js';
 import { alignToTargets, assembleRows, buildTrainBatch } from './rollout-batch.js';
 import { policyUpdate } from './update.js';
 import { StepSync } from './step-sync.js';
-import { UpdateSyncActor } from './update-sync.js';
+import { epochMs, syncInUpdate, UpdateSyncActor } from './update-sync.js';
 import type { SyncReport } from '../sync/index.js';
 import { totalOptimizerSteps, warmupSteps } from './algorithm-config.js';
 import type { LrSchedule } from '../train/lr-schedule.js';
@@ -482,11 +482,12 @@ async function controller(
       // Server mode: the update's last call syncs too (update-sync.ts), unless the reference
       // is refreshed between the update and the sync this step.
       let joined: Promise<SyncReport> | undefined;
+      let trainEnds: number[] = [];
       const last =
         cfg.mode === 'server' && !refresh
           ? (micro: Parameters<TrainerActor['lossSteps']>[1], o: Record<string, unknown>) => {
               const calls = updaters.call('lossStepsThenSync', 'grpo', micro, o, syncOpts);
-              joined = calls.then((rs) => rs[0]!.sync);
+              joined = calls.then((rs) => ((trainEnds = rs.map((r) => r.trainEndMs)), rs[0]!.sync));
               joined.catch(() => undefined); // reported by stepSync.finish() or by the update itself
               return calls.then((rs) => rs[0]!.step);
             }
@@ -533,13 +534,15 @@ async function controller(
       const tr = await update;
       if (refresh) await trainers.call('refreshReference', cfg.refModelMixupAlpha);
       lap('train');
+      const updateEndMs = epochMs();
       // 5. Weight sync (wakes a sleeping colocated engine first).
       if (sleepLevel) await rollouts.call('wake');
       const rep = await stepSync.finish(syncOpts, joined);
       lap('sync');
       if (joined) {
-        // Rank 0's side of the sync ran inside the update's last call: book it as sync time.
-        const moved = Math.min(rep.seconds, seconds.train);
+        // The trainer ranks' sides of the sync ran inside the update's last call: from the last
+        // rank's end of training on, the update phase was the sync (update-sync.ts).
+        const moved = syncInUpdate(trainEnds, updateEndMs, seconds.train, rep.seconds);
         seconds.train -= moved;
         seconds.sync += moved;
       }

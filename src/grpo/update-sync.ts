@@ -15,6 +15,27 @@ import type { SyncReport } from '../sync/index.js';
 export interface UpdateSyncResult {
   step: TrainStepResult;
   sync: SyncReport;
+  /** When this rank's update finished and its side of the sync began: epoch ms (performance.timeOrigin + now()). */
+  trainEndMs: number;
+}
+
+/** Now as epoch ms, comparable between the threads (and processes) of one host. */
+export const epochMs = (): number => performance.timeOrigin + performance.now();
+
+/**
+ * How much of the controller's update phase, which ended at `lapEndMs` (epoch ms) and lasted
+ * `trainSeconds`, was the weight sync: the time since the LAST trainer rank finished its update
+ * (`trainEndMs`, one per rank). Until then the step is still training: ranks that finished early
+ * wait in the sync's collective for the slowest one's update (with two calls, the controller
+ * would only have started the sync then). A value the clocks cannot vouch for (a rank's time
+ * after the phase ended, or before it began: clocks of different hosts) falls back to
+ * `rankZeroSyncSeconds`, rank 0's own side, which is what was booked before.
+ */
+export function syncInUpdate(trainEndMs: readonly number[], lapEndMs: number, trainSeconds: number, rankZeroSyncSeconds: number): number {
+  const last = Math.max(...trainEndMs);
+  const s = (lapEndMs - last) / 1000;
+  if (!Number.isFinite(s) || s < 0 || s > trainSeconds) return Math.min(rankZeroSyncSeconds, trainSeconds);
+  return s;
 }
 
 export class UpdateSyncActor {
@@ -31,6 +52,7 @@ export class UpdateSyncActor {
     syncOpts: SyncCallOptions,
   ): Promise<UpdateSyncResult> {
     const step = await this.trainer.lossSteps(name, micro, opts);
-    return { step, sync: await this.syncer.sync(syncOpts) };
+    const trainEndMs = epochMs();
+    return { step, sync: await this.syncer.sync(syncOpts), trainEndMs };
   }
 }
