@@ -53,6 +53,25 @@ void PackHeadT(const float* src, int64_t b, int64_t kh, int64_t S, int64_t nKV, 
   }
 }
 
+// Prefetches the rows of sequence b that one (sequence, kv head) step of the backward reads: k
+// and v of head kh, and q, dO and o of its query heads. In a training step they were written long
+// before (the forward) and are no longer in cache, and the step's first touches (scalar
+// transposes, one dot per row) would wait on each miss in turn.
+void PrefetchBackwardRows(const AttentionBackwardArgs& a, int64_t b, int64_t kh) {
+  const int64_t group = a.nH / a.nKV, D = a.D;
+  for (int64_t j = 0; j < a.S; ++j) {
+    for (int64_t d = 0; d < D; d += 16) {
+      __builtin_prefetch(a.k + Idx(b, j, a.S, kh, a.nKV, d, D), 0, 2);
+      __builtin_prefetch(a.v + Idx(b, j, a.S, kh, a.nKV, d, D), 0, 2);
+      for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
+        __builtin_prefetch(a.q + Idx(b, j, a.S, h, a.nH, d, D), 0, 2);
+        __builtin_prefetch(a.dout + Idx(b, j, a.S, h, a.nH, d, D), 0, 2);
+        __builtin_prefetch(a.o + Idx(b, j, a.S, h, a.nH, d, D), 0, 2);
+      }
+    }
+  }
+}
+
 // p[j] = q . K[j] for j < n, with Kt = K transposed ([D, ld]).
 inline void Scores(const VecOps& v, const float* q, const float* Kt, int64_t ld, int64_t D, int64_t n, float* p) {
   v.vecmat(q, Kt, ld, D, n, p);
@@ -199,6 +218,9 @@ void fast::AttentionBackward(const AttentionBackwardArgs& a) {
   std::vector<float> Qt(static_cast<size_t>(kTile * D)), dOt(static_cast<size_t>(kTile * D)), tmp(static_cast<size_t>(D));
   for (int64_t b = 0; b < a.B; ++b) {
     for (int64_t kh = 0; kh < a.nKV; ++kh) {
+      // The next step's rows, while this one computes.
+      if (kh + 1 < a.nKV) PrefetchBackwardRows(a, b, kh + 1);
+      else if (b + 1 < a.B) PrefetchBackwardRows(a, b + 1, 0);
       PackHead(a.k, b, kh, S, S, a.nKV, D, K.data());
       PackHeadT(a.k, b, kh, S, a.nKV, D, ld, Kt.data());
       PackHeadT(a.v, b, kh, S, a.nKV, D, ld, Vt.data());
