@@ -414,6 +414,20 @@ describe('attention', () => {
     }
   });
 
+  it('fast matches reference where AVX2 pairs query rows (o = P V, dq = dS K) and keys (dK, dV): odd and even S over 1-3 tiles, D = 8, 24, 32, 48', async () => {
+    // D % 8 == 0 takes the paired path: D = 24 and 48 end in a 3- and 2-vector column block,
+    // an odd S leaves a single last row and key, S > 32 spans query tiles.
+    for (const [S2, D2] of [
+      [7, 8],
+      [31, 24],
+      [32, 32],
+      [64, 32],
+      [70, 48],
+    ] as const) {
+      await attentionParity(2, S2, D2, [200 + S2, 300 + S2, 400 + D2, 500 + D2]);
+    }
+  });
+
   it('fast matches reference at every sequence length 1..20 (the score rows are computed in tiles of 4 rows x 8-key blocks)', async () => {
     // Every residue of S mod 4 (row tiles) and mod 8 (key blocks, padded transposed K), with a
     // head dim that is not a multiple of 8.

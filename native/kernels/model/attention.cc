@@ -53,6 +53,25 @@ void PackHeadT(const float* src, int64_t b, int64_t kh, int64_t S, int64_t nKV, 
   }
 }
 
+// Prefetches the rows of sequence b that one (sequence, kv head) step of the backward reads: k
+// and v of head kh, and q, dO and o of its query heads. In a training step they were written long
+// before (the forward) and are no longer in cache, and the step's first touches (scalar
+// transposes, one dot per row) would wait on each miss in turn.
+void PrefetchBackwardRows(const AttentionBackwardArgs& a, int64_t b, int64_t kh) {
+  const int64_t group = a.nH / a.nKV, D = a.D;
+  for (int64_t j = 0; j < a.S; ++j) {
+    for (int64_t d = 0; d < D; d += 16) {
+      __builtin_prefetch(a.k + Idx(b, j, a.S, kh, a.nKV, d, D), 0, 2);
+      __builtin_prefetch(a.v + Idx(b, j, a.S, kh, a.nKV, d, D), 0, 2);
+      for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
+        __builtin_prefetch(a.q + Idx(b, j, a.S, h, a.nH, d, D), 0, 2);
+        __builtin_prefetch(a.dout + Idx(b, j, a.S, h, a.nH, d, D), 0, 2);
+        __builtin_prefetch(a.o + Idx(b, j, a.S, h, a.nH, d, D), 0, 2);
+      }
+    }
+  }
+}
+
 // p[j] = q . K[j] for j < n, with Kt = K transposed ([D, ld]).
 inline void Scores(const VecOps& v, const float* q, const float* Kt, int64_t ld, int64_t D, int64_t n, float* p) {
   v.vecmat(q, Kt, ld, D, n, p);
@@ -102,12 +121,32 @@ void fast::Attention(const AttentionArgs& a) {
   constexpr int64_t kChunk = 32;
   const int64_t ld = ScoreLd(S);
   const bool blocked = BlockedScores(v);
+  const bool rowPairs = blocked && D % 8 == 0;
   std::vector<float> Kt(static_cast<size_t>(ld * D)), V(static_cast<size_t>(S * D)), P(static_cast<size_t>(blocked ? kChunk * ld : ld));
+  std::vector<float> L(static_cast<size_t>(kChunk));
   for (int64_t b = 0; b < a.B; ++b) {
     for (int64_t kh = 0; kh < a.nKV; ++kh) {
       PackHeadT(a.k, b, kh, S, a.nKV, D, ld, Kt.data());
       PackHead(a.v, b, kh, S, S, a.nKV, D, V.data());
       for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
+        if (rowPairs) {
+          // A chunk's score rows, then its softmax rows, then o = P V two rows at a time (the
+          // same bits as the per-row vecmat below).
+          for (int64_t i0 = 0; i0 < S; i0 += kChunk) {
+            const int64_t rows = std::min(kChunk, S - i0);
+            ScoreRowsAvx2(a.q + Idx(b, i0, S, h, a.nH, 0, D), a.nH * D, Kt.data(), ld, D, i0, rows, P.data());
+            for (int64_t r = 0; r < rows; ++r) {
+              float* p = P.data() + r * ld;
+              const float m = v.max(p, i0 + r + 1) * scale;
+              L[r] = v.expsum(p, scale, m, p, i0 + r + 1);
+              a.lse[(b * a.nH + h) * S + i0 + r] = m + std::log(L[r]);
+            }
+            float* o0 = a.o + Idx(b, i0, S, h, a.nH, 0, D);
+            CausalRowsAvx2(P.data(), ld, V.data(), D, i0, rows, D, o0, a.nH * D);
+            for (int64_t r = 0; r < rows; ++r) v.scale(o0 + r * a.nH * D, 1.0f / L[r], D);
+          }
+          continue;
+        }
         for (int64_t i = 0; i < S; ++i) {
           const float* q = a.q + Idx(b, i, S, h, a.nH, 0, D);
           float* o = a.o + Idx(b, i, S, h, a.nH, 0, D);
@@ -169,12 +208,19 @@ void fast::AttentionBackward(const AttentionBackwardArgs& a) {
   // Kt's and Vt's padding columns (S .. ld) stay zero: the blocked scores read them.
   const int64_t ld = ScoreLd(S);
   const bool blocked = BlockedScores(v);
+  // With the blocked (AVX2) scores, a tile's P and dS rows are all kept, and the key gradients
+  // come from them directly (KeyGradsAvx2); otherwise each row is also scattered into the
+  // transposed Pt / dSt for one vecmat per key.
+  const bool keyRows = blocked && D % 8 == 0;
   const size_t rowsP = static_cast<size_t>(blocked ? kTile * ld : ld), sdT = static_cast<size_t>(ld * D);
   std::vector<float> K(sd), Kt(sdT), Vt(sdT), dK(sd), dV(sd), P(rowsP), dP(rowsP);
-  std::vector<float> Pt(static_cast<size_t>(S * kTile)), dSt(static_cast<size_t>(S * kTile));
+  std::vector<float> Pt(keyRows ? 0 : static_cast<size_t>(S * kTile)), dSt(keyRows ? 0 : static_cast<size_t>(S * kTile));
   std::vector<float> Qt(static_cast<size_t>(kTile * D)), dOt(static_cast<size_t>(kTile * D)), tmp(static_cast<size_t>(D));
   for (int64_t b = 0; b < a.B; ++b) {
     for (int64_t kh = 0; kh < a.nKV; ++kh) {
+      // The next step's rows, while this one computes.
+      if (kh + 1 < a.nKV) PrefetchBackwardRows(a, b, kh + 1);
+      else if (b + 1 < a.B) PrefetchBackwardRows(a, b + 1, 0);
       PackHead(a.k, b, kh, S, S, a.nKV, D, K.data());
       PackHeadT(a.k, b, kh, S, a.nKV, D, ld, Kt.data());
       PackHeadT(a.v, b, kh, S, a.nKV, D, ld, Vt.data());
@@ -188,8 +234,10 @@ void fast::AttentionBackward(const AttentionBackwardArgs& a) {
             ScoreRowsAvx2(a.q + Idx(b, i0, S, h, a.nH, 0, D), a.nH * D, Kt.data(), ld, D, i0, rows, P.data());
             ScoreRowsAvx2(a.dout + Idx(b, i0, S, h, a.nH, 0, D), a.nH * D, Vt.data(), ld, D, i0, rows, dP.data());
           }
-          std::fill(Pt.begin(), Pt.begin() + i1 * kTile, 0.0f);
-          std::fill(dSt.begin(), dSt.begin() + i1 * kTile, 0.0f);
+          if (!keyRows) {
+            std::fill(Pt.begin(), Pt.begin() + i1 * kTile, 0.0f);
+            std::fill(dSt.begin(), dSt.begin() + i1 * kTile, 0.0f);
+          }
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t i = i0 + r;
             const size_t qi = Idx(b, i, S, h, a.nH, 0, D);
@@ -206,13 +254,25 @@ void fast::AttentionBackward(const AttentionBackwardArgs& a) {
               Scores(v, dO, Vt.data(), ld, D, i + 1, dp);
             }
             v.expsum(p, scale, lse, p, i + 1);
-            for (int64_t j = 0; j <= i; ++j) {
-              const float ds = (dp[j] - Di) * p[j] * scale;
-              dp[j] = ds;
-              Pt[j * kTile + r] = p[j];
-              dSt[j * kTile + r] = ds;
+            if (keyRows) {
+              for (int64_t j = 0; j <= i; ++j) dp[j] = (dp[j] - Di) * p[j] * scale;
+            } else {
+              for (int64_t j = 0; j <= i; ++j) {
+                const float ds = (dp[j] - Di) * p[j] * scale;
+                dp[j] = ds;
+                Pt[j * kTile + r] = p[j];
+                dSt[j * kTile + r] = ds;
+              }
             }
-            v.vecmat(dp, K.data(), D, i + 1, D, a.dq + qi);  // dq = dS K
+            if (!keyRows) v.vecmat(dp, K.data(), D, i + 1, D, a.dq + qi);  // dq = dS K
+          }
+          if (keyRows) {
+            // dq = dS K two rows at a time; dK += dS^T Q and dV += P^T dO straight from the
+            // row-major P / dS rows (the same bits as the per-row and per-key vecmats).
+            CausalRowsAvx2(dP.data(), ld, K.data(), D, i0, rows, D, a.dq + Idx(b, i0, S, h, a.nH, 0, D), a.nH * D);
+            KeyGradsAvx2(dP.data(), ld, Qt.data(), D, i0, rows, D, dK.data());
+            KeyGradsAvx2(P.data(), ld, dOt.data(), D, i0, rows, D, dV.data());
+            continue;
           }
           for (int64_t j = 0; j < i1; ++j) {
             float* dk = dK.data() + j * D;

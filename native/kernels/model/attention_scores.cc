@@ -50,7 +50,114 @@ void Rows(const float* q, int64_t ldq, const float* Kt, int64_t ld, int64_t D, i
   if (b < blocks) Tile<R, 1>(q, ldq, Kt, ld, D, 8 * b, s);
 }
 
+// KeyGradsAvx2 for keys j (and j + 1 when kPair) over columns [c, c + 8 NV).
+template <int NV, bool kPair>
+__attribute__((target("avx2,fma"))) void KeyCols(const float* coef, int64_t ldc, const float* x, int64_t ldx, int64_t first,
+                                                 int64_t n, int64_t j, int64_t c, int64_t D, float* out) {
+  __m256 a0[NV], a1[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) a0[v] = a1[v] = _mm256_setzero_ps();
+  int64_t r = std::max<int64_t>(0, j - first);
+  if (kPair && first + r == j) {
+    // Key j + 1 is not seen by this row: its chain would add +0 * x to +0 here.
+    const __m256 b0 = _mm256_broadcast_ss(coef + r * ldc + j);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) a0[v] = _mm256_fmadd_ps(b0, _mm256_loadu_ps(x + r * ldx + c + 8 * v), a0[v]);
+    ++r;
+  }
+  for (; r < n; ++r) {
+    const float* xr = x + r * ldx + c;
+    const __m256 b0 = _mm256_broadcast_ss(coef + r * ldc + j);
+    const __m256 b1 = kPair ? _mm256_broadcast_ss(coef + r * ldc + j + 1) : b0;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __m256 xv = _mm256_loadu_ps(xr + 8 * v);
+      a0[v] = _mm256_fmadd_ps(b0, xv, a0[v]);
+      if (kPair) a1[v] = _mm256_fmadd_ps(b1, xv, a1[v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    float* o0 = out + j * D + c + 8 * v;
+    _mm256_storeu_ps(o0, _mm256_add_ps(_mm256_loadu_ps(o0), a0[v]));
+    if (kPair) _mm256_storeu_ps(o0 + D, _mm256_add_ps(_mm256_loadu_ps(o0 + D), a1[v]));
+  }
+}
+
+template <bool kPair>
+void KeyColsAll(const float* coef, int64_t ldc, const float* x, int64_t ldx, int64_t first, int64_t n, int64_t j, int64_t D,
+                float* out) {
+  int64_t c = 0;
+  for (; c + 32 <= D; c += 32) KeyCols<4, kPair>(coef, ldc, x, ldx, first, n, j, c, D, out);
+  switch ((D - c) / 8) {
+    case 3: KeyCols<3, kPair>(coef, ldc, x, ldx, first, n, j, c, D, out); break;
+    case 2: KeyCols<2, kPair>(coef, ldc, x, ldx, first, n, j, c, D, out); break;
+    case 1: KeyCols<1, kPair>(coef, ldc, x, ldx, first, n, j, c, D, out); break;
+    default: break;
+  }
+}
+
+// CausalRowsAvx2 for rows r (and r + 1 when kPair) over columns [c, c + 8 NV).
+template <int NV, bool kPair>
+__attribute__((target("avx2,fma"))) void RowCols(const float* coef, int64_t ldc, const float* m, int64_t ldm, int64_t first,
+                                                 int64_t r, int64_t c, float* out, int64_t ldo) {
+  __m256 a0[NV], a1[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) a0[v] = a1[v] = _mm256_setzero_ps();
+  const float* c0 = coef + r * ldc;
+  const float* c1 = c0 + ldc;
+  const int64_t last = first + r;  // row r's last key; row r + 1 also sees last + 1
+  for (int64_t j = 0; j <= last; ++j) {
+    const float* mj = m + j * ldm + c;
+    const __m256 b0 = _mm256_broadcast_ss(c0 + j);
+    const __m256 b1 = kPair ? _mm256_broadcast_ss(c1 + j) : b0;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __m256 mv = _mm256_loadu_ps(mj + 8 * v);
+      a0[v] = _mm256_fmadd_ps(b0, mv, a0[v]);
+      if (kPair) a1[v] = _mm256_fmadd_ps(b1, mv, a1[v]);
+    }
+  }
+  if (kPair) {
+    const __m256 b1 = _mm256_broadcast_ss(c1 + last + 1);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) a1[v] = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + (last + 1) * ldm + c + 8 * v), a1[v]);
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    _mm256_storeu_ps(out + r * ldo + c + 8 * v, a0[v]);
+    if (kPair) _mm256_storeu_ps(out + (r + 1) * ldo + c + 8 * v, a1[v]);
+  }
+}
+
+template <bool kPair>
+void RowColsAll(const float* coef, int64_t ldc, const float* m, int64_t ldm, int64_t first, int64_t r, int64_t D, float* out,
+                int64_t ldo) {
+  int64_t c = 0;
+  for (; c + 32 <= D; c += 32) RowCols<4, kPair>(coef, ldc, m, ldm, first, r, c, out, ldo);
+  switch ((D - c) / 8) {
+    case 3: RowCols<3, kPair>(coef, ldc, m, ldm, first, r, c, out, ldo); break;
+    case 2: RowCols<2, kPair>(coef, ldc, m, ldm, first, r, c, out, ldo); break;
+    case 1: RowCols<1, kPair>(coef, ldc, m, ldm, first, r, c, out, ldo); break;
+    default: break;
+  }
+}
+
 }  // namespace
+
+void CausalRowsAvx2(const float* coef, int64_t ldc, const float* m, int64_t ldm, int64_t first, int64_t n, int64_t D, float* out,
+                    int64_t ldo) {
+  int64_t r = 0;
+  for (; r + 2 <= n; r += 2) RowColsAll<true>(coef, ldc, m, ldm, first, r, D, out, ldo);
+  if (r < n) RowColsAll<false>(coef, ldc, m, ldm, first, r, D, out, ldo);
+}
+
+void KeyGradsAvx2(const float* coef, int64_t ldc, const float* x, int64_t ldx, int64_t first, int64_t n, int64_t D, float* out) {
+  const int64_t keys = first + n;
+  int64_t j = 0;
+  for (; j + 2 <= keys; j += 2) KeyColsAll<true>(coef, ldc, x, ldx, first, n, j, D, out);
+  if (j < keys) KeyColsAll<false>(coef, ldc, x, ldx, first, n, j, D, out);
+}
 
 void ScoreRowsAvx2(const float* q, int64_t ldq, const float* Kt, int64_t ld, int64_t D, int64_t first, int64_t n, float* s) {
   int64_t r = 0;
