@@ -487,7 +487,10 @@ async function controller(
         cfg.mode === 'server' && !refresh
           ? (micro: Parameters<TrainerActor['lossSteps']>[1], o: Record<string, unknown>) => {
               const calls = updaters.call('lossStepsThenSync', 'grpo', micro, o, syncOpts);
-              joined = calls.then((rs) => ((trainEnds = rs.map((r) => r.trainEndMs)), rs[0]!.sync));
+              joined = calls.then((rs) => {
+                trainEnds = rs.map((r) => r.trainEndMs);
+                return rs[0]!.sync;
+              });
               joined.catch(() => undefined); // reported by stepSync.finish() or by the update itself
               return calls.then((rs) => rs[0]!.step);
             }

@@ -24,9 +24,6 @@ import { wireBytes, wireDtype } from './wire.js';
 export type Pack = { at: Array<number | null>; elems: number };
 
 export interface SyncProgram {
-  /** What it was built from: reused only while both are the same. */
-  readonly ranks: readonly RankSources[];
-  readonly engineDtype: EngineDtype;
   /** The dtype source `d` travels as. */
   wire(d: SourceDescriptor): DType;
   /** The dtype segment `seg` (of a source piece) travels as. */
@@ -57,7 +54,8 @@ export interface ProgramInputs {
   trainerRank: number | null;
 }
 
-const key = (name: string, part: number) => `${name}#${part}`;
+/** The name of part `part` of source `name` in the bucket plans (segment names carry it; the trainer's piece map is keyed by it). */
+export const pieceKey = (name: string, part: number): string => `${name}#${part}`;
 
 export function buildProgram(p: ProgramInputs): SyncProgram {
   const { ranks, engineDtype, cfg } = p;
@@ -66,7 +64,7 @@ export function buildProgram(p: ProgramInputs): SyncProgram {
   const wireOf = (seg: Segment) => wires.get(seg.name.slice(0, seg.name.lastIndexOf('#')))!;
   const plans = ranks.map((rs) =>
     planBuckets(
-      piecesOf(rs.sources, (d) => dtypeSize(wire(d))).map((x) => ({ name: key(x.name, x.part), bytes: x.bytes })),
+      piecesOf(rs.sources, (d) => dtypeSize(wire(d))).map((x) => ({ name: pieceKey(x.name, x.part), bytes: x.bytes })),
       p.bucketBytes,
       { keepWhole: true },
     ),
@@ -77,8 +75,6 @@ export function buildProgram(p: ProgramInputs): SyncProgram {
     p.trainerRank === null || r === p.trainerRank ? pl.map((bk, b) => gathers[b]?.packs[r] ?? packSmall(bk, p.coalesceBytes)) : [],
   );
   return {
-    ranks,
-    engineDtype,
     wire,
     wireOf,
     plans,

@@ -57,7 +57,7 @@ import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js
 import { syncFault } from './faults.js';
 import { settle } from './settle.js';
 import { enqueueGather } from './server-gather.js';
-import { buildProgram, type SyncProgram } from './server-program.js';
+import { buildProgram, pieceKey, type SyncProgram } from './server-program.js';
 import { profiler } from '../runtime/profiler.js';
 
 export interface ServerSyncOptions {
@@ -95,7 +95,6 @@ function checkCoalesceBytes(v: unknown): number {
   }
   return v;
 }
-const key = (name: string, part: number) => `${name}#${part}`;
 
 /** A segment's part of a (wire-dtype) source piece. */
 const piece = (src: Tensor, seg: Segment) => viewOf(src, [seg.bytes / dtypeSize(src.dtype)], seg.tensorOffset / dtypeSize(src.dtype));
@@ -249,7 +248,7 @@ export class ServerSync {
     const meter = new MemoryMeter(device);
     const t0 = performance.now();
     const prog = await this.program();
-    const { plans, rounds, gathers, wireOf } = prog;
+    const { plans, rounds, gathers, wireOf, packs } = prog;
     const casts: Tensor[] = [];
     // Rounds whose segments are all small go as one allToAllV over `comm` (server-gather.ts);
     // the per-trainer-rank communicators are made only when some round is broadcast.
@@ -272,7 +271,6 @@ export class ServerSync {
       // parameter it owns (the broadcast never writes the root's buffer) and the small ones
       // packed into one staging buffer (stream order lets one buffer serve every bucket: the
       // next bucket's copies run after this bucket's collective read it).
-      const packs = prog.packs;
       const routes = rx ? plans.map((pl, r) => pl.map((bk, b) => (gathers[b] ? null : rx.route(bk, packs[r]![b]!)))) : null;
       const slotElems = routes ? Math.max(16, ...routes.flat().map((x) => x?.elems ?? 0), ...gathers.map((g) => g?.elems ?? 0)) : 0;
       const slots = rx ? [0, 1].map(() => Tensor.empty(device, [slotElems], 'fp32')) : [];
@@ -412,15 +410,16 @@ export class ServerSync {
   /** The trainer ranks' sources, exchanged at the first full sync (a strategy's placements do not change). */
   private ranks: RankSources[] | null = null;
 
-  /** The plan of a full sync (server-program.ts): built at the first, reused while the sources and the engine precision stay. */
+  /**
+   * The plan of a full sync (server-program.ts): built at the first and reused, as it depends only on the
+   * sources and the engine precision, which that sync's exchange fixes.
+   */
   private prog: SyncProgram | null = null;
 
   /** Collective at the first full sync (the sources' exchange); local after. */
   private async program(): Promise<SyncProgram> {
     const ranks = await this.exchangeSources();
-    const p = this.prog;
-    if (p && p.ranks === ranks && p.engineDtype === this.engineDtype) return p;
-    return (this.prog = buildProgram({
+    return (this.prog ??= buildProgram({
       ranks,
       engineDtype: this.engineDtype,
       cfg: this.cfg,
@@ -501,7 +500,7 @@ export class ServerSync {
         .map((x) => {
           const t = onWire(x.local, wire(x), this.stream);
           if (t !== x.local) casts.push(t);
-          return [key(x.key, x.part), t];
+          return [pieceKey(x.key, x.part), t];
         }),
     );
   }

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 namespace ascent::model {
 namespace {
@@ -84,17 +85,24 @@ __attribute__((target("avx2,fma"))) void KeyCols(const float* coef, int64_t ldc,
   }
 }
 
+// Calls cols(std::integral_constant<int, NV>, c) over the columns [0, D) (D % 8 == 0): blocks of
+// 32 (NV = 4), then one block of the 8, 16 or 24 left.
+template <class F>
+void ColumnBlocks(int64_t D, F&& cols) {
+  int64_t c = 0;
+  for (; c + 32 <= D; c += 32) cols(std::integral_constant<int, 4>{}, c);
+  switch ((D - c) / 8) {
+    case 3: cols(std::integral_constant<int, 3>{}, c); break;
+    case 2: cols(std::integral_constant<int, 2>{}, c); break;
+    case 1: cols(std::integral_constant<int, 1>{}, c); break;
+    default: break;
+  }
+}
+
 template <bool kPair>
 void KeyColsAll(const float* coef, int64_t ldc, const float* x, int64_t ldx, int64_t first, int64_t n, int64_t j, int64_t D,
                 float* out) {
-  int64_t c = 0;
-  for (; c + 32 <= D; c += 32) KeyCols<4, kPair>(coef, ldc, x, ldx, first, n, j, c, D, out);
-  switch ((D - c) / 8) {
-    case 3: KeyCols<3, kPair>(coef, ldc, x, ldx, first, n, j, c, D, out); break;
-    case 2: KeyCols<2, kPair>(coef, ldc, x, ldx, first, n, j, c, D, out); break;
-    case 1: KeyCols<1, kPair>(coef, ldc, x, ldx, first, n, j, c, D, out); break;
-    default: break;
-  }
+  ColumnBlocks(D, [&](auto nv, int64_t c) { KeyCols<decltype(nv)::value, kPair>(coef, ldc, x, ldx, first, n, j, c, D, out); });
 }
 
 // CausalRowsAvx2 for rows r (and r + 1 when kPair) over columns [c, c + 8 NV).
@@ -133,14 +141,7 @@ __attribute__((target("avx2,fma"))) void RowCols(const float* coef, int64_t ldc,
 template <bool kPair>
 void RowColsAll(const float* coef, int64_t ldc, const float* m, int64_t ldm, int64_t first, int64_t r, int64_t D, float* out,
                 int64_t ldo) {
-  int64_t c = 0;
-  for (; c + 32 <= D; c += 32) RowCols<4, kPair>(coef, ldc, m, ldm, first, r, c, out, ldo);
-  switch ((D - c) / 8) {
-    case 3: RowCols<3, kPair>(coef, ldc, m, ldm, first, r, c, out, ldo); break;
-    case 2: RowCols<2, kPair>(coef, ldc, m, ldm, first, r, c, out, ldo); break;
-    case 1: RowCols<1, kPair>(coef, ldc, m, ldm, first, r, c, out, ldo); break;
-    default: break;
-  }
+  ColumnBlocks(D, [&](auto nv, int64_t c) { RowCols<decltype(nv)::value, kPair>(coef, ldc, m, ldm, first, r, c, out, ldo); });
 }
 
 }  // namespace
