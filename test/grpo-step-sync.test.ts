@@ -11,6 +11,7 @@ import { ActorMesh, type ActorRef } from '../src/internal.js';
 import type { SyncActor, SyncCallOptions } from '../src/actors/sync.js';
 import type { SyncReport } from '../src/sync/index.js';
 import type { TrainerActor, TrainStepResult } from '../src/actors/trainer.js';
+import type { RolloutActor } from '../src/actors/rollout.js';
 import type { TrainBatch } from '../src/train/strategy.js';
 import { StepSync } from '../src/grpo/step-sync.js';
 import { epochMs, syncInUpdate, UpdateSyncActor } from '../src/grpo/update-sync.js';
@@ -182,6 +183,26 @@ describe('UpdateSyncActor (the update last step and the sync in one call)', () =
     } as unknown as SyncActor;
     const r = await new UpdateSyncActor(trainer, syncer).lossStepsThenSync('grpo', [], {}, OPTS);
     expect(r.trainEndMs).toBeLessThanOrEqual(syncStarted);
+  });
+
+  it('colocated (wake): wakes the rank own engine after the update and before the sync; without wake it is left asleep', async () => {
+    const order: string[] = [];
+    const trainer = { lossSteps: async () => (order.push('lossSteps'), result(1)) } as unknown as TrainerActor;
+    const syncer = { sync: async () => (order.push('sync'), report(0)) } as unknown as SyncActor;
+    const rollout = { wake: () => void order.push('wake') } as unknown as RolloutActor;
+    await new UpdateSyncActor(trainer, syncer, rollout).lossStepsThenSync('grpo', [], {}, OPTS, true);
+    expect(order).toEqual(['lossSteps', 'wake', 'sync']);
+    order.length = 0;
+    await new UpdateSyncActor(trainer, syncer, rollout).lossStepsThenSync('grpo', [], {}, OPTS);
+    expect(order).toEqual(['lossSteps', 'sync']);
+  });
+
+  it('wake on a rank with no colocated engine fails with a hint before syncing', async () => {
+    let synced = false;
+    const trainer = { lossSteps: async () => result(1) } as unknown as TrainerActor;
+    const syncer = { sync: async () => ((synced = true), report(0)) } as unknown as SyncActor;
+    await expect(new UpdateSyncActor(trainer, syncer).lossStepsThenSync('grpo', [], {}, OPTS, true)).rejects.toThrow(/no colocated engine to wake\. HINT/);
+    expect(synced).toBe(false);
   });
 
   it('a failed update never starts the sync (the controller cancels the engines instead)', async () => {

@@ -241,7 +241,7 @@ export async function runGrpo(ctx: RankContext, input: GrpoConfigInput): Promise
   };
   const control = new GrpoControl(unexposeAll);
   if (trainer) expose('trainer', trainer);
-  if (trainer) expose('grpo-update', new UpdateSyncActor(trainer, sync));
+  if (trainer) expose('grpo-update', new UpdateSyncActor(trainer, sync, cfg.mode === 'colocate' ? rollout : null));
   if (rollout) expose('rollout', rollout);
   expose('sync', sync);
   expose('grpo-control', control);
@@ -479,22 +479,21 @@ async function controller(
       // 4. The policy update: numIterations passes of stepsPerGeneration optimizer steps (update.ts).
       const optimizerStepsPerRollout = cfg.numIterations * cfg.stepsPerGeneration;
       const refresh = cfg.syncRefModel && step % cfg.refModelSyncSteps === 0;
-      // Server mode: the update's last call syncs too (update-sync.ts), unless the reference
-      // is refreshed between the update and the sync this step.
+      // The update's last call syncs too (update-sync.ts; colocated, it wakes the rank's engine
+      // first), unless the reference is refreshed between the update and the sync this step.
       let joined: Promise<SyncReport> | undefined;
       let trainEnds: number[] = [];
-      const last =
-        cfg.mode === 'server' && !refresh
-          ? (micro: Parameters<TrainerActor['lossSteps']>[1], o: Record<string, unknown>) => {
-              const calls = updaters.call('lossStepsThenSync', 'grpo', micro, o, syncOpts);
-              joined = calls.then((rs) => {
-                trainEnds = rs.map((r) => r.trainEndMs);
-                return rs[0]!.sync;
-              });
-              joined.catch(() => undefined); // reported by stepSync.finish() or by the update itself
-              return calls.then((rs) => rs[0]!.step);
-            }
-          : undefined;
+      const last = !refresh
+        ? (micro: Parameters<TrainerActor['lossSteps']>[1], o: Record<string, unknown>) => {
+            const calls = updaters.call('lossStepsThenSync', 'grpo', micro, o, syncOpts, sleepLevel !== null);
+            joined = calls.then((rs) => {
+              trainEnds = rs.map((r) => r.trainEndMs);
+              return rs[0]!.sync;
+            });
+            joined.catch(() => undefined); // reported by stepSync.finish() or by the update itself
+            return calls.then((rs) => rs[0]!.step);
+          }
+        : undefined;
       const update = policyUpdate(
         trainers,
         {
@@ -539,7 +538,7 @@ async function controller(
       lap('train');
       const updateEndMs = epochMs();
       // 5. Weight sync (wakes a sleeping colocated engine first).
-      if (sleepLevel) await rollouts.call('wake');
+      if (sleepLevel && !joined) await rollouts.call('wake'); // joined: the update's last call woke them
       const rep = await stepSync.finish(syncOpts, joined);
       lap('sync');
       if (joined) {
