@@ -174,7 +174,7 @@ export async function runKernelsBench(repeats = 3) {
   const stream = dev.newStream();
   const native = loadNative();
   const blas = native.blasInfo();
-  // The kernels this CPU runs (auto selection): the bf16 target needs AVX-512 BF16.
+  // The kernels this CPU runs (auto selection): the bf16 target needs AMX or AVX-512 BF16.
   const matmulKernels = native.setMatmulKernel('auto');
   // GFLOP/s of the fast kernel and OpenBLAS for one shape: medians of `repeats` interleaved measurements.
   const fastAndBlas = async (s: Shape, dtype: DType, a: Tensor, b: Tensor) => {

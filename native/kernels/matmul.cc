@@ -13,8 +13,9 @@
 //                 bf16 tile product into 16 x 16 fp32 per instruction); the bf16 choice where
 //                 the CPU has AMX-BF16 and the OS lets this process use the tile state;
 //  - avx512-bf16: bf16 inputs only: matmul_bf16.cc, where vdpbf16ps multiplies PAIRS of bf16
-//                 along k into fp32 accumulators (the same flop rate as the fp32 FMA or half of
-//                 it, by CPU); the bf16 choice without AMX;
+//                 along k into fp32 accumulators (twice the FMA's products per instruction, but
+//                 half the fp32 flop rate on Sapphire Rapids: bench/dev/bf16_peaks.cc); the
+//                 bf16 choice without AMX;
 //  - avx2-fma:    6 x 16 fp32 tile in 12 ymm accumulators; fp32 inputs go to matmul_avx2.cc
 //                 instead (A unpacked below 512 on some dim, B packed only when it must be);
 //  - portable:    6 x 16, plain C++.

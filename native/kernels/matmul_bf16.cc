@@ -1,6 +1,8 @@
 // The AVX-512 BF16 matmul: vdpbf16ps multiplies PAIRS of bf16 along k into fp32 accumulators
-// (32 products per instruction, twice the fp32 FMA rate), so A and B are read as 32-bit words,
-// each one (k, k + 1) pair.
+// (32 products per instruction, the FMA's 16 twice over), so A and B are read as 32-bit words,
+// each one (k, k + 1) pair. Where it issues at a quarter of the FMA's rate (Sapphire Rapids:
+// bench/dev/bf16_peaks.cc), that is half the fp32 flop rate, so bf16 inputs go to the AMX kernel
+// (matmul_amx.cc) where AMX is usable and come here only where it is not.
 //
 // Built like the fp32 path (matmul_avx512.cc), because at the training step's sizes copying
 // operands costs as much as the dot products they feed:
