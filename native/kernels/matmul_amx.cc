@@ -77,6 +77,11 @@ std::string ProbeAmx() {
 constexpr int64_t kKC = 512, kNC = 512, kMaxKb = kKC / 32;
 constexpr int64_t kTileWords = 256;  // one 16 x 64-byte tile in 32-bit words
 
+// The words of one packed B group (16 columns) for a kc-deep slice: its ceil(kc / 32) tiles and
+// one cache line more, so groups are not a power of two apart (packing a row-major B writes one
+// row of every group in turn, and rows 4 KiB apart would all fall in one L1 set).
+constexpr int64_t GroupWords(int64_t kc) { return (kc + 31) / 32 * kTileWords + 16; }
+
 // Palette 1: tiles 0-7 all 16 rows x 64 bytes.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
@@ -124,12 +129,12 @@ ASCENT_AMX_TARGET void ZeroC(int t) {
   }
 }
 
-// bp[group][q][16] words: the pair (p0 + 2q, p0 + 2q + 1) of op(B) at column j0 + 16 * group + j,
-// q < kp2 = 16 * ceil(kc / 32); zero past column nc and past row kc. Tile (group, kb) is the
-// 16 rows q = 16 kb ... 16 kb + 15 of its group.
+// bp[group * GroupWords(kc) + q * 16 + j] = the pair (p0 + 2q, p0 + 2q + 1) of op(B) at column
+// j0 + 16 * group + j, q < kp2 = 16 * ceil(kc / 32); zero past column nc and past row kc. Tile
+// (group, kb) is the 16 rows q = 16 kb ... 16 kb + 15 of its group.
 ASCENT_AMX_TARGET void PackB(const uint16_t* b, bool trans, int64_t n, int64_t k, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
                              uint32_t* bp) {
-  const int64_t kp2 = (kc + 31) / 32 * 16;
+  const int64_t kp2 = (kc + 31) / 32 * 16, gw = GroupWords(kc);
   if (!trans) {
     // A pair is two rows of B: 32 columns of both interleaved into two groups' rows at once.
     for (int64_t q = 0; q < kp2; ++q) {
@@ -141,9 +146,9 @@ ASCENT_AMX_TARGET void PackB(const uint16_t* b, bool trans, int64_t n, int64_t k
         const __m512i h = p + 1 < kc ? _mm512_maskz_loadu_epi16(cols, lo + n + jr) : _mm512_setzero_si512();
         __m512i w0, w1;
         InterleavePairs(l, h, w0, w1);
-        uint32_t* dst = bp + (jr / 16 * kp2 + q) * 16;
+        uint32_t* dst = bp + jr / 16 * gw + q * 16;
         _mm512_store_si512(dst, w0);
-        _mm512_store_si512(dst + kp2 * 16, w1);
+        _mm512_store_si512(dst + gw, w1);
       }
     }
     return;
@@ -154,7 +159,7 @@ ASCENT_AMX_TARGET void PackB(const uint16_t* b, bool trans, int64_t n, int64_t k
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t rows = std::clamp<int64_t>(nc - 16 * g, 0, 16);
     const uint16_t* src = b + (j0 + 16 * g) * k + p0;
-    uint32_t* dst = bp + g * kp2 * 16;
+    uint32_t* dst = bp + g * gw;
     for (int64_t q = 0; q < kp2; q += 16) {
       const __mmask32 inside = Lanes32(kc - 2 * q);
       __m512 r[16];
@@ -297,15 +302,14 @@ void MatmulBf16Amx(const uint16_t* a, const uint16_t* b, float* c, int64_t m, in
     return;
   }
   // Scratch first: nothing may throw while the tiles are configured.
-  const int64_t kp2_max = (std::min(k, kKC) + 31) / 32 * 16;
-  uint32_t* bp = b_pack.Get<uint32_t>(static_cast<size_t>((std::min(n, kNC) + 31) / 32 * 2 * kp2_max * 16));
+  uint32_t* bp = b_pack.Get<uint32_t>(static_cast<size_t>((std::min(n, kNC) + 31) / 32 * 2 * GroupWords(std::min(k, kKC))));
   uint16_t* ap = a_pack.Get<uint16_t>(static_cast<size_t>(2 * kMaxKb * 512));
   ATiles at;
   ConfigureTiles();
   for (int64_t jc = 0; jc < n; jc += kNC) {
     const int64_t nc = std::min(kNC, n - jc);
     for (int64_t pc = 0; pc < k; pc += kKC) {
-      const int64_t kc = std::min(kKC, k - pc), nkb = (kc + 31) / 32, group_words = nkb * kTileWords;
+      const int64_t kc = std::min(kKC, k - pc), nkb = (kc + 31) / 32, group_words = GroupWords(kc);
       const bool accumulate = pc > 0;
       PackB(b, trans_b, n, k, pc, kc, jc, nc, bp);
       for (int64_t ic = 0; ic < m; ic += 32) {
