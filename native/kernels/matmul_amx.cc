@@ -55,6 +55,7 @@
 namespace ascent::fast {
 namespace {
 
+// Empty when this process may use AMX-BF16 tiles, else why not.
 std::string ProbeAmx() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) {
