@@ -3,9 +3,10 @@
  * in the same run, so one look says whether each holds):
  *  - fp32 from JS (dispatch included) against single-thread OpenBLAS: >= 0.8 at n = 64,
  *    >= 0.95 at n >= 128 (the shapes a small model lives on);
- *  - bf16 (AVX-512 BF16 dot products) against fp32 of the same n, both from JS: >= 1.5 at
- *    n >= 256. Only where the CPU has AVX-512 BF16: elsewhere bf16 runs on a kernel that
- *    widens to fp32 (the clean fallback), and the row says so instead of a target.
+ *  - bf16 (AMX tiles, or AVX-512 BF16 dot products without AMX) against fp32 of the same n,
+ *    both from JS: >= 1.5 at n >= 256. Only where bf16 runs on one of those bf16 kernels:
+ *    elsewhere it runs on a kernel that widens to fp32 (the clean fallback), and the row says
+ *    so instead of a target.
  * `target` is measured / required (>= 1 means the target holds) and `targetIs` names it. A row a target does not
  * name, or whose peer is missing (no OpenBLAS installed), gets no target.
  */
@@ -28,8 +29,8 @@ export interface KernelTarget {
 
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
 
-/** The bf16 matmul kernel the target is stated for (setMatmulKernel()'s `bf16` name). */
-export const BF16_DOT_KERNEL = 'avx512-bf16';
+/** The bf16 matmul kernels the target is stated for (setMatmulKernel()'s `bf16` names). */
+export const BF16_DOT_KERNELS: readonly string[] = ['amx-bf16', 'avx512-bf16'];
 
 /** The target of one row given its bf16/fp32 ratio (null for fp32 rows or without an fp32 row of that n). */
 function targetOf(row: MatmulRow, bf16VsFp32: number | null, bf16Kernel: string): KernelTarget | null {
@@ -38,7 +39,7 @@ function targetOf(row: MatmulRow, bf16VsFp32: number | null, bf16Kernel: string)
     if (required !== null) return { targetIs: `fastVsOpenblas >= ${required}`, target: round3(row.fastVsOpenblas / required) };
   }
   if (row.dtype === 'bf16' && row.n >= 256 && bf16VsFp32 !== null) {
-    if (bf16Kernel !== BF16_DOT_KERNEL) return { targetIs: `none: no AVX-512 BF16 here (bf16 runs on ${bf16Kernel})`, target: null };
+    if (!BF16_DOT_KERNELS.includes(bf16Kernel)) return { targetIs: `none: no AMX or AVX-512 BF16 here (bf16 runs on ${bf16Kernel})`, target: null };
     return { targetIs: 'bf16VsFp32 >= 1.5', target: round3(bf16VsFp32 / 1.5) };
   }
   return null;
@@ -47,7 +48,7 @@ function targetOf(row: MatmulRow, bf16VsFp32: number | null, bf16Kernel: string)
 /** The rows with `bf16VsFp32` on bf16 rows (fast GFLOP/s over the fp32 row of the same n) and `target` where one applies. */
 export function withMatmulTargets<T extends MatmulRow>(
   rows: readonly T[],
-  bf16Kernel: string = BF16_DOT_KERNEL,
+  bf16Kernel: string = BF16_DOT_KERNELS[0]!,
 ): Array<T & { bf16VsFp32?: number } & Partial<KernelTarget>> {
   const fp32 = new Map(rows.filter((r) => r.dtype === 'fp32').map((r) => [r.n, r.fastGflops]));
   return rows.map((row) => {

@@ -4,9 +4,9 @@
  *  - matmul GFLOP/s for n = 64 … 1024 (square, fp32 and bf16 with fp32 accumulation):
  *    the fast kernel, the reference kernel, and a single-threaded OpenBLAS sgemm when
  *    libopenblas is installed (found with dlopen; `apt-get install libopenblas0-serial`);
- *  - fp32 matmul at the tiny models' real shapes (examples/models/tiny-dense and tiny-moe):
- *    each linear layer's forward A·B^T and backward A·B (dX) and A^T·B (dW), against
- *    OpenBLAS with the same transposes;
+ *  - matmul at the tiny models' real shapes (examples/models/tiny-dense and tiny-moe), fp32
+ *    and bf16: each linear layer's forward A·B^T and backward A·B (dX) and A^T·B (dW), fp32
+ *    against OpenBLAS with the same transposes, bf16 against fp32;
  *  - fast matmul is reported twice: wall time per op from JS (dispatch included) and the
  *    time the op held the stream's thread (onStream: the kernel, as a busy training step
  *    sees it);
@@ -17,7 +17,8 @@
  *  - the MoE grouped matmul (tokens routed to experts by device-side offsets) vs the
  *    dense matmul of the same FLOPs, and vs its reference.
  * Each square matmul row carries its target (bench/kernels-targets.ts: measured / required,
- * >= 1 holds) and bf16 rows their speed-up over fp32 of the same n.
+ * >= 1 holds) and bf16 rows their speed-up over fp32 of the same n; every matmul row names the
+ * micro-kernel it ran on (runsOn: setMatmulKernel()'s fp32 or bf16 name).
  * Ascent kernels are timed on one stream (one native thread) as the best of a few
  * rounds of back-to-back ops, after a warm-up that lets V8 optimise the JS path first
  * (warmUpMatmulPath); OpenBLAS runs on one thread too.
@@ -33,7 +34,7 @@ export const USAGE = `Usage: npm run bench -- kernels [--repeats R]
 
 Matmul GFLOP/s (fast, reference, single-thread OpenBLAS when libopenblas is installed) for
 n = 64..1024 in fp32 and bf16 and at the tiny models' shapes (with the transposes backward
-uses), causal GQA attention and the MoE grouped matmul. Fast matmul is reported as wall time
+uses, fp32 and bf16), causal GQA attention and the MoE grouped matmul. Fast matmul is reported as wall time
 per op from JS and as the time the op held the stream's thread (onStream*).
   --repeats R   measure each matmul row R times and report medians (default 3)
   -h, --help    this help
@@ -173,7 +174,7 @@ export async function runKernelsBench(repeats = 3) {
   const stream = dev.newStream();
   const native = loadNative();
   const blas = native.blasInfo();
-  // The kernels this CPU runs (auto selection): the bf16 target needs AVX-512 BF16.
+  // The kernels this CPU runs (auto selection): the bf16 target needs AMX or AVX-512 BF16.
   const matmulKernels = native.setMatmulKernel('auto');
   // GFLOP/s of the fast kernel and OpenBLAS for one shape: medians of `repeats` interleaved measurements.
   const fastAndBlas = async (s: Shape, dtype: DType, a: Tensor, b: Tensor) => {
@@ -203,6 +204,7 @@ export async function runKernelsBench(repeats = 3) {
       matmulRows.push({
         kernel: 'matmul',
         dtype,
+        runsOn: matmulKernels[dtype],
         n,
         fastGflops: round(fast, 2),
         onStreamGflops: round(onStream, 2),
@@ -218,22 +220,29 @@ export async function runKernelsBench(repeats = 3) {
   }
   const shapeRows: Array<Record<string, unknown>> = [];
   for (const s of modelShapes()) {
-    const a = randomTensor(dev, s.transA ? [s.k, s.m] : [s.m, s.k], 'fp32', stream, 11);
-    const b = randomTensor(dev, s.transB ? [s.n, s.k] : [s.k, s.n], 'fp32', stream, 12);
-    const { fast, onStream, openblas } = await fastAndBlas(s, 'fp32', a, b);
-    shapeRows.push({
-      kernel: 'matmul.shape',
-      shape: s.name,
-      mnk: `${s.m}x${s.n}x${s.k}`,
-      op: `${s.transA ? 'A^T' : 'A'}·${s.transB ? 'B^T' : 'B'}`,
-      fastGflops: round(fast, 2),
-      onStreamGflops: round(onStream, 2),
-      openblasGflops: openblas === null ? null : round(openblas, 2),
-      fastVsOpenblas: openblas === null ? null : round(fast / openblas, 3),
-      onStreamVsOpenblas: openblas === null ? null : round(onStream / openblas, 3),
-    });
-    a.release();
-    b.release();
+    let fp32Gflops = 0;
+    for (const dtype of ['fp32', 'bf16'] as const) {
+      const a = randomTensor(dev, s.transA ? [s.k, s.m] : [s.m, s.k], dtype, stream, 11);
+      const b = randomTensor(dev, s.transB ? [s.n, s.k] : [s.k, s.n], dtype, stream, 12);
+      const { fast, onStream, openblas } = await fastAndBlas(s, dtype, a, b);
+      if (dtype === 'fp32') fp32Gflops = fast;
+      shapeRows.push({
+        kernel: 'matmul.shape',
+        shape: s.name,
+        dtype,
+        runsOn: matmulKernels[dtype],
+        mnk: `${s.m}x${s.n}x${s.k}`,
+        op: `${s.transA ? 'A^T' : 'A'}·${s.transB ? 'B^T' : 'B'}`,
+        fastGflops: round(fast, 2),
+        onStreamGflops: round(onStream, 2),
+        openblasGflops: openblas === null ? null : round(openblas, 2),
+        fastVsOpenblas: openblas === null ? null : round(fast / openblas, 3),
+        onStreamVsOpenblas: openblas === null ? null : round(onStream / openblas, 3),
+        ...(dtype === 'bf16' ? { bf16VsFp32: round(fast / fp32Gflops, 3) } : {}),
+      });
+      a.release();
+      b.release();
+    }
   }
 
   // Attention: B=4, S=128, 8 query heads over 4 kv heads, D=64 (causal: half the score matrix).

@@ -16,6 +16,7 @@
 #include "env_data.h"
 #include "errors.h"
 #include "kernels/fast.h"
+#include "kernels/matmul_amx.h"
 #include "kernels/model/vec.h"
 
 namespace ascent {
@@ -166,6 +167,10 @@ Napi::Value CpuFeatures(const Napi::CallbackInfo& info) {
   o.Set("fma", Napi::Boolean::New(info.Env(), __builtin_cpu_supports("fma")));
   o.Set("avx512f", Napi::Boolean::New(info.Env(), __builtin_cpu_supports("avx512f")));
   o.Set("avx512bf16", Napi::Boolean::New(info.Env(), __builtin_cpu_supports("avx512bf16")));
+  // AMX counts only when usable here: CPU, OS and this process's tile permission (else why not).
+  const char* amx_why_not = fast::AmxUnusableReason();
+  o.Set("amx", Napi::Boolean::New(info.Env(), amx_why_not == nullptr));
+  o.Set("amxWhyNot", amx_why_not ? Napi::Value(Napi::String::New(info.Env(), amx_why_not)) : info.Env().Null());
   return o;
 }
 
@@ -189,8 +194,8 @@ Napi::Value TakeInlineCompletion(const Napi::CallbackInfo& info) {
   });
 }
 
-// setMatmulKernel('auto' | 'portable' | 'avx2' | 'avx512') -> { fp32, bf16, vec }: the micro-kernels and the model
-// kernels' vector primitives now in use (test hook).
+// setMatmulKernel('auto' | 'portable' | 'avx2' | 'avx512' | 'amx') -> { fp32, bf16, vec }: the micro-kernels and the
+// model kernels' vector primitives now in use (test hook).
 Napi::Value SetMatmulKernel(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&] {
     Napi::Value v = Arg(info, 0);
@@ -200,7 +205,8 @@ Napi::Value SetMatmulKernel(const Napi::CallbackInfo& info) {
     else if (mode == "portable") m = fast::MatmulKernelMode::kPortable;
     else if (mode == "avx2") m = fast::MatmulKernelMode::kAvx2;
     else if (mode == "avx512") m = fast::MatmulKernelMode::kAvx512;
-    else ThrowInvalidArgument("Expected 'auto', 'portable', 'avx2' or 'avx512' for setMatmulKernel().");
+    else if (mode == "amx") m = fast::MatmulKernelMode::kAmx;
+    else ThrowInvalidArgument("Expected 'auto', 'portable', 'avx2', 'avx512' or 'amx' for setMatmulKernel().");
     fast::SetMatmulKernelMode(m);
     Napi::Object o = Napi::Object::New(info.Env());
     o.Set("fp32", Napi::String::New(info.Env(), fast::MatmulKernelName()));

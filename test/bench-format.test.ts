@@ -150,9 +150,16 @@ describe('kernels bench targets', () => {
     expect(rows[4]).toMatchObject({ bf16VsFp32: 1.25, targetIs: 'bf16VsFp32 >= 1.5', target: 0.833 });
     expect(rows[5]!.target).toBeUndefined(); // no fp32 row of n = 512 to compare with
   });
-  it('states no bf16 target on a CPU without AVX-512 BF16, and says which kernel bf16 ran on', () => {
+  it('states the bf16 target on either bf16 kernel (AMX, AVX-512 BF16), none elsewhere, and says which kernel bf16 ran on', () => {
+    for (const kernel of ['amx-bf16', 'avx512-bf16']) {
+      expect(withMatmulTargets([row('fp32', 256, 60, 0.9), row('bf16', 256, 180, null)], kernel)[1]).toMatchObject({
+        bf16VsFp32: 3,
+        targetIs: 'bf16VsFp32 >= 1.5',
+        target: 2,
+      });
+    }
     const rows = withMatmulTargets([row('fp32', 256, 60, 0.9), row('bf16', 256, 75, null)], 'avx2-fma');
-    expect(rows[1]).toMatchObject({ bf16VsFp32: 1.25, targetIs: 'none: no AVX-512 BF16 here (bf16 runs on avx2-fma)', target: null });
+    expect(rows[1]).toMatchObject({ bf16VsFp32: 1.25, targetIs: 'none: no AMX or AVX-512 BF16 here (bf16 runs on avx2-fma)', target: null });
     expect(rows[0]).toMatchObject({ targetIs: 'fastVsOpenblas >= 0.95' }); // fp32 targets are unaffected
   });
   it('leaves fp32 rows without a target when OpenBLAS is missing', () => {

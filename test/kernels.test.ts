@@ -265,7 +265,7 @@ describe('kernels: matmul', () => {
     }
   }
 
-  it('every micro-kernel this CPU has (portable, avx2-fma, avx512, avx512-bf16 pairs) matches the fp64 product, fp32 and bf16 inputs', async () => {
+  it('every micro-kernel this CPU has (portable, avx2-fma, avx512, avx512-bf16 pairs, amx-bf16 tiles) matches the fp64 product, fp32 and bf16 inputs', async () => {
     const native = loadNative();
     const f = native.cpuFeatures();
     const modes = [
@@ -275,6 +275,7 @@ describe('kernels: matmul', () => {
       ...(f.avx512f
         ? [{ mode: 'avx512' as const, fp32: 'avx512', bf16: f.avx512bf16 ? 'avx512-bf16' : 'avx512', vec: f.avx2 && f.fma ? 'avx2-fma' : 'portable' }]
         : []),
+      ...(f.amx ? [{ mode: 'amx' as const, fp32: 'avx512', bf16: 'amx-bf16', vec: f.avx2 && f.fma ? 'avx2-fma' : 'portable' }] : []),
     ];
     try {
       for (const m of modes) {
@@ -303,9 +304,9 @@ describe('kernels: matmul', () => {
     }
     const auto = native.setMatmulKernel('auto');
     expect(auto.fp32).toBe(f.avx512f ? 'avx512' : f.avx2 && f.fma ? 'avx2-fma' : 'portable');
-    expect(auto.bf16).toBe(f.avx512bf16 ? 'avx512-bf16' : auto.fp32);
+    expect(auto.bf16).toBe(f.amx ? 'amx-bf16' : f.avx512bf16 ? 'avx512-bf16' : auto.fp32);
     expect(auto.vec).toBe(f.avx2 && f.fma ? 'avx2-fma' : 'portable');
-    expect(() => native.setMatmulKernel('sse' as never)).toThrow(/Expected 'auto', 'portable', 'avx2' or 'avx512'/);
+    expect(() => native.setMatmulKernel('sse' as never)).toThrow(/Expected 'auto', 'portable', 'avx2', 'avx512' or 'amx'/);
   });
 
   it('odd shapes (1, 7, 63, 65, 129 on every dim, every transpose) match the fp64 product on every fp32 micro-kernel this CPU has', async () => {

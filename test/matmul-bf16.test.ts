@@ -1,15 +1,25 @@
 /**
- * The bf16 matmul (native/kernels/matmul_bf16.cc on a CPU with AVX-512 BF16, else the fp32
- * micro-kernels on converted values): odd shapes on every dim and transpose, batched, both
- * output dtypes, against the fp64 product of the bf16-rounded inputs, on the auto kernel and
- * on the forced fallback; and the half pair an odd k ends in never reads past its row.
+ * The bf16 matmul kernels: AMX tiles (native/kernels/matmul_amx.cc), AVX-512 BF16 pairs
+ * (matmul_bf16.cc) and the fallback (the fp32 micro-kernels on converted values), each one this
+ * CPU has, forced in turn: odd shapes on every dim and transpose, batched, both output dtypes,
+ * and the shapes around AMX's 16-row, 16-column and 32-k tile edges and its 512-k slice, against
+ * the fp64 product of the bf16-rounded inputs; and the half pair an odd k ends in never reads
+ * past its row. Auto picks AMX, then AVX-512 BF16, then the fallback.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { Device, Tensor, loadNative, matmul } from '../src/runtime/device/device-index.js';
 
 const d = Device.get(0);
 const native = loadNative();
-const hasBf16Kernel = native.cpuFeatures().avx512bf16;
+const features = native.cpuFeatures();
+
+/** Each bf16 kernel, the test-hook mode that forces it, and why this CPU cannot run it (null: it can). */
+const KERNELS = [
+  { mode: 'amx', bf16: 'amx-bf16', whyNot: features.amx ? null : `AMX is not usable here: ${features.amxWhyNot}` },
+  { mode: 'avx512', bf16: 'avx512-bf16', whyNot: features.avx512bf16 ? null : 'the CPU lacks AVX-512 BF16' },
+  { mode: 'avx2', bf16: features.avx2 && features.fma ? 'avx2-fma' : 'portable', whyNot: null },
+] as const;
+for (const k of KERNELS) if (k.whyNot !== null) console.log(`matmul-bf16: skipping the ${k.bf16} kernel: ${k.whyNot}`);
 
 afterEach(() => {
   native.setMatmulKernel('auto');
@@ -89,43 +99,81 @@ for (const t of [0, 1, 2, 3]) {
   CASES.push({ batch: 1, m: 150, n: 530, k: 1027, ta: (t & 1) === 1, tb: (t & 2) === 2 });
 }
 
+// Around AMX's edges: m, n below, at and past one and two 16-wide tiles; k below, at and past
+// one and two 32-deep tiles, and past one 512-deep slice; every transpose.
+const EDGE_MN = [1, 15, 16, 17, 33, 100];
+const EDGE_K = [1, 2, 31, 32, 33, 63, 64, 65, 600];
+const EDGE_CASES: Case[] = [];
+for (const m of EDGE_MN)
+  for (const n of EDGE_MN) for (const k of EDGE_K) for (const t of [0, 1, 2, 3]) EDGE_CASES.push({ batch: 1, m, n, k, ta: (t & 1) === 1, tb: (t & 2) === 2 });
+
 describe('matmul: bf16 inputs', () => {
-  it('uses vdpbf16ps exactly when the CPU has it', () => {
-    expect(native.setMatmulKernel('auto').bf16).toBe(hasBf16Kernel ? 'avx512-bf16' : native.setMatmulKernel('auto').fp32);
-    expect(native.setMatmulKernel('avx2').bf16).not.toBe('avx512-bf16');
+  it('auto picks AMX, then AVX-512 BF16, then the fp32 kernel; every forced mode names the kernel it runs', () => {
+    const fallback = native.setMatmulKernel('auto').fp32;
+    const best = features.amx ? 'amx-bf16' : features.avx512bf16 ? 'avx512-bf16' : fallback;
+    expect(native.setMatmulKernel('auto').bf16).toBe(best);
+    expect(native.setMatmulKernel('amx').bf16).toBe(best);
+    expect(native.setMatmulKernel('avx512').bf16).toBe(features.avx512bf16 ? 'avx512-bf16' : fallback);
+    expect(native.setMatmulKernel('avx2').bf16).toBe(KERNELS[2].bf16);
+    expect(() => native.setMatmulKernel('amx-bf16' as never)).toThrow(/Expected 'auto', 'portable', 'avx2', 'avx512' or 'amx'/);
   });
 
-  for (const mode of ['auto', 'avx2'] as const) {
-    it(`odd shapes (1, 7, 63, 65, 255, 257 per dim), every transpose, batched, match the fp64 product on the ${mode === 'auto' ? 'auto kernel' : 'fp32 fallback'}`, async () => {
-      native.setMatmulKernel(mode);
-      for (let s = 0; s < CASES.length; s++) await expectProduct(CASES[s]!, s % 5 === 0 ? 'bf16' : 'fp32', 10 + s, mode);
-    }, 120_000);
+  for (const { mode, bf16, whyNot } of KERNELS) {
+    it.skipIf(whyNot !== null)(
+      `${bf16}: odd shapes (1, 7, 63, 65, 255, 257 per dim), every transpose, batched, match the fp64 product`,
+      async () => {
+        expect(native.setMatmulKernel(mode).bf16).toBe(bf16);
+        for (let s = 0; s < CASES.length; s++) await expectProduct(CASES[s]!, s % 5 === 0 ? 'bf16' : 'fp32', 10 + s, bf16);
+      },
+      120_000,
+    );
+
+    it.skipIf(whyNot !== null)(
+      `${bf16}: m, n in {1, 15, 16, 17, 33, 100} x k in {1, 2, 31 ... 65, 600}, every transpose, match the fp64 product`,
+      async () => {
+        expect(native.setMatmulKernel(mode).bf16).toBe(bf16);
+        for (let s = 0; s < EDGE_CASES.length; s++) await expectProduct(EDGE_CASES[s]!, s % 7 === 0 ? 'bf16' : 'fp32', 1000 + s, bf16);
+      },
+      120_000,
+    );
   }
 
-  it('an odd k never mixes in the element after a row (inf there stays out of the product)', async () => {
-    // k = 3: a row's last element is a half pair; the next bf16 in memory is the next row's
-    // first (inf), or for the last row, nothing of A at all. B transposed has the same layout.
-    const m = 5,
-      n = 33,
-      k = 3;
-    for (const tb of [false, true]) {
-      const a32 = randomBf16Exact(m * k, 1);
-      for (let i = 1; i < m; i++) a32[i * k] = i === 2 ? Infinity : a32[i * k]!;
-      const b32 = randomBf16Exact(k * n, 2);
-      if (tb) b32[k] = -Infinity; // row 1 of stored B starts with -inf: column 1 of op(B)
-      const a = Tensor.fromArray(d, a32, [m, k], { dtype: 'bf16' });
-      const b = Tensor.fromArray(d, b32, tb ? [n, k] : [k, n], { dtype: 'bf16' });
-      const got = await matmul(a, b, { transB: tb }).toArray();
-      a.release();
-      b.release();
-      const want = product(a32, b32, 1, m, n, k, false, tb);
-      for (let i = 0; i < want.length; i++) {
-        const w = want[i]!;
-        if (Number.isFinite(w)) expect(Math.abs(got[i]! - w), `element ${i} (transB=${tb})`).toBeLessThanOrEqual(1e-5 * Math.max(1, Math.abs(w)));
-        else expect(got[i], `element ${i} (transB=${tb})`).toBe(w);
+  // A row's last element, or an odd k's half pair, is followed in memory by the next row's first
+  // element: inf there, read and multiplied by a zero pad, would turn the row's products into NaN.
+  // k = 3 is one half pair; 33, 63 and 65 end in a partial 32-deep AMX tile (whole tiles are read
+  // in place, partial ones must not be). Every third row of A starts with inf, and with B
+  // transposed every third column of op(B) starts with -inf (the rows of stored B have the same layout).
+  for (const { mode, bf16, whyNot } of KERNELS) {
+    it.skipIf(whyNot !== null)(`${bf16}: the element after a row never enters the product (inf there stays out)`, async () => {
+      expect(native.setMatmulKernel(mode).bf16).toBe(bf16);
+      for (const [m, n, k] of [
+        [5, 33, 3],
+        [33, 33, 33],
+        [20, 17, 63],
+        [40, 40, 65],
+      ] as const) {
+        for (const tb of [false, true]) {
+          const a32 = randomBf16Exact(m * k, 1);
+          for (let i = 2; i < m; i += 3) a32[i * k] = Infinity;
+          const b32 = randomBf16Exact(k * n, 2);
+          if (tb) for (let j = 1; j < n; j += 3) b32[j * k] = -Infinity;
+          const a = Tensor.fromArray(d, a32, [m, k], { dtype: 'bf16' });
+          const b = Tensor.fromArray(d, b32, tb ? [n, k] : [k, n], { dtype: 'bf16' });
+          const out = matmul(a, b, { transB: tb });
+          const got = await out.toArray();
+          for (const t of [a, b, out]) t.release();
+          const want = product(a32, b32, 1, m, n, k, false, tb);
+          const what = (i: number) => `${bf16} m=${m} n=${n} k=${k} transB=${tb}: element ${i}`;
+          for (let i = 0; i < want.length; i++) {
+            const w = want[i]!;
+            if (Number.isFinite(w)) expect(Math.abs(got[i]! - w), what(i)).toBeLessThanOrEqual(1e-5 * Math.sqrt(k) * Math.max(1, Math.abs(w)));
+            else expect(got[i], what(i)).toBe(w);
+          }
+          // A row before an inf row keeps every column finite but the -inf ones.
+          const infCols = tb ? Math.floor((n + 1) / 3) : 0;
+          expect(got.slice(1 * n, 2 * n).filter((x) => Number.isFinite(x)).length, `${bf16} m=${m} n=${n} k=${k} transB=${tb}: row 1`).toBe(n - infCols);
+        }
       }
-      // Row 1 sits just before the inf row, and every column of op(B) but the -inf one stays finite.
-      expect(got.slice(1 * n, 2 * n).filter((x) => Number.isFinite(x)).length).toBe(tb ? n - 1 : n);
-    }
-  });
+    });
+  }
 });

@@ -9,8 +9,13 @@
 //  - avx512:      12 x 32 fp32 tile in 24 zmm accumulators (FMA, 16 lanes); fp32 inputs go
 //                 to matmul_avx512.cc instead (A unpacked, B packed only when it must be),
 //                 bf16 inputs on a CPU without avx512-bf16 use this packed kernel;
+//  - amx-bf16:    bf16 inputs only: matmul_amx.cc, AMX tiles (tdpbf16ps: a 16 x 32 by 32 x 16
+//                 bf16 tile product into 16 x 16 fp32 per instruction); the bf16 choice where
+//                 the CPU has AMX-BF16 and the OS lets this process use the tile state;
 //  - avx512-bf16: bf16 inputs only: matmul_bf16.cc, where vdpbf16ps multiplies PAIRS of bf16
-//                 along k into fp32 accumulators (twice the fp32 FMA rate);
+//                 along k into fp32 accumulators (twice the FMA's products per instruction, but
+//                 half the fp32 flop rate on Sapphire Rapids: bench/dev/bf16_peaks.cc); the
+//                 bf16 choice without AMX;
 //  - avx2-fma:    6 x 16 fp32 tile in 12 ymm accumulators; fp32 inputs go to matmul_avx2.cc
 //                 instead (A unpacked below 512 on some dim, B packed only when it must be);
 //  - portable:    6 x 16, plain C++.
@@ -34,6 +39,7 @@
 #include "kernels/dtype.h"
 #include "kernels/fast.h"
 #include "kernels/matmul_avx2.h"
+#include "kernels/matmul_amx.h"
 #include "kernels/matmul_avx512.h"
 #include "kernels/matmul_bf16.h"
 #include "kernels/scratch.h"
@@ -51,7 +57,7 @@ using MicroKernel = void (*)(int64_t kc, const void* a, const void* b, float* c,
 struct KernelSpec {
   const char* name;
   int64_t mr, nr;
-  MicroKernel fn;  // null for avx512-bf16, which has its own blocking (matmul_bf16.cc)
+  MicroKernel fn;  // null for amx-bf16 and avx512-bf16, which have their own blocking (matmul_amx.cc, matmul_bf16.cc)
 };
 
 void MicroKernelPortable(int64_t kc, const void* av, const void* bv, float* c, int64_t ldc, bool accumulate) {
@@ -140,9 +146,10 @@ const KernelSpec kPortable{"portable", 6, 16, MicroKernelPortable};
 const KernelSpec kAvx2{"avx2-fma", 6, 16, MicroKernelAvx2};
 const KernelSpec kAvx512{"avx512", 12, 32, MicroKernelAvx512};
 const KernelSpec kAvx512Bf16{"avx512-bf16", 12, 32, nullptr};
+const KernelSpec kAmxBf16{"amx-bf16", 32, 32, nullptr};
 
 struct Cpu {
-  bool avx2_fma, avx512, avx512_bf16;
+  bool avx2_fma, avx512, avx512_bf16, amx_bf16;
 };
 
 const Cpu& CpuHas() {
@@ -153,6 +160,8 @@ const Cpu& CpuHas() {
     c.avx512 = __builtin_cpu_supports("avx512f");
     // matmul_bf16.cc packs with AVX-512 BW word permutes (every avx512bf16 CPU has BW; checked anyway).
     c.avx512_bf16 = c.avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+    // matmul_amx.cc packs with the same AVX-512 BW permutes; AMX also needs the OS's leave (once per process).
+    c.amx_bf16 = c.avx512 && __builtin_cpu_supports("avx512bw") && AmxUnusableReason() == nullptr;
     return c;
   }();
   return cpu;
@@ -172,10 +181,13 @@ const KernelSpec& SelectF32() {
   }
 }
 
-// bf16 inputs: vdpbf16ps when the CPU has it (auto / avx512 modes), else the fp32 kernel on converted values.
+// bf16 inputs: AMX tiles when usable (auto / amx modes), else vdpbf16ps when the CPU has it (auto / amx /
+// avx512 modes), else the fp32 kernel on converted values.
 const KernelSpec& SelectBf16() {
   const auto mode = static_cast<MatmulKernelMode>(forced.load(std::memory_order_relaxed));
-  if ((mode == MatmulKernelMode::kAuto || mode == MatmulKernelMode::kAvx512) && CpuHas().avx512_bf16) return kAvx512Bf16;
+  const bool amx_mode = mode == MatmulKernelMode::kAuto || mode == MatmulKernelMode::kAmx;
+  if (amx_mode && CpuHas().amx_bf16) return kAmxBf16;
+  if ((amx_mode || mode == MatmulKernelMode::kAvx512) && CpuHas().avx512_bf16) return kAvx512Bf16;
   return SelectF32();
 }
 
@@ -306,6 +318,7 @@ void Out(const KernelSpec& ks, const T* a, const T* b, float* c, int64_t M, int6
     if (&ks == &kAvx512 && std::min({M, N, K}) < 512) return MatmulF32Avx512(a, b, c, M, N, K, trans_a, trans_b);
     if (&ks == &kAvx2) return MatmulF32Avx2(a, b, c, M, N, K, trans_a, trans_b);
   } else {
+    if (&ks == &kAmxBf16) return MatmulBf16Amx(a, b, c, M, N, K, trans_a, trans_b);
     if (&ks == &kAvx512Bf16) return MatmulBf16Avx512(a, b, c, M, N, K, trans_a, trans_b);
   }
   MatmulF32Out(ks, a, b, c, M, N, K, trans_a, trans_b);

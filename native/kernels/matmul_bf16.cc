@@ -1,6 +1,8 @@
 // The AVX-512 BF16 matmul: vdpbf16ps multiplies PAIRS of bf16 along k into fp32 accumulators
-// (32 products per instruction, twice the fp32 FMA rate), so A and B are read as 32-bit words,
-// each one (k, k + 1) pair.
+// (32 products per instruction, the FMA's 16 twice over), so A and B are read as 32-bit words,
+// each one (k, k + 1) pair. Where it issues at a quarter of the FMA's rate (Sapphire Rapids:
+// bench/dev/bf16_peaks.cc), that is half the fp32 flop rate, so bf16 inputs go to the AMX kernel
+// (matmul_amx.cc) where AMX is usable and come here only where it is not.
 //
 // Built like the fp32 path (matmul_avx512.cc), because at the training step's sizes copying
 // operands costs as much as the dot products they feed:
@@ -99,15 +101,6 @@ constexpr auto Tiles(std::index_sequence<I...>) {
 const std::array<TileFn, kMaxMR + 1> kTiles[2] = {Tiles<false>(std::make_index_sequence<kMaxMR + 1>{}),
                                                   Tiles<true>(std::make_index_sequence<kMaxMR + 1>{})};
 
-// Interleaves 32 bf16 of `lo` (k even) and `hi` (k odd) into 32 words: out0 the first 16, out1 the rest.
-ASCENT_BF16_TARGET inline void Interleave(__m512i lo, __m512i hi, __m512i& out0, __m512i& out1) {
-  alignas(64) static const uint16_t kIdx[2][32] = {
-      {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
-      {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
-  out0 = _mm512_permutex2var_epi16(lo, _mm512_load_si512(kIdx[0]), hi);
-  out1 = _mm512_permutex2var_epi16(lo, _mm512_load_si512(kIdx[1]), hi);
-}
-
 // bp[sliver][q][32] = the pair (p0 + 2q, p0 + 2q + 1) of op(B) at column j0 + sliver * 32 + j,
 // zero past column nc and past row kc.
 ASCENT_BF16_TARGET void PackB(const uint16_t* b, bool trans, int64_t n, int64_t k, int64_t p0, int64_t kc, int64_t j0,
@@ -122,7 +115,7 @@ ASCENT_BF16_TARGET void PackB(const uint16_t* b, bool trans, int64_t n, int64_t 
         const __m512i l = _mm512_maskz_loadu_epi16(cols, lo + jr);
         const __m512i h = has_hi ? _mm512_maskz_loadu_epi16(cols, lo + n + jr) : _mm512_setzero_si512();
         __m512i w0, w1;
-        Interleave(l, h, w0, w1);
+        InterleavePairs(l, h, w0, w1);
         uint32_t* dst = bp + jr * kp + q * kNR;
         _mm512_store_si512(dst, w0);
         _mm512_store_si512(dst + 16, w1);
@@ -174,7 +167,7 @@ ASCENT_BF16_TARGET void PackATrans(const uint16_t* a, int64_t m, int64_t p0, int
       const __m512i l = _mm512_maskz_loadu_epi16(rows, lo + i);
       const __m512i h = has_hi ? _mm512_maskz_loadu_epi16(rows, lo + m + i) : _mm512_setzero_si512();
       __m512i w0, w1;
-      Interleave(l, h, w0, w1);
+      InterleavePairs(l, h, w0, w1);
       _mm512_store_si512(ap + q * ld + i, w0);
       _mm512_store_si512(ap + q * ld + i + 16, w1);
     }

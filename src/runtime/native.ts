@@ -937,7 +937,8 @@ export interface NativeBinding extends NativeCommBinding {
   /** Tells native where buffers keep their handle and where to write a new buffer's metadata. */
   initBuffers(handleKey: symbol, info: Float64Array): void;
   hostMemory(): number;
-  cpuFeatures(): { avx2: boolean; fma: boolean; avx512f: boolean; avx512bf16: boolean };
+  /** CPU features; `amx` only when usable (CPU, OS and this process's tile permission), else `amxWhyNot` says why. */
+  cpuFeatures(): { avx2: boolean; fma: boolean; avx512f: boolean; avx512bf16: boolean; amx: boolean; amxWhyNot: string | null };
   /** Benchmark baseline (native/bench/blas_baseline.cc): OpenBLAS found by dlopen, if installed. */
   blasInfo(): { available: boolean; library: string | null; config: string | null };
   /** Seconds of one single-threaded OpenBLAS sgemm C[m,n] = op(A)·op(B) (A stored [k,m] when transA, B [n,k] when transB): best of 3 rounds of `reps` calls. */
@@ -950,13 +951,14 @@ export interface NativeBinding extends NativeCommBinding {
   /** The completion of the op with `token` if it ran inline during the enqueue call just made (else undefined); taken once. */
   takeInlineCompletion(token: number): { error: Error | undefined; bytes: ArrayBuffer | undefined } | undefined;
   /**
-   * Test hook, process-wide: force a matmul micro-kernel family (a mode the CPU lacks falls back below it);
+   * Test hook, process-wide: force a matmul micro-kernel family (a mode the CPU lacks falls back below it:
+   * 'amx' to avx512-bf16, then the fp32 kernels; 'avx512' keeps bf16 on avx512-bf16 even where AMX is usable);
    * returns the kernels now used, and `vec`, the vector primitives of the model kernels ('portable' only when
    * forced or when the CPU lacks AVX2+FMA).
    */
-  setMatmulKernel(mode: 'auto' | 'portable' | 'avx2' | 'avx512'): {
+  setMatmulKernel(mode: 'auto' | 'portable' | 'avx2' | 'avx512' | 'amx'): {
     fp32: 'avx512' | 'avx2-fma' | 'portable';
-    bf16: 'avx512-bf16' | 'avx512' | 'avx2-fma' | 'portable';
+    bf16: 'amx-bf16' | 'avx512-bf16' | 'avx512' | 'avx2-fma' | 'portable';
     vec: 'avx2-fma' | 'portable';
   };
 }
