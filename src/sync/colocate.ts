@@ -31,6 +31,8 @@ export class ColocateSync {
   readonly strategy: TrainStrategy;
   readonly engine: RolloutEngine;
   readonly bucketBytes: number;
+  /** All-gathers the last full sync issued (adjacent small tensors share one: colocate-sources.ts). */
+  lastGathers = 0;
 
   constructor(opts: { strategy: TrainStrategy; engine: RolloutEngine; bucketBytes?: number }) {
     checkOptions(opts, ['strategy', 'engine', 'bucketBytes'], 'new ColocateSync()');
@@ -111,6 +113,7 @@ export class ColocateSync {
           fault?.restore();
         }
         await Promise.all(out.pending);
+        this.lastGathers = out.gathers ?? 0;
         fault?.after();
         session.finish();
       } finally {
