@@ -287,11 +287,12 @@ U Matmul(StreamImpl& s, Reader& r) {
   Span c = r.Tensor("c", numel(batch, m, n, "C"), out);
   r.CheckNoOverlap(c, a, "c", "a");
   r.CheckNoOverlap(c, b, "c", "b");
-  return EnqueueOp(s, r, "matmul", token, [=](Op&) {
-    MatmulArgs g{in, out, a.ptr(), b.ptr(), c.ptr(), static_cast<int64_t>(batch), static_cast<int64_t>(m),
-                 static_cast<int64_t>(n), static_cast<int64_t>(k), ta, tb};
-    (reference ? ref::Matmul : fast::Matmul)(g);
-  });
+  // The closure holds the arguments as they are, not the spans: the blocks stay alive through the
+  // op (the reader's spans while it runs inline, the op's keep list while it waits), so copying
+  // three shared_ptrs into it and releasing them again is work per op that keeps nothing alive.
+  const MatmulArgs g{in, out, a.ptr(), b.ptr(), c.ptr(), static_cast<int64_t>(batch), static_cast<int64_t>(m),
+                     static_cast<int64_t>(n), static_cast<int64_t>(k), ta, tb};
+  return EnqueueOp(s, r, "matmul", token, [g, reference](Op&) { (reference ? ref::Matmul : fast::Matmul)(g); });
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 /**
  * The matmul wrapper's own fast paths keep its contract: its options check accepts exactly what
  * checkOptions accepts (own keys of a plain object; inherited ones are not checked) and refuses the
- * rest with the same message; its output owns a frozen shape array nobody else holds, with
- * contiguous strides, and is built again for every call.
+ * rest with the same message; its output has a frozen shape and contiguous strides that no caller
+ * holds: a 2-D output reuses the frozen layout of the previous 2-D output of the same dims (shared
+ * only between tensors, which cannot change it), any other dims get a layout of their own.
  */
 import { describe, expect, it } from 'vitest';
 import { Device, Tensor, matmul } from '../src/runtime/device/device-index.js';
@@ -42,7 +43,7 @@ describe('matmul wrapper', () => {
     for (const t of [a, b, c]) t.release();
   });
 
-  it('the output: shape [m, n] or [batch, m, n], frozen, contiguous, its own array on every call', async () => {
+  it('the output: shape [m, n] or [batch, m, n], frozen, contiguous, never an array a caller holds', async () => {
     const a = Tensor.fromArray(d0, [1, 2, 3, 4, 5, 6], [2, 3]);
     const b = Tensor.fromArray(d0, [1, 0, 0, 1, 1, 1], [3, 2]);
     const c1 = matmul(a, b);
@@ -53,8 +54,11 @@ describe('matmul wrapper', () => {
     expect(c1.isContiguous).toBe(true);
     expect(Object.isFrozen(c1.shape)).toBe(true);
     expect(Object.isFrozen(c1.strides)).toBe(true);
-    expect(c1.shape).not.toBe(c2.shape);
+    expect(c1.shape).not.toBe(a.shape);
+    expect(c1.shape).not.toBe(b.shape);
     expect(() => (c1.shape as number[]).push(1)).toThrow(TypeError);
+    expect(() => ((c1.strides as number[])[0] = 7)).toThrow(TypeError);
+    expect(c1.strides).toEqual([2, 1]);
     expect(Array.from(await c2.toArray())).toEqual([4, 5, 10, 11]);
     const ab = Tensor.fromArray(d0, new Float32Array(2 * 2 * 3).fill(1), [2, 2, 3]);
     const bb = Tensor.fromArray(d0, new Float32Array(2 * 3 * 4).fill(2), [2, 3, 4]);
@@ -64,6 +68,30 @@ describe('matmul wrapper', () => {
     expect(Object.isFrozen(cb.shape)).toBe(true);
     expect(Array.from(await cb.toArray())).toEqual(new Array(16).fill(6));
     for (const t of [a, b, c1, c2, ab, bb, cb]) t.release();
+  });
+
+  it('2-D outputs of the same dims share one frozen layout; other dims, in any order, get their own', async () => {
+    const a = Tensor.fromArray(d0, [1, 2, 3, 4, 5, 6], [2, 3]);
+    const b = Tensor.fromArray(d0, [1, 0, 0, 1, 1, 1], [3, 2]);
+    const c1 = matmul(a, b);
+    const c2 = matmul(a, b);
+    // The same frozen arrays: no shape or strides built or frozen again for a repeated shape.
+    expect(c2.shape).toBe(c1.shape);
+    expect(c2.strides).toBe(c1.strides);
+    const t1 = matmul(a, b, { transA: true, transB: true }); // [3, 3]
+    expect(t1.shape).toEqual([3, 3]);
+    expect(t1.strides).toEqual([3, 1]);
+    expect(t1.shape).not.toBe(c1.shape);
+    const c3 = matmul(a, b);
+    expect(c3.shape).toEqual([2, 2]);
+    expect(c3.strides).toEqual([2, 1]);
+    // Earlier outputs keep their dims whatever was built since.
+    expect(c1.shape).toEqual([2, 2]);
+    expect(t1.shape).toEqual([3, 3]);
+    expect(Object.isFrozen(c3.shape) && Object.isFrozen(t1.strides)).toBe(true);
+    expect(Array.from(await t1.toArray())).toEqual([1, 4, 5, 2, 5, 7, 3, 6, 9]);
+    expect(Array.from(await c3.toArray())).toEqual([4, 5, 10, 11]);
+    for (const t of [a, b, c1, c2, t1, c3]) t.release();
   });
 
   it('tensors made by the constructor still copy the caller’s shape and strides', () => {

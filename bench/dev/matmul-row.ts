@@ -7,14 +7,18 @@
  * ops held the stream's thread (onStream: the kernel, C's first touch included). Wall minus
  * onStream is dispatch, which no kernel change moves: the JS wrapper and the native entry, and,
  * once the operands pass 1 MiB (n = 512 here) and the op no longer runs inline, the stream
- * thread's wake-up.
+ * thread's wake-up. With `release` each output is released as soon as it is made (as a
+ * `c = a @ b` loop in PyTorch frees it), so every op writes the same warm block: what holding the
+ * round's outputs (the bench's method, `hold`) costs shows as the difference.
  *
- *   npm run build && node dist/bench/dev/matmul-row.js [warmUpOps=0] [repeats=5] [n=64]
+ *   npm run build && node dist/bench/dev/matmul-row.js [warmUpOps=0] [repeats=5] [n=64] [hold|release]
  */
 import { Device, loadNative, matmul, Tensor } from '../../src/internal.js';
 
-const [warmUp = 0, repeats = 5, n = 64] = process.argv.slice(2).map(Number);
+const [warmUp = 0, repeats = 5, n = 64] = process.argv.slice(2, 5).map(Number);
+const outputs = process.argv[5] ?? 'hold';
 if (!Number.isInteger(n) || n < 1 || n > 4096) throw new Error(`matmul-row: n must be an integer in 1..4096, got ${process.argv[4]}`);
+if (outputs !== 'hold' && outputs !== 'release') throw new Error(`matmul-row: the 4th argument must be 'hold' or 'release', got '${outputs}'`);
 // As bench/kernels.ts sizes a row.
 const reps = Math.max(1, Math.round(2e8 / (2 * n * n * n)));
 const dev = Device.get(0);
@@ -32,7 +36,8 @@ for (let r = 0; r < repeats; r++) {
   for (let k = 0; k < 3; k++) {
     const made: Tensor[] = [];
     const t0 = process.hrtime.bigint();
-    for (let i = 0; i < reps; i++) made.push(run());
+    if (outputs === 'hold') for (let i = 0; i < reps; i++) made.push(run());
+    else for (let i = 0; i < reps; i++) run().release();
     await stream.synchronize({ timeoutMs: 60_000 });
     rounds.push(Number(process.hrtime.bigint() - t0) / 1e3 / reps);
     const p = stream.native.drainProfile();

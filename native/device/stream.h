@@ -125,6 +125,8 @@ class StreamImpl {
   void SetProfiling(bool on) { profiling_.store(on); }
   std::vector<ProfileRecord> DrainProfile(uint64_t* dropped);
   static constexpr size_t kMaxProfileRecords = 1 << 20;
+  // At most this many records' room is kept across a drain (see DrainProfile).
+  static constexpr size_t kReservedProfileRecords = 1 << 14;
 
   // Held-back completions (see "Batched completions" above).
   static constexpr size_t kMaxDeferred = 128;

@@ -338,9 +338,11 @@ export function matmul(a: Tensor, b: Tensor, options?: MatmulOptions): Tensor {
       transB,
     });
   }
-  // The shape is valid by construction (the inputs' dims) and a fresh array, so the output skips
-  // Tensor.empty's shape check and keeps it without a copy (Tensor.own).
-  const out = Tensor.own(a.device, a.device.alloc(batch * m * n * dtypeSize(outDtype)), outDtype, rank === 3 ? [batch, m, n] : [m, n]);
+  // The shape is valid by construction (the inputs' dims), so the output skips Tensor.empty's shape
+  // check: a fresh array kept without a copy (Tensor.own), or, 2-D, the frozen layout of the last
+  // 2-D output of the same dims (Tensor.ownMatrix).
+  const buffer = a.device.alloc(batch * m * n * dtypeSize(outDtype));
+  const out = rank === 3 ? Tensor.own(a.device, buffer, outDtype, [batch, m, n]) : Tensor.ownMatrix(a.device, buffer, outDtype, m, n);
   try {
     stream.native.matmul(
       DTYPE_CODE[dtype],

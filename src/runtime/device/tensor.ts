@@ -69,8 +69,17 @@ function inferDType(data: HostData): DType | undefined {
   return undefined;
 }
 
-// Set by Tensor.own for the one constructor call it makes: that call keeps its shape array.
-let adoptShape = false;
+// Set by Tensor.own / ownMatrix for the one constructor call each makes: ADOPT_SHAPE keeps (and
+// freezes) its fresh shape array, ADOPT_LAYOUT keeps shape and strides that are frozen already.
+const ADOPT_SHAPE = 1;
+const ADOPT_LAYOUT = 2;
+let adopt = 0;
+
+// The last layout Tensor.ownMatrix built, frozen: a loop of same-shaped matmuls reuses it.
+let matrixRows = -1;
+let matrixCols = -1;
+let matrixShape: readonly number[] = Object.freeze([]);
+let matrixStrides: readonly number[] = Object.freeze([]);
 
 export class Tensor {
   readonly device: Device;
@@ -85,13 +94,21 @@ export class Tensor {
 
   /** @internal Use Tensor.empty / zeros / fromArray / fromHandle. */
   constructor(device: Device, buffer: DeviceBuffer, dtype: DType, shape: readonly number[], strides?: readonly number[], byteOffset = 0) {
-    // Read first and cleared at once (nothing before it can throw), so only Tensor.own's call adopts.
-    const adopt = adoptShape;
-    adoptShape = false;
+    // Read first and cleared at once (nothing before it can throw), so only own's and ownMatrix's calls adopt.
+    const mode = adopt;
+    adopt = 0;
     this.device = device;
     this.buffer = buffer;
     this.dtype = dtype;
-    this.shape = Object.freeze(adopt ? (shape as number[]) : [...shape]);
+    if (mode === ADOPT_LAYOUT) {
+      this.shape = shape;
+      this.strides = strides!;
+      this.byteOffset = byteOffset;
+      this.numel = numelOf(shape);
+      this.#contiguous = true;
+      return;
+    }
+    this.shape = Object.freeze(mode === ADOPT_SHAPE ? (shape as number[]) : [...shape]);
     // Strides and numel read the frozen shape, not the caller's array: every tensor's shape then has
     // the same (frozen) element kind, so these loads stay monomorphic, whatever arrays callers pass.
     // Computed strides are a fresh array already: frozen as they are, not copied again.
@@ -108,8 +125,25 @@ export class Tensor {
    * strides, and the young-generation collections they drove, were a measurable part of the op.
    */
   static own(device: Device, buffer: DeviceBuffer, dtype: DType, shape: number[]): Tensor {
-    adoptShape = true;
+    adopt = ADOPT_SHAPE;
     return new Tensor(device, buffer, dtype, shape);
+  }
+
+  /**
+   * @internal Tensor.own for a contiguous [rows, cols] tensor, whose shape and strides are the
+   * frozen arrays of the previous call when the dims repeat (both are immutable, so tensors can
+   * share them). Object.freeze is a runtime call per array, and with the two fresh arrays it was
+   * about a tenth of a 64 x 64 matmul's dispatch; a training loop's matmuls repeat their shapes.
+   */
+  static ownMatrix(device: Device, buffer: DeviceBuffer, dtype: DType, rows: number, cols: number): Tensor {
+    if (rows !== matrixRows || cols !== matrixCols) {
+      matrixShape = Object.freeze([rows, cols]);
+      matrixStrides = Object.freeze(contiguousStrides(matrixShape));
+      matrixRows = rows;
+      matrixCols = cols;
+    }
+    adopt = ADOPT_LAYOUT;
+    return new Tensor(device, buffer, dtype, matrixShape, matrixStrides);
   }
 
   get nbytes(): number {
