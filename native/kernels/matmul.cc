@@ -149,7 +149,7 @@ const KernelSpec kAvx512Bf16{"avx512-bf16", 12, 32, nullptr};
 const KernelSpec kAmxBf16{"amx-bf16", 32, 32, nullptr};
 
 struct Cpu {
-  bool avx2_fma, avx512, avx512_bf16, amx_bf16;
+  bool avx2_fma, avx512, avx512_bf16;
 };
 
 const Cpu& CpuHas() {
@@ -160,11 +160,18 @@ const Cpu& CpuHas() {
     c.avx512 = __builtin_cpu_supports("avx512f");
     // matmul_bf16.cc packs with AVX-512 BW word permutes (every avx512bf16 CPU has BW; checked anyway).
     c.avx512_bf16 = c.avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
-    // matmul_amx.cc packs with the same AVX-512 BW permutes; AMX also needs the OS's leave (once per process).
-    c.amx_bf16 = c.avx512 && __builtin_cpu_supports("avx512bw") && AmxUnusableReason() == nullptr;
     return c;
   }();
   return cpu;
+}
+
+// AMX tiles for bf16: matmul_amx.cc packs with the same AVX-512 BW permutes, and the process must get
+// the OS's leave. Asked at the first bf16 matmul, not with the CPU's other features: the leave grows
+// every signal frame of every thread of the process by the tile state (~8 KiB), which a process that
+// never multiplies bf16 (an fp32 run) has no reason to take on.
+bool AmxBf16Usable() {
+  static const bool ok = CpuHas().avx512 && __builtin_cpu_supports("avx512bw") && AmxUnusableReason() == nullptr;
+  return ok;
 }
 
 // Process-global on purpose, not per env: the micro-kernel is a property of the
@@ -186,7 +193,7 @@ const KernelSpec& SelectF32() {
 const KernelSpec& SelectBf16() {
   const auto mode = static_cast<MatmulKernelMode>(forced.load(std::memory_order_relaxed));
   const bool amx_mode = mode == MatmulKernelMode::kAuto || mode == MatmulKernelMode::kAmx;
-  if (amx_mode && CpuHas().amx_bf16) return kAmxBf16;
+  if (amx_mode && AmxBf16Usable()) return kAmxBf16;
   if ((amx_mode || mode == MatmulKernelMode::kAvx512) && CpuHas().avx512_bf16) return kAvx512Bf16;
   return SelectF32();
 }
