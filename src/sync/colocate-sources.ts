@@ -62,10 +62,8 @@ export interface ColocateOut {
   freshPlan?: boolean;
   /** Who publishes the sources (the strategy): with it, the plan is kept for the next sync of the same pair. */
   owner?: object;
-  /** Collective completions to await at the end. */
+  /** Collective completions to await at the end (every collective here is an all-gather: one each). */
   pending: Promise<void>[];
-  /** All-gathers this sync issued (set by syncSources). */
-  gathers?: number;
 }
 
 /** Slots of every TP rank of an engine's group (pure data; made once per engine). */
@@ -116,7 +114,6 @@ export function syncSources(sources: readonly WeightSource[], out: ColocateOut):
     b.stagingNumel = Math.max(b.stagingNumel, run ? s.parts * run.span : stagingNeed(s, steps[i]!, out.bucketBytes));
     if (steps[i]!.kind === 'whole' || steps[i]!.kind === 'gather') b.scratchMax = Math.max(b.scratchMax, scratchNumel(s));
   });
-  out.gathers = 0;
   try {
     let skipTo = 0;
     sources.forEach((s0, i) => {
@@ -124,7 +121,7 @@ export function syncSources(sources: readonly WeightSource[], out: ColocateOut):
       const run = runs.get(i);
       if (run) {
         const b = buffers.get(wires[i]!)!;
-        gatherRun(sources, steps, i, run, out, viewOf((b.staging ??= Tensor.empty(engine.device, [b.stagingNumel], wires[i]!)), [s0.parts * run.span]));
+        gatherRun(sources, i, run, out, viewOf((b.staging ??= Tensor.empty(engine.device, [b.stagingNumel], wires[i]!)), [s0.parts * run.span]));
         skipTo = run.end;
         return;
       }
@@ -148,7 +145,6 @@ export function syncSources(sources: readonly WeightSource[], out: ColocateOut):
           case 'gather': {
             const all = stage(s.parts * s.localNumel);
             out.pending.push(s.comm!.allGather(s.local, all, out.stream));
-            out.gathers!++;
             return writeAll(s, step, all, scratchNumel(s) ? scratchOf() : null, out);
           }
           default:
@@ -167,10 +163,14 @@ export function syncSources(sources: readonly WeightSource[], out: ColocateOut):
   return sources.length;
 }
 
-/** A run of adjacent Shard(0) sources gathered together: sources [start, end), `span` elements of each rank's memory. */
+/**
+ * A run of adjacent Shard(0) sources gathered together: sources [start, end), `span` elements of
+ * each rank's memory; `writes[i - start]` are source i's direct writes.
+ */
 interface Run {
   end: number;
   span: number;
+  writes: DirectWrite[][];
 }
 
 /**
@@ -184,8 +184,10 @@ interface Run {
  */
 function adjacentRuns(sources: readonly WeightSource[], steps: readonly SyncStep[], wires: readonly DType[], out: ColocateOut): Map<number, Run> {
   const runs = new Map<number, Run>();
+  const writes: DirectWrite[][] = [];
+  const writesAt = (i: number) => (writes[i] ??= writesOf(steps[i]!, hfOf(sources[i]!), out));
   const joins = (s: WeightSource, i: number) =>
-    steps[i]!.kind === 'stream' && wires[i] === s.local.dtype && s.local.isContiguous && writesOf(steps[i]!, hfOf(s), out).every((w) => w.range);
+    steps[i]!.kind === 'stream' && wires[i] === s.local.dtype && s.local.isContiguous && writesAt(i).every((w) => w.range);
   let i = 0;
   while (i < sources.length) {
     const a = sources[i]!;
@@ -201,7 +203,7 @@ function adjacentRuns(sources: readonly WeightSource[], steps: readonly SyncStep
         span += b.localNumel;
       }
     }
-    if (j - i >= 2) runs.set(i, { end: j, span });
+    if (j - i >= 2) runs.set(i, { end: j, span, writes: writes.slice(i, j) });
     i = Math.max(j, i + 1);
   }
   return runs;
@@ -212,19 +214,18 @@ function adjacentRuns(sources: readonly WeightSource[], steps: readonly SyncStep
  * source's slice writes from it, rank by rank, in one batched copy op (strided reads of
  * whole rows, when a write needs them, are their own ops).
  */
-function gatherRun(sources: readonly WeightSource[], steps: readonly SyncStep[], start: number, run: Run, out: ColocateOut, buf: Tensor): void {
+function gatherRun(sources: readonly WeightSource[], start: number, run: Run, out: ColocateOut, buf: Tensor): void {
   const a = sources[start]!;
   const dp = a.parts;
   const mine = new Tensor(a.local.device, a.local.buffer, a.local.dtype, [run.span], undefined, a.local.byteOffset);
   out.pending.push(a.comm!.allGather(mine, buf, out.stream));
-  out.gathers!++;
   const list = new CopyRanges();
   let rel = 0;
   for (let i = start; i < run.end; i++) {
     const s = sources[i]!;
     const chunk = s.localNumel,
       total = numelOf(s.shape);
-    for (const w of writesOf(steps[i]!, hfOf(s), out)) {
+    for (const w of run.writes[i - start]!) {
       out.session.writeInPlace(w.param, (dst, st) => {
         for (let q = 0; q < dp; q++) {
           const m = Math.max(0, Math.min(chunk, total - q * chunk));
@@ -308,7 +309,6 @@ function gatherExperts(s: WeightSource, step: SyncStep, out: ColocateOut, stage:
   for (let j = 0; j < El; j++) {
     const all = stage(s.parts * row);
     out.pending.push(s.comm!.allGather(viewOf(s.local, [row], j * row), all, stream));
-    out.gathers!++;
     for (let q = 0; q < s.parts; q++) {
       if (q * El + j >= E) continue;
       const w = expertSlotWrite(slot, q * El + j);
@@ -337,7 +337,6 @@ function streamShard0(s: WeightSource, step: SyncStep, out: ColocateOut, stage: 
     session.writeInPlace(w.param, (dst, st) => {
       out.pending.push(comm.allGather(s.local, viewOf(dst.reshape([dst.numel]), [pad], w.range!.dstOffset), st));
     });
-    out.gathers!++;
     return;
   }
   if (writes.every((w) => w.range)) {
@@ -346,7 +345,6 @@ function streamShard0(s: WeightSource, step: SyncStep, out: ColocateOut, stage: 
       const n = Math.min(per, chunk - off);
       const buf = stage(dp * n);
       out.pending.push(comm.allGather(viewOf(s.local, [n], off), buf, stream));
-      out.gathers!++;
       for (let q = 0; q < dp; q++) {
         const from = q * chunk + off,
           m = Math.max(0, Math.min(n, total - from));
@@ -364,14 +362,12 @@ function streamShard0(s: WeightSource, step: SyncStep, out: ColocateOut, stage: 
   if (gathers === 1) {
     full = stage(pad);
     out.pending.push(comm.allGather(s.local, full, stream));
-    out.gathers!++;
   } else {
     full = asm = Tensor.empty(engine.device, [pad], s.local.dtype);
     for (let off = 0; off < chunk; off += per) {
       const n = Math.min(per, chunk - off);
       const buf = stage(dp * n);
       out.pending.push(comm.allGather(viewOf(s.local, [n], off), buf, stream));
-      out.gathers!++;
       for (let q = 0; q < dp; q++) copy(viewOf(asm, [n], q * chunk + off), viewOf(buf, [n], q * n), { stream });
     }
   }

@@ -113,7 +113,7 @@ export class ColocateSync {
           fault?.restore();
         }
         await Promise.all(out.pending);
-        this.lastGathers = out.gathers ?? 0;
+        this.lastGathers = out.pending.length;
         fault?.after();
         session.finish();
       } finally {
