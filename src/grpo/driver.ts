@@ -577,7 +577,9 @@ async function controller(
         responseTokens: sampled,
         seconds,
         syncBytes: rep.bytes,
-        syncGBs: rep.GBs,
+        // Over the step's sync phase as timed here: a server-mode trainer rank's own report
+        // ends when its transfers are enqueued (sync/in-flight.ts), not when they landed.
+        syncGBs: seconds.sync > 0 ? rep.bytes / seconds.sync / 1e9 : rep.GBs,
       };
       metrics.push(m);
       log?.step({

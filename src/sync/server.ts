@@ -56,6 +56,7 @@ import { checkVerify, probeBatch, trainerLogprobs, worstDiff, type ResolvedVerif
 import { checkBaseFingerprints, checkFingerprints } from './fingerprint-check.js';
 import { syncFault } from './faults.js';
 import { settle } from './settle.js';
+import { InFlight } from './in-flight.js';
 import { enqueueGather } from './server-gather.js';
 import { buildProgram, pieceKey, type SyncProgram } from './server-program.js';
 import { profiler } from '../runtime/profiler.js';
@@ -143,8 +144,10 @@ export class ServerSync {
     readonly engine: RolloutEngine | undefined,
   ) {
     // Engine ranks receive and load on the engine's own stream (FIFO: a slot is refilled
-    // only after the loads that read it); trainer ranks on a stream of their own.
-    this.stream = engine ? engine.stream : comm.device.newStream();
+    // only after the loads that read it). Trainer ranks send from their default stream, in
+    // order with the optimizer steps that write the weights: a full sync returns once its
+    // transfers are enqueued (in-flight.ts), and the next step's writes stay behind them.
+    this.stream = engine ? engine.stream : comm.device.defaultStream;
   }
 
   /**
@@ -153,6 +156,22 @@ export class ServerSync {
    * the first sync (collective over `comm`, the same splits in the same order everywhere).
    */
   private fanout: Array<Communicator | null> | null = null;
+
+  /** A trainer rank's transfers of its last full sync, still running after sync() returned (in-flight.ts). */
+  private readonly inFlight = new InFlight();
+
+  /**
+   * Trainer ranks: resolves once the transfers of the last full sync completed (sync()
+   * returns when they are enqueued); throws when one failed. Engine ranks: at once.
+   */
+  drain(): Promise<void> {
+    return this.inFlight.drain();
+  }
+
+  /** Whether a trainer rank handed transfers of its last full sync that drain() has not seen complete. */
+  get transfersInFlight(): boolean {
+    return this.inFlight.pending;
+  }
 
   /** Destroys the per-trainer-rank communicators this sync made (local; `comm` stays the caller's). */
   release(): void {
@@ -216,6 +235,8 @@ export class ServerSync {
   async sync(opts: SyncOptions = {}): Promise<SyncReport> {
     checkOptions(opts, ['adapterOnly', 'verify'], 'ServerSync.sync()');
     const verify = checkVerify(opts.verify);
+    // The previous sync's transfers are done (and did not fail) before anything is sent again.
+    await this.inFlight.drain();
     if (opts.adapterOnly) {
       const t0 = performance.now();
       const meter = new MemoryMeter(this.comm.device);
@@ -259,6 +280,8 @@ export class ServerSync {
     let receiver: Receiver | null = null;
     // Every transfer of this rank is enqueued: from here a failure leaves no peer waiting.
     let issued = false;
+    // A trainer rank handed its transfers and the buffers they read to `inFlight`.
+    let handed = false;
     try {
       const sources = this.role === 'trainer' ? this.sourceTensors(prog.wire, casts) : null;
       const fault = session ? syncFault(this.engine!, (name) => session.entry(name).writes[0], 'server') : null;
@@ -356,9 +379,16 @@ export class ServerSync {
         }
         issued = true;
         endPhase?.();
-        endPhase = profiler()?.begin('sync', 'weightSync.wait');
-        await Promise.all(pending);
-        endPhase?.();
+        if (!rx && !verify) {
+          // A trainer rank: its default stream holds the transfers; they complete without it.
+          this.inFlight.hand(pending, [staging, scrap, ...casts]);
+          handed = true;
+        }
+        if (!handed) {
+          endPhase = profiler()?.begin('sync', 'weightSync.wait');
+          await Promise.all(pending);
+          endPhase?.();
+        }
         endPhase = profiler()?.begin('sync', 'weightSync.finish');
         for (const s of slots) s.release();
         slots.length = 0;
@@ -370,14 +400,16 @@ export class ServerSync {
           markEngineBaseWeights(this.engine!);
         }
         // Engine ranks: the post-load processing has run (its errors are this sync's; the
-        // sync's stream is the engine's, so one wait serves both). Trainer ranks: every
-        // collective resolved, so the stream has usually nothing left to wait for.
-        await settle(stream, WAIT.timeoutMs);
+        // sync's stream is the engine's, so one wait serves both). Trainer ranks that waited
+        // (a verified sync): every collective resolved, so the stream has usually nothing left.
+        if (!handed) await settle(stream, WAIT.timeoutMs);
       } finally {
-        await Promise.allSettled(pending);
+        if (!handed) {
+          await Promise.allSettled(pending);
+          staging?.release();
+          scrap?.release();
+        }
         for (const s of slots) s.release();
-        staging?.release();
-        scrap?.release();
         rx?.release();
         fault?.restore();
       }
@@ -390,7 +422,7 @@ export class ServerSync {
       throw e;
     } finally {
       if (session?.open) session.abort();
-      for (const t of casts) t.release(); // the wire casts, freed once the transfers that read them are done
+      if (!handed) for (const t of casts) t.release(); // the wire casts, freed once the transfers that read them are done
     }
     endPhase?.();
     const seconds = (performance.now() - t0) / 1000;
