@@ -18,13 +18,14 @@ namespace {
 // (noisy shared machine; longer runs per input help the hardware prefetcher).
 constexpr uint64_t kBlockBytes = 128 * 1024;
 
-// Accumulator bytes per block when the result goes to several outputs (allReduce): a
-// block reads kManyBlockBytes / sizeof(A) elements of every input, and an output that
-// is one of those inputs (in place) is stored while its lines are still in L2 only if
-// all P input runs fit there (16 x 32 KiB = 512 KiB of a 2 MiB L2). Measured (16 x 64
-// MiB, bench/dev/allreduce_place.cc, mover CPU ms per op, in place with plain stores /
-// out of place with streaming stores): 32 KiB 118 / 135, 64 KiB 127 / 137, 128 KiB
-// 140 / 137, 256 KiB 166 / 135.
+// Accumulator bytes per block when the result goes to several outputs and one of them
+// is also an input (in place allReduce): a block reads kManyBlockBytes / sizeof(A)
+// elements of every input, and the in-place output is stored while its lines are still
+// in L2 only if all P input runs fit there (16 x 32 KiB = 512 KiB of a 2 MiB L2).
+// Measured (16 x 64 MiB, bench/dev/allreduce_place.cc, mover CPU ms per op, in place
+// with plain stores): 32 KiB 118, 64 KiB 127, 128 KiB 140, 256 KiB 166. Out of place
+// (streaming stores) the block size made no difference (133-140 ms from 32 to 256
+// KiB), and keeps kBlockBytes.
 #ifndef ASCENT_REDUCE_MANY_BLOCK_BYTES
 #define ASCENT_REDUCE_MANY_BLOCK_BYTES (32 * 1024)
 #endif
@@ -155,17 +156,22 @@ void ReduceT(uint8_t* const* outs, int nouts, bool streaming, const uint8_t* con
   // aligned). Several: the block is staged once and copied into each output as one
   // run (a line at a time into P outputs would thrash the write-combining buffers).
   const bool direct = nouts == 1 && (!streaming || (reinterpret_cast<uintptr_t>(outs[0]) & 15) == 0);
-  const uint64_t block = direct ? kBlock : kManyBlockBytes / sizeof(A);
   // Streaming stores only into outputs that are not also an input at the same offset:
   // an in-place output's block was just read, so its lines are in cache, and a
   // non-temporal store to a cached line has to evict it first. Measured (16 x 64 MiB
   // in place, mover CPU per op): streaming 155-170 ms, plain stores 117-142 ms; out of
   // place the other way round (streaming 133-140 ms, plain 196-207 ms: each plain
   // store first reads the line it overwrites).
-  std::vector<bool> nt_out;  // empty (no allocation) on the one-output path
-  if (!direct && streaming) {
-    for (int o = 0; o < nouts; ++o) nt_out.push_back(std::find(in_b, in_b + n, outs[o]) == in_b + n);
+  std::vector<bool> nt_out;  // several outputs only (no allocation on the one-output path)
+  bool in_place = false;     // some output is an input: small blocks keep its lines in L2
+  if (!direct) {
+    for (int o = 0; o < nouts; ++o) {
+      const bool input = std::find(in_b, in_b + n, outs[o]) != in_b + n;
+      in_place = in_place || input;
+      nt_out.push_back(streaming && !input);
+    }
   }
+  const uint64_t block = in_place ? kManyBlockBytes / sizeof(A) : kBlock;
   alignas(64) A acc[kBlock];
   alignas(64) T staged[kBlock];
   const T* s[kGroup];
@@ -206,7 +212,7 @@ void ReduceT(uint8_t* const* outs, int nouts, bool streaming, const uint8_t* con
     if (!direct) {
       const uint64_t off = base * sizeof(T), bytes = m * sizeof(T);
       for (int o = 0; o < nouts; ++o) {
-        if (streaming && nt_out[o]) {
+        if (nt_out[o]) {
           StreamCopy(outs[o] + off, reinterpret_cast<const uint8_t*>(staged), bytes);
         } else {
           std::memcpy(outs[o] + off, staged, bytes);
