@@ -21,7 +21,8 @@ interface Case {
   op: string;
   dtype: string;
   count: number;
-  inPlace: boolean;
+  /** 'even' (allReduce): even ranks in place, odd ranks out of place. */
+  inPlace: boolean | 'even';
   red?: string;
   root?: number;
 }
@@ -93,6 +94,16 @@ function cases(P: number): Case[] {
     out.push({ op: 'reduceScatter', dtype: 'fp32', count: big + 16, inPlace: true, red: 'max' });
   }
   if (P === 3) out.push({ op: 'reduceScatter', dtype: 'bf16', count: 2 * big + 1, inPlace: false, red: 'avg' });
+  // allReduce with streaming stores and several 32 KiB blocks in each mover's chunk
+  // (native/comm/reduce.cc): out of place, in place, and both in one collective (streaming
+  // stores into the outputs that are not an input, plain stores into those that are).
+  // Odd counts: the last chunk ends in a ragged line.
+  if (P === 2) {
+    for (const inPlace of [false, true, 'even'] as const) {
+      out.push({ op: 'allReduce', dtype: 'fp32', count: 3 * (1 << 17) + 5, inPlace, red: 'sum' });
+    }
+  }
+  if (P === 3) out.push({ op: 'allReduce', dtype: 'bf16', count: (1 << 19) + 3, inPlace: 'even', red: 'avg' });
   out.push({ op: 'allGather', dtype: 'fp32', count: Math.ceil(LARGE / P) + 1, inPlace: false });
   // Large copies, in place: movers write into every rank's output (native/comm/collectives.cc).
   out.push({ op: 'allGather', dtype: 'fp32', count: Math.ceil(LARGE / P) + 1, inPlace: true });

@@ -1,7 +1,9 @@
 #include "comm/reduce.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "comm/copy.h"
 
@@ -15,6 +17,19 @@ namespace {
 // the device pools are): 32 KiB blocks 41.7 ms, 128 KiB 37-40 ms, 16 KiB 47-53 ms
 // (noisy shared machine; longer runs per input help the hardware prefetcher).
 constexpr uint64_t kBlockBytes = 128 * 1024;
+
+// Accumulator bytes per block when the result goes to several outputs and one of them
+// is also an input (in place allReduce): a block reads kManyBlockBytes / sizeof(A)
+// elements of every input, and the in-place output is stored while its lines are still
+// in L2 only if all P input runs fit there (16 x 32 KiB = 512 KiB of a 2 MiB L2).
+// Measured (16 x 64 MiB, bench/dev/allreduce_place.cc, mover CPU ms per op, in place
+// with plain stores): 32 KiB 118, 64 KiB 127, 128 KiB 140, 256 KiB 166. Out of place
+// (streaming stores) the block size made no difference (133-140 ms from 32 to 256
+// KiB), and keeps kBlockBytes.
+#ifndef ASCENT_REDUCE_MANY_BLOCK_BYTES
+#define ASCENT_REDUCE_MANY_BLOCK_BYTES (32 * 1024)
+#endif
+constexpr uint64_t kManyBlockBytes = ASCENT_REDUCE_MANY_BLOCK_BYTES;
 
 // Inputs folded per pass over the accumulator.
 constexpr int kGroup = 4;
@@ -141,11 +156,27 @@ void ReduceT(uint8_t* const* outs, int nouts, bool streaming, const uint8_t* con
   // aligned). Several: the block is staged once and copied into each output as one
   // run (a line at a time into P outputs would thrash the write-combining buffers).
   const bool direct = nouts == 1 && (!streaming || (reinterpret_cast<uintptr_t>(outs[0]) & 15) == 0);
+  // Streaming stores only into outputs that are not also an input at the same offset:
+  // an in-place output's block was just read, so its lines are in cache, and a
+  // non-temporal store to a cached line has to evict it first. Measured (16 x 64 MiB
+  // in place, mover CPU per op): streaming 155-170 ms, plain stores 117-142 ms; out of
+  // place the other way round (streaming 133-140 ms, plain 196-207 ms: each plain
+  // store first reads the line it overwrites).
+  std::vector<bool> nt_out;  // several outputs only (no allocation on the one-output path)
+  bool in_place = false;     // some output is an input: small blocks keep its lines in L2
+  if (!direct) {
+    for (int o = 0; o < nouts; ++o) {
+      const bool input = std::find(in_b, in_b + n, outs[o]) != in_b + n;
+      in_place = in_place || input;
+      nt_out.push_back(streaming && !input);
+    }
+  }
+  const uint64_t block = in_place ? kManyBlockBytes / sizeof(A) : kBlock;
   alignas(64) A acc[kBlock];
   alignas(64) T staged[kBlock];
   const T* s[kGroup];
-  for (uint64_t base = 0; base < count; base += kBlock) {
-    const uint64_t m = count - base < kBlock ? count - base : kBlock;
+  for (uint64_t base = 0; base < count; base += block) {
+    const uint64_t m = count - base < block ? count - base : block;
     const uint64_t lines = m / L * L;  // elements in whole lines; the rest below
     uint8_t* dst = direct ? outs[0] + base * sizeof(T) : reinterpret_cast<uint8_t*>(staged);
     const bool nt = direct && streaming;
@@ -181,7 +212,7 @@ void ReduceT(uint8_t* const* outs, int nouts, bool streaming, const uint8_t* con
     if (!direct) {
       const uint64_t off = base * sizeof(T), bytes = m * sizeof(T);
       for (int o = 0; o < nouts; ++o) {
-        if (streaming) {
+        if (nt_out[o]) {
           StreamCopy(outs[o] + off, reinterpret_cast<const uint8_t*>(staged), bytes);
         } else {
           std::memcpy(outs[o] + off, staged, bytes);

@@ -20,7 +20,9 @@ void Reduce(uint8_t* out, const uint8_t* const* in, int n, uint64_t count, DType
 
 // The same reduction stored into every one of `outs` (each may alias an input at
 // the same offset: a block is read from every input before it is stored anywhere).
-// `streaming`: non-temporal stores (large outputs nobody reads back soon).
+// `streaming`: non-temporal stores (large outputs nobody reads back soon), except into
+// an output that is also one of the inputs (in place): its lines were just read and
+// are still in cache, where plain stores are cheaper.
 void ReduceToMany(uint8_t* const* outs, int nouts, bool streaming, const uint8_t* const* in, int n, uint64_t count,
                   DType dtype, RedOp op, int divisor);
 
