@@ -230,6 +230,19 @@ Span Reader::Buffer(const char* name, uint64_t bytes, size_t align, bool optiona
   return sp;
 }
 
+Span Reader::Made(const char* name, std::shared_ptr<Block> block) {
+  Span sp;
+  sp.bytes = block->size();
+  sp.block = std::move(block);
+  if (count_ < kInline) {
+    inline_[count_] = {sp, name};
+  } else {
+    more_.push_back({sp, name});
+  }
+  ++count_;
+  return sp;
+}
+
 Span Reader::Tensor(const char* name, uint64_t numel, DType t, bool optional) {
   const size_t es = DTypeSize(t);
   return Buffer(name, CheckedMul(numel, es, name), es, optional);

@@ -94,6 +94,13 @@ class Reader {
   // `out` must not overlap `in` at all (ops that cannot run in place).
   void CheckNoOverlap(const Span& out, const Span& in, const char* out_name, const char* in_name);
 
+  // A block the op made itself (an output it allocates), recorded as if read: Blocks() keeps it
+  // alive and SpanBytes() counts it. The whole block, as `name`.
+  Span Made(const char* name, std::shared_ptr<Block> block);
+  // What the entry point returns instead of the op's seq (the handle of an output it made).
+  void SetResult(napi_value v) { result_ = v; }
+  napi_value result() const { return result_; }
+
   std::vector<std::shared_ptr<Block>> Blocks() const;
   // Bytes of every span read (what an op touches: decides whether it may run inline).
   uint64_t SpanBytes() const;
@@ -139,6 +146,7 @@ class Reader {
   Named inline_[kInline];
   std::vector<Named> more_;
   size_t count_ = 0;
+  napi_value result_ = nullptr;
 };
 
 }  // namespace ascent

@@ -14,13 +14,14 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
-namespace ascent {
+#include "args.h"
+#include "device/stream.h"
 
-class Reader;
-class StreamImpl;
-struct Op;
+namespace ascent {
 
 struct OpRow {
   const char* name;
@@ -41,10 +42,29 @@ void BindToStream(Reader& r, const StreamImpl& s);
 // stay on the stream thread so the host keeps enqueueing while they run.
 constexpr uint64_t kInlineMaxBytes = 1 << 20;
 
-// Enqueues one Op named `name` running `run`, keeping every block `r` read alive. With
-// `may_inline` (every kernel and copy; not sleep or waitEvent, which would block the
-// caller), a small op may run at once on the calling thread when the stream is idle.
-uint64_t EnqueueOp(StreamImpl& s, const Reader& r, const std::string& name, uint64_t token, std::function<void(Op&)> run,
-                   bool may_inline = true);
+// EnqueueOp's queued half: the Op on the heap, `run` in a std::function, `r`'s blocks in its keep list.
+uint64_t EnqueueQueuedOp(StreamImpl& s, const Reader& r, const std::string& name, uint64_t token, std::function<void(Op&)> run,
+                         bool may_inline);
+
+// Enqueues one Op named `name` running `run` (a callable taking Op&), keeping every block `r`
+// read alive. With `may_inline` (every kernel and copy; not sleep or waitEvent, which would
+// block the caller), a small op may run at once on the calling thread when the stream is idle.
+// That inline op is an Op on this stack calling `run` where it is: no heap Op, no std::function
+// (its closure, a matmul's arguments, is larger than std::function keeps in place) and no keep
+// list (`r`'s spans hold the blocks until the op has finished), so it allocates nothing.
+template <typename F>
+uint64_t EnqueueOp(StreamImpl& s, const Reader& r, const std::string& name, uint64_t token, F&& run, bool may_inline = true) {
+  if (may_inline && r.SpanBytes() <= kInlineMaxBytes) {
+    Op op;
+    op.name = name;
+    op.token = token;
+    op.may_inline = true;
+    op.run_ref = [](void* ctx, Op& o) { (*static_cast<std::remove_reference_t<F>*>(ctx))(o); };
+    op.run_ctx = const_cast<void*>(static_cast<const void*>(std::addressof(run)));
+    uint64_t seq;
+    if (s.TryRunInline(op, &seq)) return seq;
+  }
+  return EnqueueQueuedOp(s, r, name, token, std::function<void(Op&)>(std::forward<F>(run)), may_inline);
+}
 
 }  // namespace ascent

@@ -21,17 +21,14 @@ void BindToStream(Reader& r, const StreamImpl& s) {
   r.SetDevice(device, "stream belongs to device", "streamDevice");
 }
 
-uint64_t EnqueueOp(StreamImpl& s, const Reader& r, const std::string& name, uint64_t token, std::function<void(Op&)> run,
-                   bool may_inline) {
+uint64_t EnqueueQueuedOp(StreamImpl& s, const Reader& r, const std::string& name, uint64_t token, std::function<void(Op&)> run,
+                         bool may_inline) {
   auto op = std::make_unique<Op>();
   op->name = name;
   op->token = token;
   op->run = std::move(run);
+  // Enqueue tries inline once more: the stream may have gone idle since EnqueueOp tried.
   op->may_inline = may_inline && r.SpanBytes() <= kInlineMaxBytes;
-  // Only an op that waits in the queue needs its keep list: one that runs inline has finished
-  // before `r`, whose spans hold the blocks, goes away (no vector and reference counts per op).
-  uint64_t seq;
-  if (op->may_inline && s.TryRunInline(op, &seq)) return seq;
   op->keep = r.Blocks();
   return s.Enqueue(std::move(op));
 }
@@ -276,6 +273,9 @@ DType MatmulDtype(Reader& r, const char* name, const char* role) {
 }
 
 // matmul(inDtype, outDtype, a, aOffset, b, bOffset, c, cOffset, batch, m, n, k, transA, transB, impl, token)
+// With c = null the op makes C itself, a new block on the stream's device, and returns its buffer
+// handle (as alloc() does) instead of the seq: what TS matmul() does for every call, where a
+// separate alloc() was a second native call, a second handle check and an overlap test per op.
 U Matmul(StreamImpl& s, Reader& r) {
   DType in = MatmulDtype(r, "inDtype", "inputs"), out = MatmulDtype(r, "outDtype", "output");
   uint64_t batch = r.At(8).Index("batch"), m = r.Index("m"), n = r.Index("n"), k = r.Index("k");
@@ -284,15 +284,24 @@ U Matmul(StreamImpl& s, Reader& r) {
   uint64_t token = r.Token();
   auto numel = [](uint64_t b, uint64_t x, uint64_t y, const char* what) { return CheckedMul(CheckedMul(b, x, what), y, what); };
   Span a = r.At(2).Tensor("a", numel(batch, m, k, "A"), in), b = r.Tensor("b", numel(batch, k, n, "B"), in);
-  Span c = r.Tensor("c", numel(batch, m, n, "C"), out);
-  r.CheckNoOverlap(c, a, "c", "a");
-  r.CheckNoOverlap(c, b, "c", "b");
+  const uint64_t c_numel = numel(batch, m, n, "C");
+  Span c = r.Tensor("c", c_numel, out, /*optional=*/true);
+  const bool make_c = !c.block;
+  if (make_c) {
+    // Last, after every check: a call that throws has allocated nothing.
+    c = r.Made("c", Block::Allocate(s.device(), CheckedMul(c_numel, DTypeSize(out), "C")));
+  } else {
+    r.CheckNoOverlap(c, a, "c", "a");
+    r.CheckNoOverlap(c, b, "c", "b");
+  }
   // The closure holds the arguments as they are, not the spans: the blocks stay alive through the
   // op (the reader's spans while it runs inline, the op's keep list while it waits), so copying
   // three shared_ptrs into it and releasing them again is work per op that keeps nothing alive.
   const MatmulArgs g{in, out, a.ptr(), b.ptr(), c.ptr(), static_cast<int64_t>(batch), static_cast<int64_t>(m),
                      static_cast<int64_t>(n), static_cast<int64_t>(k), ta, tb};
-  return EnqueueOp(s, r, "matmul", token, [g, reference](Op&) { (reference ? ref::Matmul : fast::Matmul)(g); });
+  const U seq = EnqueueOp(s, r, "matmul", token, [g, reference](Op&) { (reference ? ref::Matmul : fast::Matmul)(g); });
+  if (make_c) r.SetResult(NewBufferHandle(r.Env(), c.block));
+  return seq;
 }
 
 }  // namespace
@@ -330,7 +339,8 @@ napi_value StreamWrap::RunOp(napi_env env, napi_callback_info info) {
     return Guard(Napi::Env(env), [&]() -> napi_value {
       Reader r(env, argv, argc < kMaxArgs ? argc : kMaxArgs, row->name);
       BindToStream(r, *stream->impl_);
-      return Napi::Number::New(env, static_cast<double>(row->run(*stream->impl_, r)));
+      const uint64_t seq = row->run(*stream->impl_, r);
+      return r.result() != nullptr ? r.result() : static_cast<napi_value>(Napi::Number::New(env, static_cast<double>(seq)));
     });
   } catch (const Napi::Error& e) {
     e.ThrowAsJavaScriptException();

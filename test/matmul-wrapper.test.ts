@@ -8,6 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { Device, Tensor, matmul } from '../src/runtime/device/device-index.js';
 import { InvalidArgumentError } from '../src/runtime/errors.js';
+import { BUFFER_HANDLE, loadNative } from '../src/runtime/native.js';
 
 const d0 = Device.get(0);
 
@@ -104,5 +105,47 @@ describe('matmul wrapper', () => {
     expect(v.shape).toEqual([3, 2]);
     expect(v.isContiguous).toBe(true);
     t.release();
+  });
+
+  it('the native call makes the output: one block per call, none for a refused call, kept alive while the op waits in the queue', async () => {
+    const s = d0.newStream();
+    try {
+      const a = Tensor.fromArray(d0, [1, 2, 3, 4, 5, 6], [2, 3], { stream: s });
+      const b = Tensor.fromArray(d0, [1, 0, 0, 1, 1, 1], [3, 2], { stream: s });
+      await s.synchronize();
+      const before = d0.stats().numAllocs;
+      // Refused natively (A holds 6 floats, m x k = 3 x 3 needs 9): nothing allocated, nothing enqueued.
+      const enqueued = s.stats().enqueued;
+      expect(() => s.native.matmul(0, 0, a.buffer[BUFFER_HANDLE], 0, b.buffer[BUFFER_HANDLE], 0, null, 0, 1, 3, 2, 3, false, false, 0, 0)).toThrow(/a/);
+      expect(d0.stats().numAllocs).toBe(before);
+      expect(s.stats().enqueued).toBe(enqueued);
+      // c = null: the call returns the handle of the block it made (one more live allocation).
+      const handle = s.native.matmul(0, 0, a.buffer[BUFFER_HANDLE], 0, b.buffer[BUFFER_HANDLE], 0, null, 0, 1, 2, 2, 3, false, false, 0, 0);
+      expect(d0.stats().numAllocs).toBe(before + 1);
+      loadNative().releaseBuffer(handle);
+      expect(d0.stats().numAllocs).toBe(before);
+      // Inline (the stream is idle): the output is made, written and owned by the returned tensor.
+      const inlined = s.stats().inlined;
+      const c1 = matmul(a, b, { stream: s });
+      expect(s.stats().inlined).toBe(inlined + 1);
+      expect(d0.stats().numAllocs).toBe(before + 1);
+      expect(c1.buffer.size).toBe(16);
+      expect(c1.buffer.device).toBe(0);
+      expect(Array.from(await c1.toArray({ stream: s }))).toEqual([4, 5, 10, 11]);
+      // Queued behind a sleep: the output is released by JS before the op runs, and the op still
+      // writes a live block (the queued op holds it); a later matmul reads the right values.
+      s.sleep(30);
+      const queuedFrom = s.stats().inlined;
+      const c2 = matmul(a, b, { stream: s, transB: false });
+      expect(s.stats().inlined).toBe(queuedFrom);
+      c2.release();
+      const c3 = matmul(a, b, { stream: s });
+      expect(Array.from(await c3.toArray({ stream: s }))).toEqual([4, 5, 10, 11]);
+      for (const t of [a, b, c1, c3]) t.release();
+      await s.synchronize();
+      expect(d0.stats().numAllocs).toBe(before - 2);
+    } finally {
+      s.destroy();
+    }
   });
 });

@@ -21,7 +21,7 @@ void StreamImpl::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 uint64_t StreamImpl::Enqueue(std::unique_ptr<Op> op) {
   uint64_t seq;
-  if (op && op->may_inline && TryRunInline(op, &seq)) return seq;
+  if (op && op->may_inline && TryRunInline(*op, &seq)) return seq;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (queue_.size() >= kMaxQueued && !stopping_ && !drain_exit_ && std::this_thread::get_id() != thread_.get_id()) {
@@ -101,7 +101,8 @@ bool StreamImpl::stopped() {
   return stopped_ || drain_exit_;
 }
 
-bool StreamImpl::TryRunInline(std::unique_ptr<Op>& op, uint64_t* seq) {
+bool StreamImpl::TryRunInline(Op& op, uint64_t* seq) {
+  std::chrono::steady_clock::time_point started;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!queue_.empty() || busy_ || inline_running_ || stopping_ || drain_exit_ || sticky_.has_value() ||
@@ -109,27 +110,31 @@ bool StreamImpl::TryRunInline(std::unique_ptr<Op>& op, uint64_t* seq) {
       return false;
     }
     *seq = next_seq_++;
-    op->seq = *seq;
+    op.seq = *seq;
     inline_running_ = true;
-    running_name_ = op->name;
+    running_name_ = op.name;
     running_seq_ = *seq;
-    running_since_ = std::chrono::steady_clock::now();
+    running_since_ = started = std::chrono::steady_clock::now();
   }
-  Outcome o = Execute(*op, false);
-  Finish(std::move(op), o, true);
+  Outcome o = Execute(op, false, started);
+  Finish(op, o, true);
   return true;
 }
 
-StreamImpl::Outcome StreamImpl::Execute(Op& op, bool skip) {
+StreamImpl::Outcome StreamImpl::Execute(Op& op, bool skip, std::chrono::steady_clock::time_point started) {
   Outcome o;
   o.profiled = profiling_.load(std::memory_order_relaxed) && !skip;
-  if (o.profiled) o.start_us = SteadyNowUs();
+  if (o.profiled) o.start_us = std::chrono::duration<double, std::micro>(started.time_since_epoch()).count();
   if (skip) {
     o.skipped = true;
     return o;
   }
   try {
-    op.run(op);
+    if (op.run_ref != nullptr) {
+      op.run_ref(op.run_ctx, op);
+    } else {
+      op.run(op);
+    }
   } catch (const Interrupted&) {
     o.interrupted = true;
   } catch (const AscentException& e) {
@@ -140,7 +145,7 @@ StreamImpl::Outcome StreamImpl::Execute(Op& op, bool skip) {
   return o;
 }
 
-void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inline) {
+void StreamImpl::Finish(Op& op, const Outcome& o, bool was_inline) {
   bool wake = false;
   bool defer = false;
   std::unique_ptr<Completion> c;
@@ -151,15 +156,15 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
       sticky_ = ErrorInfo{
           kStreamError,
           "Stream " + std::to_string(id_) + " (device " + std::to_string(device_.ordinal) + ") failed in op #" +
-              std::to_string(op->seq) + " '" + op->name + "': " + o.failure->message +
+              std::to_string(op.seq) + " '" + op.name + "': " + o.failure->message +
               " Later work on this stream was skipped. HINT: fix the failing op and use a new stream.",
           {Num("stream", static_cast<double>(id_)), Num("device", device_.ordinal),
-           Num("seq", static_cast<double>(op->seq)), Str("op", op->name), Str("causeCode", o.failure->code),
+           Num("seq", static_cast<double>(op.seq)), Str("op", op.name), Str("causeCode", o.failure->code),
            Str("causeMessage", o.failure->message)}};
     }
     if (o.profiled) {
       if (profile_.size() < kMaxProfileRecords) {
-        profile_.push_back(ProfileRecord{op->seq, op->name, o.start_us, SteadyNowUs(), op->profile_args});
+        profile_.push_back(ProfileRecord{op.seq, op.name, o.start_us, SteadyNowUs(), op.profile_args});
       } else {
         ++profile_dropped_;
       }
@@ -176,23 +181,23 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
       // (otherwise the next op would queue or run inline depending on the scheduler).
       busy_ = false;
     }
-    if (op->token != 0) {
+    if (op.token != 0) {
       c = std::make_unique<Completion>();
-      c->token = op->token;
+      c->token = op.token;
       if (o.interrupted) {
         c->ok = false;
-        c->error = DestroyedError(*op);
+        c->error = DestroyedError(op);
       } else if (sticky_) {
         c->ok = false;
         c->error = *sticky_;
         // Queued behind the failure and never run: said so, with the op that was skipped.
         if (o.skipped) {
-          c->error.details.push_back(Str("skippedOp", op->name));
-          c->error.details.push_back(Num("skippedSeq", static_cast<double>(op->seq)));
+          c->error.details.push_back(Str("skippedOp", op.name));
+          c->error.details.push_back(Num("skippedSeq", static_cast<double>(op.seq)));
         }
-      } else if (op->has_result) {
+      } else if (op.has_result) {
         c->has_bytes = true;
-        c->bytes = std::move(op->result);
+        c->bytes = std::move(op.result);
       }
     }
     // Batched completions (stream.h): a success is held back while a batchable op runs next;
@@ -213,7 +218,10 @@ void StreamImpl::Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inlin
   }
   // Drops the op's block references outside the stream lock, and before its completion is
   // posted: a host that saw the op complete sees its memory released too.
-  op.reset();
+  op.run = nullptr;
+  op.run_ref = nullptr;
+  op.keep.clear();
+  op.on_skip = nullptr;
   if (flush.size() + (c ? 1 : 0) > 1) {
     std::lock_guard<std::mutex> lock(mu_);
     ++batched_posts_;
@@ -253,6 +261,7 @@ void StreamImpl::Loop() {
   t_stream = this;
   for (;;) {
     std::unique_ptr<Op> op;
+    std::chrono::steady_clock::time_point started;
     bool skip;
     std::optional<ErrorInfo> cause;
     {
@@ -269,7 +278,7 @@ void StreamImpl::Loop() {
       if (queue_.size() + 1 == kMaxQueued) space_cv_.notify_all();  // just came under the bound
       running_name_ = op->name;
       running_seq_ = op->seq;
-      running_since_ = std::chrono::steady_clock::now();
+      running_since_ = started = std::chrono::steady_clock::now();
       skip = sticky_.has_value();
       if (skip && op->on_skip) cause = sticky_;
     }
@@ -280,9 +289,10 @@ void StreamImpl::Loop() {
         // A skip hook reports what it can; the op is reported as skipped either way.
       }
     }
-    Outcome o = Execute(*op, skip);
+    Outcome o = Execute(*op, skip, started);
     const bool interrupted = o.interrupted;
-    Finish(std::move(op), o, false);
+    Finish(*op, o, false);
+    op.reset();
     if (interrupted) break;
   }
   exited_ = true;

@@ -58,6 +58,10 @@ struct Op {
   std::string name;
   uint64_t token = 0;  // 0: nobody awaits this op
   std::function<void(Op&)> run;
+  // Instead of `run`: a callable the enqueueing call owns, for an op run inline from inside that
+  // call (EnqueueOp, op_table.h). No std::function is built, so such an op allocates nothing.
+  void (*run_ref)(void* ctx, Op& op) = nullptr;
+  void* run_ctx = nullptr;
   std::vector<std::shared_ptr<Block>> keep;  // blocks stay alive until the op is done
   bool has_result = false;
   std::vector<uint8_t> result;  // device->host bytes
@@ -106,8 +110,9 @@ class StreamImpl {
   // Throws InvalidArgument when the stream was destroyed. Returns the op's seq.
   uint64_t Enqueue(std::unique_ptr<Op> op);
   // Runs op on the calling thread if the stream is idle; false (op untouched) otherwise.
-  // Enqueue tries it first for a may_inline op.
-  bool TryRunInline(std::unique_ptr<Op>& op, uint64_t* seq);
+  // Enqueue tries it first for a may_inline op. The op may live on the caller's stack: once it
+  // ran, its run closure and keep list are cleared (the blocks they held are let go).
+  bool TryRunInline(Op& op, uint64_t* seq);
   void Stop();
   // The thread exits once the queue is empty (wrapper collected); Stop() reaps it.
   void RequestDrainExit();
@@ -149,11 +154,13 @@ class StreamImpl {
     double start_us = 0;
     std::optional<ErrorInfo> failure;
   };
-  // Runs op (unless skip); never throws.
-  Outcome Execute(Op& op, bool skip);
+  // Runs op (unless skip); never throws. `started` is when it was taken (running_since_), which
+  // is also its profile record's start: one clock read per op, not two.
+  Outcome Execute(Op& op, bool skip, std::chrono::steady_clock::time_point started);
   // Bookkeeping after an op ran (sticky error, profile, counters, completion); the
-  // stream thread and the inline path share it so both report alike.
-  void Finish(std::unique_ptr<Op> op, const Outcome& o, bool was_inline);
+  // stream thread and the inline path share it so both report alike. Drops what the op holds
+  // (its closure, its keep list) before the completion is posted; the caller frees the Op.
+  void Finish(Op& op, const Outcome& o, bool was_inline);
 
   const uint64_t id_;
   Device& device_;

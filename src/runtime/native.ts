@@ -172,6 +172,28 @@ export interface NativeStream {
     impl: number,
     token: number,
   ): number;
+  /**
+   * With c = null the op makes C itself (a new block on the stream's device, as alloc() makes one:
+   * BUFFER_INFO holds its id, device and size) and returns its handle instead of the seq.
+   */
+  matmul(
+    inDtype: number,
+    outDtype: number,
+    a: NativeBufferArg,
+    aOffset: number,
+    b: NativeBufferArg,
+    bOffset: number,
+    c: null,
+    cOffset: number,
+    batch: number,
+    m: number,
+    n: number,
+    k: number,
+    transA: boolean,
+    transB: boolean,
+    impl: number,
+    token: number,
+  ): NativeBufferHandle;
   matmul(
     inDtype: number,
     outDtype: number,

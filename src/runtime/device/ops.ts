@@ -6,6 +6,7 @@
  * allocated or enqueued when validation fails.
  * `impl: 'reference'` runs the plain reference kernel (tests compare the two).
  */
+import { DeviceBuffer } from './buffer.js';
 import { Device, checkOptions } from './device.js';
 import { DTYPE_CODE, checkDType, describe, dtypeSize, isFloatDType, type DType } from './dtype.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -338,35 +339,30 @@ export function matmul(a: Tensor, b: Tensor, options?: MatmulOptions): Tensor {
       transB,
     });
   }
-  // The shape is valid by construction (the inputs' dims), so the output skips Tensor.empty's shape
-  // check: a fresh array kept without a copy (Tensor.own), or, 2-D, the frozen layout of the last
-  // 2-D output of the same dims (Tensor.ownMatrix).
-  const buffer = a.device.alloc(batch * m * n * dtypeSize(outDtype));
-  const out = rank === 3 ? Tensor.own(a.device, buffer, outDtype, [batch, m, n]) : Tensor.ownMatrix(a.device, buffer, outDtype, m, n);
-  try {
-    stream.native.matmul(
-      DTYPE_CODE[dtype],
-      DTYPE_CODE[outDtype],
-      a.buffer[BUFFER_HANDLE],
-      a.byteOffset,
-      b.buffer[BUFFER_HANDLE],
-      b.byteOffset,
-      out.buffer[BUFFER_HANDLE],
-      0,
-      batch,
-      m,
-      n,
-      k,
-      transA,
-      transB,
-      impl,
-      0,
-    );
-  } catch (e) {
-    out.release();
-    throw e;
-  }
-  return out;
+  // The native call makes the output block itself (one call, not alloc() then matmul(), and nothing
+  // is allocated when it throws). The shape is valid by construction (the inputs' dims), so the
+  // output skips Tensor.empty's shape check: a fresh array kept without a copy (Tensor.own), or,
+  // 2-D, the frozen layout of the last 2-D output of the same dims (Tensor.ownMatrix).
+  const handle = stream.native.matmul(
+    DTYPE_CODE[dtype],
+    DTYPE_CODE[outDtype],
+    a.buffer[BUFFER_HANDLE],
+    a.byteOffset,
+    b.buffer[BUFFER_HANDLE],
+    b.byteOffset,
+    null,
+    0,
+    batch,
+    m,
+    n,
+    k,
+    transA,
+    transB,
+    impl,
+    0,
+  );
+  const buffer = new DeviceBuffer(handle);
+  return rank === 3 ? Tensor.own(a.device, buffer, outDtype, [batch, m, n]) : Tensor.ownMatrix(a.device, buffer, outDtype, m, n);
 }
 
 /** dst <- src on one device (same dtype and numel). */
