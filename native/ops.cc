@@ -77,7 +77,15 @@ U RecordEvent(StreamImpl& s, Reader& r) {
     std::lock_guard<std::mutex> lock(ev->mu);
     gen = ++ev->recorded;
   }
-  return EnqueueOp(s, r, "recordEvent", token, [ev, gen](Op&) { ev->Complete(gen); });
+  auto op = std::make_unique<Op>();
+  op->name = "recordEvent";
+  op->token = token;
+  op->may_inline = true;
+  op->run = [ev, gen](Op&) { ev->Complete(gen); };
+  // Never run (its stream failed earlier or was destroyed): the streams waiting on this
+  // generation fail with that error instead of waiting for a record that will not come.
+  op->on_skip = [ev, gen](const ErrorInfo& cause) { ev->Fail(gen, cause); };
+  return s.Enqueue(std::move(op));
 }
 
 // waitEvent(event, token)
@@ -93,7 +101,14 @@ U WaitEventOp(StreamImpl& s, Reader& r) {
   return EnqueueOp(
       s, r, "waitEvent", token,
       [sp, ev, gen](Op&) {
-        if (gen != 0) sp->WaitEvent(ev, gen);
+        if (gen == 0) return;
+        sp->WaitEvent(ev, gen);
+        if (std::optional<ErrorInfo> f = ev->FailureFor(gen)) {
+          throw AscentException(ErrorInfo{kStreamError,
+                                          "waitEvent: event " + std::to_string(ev->id) + " was recorded on a stream that failed before it got to the record, so this stream cannot go on: " +
+                                              f->message,
+                                          {Num("event", static_cast<double>(ev->id)), Str("causeCode", f->code), Str("causeMessage", f->message)}});
+        }
       },
       false);
 }

@@ -101,6 +101,49 @@ describe('streams and events', () => {
     s.destroy();
   });
 
+  it('a stream waiting on an event its failed stream never records fails with that error instead of waiting forever', async () => {
+    const s1 = d.newStream();
+    const s2 = d.newStream();
+    const t = Tensor.zeros(d, [4], 'fp32', { stream: s2 });
+    s1.sleep(50);
+    s1.fail('injected failure');
+    const ev = s1.recordEvent(); // skipped: s1 failed before it
+    s2.waitEvent(ev);
+    fill(t, 9, { stream: s2 }); // must not run: it was ordered after a record that never ran
+    const err = (await s2.synchronize({ timeoutMs: 20_000 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    )) as StreamError;
+    expect(err).toBeInstanceOf(StreamError);
+    expect(err.message).toContain("'waitEvent'");
+    expect(err.message).toContain('was recorded on a stream that failed before it got to the record');
+    expect(err.message).toContain('injected failure');
+    expect(ev.query()).toBe(true);
+    await expect(ev.synchronize()).rejects.toThrow(/injected failure/);
+    expect(Array.from(await t.toArray())).toEqual([0, 0, 0, 0]);
+    // A later record that runs (on a healthy stream) supersedes the failed one.
+    const s3 = d.newStream();
+    ev.record(s3);
+    s3.waitEvent(ev);
+    fill(t, 5, { stream: s3 });
+    expect(Array.from(await t.toArray({ stream: s3 }))).toEqual([5, 5, 5, 5]);
+    // So does destroying the recording stream with the record still queued.
+    const s4 = d.newStream();
+    const s5 = d.newStream();
+    s4.sleep(60_000);
+    const ev2 = s4.recordEvent();
+    s5.waitEvent(ev2);
+    const waited = s5.synchronize({ timeoutMs: 20_000 }).then(
+      () => 'resolved',
+      (e: unknown) => e,
+    );
+    s4.destroy();
+    const e2 = (await waited) as StreamError;
+    expect(e2).toBeInstanceOf(StreamError);
+    expect(e2.message).toContain('was recorded on a stream that failed before it got to the record');
+    for (const s of [s1, s2, s3, s5]) s.destroy();
+  });
+
   it('does not block the event loop while an op runs, and destroy wakes it', async () => {
     const s = d.newStream();
     s.sleep(60_000);

@@ -12,9 +12,26 @@ void EventState::Complete(uint64_t generation) {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (generation > completed) completed = generation;
+    if (generation > ran) ran = generation;
     time = std::chrono::steady_clock::now();
   }
   cv.notify_all();
+}
+
+void EventState::Fail(uint64_t generation, const ErrorInfo& cause) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (generation > completed) completed = generation;
+    failure = cause;
+  }
+  cv.notify_all();
+}
+
+std::optional<ErrorInfo> EventState::FailureFor(uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu);
+  // A later record that ran supersedes a failed one (a wait orders after the latest record).
+  if (ran >= generation || !failure) return std::nullopt;
+  return failure;
 }
 
 Napi::Function EventWrap::Define(Napi::Env env) {

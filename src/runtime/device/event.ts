@@ -42,11 +42,19 @@ export class Event {
     return this.native.elapsedTime(end.native);
   }
 
-  /** Resolves when the latest record has run (at once when never recorded). */
+  /**
+   * Resolves when the latest record has run (at once when never recorded); rejects with the
+   * recording stream's error when that record never ran (the stream failed before it).
+   */
   synchronize(options?: SynchronizeOptions): Promise<void> {
     const timeoutMs = checkTimeout(options, 'synchronize()');
     const last = this.#last;
-    if (!last || this.query()) return Promise.resolve();
+    if (!last) return Promise.resolve();
+    if (this.query()) {
+      // Done, or failed: the record op's own completion says which.
+      if (isCompletionPending(last.token)) awaitCompletion(last.token);
+      return last.promise.then(() => undefined);
+    }
     // The record's own completion was dropped by an earlier timeout: a stream
     // marker behind it waits at least as long.
     if (!isCompletionPending(last.token)) return last.stream.synchronize(options);
