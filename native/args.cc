@@ -221,12 +221,7 @@ Span Reader::Buffer(const char* name, uint64_t bytes, size_t align, bool optiona
   }
   Span sp = ArgSpan(buffer, ValueAt(i_ + 1), name, bytes, align, device_, owner_, owner_key_, op_, prefixed_);
   i_ += 2;
-  if (count_ < kInline) {
-    inline_[count_] = {sp, name};
-  } else {
-    more_.push_back({sp, name});
-  }
-  ++count_;
+  Record(sp, name);
   return sp;
 }
 
@@ -234,13 +229,17 @@ Span Reader::Made(const char* name, std::shared_ptr<Block> block) {
   Span sp;
   sp.bytes = block->size();
   sp.block = std::move(block);
+  Record(sp, name);
+  return sp;
+}
+
+void Reader::Record(const Span& sp, const char* name) {
   if (count_ < kInline) {
     inline_[count_] = {sp, name};
   } else {
     more_.push_back({sp, name});
   }
   ++count_;
-  return sp;
 }
 
 Span Reader::Tensor(const char* name, uint64_t numel, DType t, bool optional) {

@@ -118,6 +118,8 @@ class Reader {
   size_t SpanCount() const { return count_; }
   const Named& SpanAt(size_t q) const { return q < kInline ? inline_[q] : more_[q - kInline]; }
   const Named* Find(const char* name) const;
+  // Appends `sp` to the spans read (Blocks() and SpanBytes() count it).
+  void Record(const Span& sp, const char* name);
   // The message `sentence` in this reader's voice: "op: expected ..." or "Expected ...".
   std::string Say(std::string sentence) const;
   // "op: " when messages are prefixed, else empty.

@@ -32,17 +32,11 @@ export class InFlight {
    */
   hand(transfers: readonly Promise<void>[], owned: ReadonlyArray<Tensor | null>): void {
     if (this.#done) throw new WeightSyncError('InFlight.hand(): the previous transfers were not drained. HINT: await drain() before the next sync.', {});
-    const done = Promise.all(transfers).then(
-      () => undefined,
-      (e: Error) => {
-        this.#failure = e;
-      },
-    );
-    this.#done = done
-      .then(() => Promise.allSettled(transfers))
-      .then(() => {
-        for (const t of owned) t?.release();
-      });
+    this.#done = Promise.allSettled(transfers).then((outcomes) => {
+      const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+      if (failed) this.#failure = failed.reason as Error;
+      for (const t of owned) t?.release();
+    });
   }
 
   /** Resolves once the handed transfers completed; throws when one of them failed (once). */

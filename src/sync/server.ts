@@ -392,8 +392,7 @@ export class ServerSync {
           device.defaultStream.waitEvent(this.sent!.record(stream));
           this.inFlight.hand(pending, [staging, scrap, ...casts]);
           handed = true;
-        }
-        if (!handed) {
+        } else {
           endPhase = profiler()?.begin('sync', 'weightSync.wait');
           await Promise.all(pending);
           endPhase?.();
