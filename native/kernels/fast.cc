@@ -1,5 +1,6 @@
 #include "kernels/fast.h"
 
+#include "kernels/cast_vec.h"
 #include "kernels/reference.h"
 
 #include <immintrin.h>
@@ -91,6 +92,7 @@ void Arange(void* dst, DType t, size_t n, double start, double step) {
 }
 
 void Cast(void* dst, DType dst_t, const void* src, DType src_t, size_t n) {
+  if (CastVectorized(dst, dst_t, src, src_t, n)) return;
   DispatchAll(src_t, [&](auto s) {
     using S = decltype(s);
     DispatchAll(dst_t, [&](auto d) {

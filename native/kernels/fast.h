@@ -35,5 +35,8 @@ const char* MatmulBf16KernelName();
 // has them and the test hook does not force the portable path. Asked of the CPU, not of the
 // matmul kernel's name: an AVX-512 CPU has AVX2 too.
 bool VectorAvx2Allowed();
+// Whether elementwise kernels may use AVX-512 F+BW: the CPU has them and the test hook forces
+// neither the portable nor the AVX2 path.
+bool VectorAvx512BwAllowed();
 
 }  // namespace ascent::fast

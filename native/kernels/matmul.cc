@@ -362,6 +362,12 @@ bool VectorAvx2Allowed() {
   return CpuHas().avx2_fma && static_cast<MatmulKernelMode>(forced.load(std::memory_order_relaxed)) != MatmulKernelMode::kPortable;
 }
 
+bool VectorAvx512BwAllowed() {
+  static const bool bw = CpuHas().avx512 && __builtin_cpu_supports("avx512bw");
+  const auto mode = static_cast<MatmulKernelMode>(forced.load(std::memory_order_relaxed));
+  return bw && mode != MatmulKernelMode::kPortable && mode != MatmulKernelMode::kAvx2;
+}
+
 void Matmul(const MatmulArgs& g) {
   if (g.m == 0 || g.n == 0) return;
   if (g.in_dtype == DType::kBF16) {
