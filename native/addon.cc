@@ -86,6 +86,7 @@ Napi::Value DeviceStats(const Napi::CallbackInfo& info) {
     o.Set("largestFreeBlock", Napi::Number::New(env, static_cast<double>(s.largest_free_block)));
     o.Set("numAllocs", Napi::Number::New(env, static_cast<double>(s.num_allocs)));
     o.Set("totalAllocs", Napi::Number::New(env, static_cast<double>(s.total_allocs)));
+    o.Set("cached", Napi::Number::New(env, static_cast<double>(s.cached)));
     return o;
   });
 }
@@ -94,6 +95,12 @@ Napi::Value DeviceResetPeak(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&] {
     Registry::Get().Existing(ArgOrdinal(info, 0)).pool.ResetPeak();
     return info.Env().Undefined();
+  });
+}
+
+Napi::Value DeviceEmptyCache(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&] {
+    return Napi::Number::New(info.Env(), static_cast<double>(Registry::Get().Existing(ArgOrdinal(info, 0)).pool.EmptyCache()));
   });
 }
 
@@ -233,6 +240,7 @@ Napi::Object ModuleInit(Napi::Env env, Napi::Object exports) {
   exports.Set("deviceConfigure", Napi::Function::New<DeviceConfigure>(env, "deviceConfigure"));
   exports.Set("deviceStats", Napi::Function::New<DeviceStats>(env, "deviceStats"));
   exports.Set("deviceResetPeak", Napi::Function::New<DeviceResetPeak>(env, "deviceResetPeak"));
+  exports.Set("deviceEmptyCache", Napi::Function::New<DeviceEmptyCache>(env, "deviceEmptyCache"));
   exports.Set("alloc", Napi::Function::New<Alloc>(env, "alloc"));
   exports.Set("importBuffer", Napi::Function::New<ImportBuffer>(env, "importBuffer"));
   exports.Set("releaseBuffer", Napi::Function::New<ReleaseBuffer>(env, "releaseBuffer"));

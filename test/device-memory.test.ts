@@ -166,7 +166,7 @@ describe('device memory pool', () => {
     expect(() => configureDevice(8, { capacity: 5 } as never)).toThrow(/Unknown option 'capacity'/);
   });
 
-  it('defaults to 16GiB (bounded by host RAM) and returns freed pages to the OS', async () => {
+  it('defaults to 16GiB (bounded by host RAM); a freed large block stays cached until emptyCache() returns it to the OS', async () => {
     const d = Device.get(9);
     const host = loadNative().hostMemory();
     expect(d.stats().capacity).toBe(Math.min(16 * 1024 ** 3, host));
@@ -176,7 +176,19 @@ describe('device memory pool', () => {
     await d.defaultStream.synchronize();
     expect(rssBytes() - base).toBeGreaterThan(100 * MiB);
     t.release();
+    // Cached: the next large buffer (a weight sync's staging, say) lands on faulted pages.
+    expect(d.stats().cached).toBeGreaterThanOrEqual(128 * MiB);
+    expect(rssBytes() - base).toBeGreaterThan(100 * MiB);
+    const again = Tensor.empty(d, [32 * MiB], 'fp32');
+    fill(again, 2);
+    await d.defaultStream.synchronize();
+    expect(rssBytes() - base).toBeLessThan(160 * MiB);
+    expect(d.stats().cached).toBeLessThan(MiB);
+    again.release();
+    expect(d.emptyCache()).toBeGreaterThanOrEqual(128 * MiB);
+    expect(d.stats().cached).toBe(0);
     expect(rssBytes() - base).toBeLessThan(28 * MiB);
+    expect(d.emptyCache()).toBe(0);
   });
 
   it('keeps freed blocks resident up to the high-water mark, so the next outputs reuse faulted pages', async () => {

@@ -138,19 +138,26 @@ void MemoryPool::Free(uint64_t offset) {
   InsertFree(start, end - start);
   if (size < kReleaseThreshold) return;
   const uint64_t budget = std::max(kResidentFreeBudget, cache_peak_);
-  if (size < kLargeBlock && unreleased_bytes_ + size <= budget) {
+  if (unreleased_bytes_ + size <= budget) {
     unreleased_.emplace(offset, size);
     unreleased_bytes_ += size;
     return;
   }
-  // A large block, or past the budget: this block's pages go back, and the cached ones
-  // too when it is the budget that is exceeded (the cache is then colder than the work).
-  if (size < kLargeBlock) {
-    for (const auto& [o, s] : unreleased_) ReleaseFreePagesLocked(o, s);
-    unreleased_.clear();
-    unreleased_bytes_ = 0;
-  }
+  // Past the budget: this block's pages go back, and the cached ones too (the cache is then
+  // colder than the work).
+  for (const auto& [o, s] : unreleased_) ReleaseFreePagesLocked(o, s);
+  unreleased_.clear();
+  unreleased_bytes_ = 0;
   ReleaseFreePagesLocked(offset, size);
+}
+
+uint64_t MemoryPool::EmptyCache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t bytes = unreleased_bytes_;
+  for (const auto& [o, s] : unreleased_) ReleaseFreePagesLocked(o, s);
+  unreleased_.clear();
+  unreleased_bytes_ = 0;
+  return bytes;
 }
 
 void MemoryPool::ForgetResidentLocked(uint64_t offset, uint64_t size) {
@@ -232,7 +239,7 @@ uint64_t MemoryPool::capacity() const {
 PoolStats MemoryPool::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return PoolStats{allocated_, peak_, capacity_, host_syncs_, LargestFreeLocked(),
-                   static_cast<uint64_t>(used_.size()), total_allocs_};
+                   static_cast<uint64_t>(used_.size()), total_allocs_, unreleased_bytes_};
 }
 
 void MemoryPool::ResetPeak() {

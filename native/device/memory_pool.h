@@ -10,9 +10,11 @@
 // page fault (a fresh 1 MiB output cost ~0.7 ms of faults per op, a 4 MiB one ~4 ms,
 // and with the old fixed 16 MiB budget a tiny model's step cycled through far more
 // than that and faulted on most outputs). The host memory this keeps is bounded by
-// what the device already used at its peak. Blocks of kLargeBlock or more (weights,
-// sync staging, KV caches) go back at once: they are one-off and large, and a sleep
-// or a finished sync is meant to give their memory back.
+// what the device already used at its peak. Large blocks are cached the same way: a
+// weight sync's staging and casts (hundreds of MiB, freed after every sync) used to go
+// back to the OS at once, and the next sync zeroed every page again on first touch
+// (the kernel's clear_page was most of a 514 MB model's bf16 sync). EmptyCache() gives
+// every cached page back, as torch.cuda.empty_cache() does; an engine's sleep() calls it.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,7 @@ struct PoolStats {
   uint64_t largest_free_block;
   uint64_t num_allocs;    // live allocations
   uint64_t total_allocs;  // allocations ever made
+  uint64_t cached;        // free bytes kept resident for reuse (EmptyCache() returns them)
 };
 
 class MemoryPool {
@@ -41,7 +44,6 @@ class MemoryPool {
   static constexpr uint64_t kAlignment = 64;
   static constexpr uint64_t kReleaseThreshold = 64 * 1024;
   static constexpr uint64_t kResidentFreeBudget = 16 * 1024 * 1024;
-  static constexpr uint64_t kLargeBlock = 32 * 1024 * 1024;
 
   MemoryPool(int ordinal, uint64_t capacity);
   ~MemoryPool();
@@ -60,6 +62,8 @@ class MemoryPool {
   uint64_t capacity() const;
   PoolStats Stats() const;
   void ResetPeak();
+  // Returns every cached free page to the OS; returns the bytes that were cached.
+  uint64_t EmptyCache();
   void AddHostSync();
 
  private:

@@ -240,6 +240,8 @@ export interface NativeDeviceStats {
   numAllocs: number;
   /** Allocations ever made. */
   totalAllocs: number;
+  /** Free bytes the pool keeps resident for reuse, within the device's high-water mark; emptyCache() returns them to the OS. */
+  cached: number;
 }
 
 // ---- communicators (native/comm/communicator.cc; owned by the comm layer, src/runtime/comm/comm.ts) ----
@@ -950,6 +952,7 @@ export interface NativeBinding extends NativeCommBinding {
   deviceConfigure(ordinal: number, capacity: number): { ordinal: number; capacity: number };
   deviceStats(ordinal: number): NativeDeviceStats;
   deviceResetPeak(ordinal: number): void;
+  deviceEmptyCache(ordinal: number): number;
   /** A new buffer's handle; its [id, device, size] are in BUFFER_INFO. */
   alloc(ordinal: number, bytes: number): NativeBufferHandle;
   /** A new handle (own reference) to live block `id`; its [id, device, size] are in BUFFER_INFO. */
