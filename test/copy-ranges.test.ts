@@ -83,6 +83,32 @@ describe('copyRanges', () => {
     s.destroy();
   });
 
+  it('copies ranges of a MiB and more (streamed past the caches) exactly, at unaligned offsets, in order', async () => {
+    const n = 3 * 2 ** 18 + 5; // 3 MiB + 20 bytes of int32
+    const src = Tensor.fromArray(d, ints(n, 11), [n]);
+    const init = ints(n + 64, 12);
+    const dst = Tensor.fromArray(d, init, [n + 64]);
+    const big = 2 ** 18 + 3; // 1 MiB + 12 bytes: over the streaming threshold
+    // Two large ranges at offsets that are not multiples of 64 bytes, then a small one that
+    // reads bytes the first large one just wrote (list order).
+    new CopyRanges()
+      .add(dst, 7, src, 1, big)
+      .add(dst, 7 + big + 9, src, 2 * big - 10, big)
+      .add(dst, 5, dst, 7 + 100, 30)
+      .enqueue(d.defaultStream);
+    const s = await read(src);
+    const want = Int32Array.from(init);
+    want.set(s.subarray(1, 1 + big), 7);
+    want.set(s.subarray(2 * big - 10, 3 * big - 10), 7 + big + 9);
+    want.set(want.subarray(7 + 100, 7 + 130), 5);
+    const got = await read(dst);
+    let wrong = 0;
+    for (let i = 0; i < want.length; i++) if (got[i] !== want[i]) wrong++;
+    expect(wrong).toBe(0);
+    src.release();
+    dst.release();
+  });
+
   it('ranges in elements; zero-length ranges copy nothing', async () => {
     const src = Tensor.fromArray(d, ints(64, 4), [64]);
     const dst = Tensor.fromArray(d, new Int32Array(64), [64]);
