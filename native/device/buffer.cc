@@ -3,6 +3,7 @@
 #include <string>
 
 #include "device/buffer_table.h"
+#include "device/recycling_allocator.h"
 #include "env_data.h"
 #include "errors.h"
 
@@ -11,10 +12,11 @@ namespace ascent {
 std::shared_ptr<Block> Block::Allocate(Device& device, uint64_t bytes) {
   uint64_t offset = device.pool.Allocate(bytes);
   uint64_t id = Registry::Get().NextId();
-  // One allocation for the block and its reference count.
+  // One allocation for the block and its reference count, reused from this thread's freed
+  // blocks when there is one (device/recycling_allocator.h).
   std::shared_ptr<Block> block;
   try {
-    block = std::make_shared<Block>(Key{}, id, device, offset, bytes);
+    block = std::allocate_shared<Block>(RecyclingAllocator<Block>(), Key{}, id, device, offset, bytes);
   } catch (...) {
     device.pool.Free(offset);
     throw;
