@@ -114,7 +114,11 @@ bool StreamImpl::TryRunInline(Op& op, uint64_t* seq) {
     inline_running_ = true;
     running_name_ = op.name;
     running_seq_ = *seq;
-    running_since_ = started = std::chrono::steady_clock::now();
+    // The start time feeds the op's profile record and Pending()'s runningMs. Pending() is a
+    // method of this env's Stream, whose JS thread is busy running this op until it finished,
+    // so only a profile can see the time: the clock is read only when profiling (a vDSO call
+    // per small op otherwise).
+    if (profiling_.load(std::memory_order_relaxed)) running_since_ = started = std::chrono::steady_clock::now();
   }
   Outcome o = Execute(op, false, started);
   Finish(op, o, true);
@@ -123,7 +127,8 @@ bool StreamImpl::TryRunInline(Op& op, uint64_t* seq) {
 
 StreamImpl::Outcome StreamImpl::Execute(Op& op, bool skip, std::chrono::steady_clock::time_point started) {
   Outcome o;
-  o.profiled = profiling_.load(std::memory_order_relaxed) && !skip;
+  // An inline op started while profiling was off has no start time (TryRunInline): unrecorded.
+  o.profiled = profiling_.load(std::memory_order_relaxed) && !skip && started.time_since_epoch().count() != 0;
   if (o.profiled) o.start_us = std::chrono::duration<double, std::micro>(started.time_since_epoch()).count();
   if (skip) {
     o.skipped = true;
