@@ -136,35 +136,40 @@ let twoRankRun: Promise<LaunchRun> | undefined;
 const opsAndCounts = () => (twoRankRun ??= launchFixture(2, FIXTURE, ['ops,counts']));
 
 describe('fsdp2 collectives per step (2 ranks, tiny-dense: embed, 2 layers, tied head)', () => {
-  it('gathers each unit once when kept, re-gathers only the layers when resharding; same loss and grads', async () => {
+  it('one all-gather and one reduce-scatter per step when kept, per-unit ones re-gathering the layers when resharding; same loss and grads', async () => {
     const run = await opsAndCounts();
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
     expect(run.results.length).toBe(2);
     for (const r of run.results) {
       const c = r.counts as Record<string, any>;
-      // Kept: embed, layer 0, layer 1, final norm once each; the tied head reuses the embedding's
-      // gather; nothing re-gathered. Reduce-scatters: the head's and the embedding's gradients of
-      // the embed unit, each layer, the final norm.
-      for (const k of ['default', 'keep']) expect(c[k].forwardBackward, k).toEqual({ allGather: 4, reduceScatter: 5, allReduce: 1 });
-      // Resharding: the root units (embed, head) stay gathered as FSDP2's root; the two layers are re-gathered.
+      // Kept (a small model, in one process): every unit in ONE all-gather before forward, every
+      // gradient in ONE reduce-scatter after backward (fused-comm.ts).
+      for (const k of ['default', 'keep']) expect(c[k].forwardBackward, k).toEqual({ allGather: 1, reduceScatter: 1, allReduce: 1 });
+      // Resharding, one collective per unit: the root units (embed, head) stay gathered as FSDP2's
+      // root; the two layers are re-gathered. Reduce-scatters: the head's and the embedding's
+      // gradients of the embed unit, each layer, the final norm.
       expect(c.reshard.forwardBackward).toEqual({ allGather: 6, reduceScatter: 5, allReduce: 1 });
       for (const k of ['default', 'reshard', 'keep']) expect(c[k].forward, k).toEqual({ allGather: 4, reduceScatter: 0, allReduce: 1 });
       // A small model keeps every unit gathered by default (KEEP_GATHERED_BYTES).
       expect(c.default.reshardAfterForward).toBe(false);
       expect(c.reshard.reshardAfterForward).toBe(true);
       expect(c.keep.reshardAfterForward).toBe(false);
-      // The policy moves no value: same loss and gradients, bit for bit.
+      // The policy (and with it fused or per-unit collectives) moves no value: same loss and
+      // gradients, bit for bit, also when a second micro-batch adds to them.
       expect(c.reshard.loss).toBe(c.default.loss);
       expect(c.keep.loss).toBe(c.default.loss);
       expect(c.reshard.grads).toBe(c.default.grads);
       expect(c.keep.grads).toBe(c.default.grads);
+      expect(c.reshard.accumulated).toBe(c.default.accumulated);
+      expect(c.keep.accumulated).toBe(c.default.accumulated);
+      expect(c.default.accumulated).not.toBe(c.default.grads);
     }
   }, 60_000);
 });
 
 describe('fsdp2 device ops per step (2 ranks, tiny-dense)', () => {
-  it('one unpack op per gather, gradients packed without zeroed slots or adds, clipping in place, one norm and one AdamW op', async () => {
+  it('one pack and one unpack op for the gather, gradients packed without zeroed slots or adds, clipping in place, one norm and one AdamW op', async () => {
     const run = await opsAndCounts();
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
@@ -172,15 +177,17 @@ describe('fsdp2 device ops per step (2 ranks, tiny-dense)', () => {
     for (const r of run.results) {
       const { step, update, grads, zeroed } = r.ops as Record<string, any>;
       const at = `rank ${r.rank}`;
-      expect(step.allGather, at).toBe(4);
-      expect(step.reduceScatter, at).toBe(5);
-      // Each gather unpacked by one copyRanges (not one strided read per parameter), each of the 5
-      // reduce-scatters' inputs packed by one straight from the gradients backward made.
+      expect(step.allGather, at).toBe(1);
+      expect(step.reduceScatter, at).toBe(1);
+      // The gather's send packed by one copyRanges and every unit unpacked by one more (not one
+      // strided read per parameter); the gradients of each of the 5 unit gathers (the embed unit's
+      // twice: embedding and tied head) packed into the bucket by one each, straight from the
+      // gradients backward made; the shards' first sums copied out by one.
       expect(step.permute, at).toBeUndefined();
-      expect(step.copyRanges, at).toBe(4 + 5);
+      expect(step.copyRanges, at).toBe(2 + 5 + 1);
       // No zeroed gradient slot (each weight gets one gradient: copied, not added to zeros); zeroGrad enqueues nothing.
       expect(step.fill, at).toBeUndefined();
-      // The one add left: the embed unit's second reduce-scatter (the first writes the shard).
+      // The one add left: the embed unit's second sum (the first is copied into the shard).
       expect(step.axpy, at).toBe(1);
       // The whole update: the squared norm of every unit's shard in ONE op (not a 1x1 matmul per
       // unit and 3 adds), its all-reduce and read-back; clipping scales each unit's gradient shard

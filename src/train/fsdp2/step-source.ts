@@ -25,6 +25,11 @@
  * their slots for `finish()`, which reduce-scatters them one by one (awaited). Correct
  * across processes at the memory of unsharded parameters and gradients; in one process
  * the pipelined, resharding path above is unchanged.
+ *
+ * In one process, when every unit stays gathered for the whole step (a small model) and all are
+ * fp32, the step's collectives are fused (fused-comm.ts): `prefetch()` enqueues ONE all-gather of
+ * every unit, which the blocks take their values from, and the flushes pack the gradients into one
+ * bucket that `finish()` reduce-scatters at once. Same values, bit for bit, fewer meeting points.
  */
 import { InternalError, InvalidArgumentError } from '../../runtime/errors.js';
 import type { Communicator } from '../../runtime/comm/comm.js';
@@ -45,7 +50,9 @@ import {
   valueView,
   zeroGradSlot,
   type GatherStats,
+  type PackTarget,
 } from './unit-comm.js';
+import { fusable, gatherAll, GradBucket, stepGathers } from './fused-comm.js';
 
 /** One gather of one unit for one block (a tied embedding is gathered twice: embed and head). */
 interface Gathered {
@@ -91,6 +98,8 @@ export class StepSource implements ParamSource {
   private readonly held = new Map<FlatUnit, { values: Tensor; refs: number }>();
   /** Bytes this step's all-gathers moved into this rank. */
   readonly gathered: GatherStats = { bytes: 0 };
+  /** In one process, every unit kept gathered and small: the step's one reduce-scatter (fused-comm.ts); else null. */
+  private readonly bucket: GradBucket | null;
 
   constructor(
     private readonly cfg: ModelConfig,
@@ -105,10 +114,29 @@ export class StepSource implements ParamSource {
     private readonly zeros: Tensor,
   ) {
     this.awaited = comm.spansProcesses;
+    const all = layout.units;
+    this.bucket =
+      !this.awaited && all.every((u) => keep.has(u)) && fusable(all, comm.size)
+        ? new GradBucket(
+            stepGathers(layout, cfg).filter((u) => u.trainable),
+            comm.size,
+            pool.device,
+          )
+        : null;
   }
 
-  /** Across processes: gathers every unit before forward, awaiting each all-gather (see the header). No-op in one process. */
+  /**
+   * Across processes: gathers every unit before forward, awaiting each all-gather (see the header).
+   * In one process with fused collectives: one all-gather of every unit, enqueued (the blocks take
+   * their values from it). Otherwise a no-op.
+   */
   async prefetch(): Promise<void> {
+    if (this.bucket) {
+      const shards = new Map(this.layout.units.map((u) => [u, this.state.get(u)!.param] as const));
+      for (const [unit, values] of gatherAll(this.layout.units, shards, this.comm, this.pool, this.stream, this.gathered))
+        this.held.set(unit, { values, refs: 0 });
+      return;
+    }
     if (!this.awaited) return;
     for (const unit of this.layout.units) {
       this.prefetched.set(unit, await gatherUnitAwaited(unit, this.state.get(unit)!.param, this.comm, this.pool, this.stream, this.gathered));
@@ -180,6 +208,11 @@ export class StepSource implements ParamSource {
   /** Reduce-scatters every gradient still pending (call after tape.backward); across processes, awaits each. */
   async finish(): Promise<void> {
     this.flushPending();
+    if (this.bucket) {
+      const grads = new Map([...this.state].filter(([u]) => u.trainable).map(([u, st]) => [u, st.grad!] as const));
+      const written = this.bucket.reduceScatter(this.comm, grads, (u) => this.state.get(u)!.gradUnset === true, this.stream);
+      for (const u of written) this.state.get(u)!.gradUnset = false; // after: a throw leaves a shard never written still to be filled
+    }
     while (this.deferred.length > 0) {
       const { unit, send } = this.deferred.shift()!; // off the list first: reduceScatterPackedAwaited gives it back
       const st = this.state.get(unit)!;
@@ -196,6 +229,7 @@ export class StepSource implements ParamSource {
     }
     this.live.length = 0;
     this.pendingGrads = [];
+    this.bucket?.dispose();
     for (const d of this.deferred) this.pool.give(d.send);
     this.deferred = [];
     for (const v of this.prefetched.values()) this.pool.give(v);
@@ -237,6 +271,10 @@ export class StepSource implements ParamSource {
       const grads = g.grads;
       g.grads = null;
       for (const v of g.vars) v.sink = undefined;
+      if (this.bucket) {
+        this.pack(g.unit, grads, this.bucket.target(g.unit)); // reduce-scattered with every other unit by finish()
+        continue;
+      }
       // The send slot is given back by whoever takes it, once, even when that throws.
       const send = this.pack(g.unit, grads);
       if (this.awaited) this.deferred.push({ unit: g.unit, send });
@@ -250,12 +288,13 @@ export class StepSource implements ParamSource {
   }
 
   /**
-   * A unit's gradients (what backward handed each parameter) packed rank-major into a send slot.
+   * A unit's gradients (what backward handed each parameter) packed rank-major into a send slot
+   * (or `into`: the step's gradient bucket).
    * One contiguous fp32 gradient per parameter (a model that uses each weight once): copied
    * straight into place with one op. Otherwise (a weight used twice, none reaching one, another
    * dtype) as the tape would: a zeroed slot, each gradient added in order, then packed.
    */
-  private pack(unit: FlatUnit, grads: Tensor[][]): Tensor {
+  private pack(unit: FlatUnit, grads: Tensor[][], into?: PackTarget): Tensor {
     const dp = this.comm.size;
     if (grads.every((l) => l.length === 1 && l[0]!.dtype === 'fp32' && l[0]!.isContiguous)) {
       return packGradSources(
@@ -265,6 +304,7 @@ export class StepSource implements ParamSource {
         dp,
         this.pool,
         this.stream,
+        into,
       );
     }
     const slot = zeroGradSlot(unit, dp, this.pool, this.stream);
@@ -277,6 +317,6 @@ export class StepSource implements ParamSource {
       this.pool.give(slot);
       throw e;
     }
-    return packGrads(unit, slot, dp, this.pool, this.stream);
+    return packGrads(unit, slot, dp, this.pool, this.stream, into);
   }
 }

@@ -9,7 +9,9 @@
  * - per model block, one all-gather before use and the unsharded parameters freed
  *   after the block's forward, re-gathered for its backward (root units and, for small
  *   models by default, every unit stay gathered instead: reshardPolicy); one reduce-scatter (sum)
- *   of the block's gradients after its backward (step-source.ts), all on one stream;
+ *   of the block's gradients after its backward (step-source.ts), all on one stream; a small
+ *   model kept gathered in one process: one all-gather and one reduce-scatter per step
+ *   (fused-comm.ts);
  * - sharded AdamW (one K.adamwMulti over every flat shard), gradient clipping by an
  *   all-reduce of the local Σ g², gathered / loaded HF-named full state;
  * - data parallel: each rank runs its rows of the global batch; the loss weights

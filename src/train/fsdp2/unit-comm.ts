@@ -167,15 +167,26 @@ export function zeroGradSlot(unit: FlatUnit, dp: number, pool: SlotPool, stream:
   return g;
 }
 
-/** The unsharded gradients in `grads` (param-major), reordered rank-major into a new slot; gives `grads` back. */
-export function packGrads(unit: FlatUnit, grads: Tensor, dp: number, pool: SlotPool, stream: Stream): Tensor {
+/**
+ * Where packed gradients go: rank r's shard of the unit at `r * stride + base` of `buf`. Default
+ * (none given): a slot of its own, stride the unit's shardNumel, base 0; a fused reduce-scatter
+ * (fused-comm.ts) packs every unit into one bucket, stride the units' total shard size.
+ */
+export interface PackTarget {
+  buf: Tensor;
+  stride: number;
+  base: number;
+}
+
+/** The unsharded gradients in `grads` (param-major), reordered rank-major into a new slot (or `into`); gives `grads` back. */
+export function packGrads(unit: FlatUnit, grads: Tensor, dp: number, pool: SlotPool, stream: Stream, into?: PackTarget): Tensor {
   const S = unit.shardNumel;
   try {
-    const send = pool.take();
+    const { buf: send, stride, base } = into ?? { buf: pool.take(), stride: S, base: 0 };
     // dp x params pieces of a few hundred bytes each: one op for all of them, not one copy each.
     const list = new CopyRanges();
     for (let r = 0; r < dp; r++) {
-      for (const p of unit.params) list.add(send, r * S + p.offset, grads, dp * p.offset + r * p.chunk, p.chunk);
+      for (const p of unit.params) list.add(send, r * stride + base + p.offset, grads, dp * p.offset + r * p.chunk, p.chunk);
     }
     list.enqueue(stream);
     return send;
@@ -193,18 +204,25 @@ export function padNumel(units: readonly FlatUnit[], dp: number): number {
 
 /**
  * The unit's full gradients, one contiguous fp32 tensor per parameter (`sources[i]`, as backward
- * produced them), packed rank-major into a new slot with ONE copyRanges: rank r's chunk of each
+ * produced them), packed rank-major into a new slot (or `into`) with ONE copyRanges: rank r's chunk of each
  * parameter, its padding rows (past the tensor's end) copied from `zeros` (at least
  * padNumel(...) zeros). Bitwise what packGrads gives for a zeroed slot each source was added to
  * (0 + g is g) except that a -0 stays -0 there, which no sum, square or AdamW update tells apart.
  */
-export function packGradSources(unit: FlatUnit, sources: readonly Tensor[], zeros: Tensor, dp: number, pool: SlotPool, stream: Stream): Tensor {
-  const S = unit.shardNumel;
+export function packGradSources(
+  unit: FlatUnit,
+  sources: readonly Tensor[],
+  zeros: Tensor,
+  dp: number,
+  pool: SlotPool,
+  stream: Stream,
+  into?: PackTarget,
+): Tensor {
   if (sources.length !== unit.params.length) {
     throw new InvalidArgumentError(`packGradSources(): unit ${unit.key} has ${unit.params.length} parameters but ${sources.length} gradients were given.`);
   }
   const list = new CopyRanges();
-  const send = pool.take();
+  const { buf: send, stride: S, base } = into ?? { buf: pool.take(), stride: unit.shardNumel, base: 0 };
   try {
     for (let r = 0; r < dp; r++) {
       for (const [i, p] of unit.params.entries()) {
@@ -214,7 +232,7 @@ export function packGradSources(unit: FlatUnit, sources: readonly Tensor[], zero
             `packGradSources(): the gradient of ${p.name} has ${g.numel} elements but the parameter [${p.shape.join(', ')}] has ${p.rowNumel * p.shape[0]!}.`,
           );
         }
-        const at = r * S + p.offset;
+        const at = r * S + base + p.offset;
         const n = Math.min(p.chunk, Math.max(0, g.numel - r * p.chunk));
         if (n > 0) list.add(send, at, g, r * p.chunk, n);
         if (n < p.chunk) list.add(send, at + n, zeros, 0, p.chunk - n);
@@ -223,7 +241,7 @@ export function packGradSources(unit: FlatUnit, sources: readonly Tensor[], zero
     list.enqueue(stream);
     return send;
   } catch (e) {
-    pool.give(send);
+    if (!into) pool.give(send);
     throw e;
   }
 }
