@@ -169,13 +169,13 @@ describe('fsdp2 collectives per step (2 ranks, tiny-dense: embed, 2 layers, tied
 });
 
 describe('fsdp2 device ops per step (2 ranks, tiny-dense)', () => {
-  it('one pack and one unpack op for the gather, gradients packed without zeroed slots or adds, clipping in place, one norm and one AdamW op', async () => {
+  it('one pack and one unpack op for the gather, gradients packed without zeroed slots or adds, the norm all-reduced with the loss, clipping in place, one AdamW op', async () => {
     const run = await opsAndCounts();
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
     expect(run.results.length).toBe(2);
     for (const r of run.results) {
-      const { step, update, grads, zeroed } = r.ops as Record<string, any>;
+      const { step, update, grads, zeroed, norms, normOps } = r.ops as Record<string, any>;
       const at = `rank ${r.rank}`;
       expect(step.allGather, at).toBe(1);
       expect(step.reduceScatter, at).toBe(1);
@@ -189,14 +189,24 @@ describe('fsdp2 device ops per step (2 ranks, tiny-dense)', () => {
       expect(step.fill, at).toBeUndefined();
       // The one add left: the embed unit's second sum (the first is copied into the shard).
       expect(step.axpy, at).toBe(1);
-      // The whole update: the squared norm of every unit's shard in ONE op (not a 1x1 matmul per
-      // unit and 3 adds), its all-reduce and read-back; clipping scales each unit's gradient shard
-      // in place (no temporary and copy back); ONE AdamW op over every unit (not one per unit);
-      // the synchronize is streamOps' own.
-      expect(update, at).toEqual({ sumSquares: 1, allReduce: 1, copyD2H: 1, scale: 4, adamwMulti: 1, synchronize: 1 });
+      // The squared norm of every unit's gradient shard in ONE op (not a 1x1 matmul per unit and 3
+      // adds), copied next to the loss sums and all-reduced with them: ONE all-reduce per step.
+      expect(step.sumSquares, at).toBe(1);
+      expect(step.copyD2D, at).toBe(1);
+      expect(step.allReduce, at).toBe(1);
+      // The whole update: the norm came with the step's all-reduce, so no collective or read-back;
+      // clipping scales each unit's gradient shard in place (no temporary and copy back); ONE AdamW
+      // op over every unit (not one per unit); the synchronize is streamOps' own.
+      expect(update, at).toEqual({ scale: 4, adamwMulti: 1, synchronize: 1 });
       // zeroGrad then forwardBackward on a strategy with last step's grads = a fresh strategy's grads, bit for bit.
       expect(grads, at).toBe((r.counts as Record<string, any>).default.grads);
       expect(zeroed, at).toBe(true);
+      // The norm that came with the step's all-reduce is the one computed afresh, bit for bit; afresh
+      // (after localShards(), whose caller may have written the gradients) it takes its own collective.
+      expect(norms[0], at).toBeGreaterThan(0);
+      expect(norms[1], at).toBe(norms[0]);
+      expect(normOps[0].allReduce, at).toBeUndefined();
+      expect(normOps[1], at).toMatchObject({ sumSquares: 1, allReduce: 1, copyD2H: 1 });
     }
   }, 60_000);
 });

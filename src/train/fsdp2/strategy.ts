@@ -13,7 +13,8 @@
  *   model kept gathered in one process: one all-gather and one reduce-scatter per step
  *   (fused-comm.ts);
  * - sharded AdamW (one K.adamwMulti over every flat shard), gradient clipping by an
- *   all-reduce of the local Σ g², gathered / loaded HF-named full state;
+ *   all-reduce of the local Σ g² (the one that sums a forwardBackward's loss, so
+ *   clipping right after a step needs no collective of its own), gathered / loaded HF-named full state;
  * - data parallel: each rank runs its rows of the global batch; the loss weights
  *   carry the global normalisation, so gradients are plain sums over ranks.
  * - LoRA (`lora` option): adapters (PEFT names) sharded on dim 0 like any parameter, in
@@ -41,7 +42,7 @@ import { createModel, type CausalLM } from '../../model/create-model.js';
 import { LoraAdapters, loraParamSpecs, loraStepSeed, type LoraHooks } from '../../model/lora.js';
 import type { LoraConfigInput } from '../../model/lora-config.js';
 import type { DeviceMesh } from '../../parallel/device-mesh.js';
-import { viewOf } from '../../runtime/device/views.js';
+import { copyRange, viewOf } from '../../runtime/device/views.js';
 import type { HostShard } from '../../parallel/sharded-load.js';
 import { clipCoefficient, scaleInPlace, sumSquares } from '../grad-norm.js';
 import { anyRank } from '../any-rank.js';
@@ -158,6 +159,11 @@ export class Fsdp2Strategy implements TrainStrategy {
   readonly lora: { adapters: LoraAdapters; hooks: LoraHooks } | undefined;
   /** forwardBackward calls since the last optimizer step (the LoRA dropout seed's micro-batch index). */
   private micro = 0;
+  /**
+   * Σ g² of the gradients over every rank as the last forwardBackward left them (all-reduced with
+   * its loss sums), for clipGradNorm; null once anything may have changed them since.
+   */
+  private gradSquares: number | null = null;
   /** Bytes the all-gathers of forward / backward moved into this rank since creation (state gathers not counted). */
   stepGatherBytes = 0;
   /**
@@ -269,6 +275,7 @@ export class Fsdp2Strategy implements TrainStrategy {
   localShards(): ReadonlyMap<string, { param: Tensor; grad?: Tensor; expAvg?: Tensor; expAvgSq?: Tensor }> {
     this.checkLive('localShards');
     this.settleGrads();
+    this.gradSquares = null; // the caller may write the gradients
     return new Map([...this.units].map(([u, t]) => [u.key, { param: t.param, grad: t.grad, expAvg: t.m, expAvgSq: t.v }]));
   }
 
@@ -332,7 +339,10 @@ export class Fsdp2Strategy implements TrainStrategy {
     const run = new StepSource(this.cfg, this.plan, this.units, this.comm, pool, stream, backward ? this.keepBackward : this.keepForward, this.padZeros);
     const tape = new Tape({ stream, impl: patchImpl });
     this.run = run;
-    if (backward) this.gradsLive = true;
+    if (backward) {
+      this.gradsLive = true;
+      this.gradSquares = null;
+    }
     if (this.lora && !backward) this.lora.hooks.dropoutSeed = null;
     if (this.lora && backward) {
       this.lora.hooks.dropoutSeed = loraStepSeed(this.lora.adapters.config.seed, this.step, this.micro++);
@@ -340,6 +350,7 @@ export class Fsdp2Strategy implements TrainStrategy {
       const seq = { global: batch.seqLen, local: rows.seqLen };
       this.lora.hooks.dropoutWindow = { row0: rows.row0 * batch.seqLen, total: batch.batch * batch.seqLen, seq };
     }
+    let squares: Tensor | null = null;
     try {
       await run.prefetch();
       const b = uploadBatch(rows.inputIds, rows.rows, rows.seqLen, device, stream, rows.attentionMask);
@@ -352,9 +363,14 @@ export class Fsdp2Strategy implements TrainStrategy {
       if (backward) {
         tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })), roots);
         await run.finish();
+        // The gradients' Σ g² rides along with the loss sums' all-reduce: clipGradNorm after this
+        // step needs no collective (and no host round trip) of its own.
+        squares = this.localSquares();
       }
-      return await stepLoss(terms, stream, (local) => this.allReduceHost(local));
+      const sq = squares;
+      return await stepLoss(terms, stream, (local) => this.allReduceHost(local, sq));
     } finally {
+      squares?.release();
       this.stepGatherBytes += run.gathered.bytes;
       this.run = null;
       run.dispose();
@@ -365,6 +381,7 @@ export class Fsdp2Strategy implements TrainStrategy {
 
   zeroGrad(): void {
     this.checkLive('zeroGrad');
+    this.gradSquares = null;
     // No fill: the next reduce-scatter writes the shard (UnitState.gradUnset); a reader before it fills (settleGrads).
     for (const [, t] of this.trainableUnits()) t.gradUnset = true;
     this.gradsLive = true;
@@ -381,18 +398,29 @@ export class Fsdp2Strategy implements TrainStrategy {
       throw new InvalidArgumentError(`clipGradNorm(): expected a positive maxNorm or null but received ${String(maxNorm)}.`);
     }
     const { stream } = this;
+    const grads = this.trainableUnits().map(([, t]) => t.grad);
+    let squares = this.gradSquares;
+    this.gradSquares = null; // scaled below
+    if (squares === null) {
+      const ss = this.localSquares();
+      try {
+        await this.comm.allReduce(ss, ss, 'sum', stream);
+        squares = ((await ss.toArray({ stream })) as Float32Array)[0]!;
+      } finally {
+        ss.release();
+      }
+    }
+    const norm = Math.sqrt(squares);
+    const coef = clipCoefficient(norm, maxNorm);
+    for (const g of grads) scaleInPlace(g, coef, stream);
+    return norm;
+  }
+
+  /** This rank's Σ g² over its gradient shards ([1, 1] fp32 on the stream; the caller releases it). */
+  private localSquares(): Tensor {
     this.settleGrads();
     const grads = this.trainableUnits().map(([, t]) => t.grad);
-    const ss = sumSquares(grads, stream) ?? Tensor.zeros(this.device, [1, 1], 'fp32', { stream });
-    try {
-      await this.comm.allReduce(ss, ss, 'sum', stream);
-      const norm = Math.sqrt(((await ss.toArray({ stream })) as Float32Array)[0]!);
-      const coef = clipCoefficient(norm, maxNorm);
-      for (const g of grads) scaleInPlace(g, coef, stream);
-      return norm;
-    } finally {
-      ss.release();
-    }
+    return sumSquares(grads, this.stream) ?? Tensor.zeros(this.device, [1, 1], 'fp32', { stream: this.stream });
   }
 
   optimizerStep(hp: AdamWHyper): void {
@@ -538,12 +566,23 @@ export class Fsdp2Strategy implements TrainStrategy {
     this.padZeros.release();
   }
 
-  private async allReduceHost(values: Float32Array): Promise<Float32Array> {
+  /**
+   * `values` summed over the ranks. With `squares` (this rank's Σ g², on the device) it is summed
+   * in the same all-reduce, one element past the values, and kept as gradSquares.
+   */
+  private async allReduceHost(values: Float32Array, squares: Tensor | null = null): Promise<Float32Array> {
     const { stream } = this;
-    const t = Tensor.fromArray(this.device, values, [values.length], { stream });
+    const n = values.length;
+    const host = squares ? new Float32Array(n + 1) : values;
+    if (squares) host.set(values);
+    const t = Tensor.fromArray(this.device, host, [host.length], { stream });
     try {
+      if (squares) copyRange(t, n, squares, 0, 1, stream);
       await this.comm.allReduce(t, t, 'sum', stream);
-      return (await t.toArray({ stream })) as Float32Array;
+      const all = (await t.toArray({ stream })) as Float32Array;
+      if (!squares) return all;
+      this.gradSquares = all[n]!;
+      return all.subarray(0, n);
     } finally {
       t.release();
     }
