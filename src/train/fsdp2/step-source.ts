@@ -101,6 +101,11 @@ export class StepSource implements ParamSource {
   /** In one process, every unit kept gathered and small: the step's one reduce-scatter (fused-comm.ts); else null. */
   private readonly bucket: GradBucket | null;
 
+  /** Whether this step's collectives are fused (a small model kept gathered, in one process). */
+  get fused(): boolean {
+    return this.bucket !== null;
+  }
+
   constructor(
     private readonly cfg: ModelConfig,
     private readonly layout: FlatLayout,

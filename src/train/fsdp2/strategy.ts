@@ -363,9 +363,11 @@ export class Fsdp2Strategy implements TrainStrategy {
       if (backward) {
         tape.backward(perToken, tape.own(Tensor.fromArray(device, weights, [weights.length], { stream })), roots);
         await run.finish();
-        // The gradients' Σ g² rides along with the loss sums' all-reduce: clipGradNorm after this
-        // step needs no collective (and no host round trip) of its own.
-        squares = this.localSquares();
+        // A small model's (fused collectives): the gradients' Σ g² rides along with the loss sums'
+        // all-reduce, so clipGradNorm after this step needs no collective (and no host round trip)
+        // of its own. Not for a large one: a pass over every gradient per micro-batch would cost
+        // more than the collective it saves when gradients are accumulated.
+        if (run.fused) squares = this.localSquares();
       }
       const sq = squares;
       return await stepLoss(terms, stream, (local) => this.allReduceHost(local, sq));
