@@ -172,7 +172,9 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     await e.sleep(1);
     expect(e.deviceBytes()).toBe(0);
     expect(alloc - device.stats().allocated).toBeGreaterThanOrEqual(held);
-    expect(device.stats().cached).toBe(0); // the freed pages went back to the OS, not to the pool's cache
+    // Freed, and kept resident for the device's next allocations (a colocated trainer's step), not
+    // given to the OS: emptying the cache here made every colocated GRPO step fault its pages again.
+    expect(device.stats().cached).toBeGreaterThan(0);
     expect(() => e.generate(ps, { maxTokens: 2 })).toThrow(/asleep/);
     await expect(e.sleep(1)).rejects.toThrow(/asleep/);
     expect(await e.checksums()).toEqual(sums); // offloaded bytes are still verifiable
@@ -193,7 +195,6 @@ describe.each(['dense', 'moe'] as const)('rollout layout states, tiny %s', (whic
     const alloc = device.stats().allocated;
     await e.sleep(2);
     expect(alloc - device.stats().allocated).toBeGreaterThanOrEqual(held);
-    expect(device.stats().cached).toBe(0);
     e.wake();
     expect(new Set(e.layoutStates().values())).toEqual(new Set(['dropped']));
     const err = caught(() => e.generate(ps, { maxTokens: 2 }));

@@ -469,8 +469,8 @@ export class RolloutEngine {
 
   /**
    * Level 1: weights, KV cache and GDN states to host memory, device memory freed. Level 2:
-   * all dropped; after wake() generation refuses until weights are written again. Either way
-   * the device's cached free pages go back to the OS (device.emptyCache()).
+   * all dropped; after wake() generation refuses until weights are written again. The freed
+   * memory is the device's to reuse at once; device.emptyCache() returns its pages to the OS.
    */
   async sleep(level: SleepLevel): Promise<void> {
     if (level !== 1 && level !== 2) throw new InvalidArgumentError(`Expected sleep level 1 or 2 but received ${describe(level)}.`, { argument: 'level' });
@@ -481,10 +481,10 @@ export class RolloutEngine {
       await this.kv.sleep(level, this.stream, this.timeoutMs);
       await this.gdn?.sleep(level, this.stream, this.timeoutMs);
       // Released buffers return to the pool once queued work on them has run: wait for it,
-      // so device memory is free when sleep() resolves, and give the pool's cached pages
-      // back to the OS (they include what this sleep just freed).
+      // so device memory is free when sleep() resolves. The pool keeps their pages for the
+      // device's next allocations (a colocated trainer's step); device.emptyCache() gives them
+      // to the OS. Emptying here made every colocated step fault its activations in again.
       await this.stream.synchronize({ timeoutMs: this.timeoutMs });
-      this.device.emptyCache();
       this.sleepLevel = level;
     } finally {
       this.busy = null;

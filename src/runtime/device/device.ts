@@ -108,8 +108,9 @@ export class Device {
    * Returns the pages of freed blocks that the pool keeps for reuse (`stats().cached`) to the OS,
    * as torch.cuda.empty_cache() does, and returns how many bytes that was. Freed memory stays
    * resident up to the device's high-water mark, so the next step's (or the next sync's) buffers
-   * do not fault their pages in again; call this when the memory is wanted elsewhere.
-   * RolloutEngine.sleep() calls it. Buffers still queued on a stream are not yet free: synchronize first.
+   * do not fault their pages in again; call this when the memory is wanted elsewhere (an engine's
+   * sleep() leaves it cached: a colocated trainer reuses it). Buffers still queued on a stream are
+   * not yet free: synchronize first.
    */
   emptyCache(): number {
     return loadNative().deviceEmptyCache(this.ordinal);
