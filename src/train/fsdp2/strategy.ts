@@ -13,8 +13,8 @@
  *   model kept gathered in one process: one all-gather and one reduce-scatter per step
  *   (fused-comm.ts);
  * - sharded AdamW (one K.adamwMulti over every flat shard), gradient clipping by an
- *   all-reduce of the local Σ g² (the one that sums a forwardBackward's loss, so
- *   clipping right after a step needs no collective of its own), gathered / loaded HF-named full state;
+ *   all-reduce of the local Σ g² (for a fused small step, the one that sums a forwardBackward's
+ *   loss, so clipping right after it needs no collective of its own), gathered / loaded HF-named full state;
  * - data parallel: each rank runs its rows of the global batch; the loss weights
  *   carry the global normalisation, so gradients are plain sums over ranks.
  * - LoRA (`lora` option): adapters (PEFT names) sharded on dim 0 like any parameter, in
