@@ -145,14 +145,16 @@ void MemoryPool::Free(uint64_t offset) {
   }
   // Past the budget: this block's pages go back, and the cached ones too (the cache is then
   // colder than the work).
-  for (const auto& [o, s] : unreleased_) ReleaseFreePagesLocked(o, s);
-  unreleased_.clear();
-  unreleased_bytes_ = 0;
+  ReleaseCachedLocked();
   ReleaseFreePagesLocked(offset, size);
 }
 
 uint64_t MemoryPool::EmptyCache() {
   std::lock_guard<std::mutex> lock(mu_);
+  return ReleaseCachedLocked();
+}
+
+uint64_t MemoryPool::ReleaseCachedLocked() {
   const uint64_t bytes = unreleased_bytes_;
   for (const auto& [o, s] : unreleased_) ReleaseFreePagesLocked(o, s);
   unreleased_.clear();

@@ -74,6 +74,8 @@ class MemoryPool {
   uint64_t LargestFreeLocked() const;
   // madvise(MADV_DONTNEED) the whole pages of [offset, offset + size) that are free.
   void ReleaseFreePagesLocked(uint64_t offset, uint64_t size);
+  // Gives every cached range's pages back (unreleased_ emptied); returns the bytes it held.
+  uint64_t ReleaseCachedLocked();
 
   const int ordinal_;
   mutable std::mutex mu_;

@@ -178,11 +178,15 @@ export interface PackTarget {
   base: number;
 }
 
+/** `into`, or a new slot of the pool holding the unit's packed gradients alone. */
+function packTarget(unit: FlatUnit, pool: SlotPool, into: PackTarget | undefined): PackTarget {
+  return into ?? { buf: pool.take(), stride: unit.shardNumel, base: 0 };
+}
+
 /** The unsharded gradients in `grads` (param-major), reordered rank-major into a new slot (or `into`); gives `grads` back. */
 export function packGrads(unit: FlatUnit, grads: Tensor, dp: number, pool: SlotPool, stream: Stream, into?: PackTarget): Tensor {
-  const S = unit.shardNumel;
   try {
-    const { buf: send, stride, base } = into ?? { buf: pool.take(), stride: S, base: 0 };
+    const { buf: send, stride, base } = packTarget(unit, pool, into);
     // dp x params pieces of a few hundred bytes each: one op for all of them, not one copy each.
     const list = new CopyRanges();
     for (let r = 0; r < dp; r++) {
@@ -222,7 +226,7 @@ export function packGradSources(
     throw new InvalidArgumentError(`packGradSources(): unit ${unit.key} has ${unit.params.length} parameters but ${sources.length} gradients were given.`);
   }
   const list = new CopyRanges();
-  const { buf: send, stride: S, base } = into ?? { buf: pool.take(), stride: unit.shardNumel, base: 0 };
+  const { buf: send, stride: S, base } = packTarget(unit, pool, into);
   try {
     for (let r = 0; r < dp; r++) {
       for (const [i, p] of unit.params.entries()) {
